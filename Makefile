@@ -1,0 +1,34 @@
+# dummy-fuse-csi: reproduce FUSE mount loss in Kubernetes CSI and prove which mitigations work.
+# Each non-trivial target calls a script under hack/.
+
+SHELL := /usr/bin/env bash
+export CGO_ENABLED ?= 0
+BIN ?= $(CURDIR)/bin
+export BIN
+
+.PHONY: all help build test lint bench clean
+all: build
+
+help: ## show the targets
+	@grep -E '^[a-zA-Z_%-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | sort
+
+################################################################################
+# Build
+################################################################################
+build: ## build static binaries into bin/ (version from git)
+	hack/build.sh
+
+################################################################################
+# Test
+################################################################################
+test: ## run all tests; privileged ones need root + /dev/fuse (mandatory with DFC_REQUIRE_PRIVILEGED=1)
+	hack/test.sh
+
+lint: ## gofmt, go vet and staticcheck (installed into bin/tools)
+	hack/lint.sh
+
+bench: build ## benchmarks through real FUSE mounts (root + /dev/fuse)
+	hack/bench.sh
+
+clean: ## remove build output
+	rm -rf $(BIN) _output

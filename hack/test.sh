@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# Runs the whole test suite. Tests that need root and /dev/fuse skip for an ordinary user;
+# with DFC_REQUIRE_PRIVILEGED=1 (CI) such a skip is a failure.
+set -o errexit -o nounset -o pipefail
+cd "$(dirname "$0")/.."
+
+go vet ./...
+go test -count=1 -timeout 30m ${GOTESTFLAGS:-} ./...

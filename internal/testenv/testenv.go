@@ -1,0 +1,71 @@
+// Package testenv gates tests that need root, /dev/fuse or a cluster, and builds the project's binaries for
+// tests that run them as real processes.
+//
+// For an ordinary user such tests skip with a clear reason. With DFC_REQUIRE_PRIVILEGED=1 (set by CI) a missing
+// requirement fails the test instead, so CI can never pass by skipping.
+package testenv
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+)
+
+// RequireEnv is the variable that turns privileged skips into failures.
+const RequireEnv = "DFC_REQUIRE_PRIVILEGED"
+
+// Module is the project's module path.
+const Module = "github.com/dummy-fuse-csi/dummy-fuse-csi"
+
+// Required reports whether privileged tests are mandatory in this run.
+func Required() bool { return os.Getenv(RequireEnv) == "1" }
+
+// SkipOrFail skips the test with reason, or fails it when privileged tests are mandatory.
+func SkipOrFail(t testing.TB, reason string) {
+	t.Helper()
+	if Required() {
+		t.Fatalf("%s (mandatory because %s=1)", reason, RequireEnv)
+	}
+	t.Skip(reason)
+}
+
+// FUSEProblem says why this process cannot mount FUSE filesystems, or returns "" when it can.
+func FUSEProblem() string {
+	if runtime.GOOS != "linux" {
+		return "needs Linux"
+	}
+	if os.Geteuid() != 0 {
+		return "needs root (mounts FUSE filesystems and bind mounts)"
+	}
+	f, err := os.OpenFile("/dev/fuse", os.O_RDWR, 0)
+	if err != nil {
+		return fmt.Sprintf("needs /dev/fuse: %v", err)
+	}
+	f.Close()
+	return ""
+}
+
+// RequireFUSE skips (or, in CI, fails) t unless it runs as root on Linux with a usable /dev/fuse.
+func RequireFUSE(t testing.TB) {
+	t.Helper()
+	if p := FUSEProblem(); p != "" {
+		SkipOrFail(t, "privileged test: "+p)
+	}
+}
+
+// Build compiles the project's command at pkgDir (relative to the module root, e.g. "dummy-fuse") into a
+// temporary directory of t and returns the binary's path. The Go build cache keeps repeated builds cheap.
+func Build(t testing.TB, pkgDir string) string {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), filepath.Base(pkgDir))
+	cmd := exec.Command("go", "build", "-o", out, Module+"/"+strings.TrimPrefix(pkgDir, "./"))
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build %s: %v\n%s", pkgDir, err, b)
+	}
+	return out
+}
