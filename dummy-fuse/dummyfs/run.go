@@ -1,0 +1,53 @@
+package dummyfs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+
+	"golang.org/x/sys/unix"
+)
+
+// MountError is a failure to mount; the dummy-fuse command reports it as "mount MOUNTPOINT: cause".
+type MountError struct {
+	Mountpoint string
+	Err        error
+}
+
+func (e *MountError) Error() string { return fmt.Sprintf("mount %s: %v", e.Mountpoint, e.Err) }
+func (e *MountError) Unwrap() error { return e.Err }
+
+// Run mounts the filesystem at mountpoint and serves it until ctx is done (then it unmounts) or until the
+// mount goes away from outside (umount). Notes about the shutdown go to logw.
+func Run(ctx context.Context, mountpoint string, opts Options, logw io.Writer) error {
+	srv, err := Mount(mountpoint, opts)
+	if err != nil {
+		return &MountError{Mountpoint: mountpoint, Err: err}
+	}
+	served := make(chan struct{})
+	go func() {
+		srv.Wait()
+		close(served)
+	}()
+
+	select {
+	case <-served:
+		// Unmounted from outside: nothing left to serve.
+		return nil
+	case <-ctx.Done():
+	}
+	if IsMagicMountpoint(mountpoint) {
+		// The parent that mounted it owns the mount point; exiting closes our descriptor.
+		return nil
+	}
+	if err := srv.Unmount(); err != nil {
+		// Typically EBUSY: a process still holds a file open. Detach the mount so it disappears from the
+		// tree; open descriptors then fail with ENOTCONN once we exit, as after a crash.
+		if derr := unix.Unmount(mountpoint, unix.MNT_DETACH); derr != nil {
+			return fmt.Errorf("unmount %s: %w", mountpoint, errors.Join(err, derr))
+		}
+		fmt.Fprintf(logw, "dummy-fuse: unmount %s: %v; detached it lazily\n", mountpoint, err)
+	}
+	return nil
+}
