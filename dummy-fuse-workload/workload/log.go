@@ -1,0 +1,138 @@
+package workload
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"time"
+)
+
+// Format is the log format: FormatText for people, FormatJSON (one object per line) for programs.
+type Format string
+
+const (
+	FormatText Format = "text"
+	FormatJSON Format = "json"
+)
+
+// String and Set make Format a flag.Value.
+func (f *Format) String() string { return string(*f) }
+
+func (f *Format) Set(s string) error {
+	switch Format(s) {
+	case FormatText, FormatJSON:
+		*f = Format(s)
+		return nil
+	}
+	return fmt.Errorf("unknown log format %q (want text or json)", s)
+}
+
+// Event names of the JSON log.
+const (
+	EventStart     = "start"
+	EventOpen      = "open"
+	EventOpenError = "open_error"
+	EventRead      = "read"
+	EventReadError = "read_error"
+	EventClose     = "close"
+	EventExit      = "exit"
+)
+
+// Record is one JSON log line; the fields of other events are omitted. Tests and scenarios decode into it.
+type Record struct {
+	Time  time.Time `json:"time"`
+	Event string    `json:"event"`
+	File  string    `json:"file"`
+
+	KeepOpen    *bool  `json:"keep_open,omitempty"`
+	ExitOnError *bool  `json:"exit_on_error,omitempty"`
+	Interval    string `json:"interval,omitempty"`
+
+	Bytes     *int    `json:"bytes,omitempty"`
+	Content   *string `json:"content,omitempty"`
+	Errno     *string `json:"errno,omitempty"`
+	Error     string  `json:"error,omitempty"`
+	LatencyUS *int64  `json:"latency_us,omitempty"`
+
+	Code   *int   `json:"code,omitempty"`
+	Reason string `json:"reason,omitempty"`
+}
+
+type logger struct {
+	format Format
+	w      io.Writer
+	clock  Clock
+	file   string
+}
+
+func newLogger(f Format, w io.Writer, c Clock, file string) *logger {
+	if f == "" {
+		f = FormatText
+	}
+	return &logger{format: f, w: w, clock: c, file: file}
+}
+
+// emit writes one line: the JSON record, or the text line after the time. Write errors are ignored: the
+// workload keeps reading even when nobody reads its log.
+func (l *logger) emit(rec Record, text string) {
+	now := l.clock.Now().UTC()
+	if l.format == FormatJSON {
+		if rec.Event == "" {
+			return // a text-only line
+		}
+		rec.Time = now
+		rec.File = l.file
+		b, err := json.Marshal(rec)
+		if err != nil {
+			b = fmt.Appendf(nil, `{"event":"log_error","error":%q}`, err.Error())
+		}
+		_, _ = l.w.Write(append(b, '\n'))
+		return
+	}
+	if text == "" {
+		return
+	}
+	_, _ = fmt.Fprintf(l.w, "%s %s\n", now.Format(time.RFC3339), text)
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func (l *logger) start(c Config) {
+	l.emit(Record{Event: EventStart, KeepOpen: ptr(c.KeepOpen), ExitOnError: ptr(c.ExitOnError), Interval: c.Interval.String()},
+		fmt.Sprintf("starting: file %s, keep-open %t, exit-on-error %t, read interval %s", l.file, c.KeepOpen, c.ExitOnError, c.Interval))
+}
+
+func (l *logger) opened() {
+	l.emit(Record{Event: EventOpen}, "opened file "+l.file)
+}
+
+func (l *logger) openError(err error) {
+	l.emit(Record{Event: EventOpenError, Errno: ptr(ErrnoName(err)), Error: err.Error()}, "open error: "+err.Error())
+}
+
+// reading is a text-only line: it shows a read that never returns (a hung FUSE request).
+func (l *logger) reading() { l.emit(Record{}, "reading") }
+
+func (l *logger) read(data []byte, latency time.Duration) {
+	l.emit(Record{Event: EventRead, Bytes: ptr(len(data)), Content: ptr(string(data)), LatencyUS: ptr(latency.Microseconds())},
+		fmt.Sprintf("read %d bytes: %q", len(data), data))
+}
+
+func (l *logger) readError(err error, latency time.Duration) {
+	l.emit(Record{Event: EventReadError, Errno: ptr(ErrnoName(err)), Error: err.Error(), LatencyUS: ptr(latency.Microseconds())},
+		"read error: "+err.Error())
+}
+
+// closed logs a close; a failing close (flush on a dead mount) is logged with its error but is not an
+// I/O error for --exit-on-error: the read before it already succeeded or failed on its own.
+func (l *logger) closed(err error) {
+	if err != nil {
+		l.emit(Record{Event: EventClose, Errno: ptr(ErrnoName(err)), Error: err.Error()}, "close error: "+err.Error())
+		return
+	}
+	l.emit(Record{Event: EventClose}, "closed file "+l.file)
+}
+
+func (l *logger) exit(code int, reason string) {
+	l.emit(Record{Event: EventExit, Code: ptr(code), Reason: reason}, fmt.Sprintf("exiting with code %d: %s", code, reason))
+}

@@ -1,0 +1,235 @@
+// Package workload is an application that keeps reading a file, the way a pod reads from a FUSE volume, and
+// logs every open, read and error so that a mount loss can be seen and measured.
+//
+// With KeepOpen it opens the file once and re-reads the same descriptor (pread at offset 0) forever, even
+// after an error: a descriptor opened before a FUSE server crash stays broken, and that is what it shows.
+// Without KeepOpen every round opens, reads and closes the file, showing whether new opens work.
+package workload
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Exit codes of Run.
+const (
+	ExitOK    = 0 // stopped by a signal (the context)
+	ExitError = 1 // first I/O error with ExitOnError
+	ExitUsage = 2 // bad command line
+)
+
+// Config is what the command line sets.
+type Config struct {
+	File        string
+	ExitOnError bool
+	Interval    time.Duration
+	KeepOpen    bool
+	Format      Format
+}
+
+// File is an open file that reads with one pread(2) per call, so that every read is one FUSE READ request
+// with direct I/O.
+type File interface {
+	ReadAt(p []byte, off int64) (int, error)
+	Close() error
+}
+
+// Clock abstracts time so tests run without sleeping.
+type Clock interface {
+	Now() time.Time
+	After(d time.Duration) <-chan time.Time
+}
+
+// Env holds Run's dependencies; zero fields mean the real ones (os.Stdout, wall clock, os.Open).
+type Env struct {
+	Out   io.Writer
+	Clock Clock
+	Open  func(path string) (File, error)
+}
+
+// readBufSize is more than the file holds; one pread returns all of it.
+const readBufSize = 4096
+
+// Run reads cfg.File until ctx is done (exit 0) or, with ExitOnError, until the first open or read error
+// (exit 1). The first read happens at once, then one every cfg.Interval. It returns the exit code.
+func Run(ctx context.Context, cfg Config, env Env) int {
+	if env.Out == nil {
+		env.Out = os.Stdout
+	}
+	if env.Clock == nil {
+		env.Clock = realClock{}
+	}
+	if env.Open == nil {
+		env.Open = openFile
+	}
+	r := &runner{cfg: cfg, env: env, log: newLogger(cfg.Format, env.Out, env.Clock, cfg.File), buf: make([]byte, readBufSize)}
+	code, reason := r.loop(ctx)
+	if r.f != nil {
+		r.close()
+	}
+	r.log.exit(code, reason)
+	return code
+}
+
+type runner struct {
+	cfg Config
+	env Env
+	log *logger
+	buf []byte
+	f   File // the open file (KeepOpen), nil when not open
+}
+
+func (r *runner) loop(ctx context.Context) (code int, reason string) {
+	r.log.start(r.cfg)
+	for {
+		if err := r.round(ctx); err != nil {
+			if ctx.Err() != nil {
+				return ExitOK, stopReason(ctx)
+			}
+			if r.cfg.ExitOnError {
+				return ExitError, err.Error()
+			}
+		}
+		if ctx.Err() != nil {
+			return ExitOK, stopReason(ctx)
+		}
+		select {
+		case <-ctx.Done():
+			return ExitOK, stopReason(ctx)
+		case <-r.env.Clock.After(r.cfg.Interval):
+		}
+	}
+}
+
+func stopReason(ctx context.Context) string {
+	if err := context.Cause(ctx); err != nil {
+		return err.Error()
+	}
+	return "stopped"
+}
+
+// round opens the file if needed, reads it once and, without KeepOpen, closes it. It returns the error that
+// counts for ExitOnError, already logged.
+func (r *runner) round(ctx context.Context) error {
+	if r.f == nil {
+		f, err := r.env.Open(r.cfg.File)
+		if err != nil {
+			r.log.openError(err)
+			return fmt.Errorf("open error: %w", err)
+		}
+		r.f = f
+		r.log.opened()
+	}
+	r.log.reading()
+	start := r.env.Clock.Now()
+	n, err := r.readCtx(ctx)
+	latency := r.env.Clock.Now().Sub(start)
+	if n < 0 {
+		return ctx.Err() // stopped while the read was stuck: nothing to log about it
+	}
+	if err != nil {
+		// KeepOpen keeps this descriptor: re-opening would hide that it is broken for good.
+		r.log.readError(err, latency)
+		if !r.cfg.KeepOpen {
+			r.close()
+		}
+		return fmt.Errorf("read error: %w", err)
+	}
+	r.log.read(r.buf[:n], latency)
+	if !r.cfg.KeepOpen {
+		r.close()
+	}
+	return nil
+}
+
+// readCtx reads in a goroutine so that a read stuck in the kernel (a FUSE server that is gone while someone
+// still holds its /dev/fuse descriptor) does not keep the workload from stopping. It returns n < 0 and a nil
+// error when ctx ended first.
+func (r *runner) readCtx(ctx context.Context) (int, error) {
+	type result struct {
+		n   int
+		err error
+	}
+	done := make(chan result, 1)
+	buf := make([]byte, len(r.buf))
+	f := r.f
+	go func() {
+		n, err := f.ReadAt(buf, 0)
+		done <- result{n, err}
+	}()
+	select {
+	case res := <-done:
+		copy(r.buf, buf[:max(res.n, 0)])
+		return res.n, res.err
+	case <-ctx.Done():
+		r.f = nil // the stuck goroutine still uses it; do not close under it
+		return -1, nil
+	}
+}
+
+func (r *runner) close() {
+	err := r.f.Close()
+	r.f = nil
+	r.log.closed(err)
+}
+
+// ErrnoName returns the symbolic name ("ENOTCONN") of the errno inside err, or "" when err carries none.
+func ErrnoName(err error) string {
+	var errno syscall.Errno
+	if !errors.As(err, &errno) {
+		return ""
+	}
+	if name := unix.ErrnoName(errno); name != "" {
+		return name
+	}
+	return fmt.Sprintf("errno %d", int(errno))
+}
+
+type realClock struct{}
+
+func (realClock) Now() time.Time                         { return time.Now() }
+func (realClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
+
+// osFile reads with exactly one pread per ReadAt (os.File.ReadAt loops until the buffer is full, which
+// would cost a second FUSE request per read to see EOF).
+type osFile struct{ f *os.File }
+
+func openFile(path string) (File, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	return osFile{f}, nil
+}
+
+func (o osFile) ReadAt(p []byte, off int64) (int, error) {
+	rc, err := o.f.SyscallConn()
+	if err != nil {
+		return 0, &os.PathError{Op: "read", Path: o.f.Name(), Err: err}
+	}
+	var n int
+	var errno error
+	if err := rc.Read(func(fd uintptr) bool {
+		for {
+			n, errno = unix.Pread(int(fd), p, off)
+			if errno != unix.EINTR {
+				return true
+			}
+		}
+	}); err != nil {
+		return 0, &os.PathError{Op: "read", Path: o.f.Name(), Err: err}
+	}
+	if errno != nil {
+		return 0, &os.PathError{Op: "read", Path: o.f.Name(), Err: errno}
+	}
+	return n, nil
+}
+
+func (o osFile) Close() error { return o.f.Close() }
