@@ -1,0 +1,190 @@
+package mounts
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/testenv"
+)
+
+func TestIsDead(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		dead bool
+	}{
+		{&os.PathError{Op: "statfs", Path: "/x", Err: syscall.ENOTCONN}, true},
+		{fmt.Errorf("wrapped: %w", syscall.ECONNABORTED), true},
+		{syscall.EIO, true},
+		{syscall.ENOENT, false},
+		{ErrTimeout, false},
+		{nil, false},
+	} {
+		if got := IsDead(tc.err); got != tc.dead {
+			t.Errorf("IsDead(%v) = %v, want %v", tc.err, got, tc.dead)
+		}
+	}
+}
+
+func TestAnswersOnPlainDirectory(t *testing.T) {
+	dir := t.TempDir()
+	if err := Answers(dir, "", time.Second); !errors.Is(err, ErrNotFUSE) {
+		t.Fatalf("Answers(plain dir) = %v, want ErrNotFUSE", err)
+	}
+	if ok, err := IsMountPoint(dir); err != nil || ok {
+		t.Fatalf("IsMountPoint(plain dir) = %v, %v; want false, nil", ok, err)
+	}
+	if n, err := UnmountAll(dir); err != nil || n != 0 {
+		t.Fatalf("UnmountAll(plain dir) = %d, %v; want 0, nil", n, err)
+	}
+	if n, err := UnmountAll(filepath.Join(dir, "missing")); err != nil || n != 0 {
+		t.Fatalf("UnmountAll(missing) = %d, %v; want 0, nil", n, err)
+	}
+}
+
+func TestCanonicalResolvesParentSymlinks(t *testing.T) {
+	dir := t.TempDir()
+	real := filepath.Join(dir, "real")
+	if err := os.Mkdir(real, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(real, filepath.Join(dir, "link")); err != nil {
+		t.Fatal(err)
+	}
+	got := Canonical(filepath.Join(dir, "link", "leaf"))
+	want := filepath.Join(Canonical(real), "leaf")
+	if got != want {
+		t.Fatalf("Canonical = %q, want %q", got, want)
+	}
+}
+
+// mountDummyFuse starts dummy-fuse on a new directory and returns the directory and the process.
+func mountDummyFuse(t *testing.T, bin, dir string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(bin, dir)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	died := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(died) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-died
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := WaitAnswering(ctx, dir, "dummy-file.txt", died); err != nil {
+		t.Fatal(err)
+	}
+	return cmd
+}
+
+// TestDeadFUSEMount pins the kernel behaviour the plugin's honesty rests on: after the server dies, the mount
+// stays in the table, stat may still answer from the cache, but statfs (Probe) reports ENOTCONN.
+func TestDeadFUSEMount(t *testing.T) {
+	testenv.RequireFUSE(t)
+	bin := testenv.Build(t, "dummy-fuse")
+	root := t.TempDir()
+	t.Cleanup(func() { _, _ = UnmountUnder(root) })
+	mnt := filepath.Join(root, "mnt")
+	target := filepath.Join(root, "target")
+	for _, d := range []string{mnt, target} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cmd := mountDummyFuse(t, bin, mnt)
+	if err := Answers(mnt, "dummy-file.txt", time.Second); err != nil {
+		t.Fatalf("live mount: %v", err)
+	}
+	if err := Bind(mnt, target, true); err != nil {
+		t.Fatal(err)
+	}
+	var st unix.Statfs_t
+	if err := unix.Statfs(target, &st); err != nil || st.Flags&unix.ST_RDONLY == 0 || st.Flags&unix.ST_NOSUID == 0 {
+		t.Fatalf("read-only bind: statfs flags %#x, err %v; want ro and nosuid kept", st.Flags, err)
+	}
+	if b, err := os.ReadFile(filepath.Join(target, "dummy-file.txt")); err != nil || string(b) != "Hello world!\n" {
+		t.Fatalf("read through bind: %q, %v", b, err)
+	}
+
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		err := Probe(mnt, time.Second)
+		if errors.Is(err, syscall.ENOTCONN) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Probe on dead mount = %v, want ENOTCONN", err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	for _, p := range []string{mnt, target} {
+		if err := Answers(p, "dummy-file.txt", time.Second); !IsDead(err) {
+			t.Errorf("Answers(%s) on dead mount = %v, want a dead-mount error", p, err)
+		}
+		if ok, err := IsMountPoint(p); err != nil || !ok {
+			t.Errorf("IsMountPoint(%s) on dead mount = %v, %v; want true", p, ok, err)
+		}
+		if ok, err := Exists(p); err != nil || !ok {
+			t.Errorf("Exists(%s) on dead mount = %v, %v; want true", p, ok, err)
+		}
+	}
+
+	// Stack a live mount on the dead target (the "stack" restore strategy), then remove both layers.
+	mnt2 := filepath.Join(root, "mnt2")
+	if err := os.Mkdir(mnt2, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	mountDummyFuse(t, bin, mnt2)
+	if err := Bind(mnt2, target, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := Answers(target, "dummy-file.txt", time.Second); err != nil {
+		t.Fatalf("stacked live mount: %v", err)
+	}
+	table, err := ReadTable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := table.Count(target); n != 2 {
+		t.Fatalf("mounts on stacked target = %d, want 2", n)
+	}
+	if n, err := UnmountAll(target); err != nil || n != 2 {
+		t.Fatalf("UnmountAll(stacked) = %d, %v; want 2, nil", n, err)
+	}
+	if ok, _ := IsMountPoint(target); ok {
+		t.Fatal("target still a mount point after UnmountAll")
+	}
+	if err := UnmountLazy(mnt); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(mnt, "dummy-file.txt")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("after umount -l the empty directory underneath shows: stat err %v, want ENOENT", err)
+	}
+}
+
+func TestWaitAnsweringStopsWhenServerDies(t *testing.T) {
+	died := make(chan struct{})
+	close(died)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	start := time.Now()
+	if err := WaitAnswering(ctx, t.TempDir(), "x", died); err == nil {
+		t.Fatal("WaitAnswering on a plain directory succeeded")
+	}
+	if time.Since(start) > 5*time.Second {
+		t.Fatal("WaitAnswering ignored the died channel")
+	}
+}

@@ -1,0 +1,119 @@
+package mounts
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/moby/sys/mountinfo"
+)
+
+// Table is one snapshot of this process's mount table, indexed by mount point. Reading it once and looking up
+// many paths is what keeps a restore of hundreds of volumes linear: /proc/self/mountinfo grows with every mount,
+// so parsing it per volume would be quadratic.
+type Table struct {
+	byPoint map[string][]*mountinfo.Info // in mountinfo order: for stacked mounts the last one is on top
+}
+
+// ReadTable parses /proc/self/mountinfo.
+func ReadTable() (*Table, error) {
+	infos, err := mountinfo.GetMounts(nil)
+	if err != nil {
+		return nil, fmt.Errorf("reading mount table: %w", err)
+	}
+	t := &Table{byPoint: make(map[string][]*mountinfo.Info, len(infos))}
+	for _, in := range infos {
+		t.byPoint[in.Mountpoint] = append(t.byPoint[in.Mountpoint], in)
+	}
+	return t, nil
+}
+
+// Mounts returns the mounts on path, bottom first (two or more when mounts are stacked), or nil.
+func (t *Table) Mounts(path string) []*mountinfo.Info {
+	return t.byPoint[Canonical(path)]
+}
+
+// Count returns how many mounts are stacked on path.
+func (t *Table) Count(path string) int { return len(t.Mounts(path)) }
+
+// IsMountPoint reports whether something is mounted on path, by reading the mount table only: it never touches
+// the filesystem at path, so it works (and does not hang) on dead FUSE mounts.
+func IsMountPoint(path string) (bool, error) {
+	n, err := CountMounts(path)
+	return n > 0, err
+}
+
+// CountMounts returns how many mounts are stacked on path according to /proc/self/mountinfo.
+func CountMounts(path string) (int, error) {
+	p := Canonical(path)
+	infos, err := mountinfo.GetMounts(mountinfo.SingleEntryFilter(p))
+	if err != nil {
+		return 0, fmt.Errorf("reading mount table for %s: %w", path, err)
+	}
+	return len(infos), nil
+}
+
+// Canonical returns path as the kernel writes it in mountinfo: absolute, clean, with symlinks of its parent
+// directories resolved. The last element is deliberately not resolved: it may be a dead FUSE mount, and
+// resolving it would stat it.
+func Canonical(path string) string {
+	p, err := filepath.Abs(path)
+	if err != nil {
+		return filepath.Clean(path)
+	}
+	dir, base := filepath.Split(p)
+	if base == "" {
+		return p
+	}
+	if d, err := filepath.EvalSymlinks(dir); err == nil {
+		return filepath.Join(d, base)
+	}
+	return p
+}
+
+// Exists reports whether path exists, treating a dead mount (lstat fails with ENOTCONN...) as existing.
+func Exists(path string) (bool, error) {
+	_, err := os.Lstat(path)
+	switch {
+	case err == nil:
+		return true, nil
+	case os.IsNotExist(err):
+		return false, nil
+	case IsDead(err):
+		return true, nil
+	}
+	return false, err
+}
+
+// UnmountUnder lazily unmounts every mount on dir or below it, deepest first and every stacked layer, and returns
+// how many it removed. Tests call it in t.Cleanup so that no mount outlives them, whatever failed.
+func UnmountUnder(dir string) (int, error) {
+	root := Canonical(dir)
+	t, err := ReadTable()
+	if err != nil {
+		return 0, err
+	}
+	var points []string
+	for p := range t.byPoint {
+		if p == root || strings.HasPrefix(p, root+"/") {
+			points = append(points, p)
+		}
+	}
+	// Deepest first: a mount inside another mount must go before it.
+	sort.Slice(points, func(i, j int) bool { return len(points[i]) > len(points[j]) })
+	n := 0
+	var errs []error
+	for _, p := range points {
+		for range t.byPoint[p] {
+			if err := UnmountLazy(p); err != nil {
+				errs = append(errs, err)
+				break
+			}
+			n++
+		}
+	}
+	return n, errors.Join(errs...)
+}
