@@ -1,0 +1,697 @@
+package chart_test
+
+import (
+	"archive/tar"
+	"compress/gzip"
+	"errors"
+	"io"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+	"github.com/santhosh-tekuri/jsonschema/v6/kind"
+	"helm.sh/helm/v3/pkg/chart"
+	"helm.sh/helm/v3/pkg/chart/loader"
+	"helm.sh/helm/v3/pkg/chartutil"
+	"helm.sh/helm/v3/pkg/engine"
+	"helm.sh/helm/v3/pkg/lint"
+	"helm.sh/helm/v3/pkg/lint/support"
+	"helm.sh/helm/v3/pkg/releaseutil"
+	"helm.sh/helm/v3/pkg/strvals"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"sigs.k8s.io/yaml"
+)
+
+const (
+	releaseName      = "dfc"
+	releaseNamespace = "dfc-system"
+	defaultKubelet   = "/var/lib/kubelet"
+	defaultDriver    = "dummy-fuse-csi"
+	defaultHealth    = 9809
+	pluginContainer  = "plugin"
+)
+
+// sidecarSets are the values that make registrar.mode=sidecar renderable.
+var sidecarSets = []string{
+	"registrar.mode=sidecar",
+	"registrar.nodeDriverRegistrar.image.repository=example.org/ndr",
+	"registrar.livenessProbe.image.repository=example.org/lp",
+}
+
+// objects are the decoded objects of one rendering.
+type objects struct {
+	ds     *appsv1.DaemonSet
+	driver *storagev1.CSIDriver
+	sa     *corev1.ServiceAccount
+	dsYAML string
+	notes  string
+}
+
+func loadChart(t *testing.T) *chart.Chart {
+	t.Helper()
+	c, err := loader.Load(".")
+	if err != nil {
+		t.Fatalf("load chart: %v", err)
+	}
+	return c
+}
+
+// userValues parses --set style assignments, exactly as `helm install --set` does.
+func userValues(t *testing.T, sets ...string) map[string]any {
+	t.Helper()
+	vals := map[string]any{}
+	for _, s := range sets {
+		if err := strvals.ParseInto(s, vals); err != nil {
+			t.Fatalf("parse --set %q: %v", s, err)
+		}
+	}
+	return vals
+}
+
+// renderChart is what `helm template` does: coalesce values, validate them against the schema, render.
+func renderChart(c *chart.Chart, vals map[string]any) (map[string]string, error) {
+	opts := chartutil.ReleaseOptions{Name: releaseName, Namespace: releaseNamespace, IsInstall: true}
+	top, err := chartutil.ToRenderValues(c, vals, opts, chartutil.DefaultCapabilities)
+	if err != nil {
+		return nil, err
+	}
+	return engine.Render(c, top)
+}
+
+func render(t *testing.T, sets ...string) objects {
+	t.Helper()
+	out, err := renderChart(loadChart(t), userValues(t, sets...))
+	if err != nil {
+		t.Fatalf("render with %q: %v", sets, err)
+	}
+	return decode(t, out)
+}
+
+// decode parses every rendered document strictly into its k8s.io/api type, so that a misspelt field in a
+// template fails here rather than being dropped by the API server.
+func decode(t *testing.T, rendered map[string]string) objects {
+	t.Helper()
+	var o objects
+	for name, content := range rendered {
+		if strings.HasSuffix(name, "NOTES.txt") {
+			o.notes = content
+			continue
+		}
+		for _, doc := range releaseutil.SplitManifests(content) {
+			if strings.TrimSpace(doc) == "" {
+				continue
+			}
+			var tm metav1.TypeMeta
+			if err := yaml.Unmarshal([]byte(doc), &tm); err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			var target any
+			switch tm.APIVersion + "/" + tm.Kind {
+			case "apps/v1/DaemonSet":
+				if o.ds != nil {
+					t.Fatalf("%s: second DaemonSet", name)
+				}
+				o.ds, o.dsYAML, target = &appsv1.DaemonSet{}, doc, &o.ds
+			case "storage.k8s.io/v1/CSIDriver":
+				if o.driver != nil {
+					t.Fatalf("%s: second CSIDriver", name)
+				}
+				o.driver, target = &storagev1.CSIDriver{}, &o.driver
+			case "v1/ServiceAccount":
+				if o.sa != nil {
+					t.Fatalf("%s: second ServiceAccount", name)
+				}
+				o.sa, target = &corev1.ServiceAccount{}, &o.sa
+			default:
+				t.Fatalf("%s: unexpected object %s %s", name, tm.APIVersion, tm.Kind)
+			}
+			if err := yaml.UnmarshalStrict([]byte(doc), target); err != nil {
+				t.Fatalf("%s: strict decoding of %s: %v\n%s", name, tm.Kind, err, doc)
+			}
+		}
+	}
+	if o.ds == nil || o.driver == nil || o.sa == nil {
+		t.Fatalf("want a DaemonSet, a CSIDriver and a ServiceAccount, got %+v", o)
+	}
+	return o
+}
+
+func container(t *testing.T, ds *appsv1.DaemonSet, name string) *corev1.Container {
+	t.Helper()
+	for i := range ds.Spec.Template.Spec.Containers {
+		if c := &ds.Spec.Template.Spec.Containers[i]; c.Name == name {
+			return c
+		}
+	}
+	t.Fatalf("no container %q in the DaemonSet", name)
+	return nil
+}
+
+func containerNames(ds *appsv1.DaemonSet) []string {
+	var names []string
+	for _, c := range ds.Spec.Template.Spec.Containers {
+		names = append(names, c.Name)
+	}
+	return names
+}
+
+func volume(t *testing.T, ds *appsv1.DaemonSet, name string) *corev1.Volume {
+	t.Helper()
+	for i := range ds.Spec.Template.Spec.Volumes {
+		if v := &ds.Spec.Template.Spec.Volumes[i]; v.Name == name {
+			return v
+		}
+	}
+	t.Fatalf("no volume %q in the DaemonSet", name)
+	return nil
+}
+
+// argsWithFlag returns the container's arguments that set flag (--flag or --flag=value).
+func argsWithFlag(c *corev1.Container, flag string) []string {
+	var out []string
+	for _, a := range c.Args {
+		if a == flag || strings.HasPrefix(a, flag+"=") {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// wantArg checks that flag appears exactly once, as want.
+func wantArg(t *testing.T, c *corev1.Container, flag, want string) {
+	t.Helper()
+	if got := argsWithFlag(c, flag); len(got) != 1 || got[0] != want {
+		t.Errorf("container %s: %s arguments = %q, want [%q]; all args %q", c.Name, flag, got, want, c.Args)
+	}
+}
+
+func wantNoArg(t *testing.T, c *corev1.Container, flag string) {
+	t.Helper()
+	if got := argsWithFlag(c, flag); len(got) != 0 {
+		t.Errorf("container %s: unexpected %q", c.Name, got)
+	}
+}
+
+// checkInvariants holds for every valid value set: the properties a CSI node plugin needs to work at all.
+func checkInvariants(t *testing.T, o objects, kubeletDir, driver, stateDir string) {
+	t.Helper()
+	ds := o.ds
+	spec := ds.Spec.Template.Spec
+
+	sel, err := metav1.LabelSelectorAsSelector(ds.Spec.Selector)
+	if err != nil || !sel.Matches(labels.Set(ds.Spec.Template.Labels)) {
+		t.Errorf("selector %v does not select the pod template labels %v (%v)", ds.Spec.Selector, ds.Spec.Template.Labels, err)
+	}
+	if ds.Namespace != releaseNamespace || o.sa.Namespace != releaseNamespace {
+		t.Errorf("namespaces: DaemonSet %q, ServiceAccount %q, want the release namespace %q", ds.Namespace, o.sa.Namespace, releaseNamespace)
+	}
+	if spec.ServiceAccountName != o.sa.Name {
+		t.Errorf("serviceAccountName %q, ServiceAccount %q", spec.ServiceAccountName, o.sa.Name)
+	}
+	if ru := ds.Spec.UpdateStrategy.RollingUpdate; ds.Spec.UpdateStrategy.Type != appsv1.RollingUpdateDaemonSetStrategyType ||
+		ru == nil || ru.MaxUnavailable == nil || ru.MaxUnavailable.IntValue() != 1 {
+		t.Errorf("updateStrategy %+v, want RollingUpdate with maxUnavailable 1", ds.Spec.UpdateStrategy)
+	}
+
+	// Only the plugin container may be privileged, and it must be.
+	for _, c := range slices.Concat(spec.InitContainers, spec.Containers) {
+		priv := c.SecurityContext != nil && c.SecurityContext.Privileged != nil && *c.SecurityContext.Privileged
+		if priv != (c.Name == pluginContainer) {
+			t.Errorf("container %s: privileged=%v", c.Name, priv)
+		}
+		if c.ImagePullPolicy == corev1.PullAlways {
+			t.Errorf("container %s: imagePullPolicy Always breaks images loaded into the node", c.Name)
+		}
+	}
+
+	plugin := container(t, ds, pluginContainer)
+	if plugin.Command[0] != "/usr/local/bin/csi-plugin" {
+		t.Errorf("plugin command %q", plugin.Command)
+	}
+	wantArg(t, plugin, "--endpoint", "--endpoint=unix:///csi/csi.sock")
+	wantArg(t, plugin, "--nodeid", "--nodeid=$(NODE_NAME)")
+	wantArg(t, plugin, "--drivername", "--drivername="+driver)
+	wantArg(t, plugin, "--state-dir", "--state-dir="+stateDir)
+	if len(plugin.Env) == 0 || plugin.Env[0].Name != "NODE_NAME" || plugin.Env[0].ValueFrom == nil ||
+		plugin.Env[0].ValueFrom.FieldRef == nil || plugin.Env[0].ValueFrom.FieldRef.FieldPath != "spec.nodeName" {
+		t.Errorf("NODE_NAME must come first from the downward API spec.nodeName (it is used in --nodeid): %+v", plugin.Env)
+	}
+
+	// Mounts: the plugin sees the kubelet dirs at kubelet's own paths; Bidirectional exactly on pods and
+	// plugins, so the FUSE and bind mounts it makes reach the host.
+	bidi := map[string]string{"pods-dir": kubeletDir + "/pods", "plugins-dir": kubeletDir + "/plugins"}
+	for _, c := range spec.Containers {
+		for _, m := range c.VolumeMounts {
+			want, isBidi := bidi[m.Name]
+			gotBidi := m.MountPropagation != nil && *m.MountPropagation == corev1.MountPropagationBidirectional
+			if gotBidi != (isBidi && c.Name == pluginContainer) {
+				t.Errorf("container %s mount %s: mountPropagation %v", c.Name, m.Name, m.MountPropagation)
+			}
+			if isBidi && (m.MountPath != want || volume(t, ds, m.Name).HostPath.Path != want) {
+				t.Errorf("mount %s: mountPath %q hostPath %q, want both %q", m.Name, m.MountPath, volume(t, ds, m.Name).HostPath.Path, want)
+			}
+		}
+	}
+	for name := range bidi {
+		if !slices.ContainsFunc(plugin.VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == name }) {
+			t.Errorf("plugin container does not mount %s", name)
+		}
+	}
+
+	hostPaths := map[string]struct {
+		path string
+		typ  corev1.HostPathType
+	}{
+		"socket-dir":       {kubeletDir + "/plugins/" + driver, corev1.HostPathDirectoryOrCreate},
+		"registration-dir": {kubeletDir + "/plugins_registry", corev1.HostPathDirectory},
+		"fuse-device":      {"/dev/fuse", corev1.HostPathCharDev},
+		"state-dir":        {stateDir, corev1.HostPathDirectoryOrCreate},
+	}
+	for name, want := range hostPaths {
+		hp := volume(t, ds, name).HostPath
+		if hp == nil || hp.Path != want.path || hp.Type == nil || *hp.Type != want.typ {
+			t.Errorf("volume %s: hostPath %+v, want %s (%s)", name, hp, want.path, want.typ)
+		}
+	}
+	for _, m := range plugin.VolumeMounts {
+		if m.Name == "state-dir" && m.MountPath != stateDir {
+			t.Errorf("state dir mounted at %q, want the --state-dir %q", m.MountPath, stateDir)
+		}
+	}
+
+	// The liveness probe's named port must be a port of the probed container.
+	lp := plugin.LivenessProbe
+	if lp == nil || lp.HTTPGet == nil || lp.HTTPGet.Path != "/healthz" {
+		t.Fatalf("plugin liveness probe %+v, want httpGet /healthz", lp)
+	}
+	if !slices.ContainsFunc(plugin.Ports, func(p corev1.ContainerPort) bool {
+		return p.Name == lp.HTTPGet.Port.String() && p.ContainerPort > 0
+	}) {
+		t.Errorf("liveness probe port %q is not a port of the plugin container %+v", lp.HTTPGet.Port.String(), plugin.Ports)
+	}
+
+	if sel := spec.NodeSelector["kubernetes.io/os"]; sel != "linux" {
+		t.Errorf("nodeSelector %v, want kubernetes.io/os: linux", spec.NodeSelector)
+	}
+	if !slices.ContainsFunc(spec.Tolerations, func(tl corev1.Toleration) bool {
+		return tl.Operator == corev1.TolerationOpExists && tl.Key == "" && tl.Effect == ""
+	}) {
+		t.Errorf("tolerations %+v, want one with operator Exists that tolerates every taint", spec.Tolerations)
+	}
+
+	d := o.driver
+	if d.Name != driver {
+		t.Errorf("CSIDriver name %q, want %q", d.Name, driver)
+	}
+	if d.Spec.AttachRequired == nil || *d.Spec.AttachRequired {
+		t.Errorf("CSIDriver attachRequired %v, want false", d.Spec.AttachRequired)
+	}
+	if !slices.Equal(d.Spec.VolumeLifecycleModes, []storagev1.VolumeLifecycleMode{storagev1.VolumeLifecyclePersistent, storagev1.VolumeLifecycleEphemeral}) {
+		t.Errorf("CSIDriver volumeLifecycleModes %v", d.Spec.VolumeLifecycleModes)
+	}
+	if !strings.Contains(o.notes, "make scenario-restart BACKEND=kube") || !strings.Contains(o.notes, ds.Name) {
+		t.Errorf("NOTES.txt does not tell the next steps for %s:\n%s", ds.Name, o.notes)
+	}
+}
+
+func TestDefaults(t *testing.T) {
+	o := render(t)
+	checkInvariants(t, o, defaultKubelet, defaultDriver, "/var/lib/dummy-fuse-csi")
+	c := loadChart(t)
+
+	if got, want := o.ds.Name, releaseName+"-dummy-fuse-csi-node"; got != want {
+		t.Errorf("DaemonSet name %q, want %q", got, want)
+	}
+	if got := containerNames(o.ds); !slices.Equal(got, []string{pluginContainer}) {
+		t.Errorf("containers %q, want only the plugin (built-in registration)", got)
+	}
+	p := container(t, o.ds, pluginContainer)
+	if want := "dummy-fuse-csi:" + c.Metadata.AppVersion; p.Image != want {
+		t.Errorf("image %q, want %q (tag defaults to appVersion)", p.Image, want)
+	}
+	if p.ImagePullPolicy != corev1.PullIfNotPresent {
+		t.Errorf("imagePullPolicy %q", p.ImagePullPolicy)
+	}
+	wantArg(t, p, "--restore-mounts", "--restore-mounts")
+	wantArg(t, p, "--restore-strategy", "--restore-strategy=rebind")
+	wantArg(t, p, "--fuse-mode", "--fuse-mode=child")
+	wantNoArg(t, p, "--fuse-direct-io")
+	wantArg(t, p, "--health-port", "--health-port=9809")
+	wantArg(t, p, "--kubelet-registration-path", "--kubelet-registration-path=/var/lib/kubelet/plugins/dummy-fuse-csi/csi.sock")
+	wantArg(t, p, "--registration-dir", "--registration-dir=/registration")
+	wantArg(t, p, "--v", "--v=4")
+	if !slices.ContainsFunc(p.VolumeMounts, func(m corev1.VolumeMount) bool {
+		return m.Name == "registration-dir" && m.MountPath == "/registration"
+	}) {
+		t.Errorf("plugin does not mount the registration dir at /registration: %+v", p.VolumeMounts)
+	}
+	if p.Ports[0].ContainerPort != defaultHealth {
+		t.Errorf("health port %d", p.Ports[0].ContainerPort)
+	}
+	if p.Resources.Limits.Memory().IsZero() || p.Resources.Requests.Cpu().IsZero() {
+		t.Errorf("plugin resources %+v, want requests and a memory limit", p.Resources)
+	}
+	if o.ds.Spec.Template.Spec.PriorityClassName != "system-node-critical" {
+		t.Errorf("priorityClassName %q", o.ds.Spec.Template.Spec.PriorityClassName)
+	}
+	if o.sa.AutomountServiceAccountToken == nil || *o.sa.AutomountServiceAccountToken {
+		t.Errorf("the plugin never calls the API server; automountServiceAccountToken should be false")
+	}
+	d := o.driver.Spec
+	if d.PodInfoOnMount == nil || !*d.PodInfoOnMount || d.RequiresRepublish == nil || *d.RequiresRepublish {
+		t.Errorf("CSIDriver podInfoOnMount %v requiresRepublish %v, want true/false", d.PodInfoOnMount, d.RequiresRepublish)
+	}
+}
+
+// TestValueSets renders the value sets the scenarios and users need and checks what each one changes.
+func TestValueSets(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		sets  []string
+		check func(t *testing.T, o objects)
+	}{
+		{"restoreMounts=false drops --restore-mounts", []string{"csi.plugin.restoreMounts=false"}, func(t *testing.T, o objects) {
+			wantNoArg(t, container(t, o.ds, pluginContainer), "--restore-mounts")
+		}},
+		{"restoreStrategy=stack", []string{"csi.plugin.restoreStrategy=stack"}, func(t *testing.T, o objects) {
+			p := container(t, o.ds, pluginContainer)
+			wantArg(t, p, "--restore-strategy", "--restore-strategy=stack")
+			wantArg(t, p, "--restore-mounts", "--restore-mounts")
+			if strings.Contains(o.notes, "restoreStrategy=stack") {
+				t.Errorf("NOTES.txt still asks for restoreStrategy=stack")
+			}
+		}},
+		{"directIO", []string{"csi.plugin.directIO=true"}, func(t *testing.T, o objects) {
+			wantArg(t, container(t, o.ds, pluginContainer), "--fuse-direct-io", "--fuse-direct-io")
+		}},
+		{"logVerbosity", []string{"logVerbosity=6"}, func(t *testing.T, o objects) {
+			wantArg(t, container(t, o.ds, pluginContainer), "--v", "--v=6")
+		}},
+		{"image", []string{"image.repository=example.org/dfc", "image.tag=v9", "image.pullPolicy=Never"}, func(t *testing.T, o objects) {
+			p := container(t, o.ds, pluginContainer)
+			if p.Image != "example.org/dfc:v9" || p.ImagePullPolicy != corev1.PullNever {
+				t.Errorf("image %q %q", p.Image, p.ImagePullPolicy)
+			}
+		}},
+		{"healthPort", []string{"healthPort=19809"}, func(t *testing.T, o objects) {
+			p := container(t, o.ds, pluginContainer)
+			wantArg(t, p, "--health-port", "--health-port=19809")
+			if p.Ports[0].ContainerPort != 19809 {
+				t.Errorf("containerPort %d", p.Ports[0].ContainerPort)
+			}
+		}},
+		{"csiDriver", []string{"csiDriver.requiresRepublish=true", "csiDriver.podInfoOnMount=false"}, func(t *testing.T, o objects) {
+			d := o.driver.Spec
+			if !*d.RequiresRepublish || *d.PodInfoOnMount {
+				t.Errorf("requiresRepublish %v podInfoOnMount %v", *d.RequiresRepublish, *d.PodInfoOnMount)
+			}
+		}},
+		{"no priority class, no node selector", []string{"priorityClassName=", "nodeSelector=null"}, func(t *testing.T, o objects) {
+			// checkInvariants is skipped for this set: the node selector is gone on purpose.
+			if s := o.ds.Spec.Template.Spec; s.PriorityClassName != "" || len(s.NodeSelector) != 0 {
+				t.Errorf("priorityClassName %q nodeSelector %v", s.PriorityClassName, s.NodeSelector)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := render(t, tc.sets...)
+			if !strings.HasPrefix(tc.name, "no priority class") {
+				checkInvariants(t, o, defaultKubelet, defaultDriver, "/var/lib/dummy-fuse-csi")
+			}
+			tc.check(t, o)
+		})
+	}
+}
+
+// TestKubeletDirAndDriverName: a kubelet with another --root-dir and another driver name move every host
+// path; nothing may still point at the default kubelet dir.
+func TestKubeletDirAndDriverName(t *testing.T) {
+	for _, mode := range [][]string{nil, sidecarSets} {
+		sets := append([]string{"kubeletDir=/data/kubelet", "driverName=fuse.example.org", "stateDir=/data/dfc"}, mode...)
+		t.Run(strings.Join(sets, ","), func(t *testing.T) {
+			o := render(t, sets...)
+			checkInvariants(t, o, "/data/kubelet", "fuse.example.org", "/data/dfc")
+			if strings.Contains(o.dsYAML, defaultKubelet) {
+				t.Errorf("the DaemonSet still names %s:\n%s", defaultKubelet, o.dsYAML)
+			}
+			reg := container(t, o.ds, pluginContainer)
+			if len(mode) > 0 {
+				reg = container(t, o.ds, "node-driver-registrar")
+			}
+			wantArg(t, reg, "--kubelet-registration-path", "--kubelet-registration-path=/data/kubelet/plugins/fuse.example.org/csi.sock")
+		})
+	}
+}
+
+// TestSidecarMode: the upstream sidecars register the plugin and serve /healthz, so the plugin's built-in
+// registrar and health server must be off (two servers on one port, two registrations).
+func TestSidecarMode(t *testing.T) {
+	o := render(t, sidecarSets...)
+	checkInvariants(t, o, defaultKubelet, defaultDriver, "/var/lib/dummy-fuse-csi")
+	if got := containerNames(o.ds); !slices.Equal(got, []string{pluginContainer, "node-driver-registrar", "liveness-probe"}) {
+		t.Fatalf("containers %q", got)
+	}
+	p := container(t, o.ds, pluginContainer)
+	for _, flag := range []string{"--kubelet-registration-path", "--registration-dir", "--health-port"} {
+		wantNoArg(t, p, flag)
+	}
+	if slices.ContainsFunc(p.VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == "registration-dir" }) {
+		t.Errorf("plugin mounts the registration dir in sidecar mode")
+	}
+
+	ndr := container(t, o.ds, "node-driver-registrar")
+	if ndr.Image != "example.org/ndr:v2.13.0" {
+		t.Errorf("node-driver-registrar image %q", ndr.Image)
+	}
+	wantArg(t, ndr, "--csi-address", "--csi-address=/csi/csi.sock")
+	wantArg(t, ndr, "--kubelet-registration-path", "--kubelet-registration-path=/var/lib/kubelet/plugins/dummy-fuse-csi/csi.sock")
+	mounts := map[string]string{}
+	for _, m := range ndr.VolumeMounts {
+		mounts[m.Name] = m.MountPath
+	}
+	if mounts["socket-dir"] != "/csi" || mounts["registration-dir"] != "/registration" {
+		t.Errorf("node-driver-registrar mounts %v", mounts)
+	}
+
+	lp := container(t, o.ds, "liveness-probe")
+	if lp.Image != "example.org/lp:v2.15.0" {
+		t.Errorf("livenessprobe image %q", lp.Image)
+	}
+	wantArg(t, lp, "--csi-address", "--csi-address=/csi/csi.sock")
+	wantArg(t, lp, "--health-port", "--health-port=9809")
+	if p.Ports[0].ContainerPort != defaultHealth {
+		t.Errorf("the plugin's liveness probe must call the sidecar's port %d, got %d", defaultHealth, p.Ports[0].ContainerPort)
+	}
+}
+
+// TestSidecarModeNeedsImages: without the image names the rendering fails and says which value to set,
+// rather than producing pods that can never pull.
+func TestSidecarModeNeedsImages(t *testing.T) {
+	_, err := renderChart(loadChart(t), userValues(t, "registrar.mode=sidecar"))
+	if err == nil {
+		t.Fatal("registrar.mode=sidecar without sidecar images rendered")
+	}
+	t.Logf("expected error: %v", err)
+}
+
+// leafErrors flattens a jsonschema validation error into its leaves (the causes without causes).
+func leafErrors(e *jsonschema.ValidationError) []*jsonschema.ValidationError {
+	if len(e.Causes) == 0 {
+		return []*jsonschema.ValidationError{e}
+	}
+	var out []*jsonschema.ValidationError
+	for _, c := range e.Causes {
+		out = append(out, leafErrors(c)...)
+	}
+	return out
+}
+
+// TestSchemaRejects checks that each bad value set fails schema validation for the expected reason at the
+// expected place, both through helm's own path (what `helm install` runs) and in detail.
+func TestSchemaRejects(t *testing.T) {
+	c := loadChart(t)
+	schemaDoc, err := jsonschema.UnmarshalJSON(strings.NewReader(string(c.Schema)))
+	if err != nil {
+		t.Fatalf("parse values.schema.json: %v", err)
+	}
+	compiler := jsonschema.NewCompiler()
+	if err := compiler.AddResource("values.schema.json", schemaDoc); err != nil {
+		t.Fatal(err)
+	}
+	schema, err := compiler.Compile("values.schema.json")
+	if err != nil {
+		t.Fatalf("compile values.schema.json: %v", err)
+	}
+
+	additional := func(prop string) func(kind jsonschema.ErrorKind) bool {
+		return func(k jsonschema.ErrorKind) bool {
+			ap, ok := k.(*kind.AdditionalProperties)
+			return ok && slices.Contains(ap.Properties, prop)
+		}
+	}
+	isEnum := func(k jsonschema.ErrorKind) bool { _, ok := k.(*kind.Enum); return ok }
+	isPattern := func(k jsonschema.ErrorKind) bool { _, ok := k.(*kind.Pattern); return ok }
+	isMinimum := func(k jsonschema.ErrorKind) bool { _, ok := k.(*kind.Minimum); return ok }
+	isType := func(k jsonschema.ErrorKind) bool { _, ok := k.(*kind.Type); return ok }
+
+	for _, tc := range []struct {
+		set  string
+		at   string // JSON pointer of the offending value's parent or itself
+		want func(jsonschema.ErrorKind) bool
+	}{
+		{"csi.plugin.restoreMount=false", "/csi/plugin", additional("restoreMount")},
+		{"kubeletdir=/var/lib/kubelet", "", additional("kubeletdir")},
+		{"image.pullpolicy=Never", "/image", additional("pullpolicy")},
+		{"registrar.nodeDriverRegistrar.resources.request.cpu=1", "/registrar/nodeDriverRegistrar/resources", additional("request")},
+		{"tolerations[0].operater=Exists", "/tolerations/0", additional("operater")},
+		{"csi.plugin.restoreStrategy=remount", "/csi/plugin/restoreStrategy", isEnum},
+		{"csi.plugin.fuseMode=daemon", "/csi/plugin/fuseMode", isEnum},
+		{"registrar.mode=kubelet", "/registrar/mode", isEnum},
+		{"image.pullPolicy=Sometimes", "/image/pullPolicy", isEnum},
+		{"kubeletDir=var/lib/kubelet", "/kubeletDir", isPattern},
+		{"kubeletDir=/var/lib/kubelet/", "/kubeletDir", isPattern},
+		{"driverName=-bad-", "/driverName", isPattern},
+		{"healthPort=0", "/healthPort", isMinimum},
+		{"csi.plugin.restoreMounts=yes", "/csi/plugin/restoreMounts", isType},
+	} {
+		t.Run(tc.set, func(t *testing.T) {
+			vals := userValues(t, tc.set)
+			// helm's path: the same call `helm install` and `helm template` make.
+			if _, err := renderChart(c, vals); err == nil {
+				t.Fatalf("helm rendered the chart with %s", tc.set)
+			}
+			coalesced, err := chartutil.CoalesceValues(c, vals)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var helmErr chartutil.JSONSchemaValidationError
+			if err := chartutil.ValidateAgainstSingleSchema(coalesced, c.Schema); !errors.As(err, &helmErr) {
+				t.Fatalf("want a schema validation error from helm, got %v", err)
+			}
+			// In detail: exactly the intended violation, so the test cannot pass for another reason.
+			err = schema.Validate(coalesced.AsMap())
+			var verr *jsonschema.ValidationError
+			if !errors.As(err, &verr) {
+				t.Fatalf("want a validation error, got %v", err)
+			}
+			for _, leaf := range leafErrors(verr) {
+				at := "/" + strings.Join(leaf.InstanceLocation, "/")
+				if tc.at == "" {
+					at = strings.TrimSuffix(at, "/")
+				}
+				if at != tc.at || !tc.want(leaf.ErrorKind) {
+					t.Errorf("violation at %q (%T %v), want only the one at %q", at, leaf.ErrorKind, leaf.ErrorKind, tc.at)
+				}
+			}
+		})
+	}
+}
+
+// TestSchemaAcceptsDefaults guards the other direction: the shipped values.yaml and every documented switch
+// pass the schema.
+func TestSchemaAcceptsDefaults(t *testing.T) {
+	for _, sets := range [][]string{nil, sidecarSets, {"csi.plugin.restoreStrategy=stack", "csi.plugin.restoreMounts=false", "csi.plugin.directIO=true"}} {
+		if _, err := renderChart(loadChart(t), userValues(t, sets...)); err != nil {
+			t.Errorf("values %q: %v", sets, err)
+		}
+	}
+}
+
+// TestLint runs helm's own linter (what `helm lint` runs) for the default and the sidecar values.
+func TestLint(t *testing.T) {
+	for _, sets := range [][]string{nil, sidecarSets, {"csi.plugin.restoreStrategy=stack"}} {
+		linter := lint.All(".", userValues(t, sets...), releaseNamespace, false)
+		for _, m := range linter.Messages {
+			if m.Severity >= support.WarningSev {
+				t.Errorf("helm lint with %q: %v", sets, m)
+			} else {
+				t.Logf("helm lint with %q: %v", sets, m)
+			}
+		}
+	}
+}
+
+// TestPackageIsClean saves the chart the way `helm package` does and checks that the archive holds the
+// chart files and none of the Go test code.
+func TestPackageIsClean(t *testing.T) {
+	archive, err := chartutil.Save(loadChart(t), t.TempDir())
+	if err != nil {
+		t.Fatalf("package: %v", err)
+	}
+	f, err := os.Open(archive)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	gz, err := gzip.NewReader(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := tar.NewReader(gz)
+	var names []string
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		names = append(names, h.Name)
+		if ext := path.Ext(h.Name); ext == ".go" || strings.Contains(h.Name, "testdata/") {
+			t.Errorf("packaged chart contains %s", h.Name)
+		}
+	}
+	for _, want := range []string{"Chart.yaml", "values.yaml", "values.schema.json", "templates/daemonset.yaml", "templates/NOTES.txt"} {
+		if !slices.Contains(names, "dummy-fuse-csi/"+want) {
+			t.Errorf("packaged chart lacks %s: %q", want, names)
+		}
+	}
+	if filepath.Base(archive) != "dummy-fuse-csi-0.1.0.tgz" {
+		t.Errorf("archive name %s", filepath.Base(archive))
+	}
+}
+
+// TestValuesCommented: every key of values.yaml has a comment right above it (the chart's documentation),
+// except the entries of free-form maps and lists (resources, nodeSelector, tolerations).
+func TestValuesCommented(t *testing.T) {
+	data, err := os.ReadFile("values.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	type key struct {
+		indent int
+		name   string
+	}
+	var stack []key
+	lines := strings.Split(string(data), "\n")
+	for i, line := range lines {
+		trimmed := strings.TrimSpace(line)
+		if trimmed == "" || strings.HasPrefix(trimmed, "#") {
+			continue
+		}
+		indent := len(line) - len(strings.TrimLeft(line, " "))
+		for len(stack) > 0 && stack[len(stack)-1].indent >= indent {
+			stack = stack[:len(stack)-1]
+		}
+		freeForm := slices.ContainsFunc(stack, func(k key) bool {
+			return k.name == "resources" || k.name == "nodeSelector" || k.name == "tolerations"
+		})
+		name, _, _ := strings.Cut(trimmed, ":")
+		stack = append(stack, key{indent, name})
+		if freeForm {
+			continue
+		}
+		if i == 0 || !strings.HasPrefix(strings.TrimSpace(lines[i-1]), "#") {
+			t.Errorf("values.yaml:%d: %q has no comment above it", i+1, trimmed)
+		}
+	}
+}
