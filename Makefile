@@ -32,3 +32,22 @@ bench: build ## benchmarks through real FUSE mounts (root + /dev/fuse)
 
 clean: ## remove build output
 	rm -rf $(BIN) _output
+
+################################################################################
+# Kubernetes (image tarballs; a single-node cluster built from source, no Docker needed)
+################################################################################
+.PHONY: image cluster-build cluster-up cluster-down cluster-load-images
+image: ## build image tarballs dummy-fuse-csi:<version> + pause into _output/images (no container engine)
+	hack/mkimage/image.sh
+
+cluster-build: ## compile Kubernetes v1.33.13, etcd, helm from module source into the cache (once, ~10 min cold)
+	hack/cluster/build.sh
+
+cluster-up: image ## start the from-source single-node cluster (root), import the images; prints KUBECONFIG
+	hack/cluster/up.sh
+
+cluster-down: ## stop every cluster daemon by PID, remove pods, mounts and cluster state
+	hack/cluster/down.sh
+
+cluster-load-images: ## import _output/images/*.tar into the running cluster's containerd (after make image)
+	hack/cluster/load-images.sh
