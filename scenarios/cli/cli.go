@@ -1,0 +1,208 @@
+// Package cli is the dfc-scenario command: run scenarios of the catalog on a backend, print a live timeline
+// and the verdicts, and write a report per run.
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios/local"
+)
+
+const usage = `Usage: dfc-scenario [flags] SCENARIO... | all
+
+Runs FUSE mount-loss scenarios: kills the CSI plugin container under a running workload and checks, from
+the workload's log, the container runtime and stat of the volume paths, what happens.
+Scenarios: %s
+Exit code: 0 when every expected outcome of every scenario held, 1 otherwise, 2 on a usage error.
+
+Flags:
+`
+
+// config is the command line.
+type config struct {
+	backend      string
+	binDir       string
+	outDir       string
+	readInterval time.Duration
+	backoffBase  time.Duration
+	backoffMax   time.Duration
+	keep         bool
+	list         bool
+	names        []string
+}
+
+// Main runs the command and returns its exit code.
+func Main(args []string, stdout, stderr io.Writer) int {
+	cfg, code := parse(args, stdout, stderr)
+	if code >= 0 {
+		return code
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	go func() {
+		<-ctx.Done()
+		stop() // a second Ctrl-C kills at once; the first one lets the run clean up
+	}()
+	if err := Run(ctx, cfg, stdout); err != nil {
+		fmt.Fprintf(stderr, "dfc-scenario: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+func parse(args []string, stdout, stderr io.Writer) (config, int) {
+	var cfg config
+	fl := flag.NewFlagSet("dfc-scenario", flag.ContinueOnError)
+	fl.SetOutput(stderr)
+	fl.StringVar(&cfg.backend, "backend", "local", "where to run: local (this machine, no cluster); kube comes with issue 5")
+	fl.StringVar(&cfg.binDir, "bin-dir", "", "directory with csi-plugin, dummy-fuse and dummy-fuse-workload (default: beside this executable)")
+	fl.StringVar(&cfg.outDir, "out", "_output/runs", "parent of the run directories (<out>/<time>-<scenario>)")
+	fl.DurationVar(&cfg.readInterval, "read-interval", 200*time.Millisecond, "workload read interval (scenarios may set their own)")
+	fl.DurationVar(&cfg.backoffBase, "backoff-base", 500*time.Millisecond, "container restart back-off base (kubelet: 10s)")
+	fl.DurationVar(&cfg.backoffMax, "backoff-max", 0, "container restart back-off cap (default 30 × base; kubelet: 5m)")
+	fl.BoolVar(&cfg.keep, "keep", false, "leave the plugin, the workload and the mounts up after the run, and print how to clean up")
+	fl.BoolVar(&cfg.list, "list", false, "list the scenarios and exit")
+	fl.Usage = func() {
+		fmt.Fprintf(fl.Output(), usage, strings.Join(scenarios.Names(), ", "))
+		fl.PrintDefaults()
+	}
+	if err := fl.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return cfg, 0
+		}
+		return cfg, 2
+	}
+	if cfg.list {
+		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+		for _, s := range scenarios.Catalog() {
+			fmt.Fprintf(tw, "%s\t%s\n", s.Name, s.Title)
+		}
+		tw.Flush()
+		return cfg, 0
+	}
+	for _, a := range fl.Args() {
+		if a == "all" {
+			cfg.names = append(cfg.names, scenarios.Names()...)
+			continue
+		}
+		if _, err := scenarios.Lookup(a); err != nil {
+			fmt.Fprintf(stderr, "dfc-scenario: %v\n", err)
+			return cfg, 2
+		}
+		cfg.names = append(cfg.names, a)
+	}
+	if len(cfg.names) == 0 {
+		fmt.Fprintln(stderr, "dfc-scenario: name at least one scenario (or all)")
+		fl.Usage()
+		return cfg, 2
+	}
+	switch cfg.backend {
+	case "local":
+	case "kube":
+		fmt.Fprintln(stderr, "dfc-scenario: the kube backend is not implemented yet (issue 5); use --backend local")
+		return cfg, 2
+	default:
+		fmt.Fprintf(stderr, "dfc-scenario: unknown backend %q (local, kube)\n", cfg.backend)
+		return cfg, 2
+	}
+	if cfg.binDir == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			fmt.Fprintf(stderr, "dfc-scenario: find own directory: %v\n", err)
+			return cfg, 1
+		}
+		cfg.binDir = filepath.Dir(exe)
+	}
+	return cfg, -1
+}
+
+// Run runs the configured scenarios one after the other; it returns an error when any failed.
+func Run(ctx context.Context, cfg config, out io.Writer) error {
+	if os.Geteuid() != 0 {
+		return errors.New("the local backend needs root (it mounts FUSE filesystems and creates mount namespaces)")
+	}
+	var results []*scenarios.Outcome
+	for _, name := range cfg.names {
+		sc, err := scenarios.Lookup(name)
+		if err != nil {
+			return err
+		}
+		o, err := runOne(ctx, cfg, sc, out)
+		if err != nil {
+			return err
+		}
+		results = append(results, o)
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	if len(results) > 1 {
+		fmt.Fprintln(out, "\nsummary:")
+		tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "  scenario\tresult\tkill→ENOTCONN\tkill→good read\twall\treport")
+		for _, o := range results {
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\n", o.Scenario.Name, passFail(o.Passed()),
+				scenarios.FormatMeasure(o.Measures.KillToError), scenarios.FormatMeasure(o.Measures.KillToRecovery),
+				o.Measures.Wall.Round(10*time.Millisecond), filepath.Join(o.Dir, "report.md"))
+		}
+		tw.Flush()
+	}
+	failed := 0
+	for _, o := range results {
+		if !o.Passed() {
+			failed++
+		}
+	}
+	if ctx.Err() != nil {
+		return errors.New("interrupted")
+	}
+	if failed > 0 {
+		return fmt.Errorf("%d of %d scenarios failed", failed, len(results))
+	}
+	return nil
+}
+
+func runOne(ctx context.Context, cfg config, sc scenarios.Scenario, out io.Writer) (*scenarios.Outcome, error) {
+	dir := filepath.Join(cfg.outDir, time.Now().Format("20060102-150405")+"-"+sc.Name)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	opts := local.Options{ReadInterval: cfg.readInterval, BackoffBase: cfg.backoffBase, BackoffMax: cfg.backoffMax,
+		Keep: cfg.keep, Log: out}
+	opts.BinariesIn(cfg.binDir)
+	b := local.New(opts)
+	t := b.Timing()
+	fmt.Fprintf(out, "\n=== %s: %s\n", sc.Name, sc.Title)
+	fmt.Fprintf(out, "    backend %s: read interval %s, restart back-off %s doubling to %s — shortened for a fast run (kubelet: 10s doubling to 5m)\n",
+		b.Name(), t.ReadInterval, t.BackoffBase, t.BackoffMax)
+	fmt.Fprintf(out, "    run dir %s\n", dir)
+	o := scenarios.Run(ctx, b, sc, scenarios.RunOptions{Dir: dir, Out: out})
+	scenarios.PrintVerdicts(out, o)
+	if err := scenarios.WriteReport(o); err != nil {
+		fmt.Fprintf(out, "    report: %v\n", err)
+	} else {
+		fmt.Fprintf(out, "    report %s (timeline %s)\n    logs   %s\n", filepath.Join(dir, "report.md"), filepath.Join(dir, "timeline.svg"),
+			strings.Join([]string{"plugin.log", "workload.log", "kubelet.log", "events.log"}, " "))
+	}
+	fmt.Fprintf(out, "RESULT %s: %s\n", sc.Name, passFail(o.Passed()))
+	return o, nil
+}
+
+func passFail(ok bool) string {
+	if ok {
+		return "PASS"
+	}
+	return "FAIL"
+}

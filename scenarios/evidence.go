@@ -1,0 +1,326 @@
+package scenarios
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Source is who observed an event.
+type Source string
+
+// Event sources.
+const (
+	// SrcWorkload: a line of the workload's own JSON log.
+	SrcWorkload Source = "workload"
+	// SrcKubelet: the kubelet / container runtime (container started, exited, start failed, back-off).
+	SrcKubelet Source = "kubelet"
+	// SrcPlugin: the plugin container's lifecycle (started, ready, killed, exited).
+	SrcPlugin Source = "plugin"
+	// SrcProbe: stat of a volume path on the host.
+	SrcProbe Source = "probe"
+	// SrcRunner: the scenario runner (steps).
+	SrcRunner Source = "runner"
+)
+
+// Kind is what happened.
+type Kind string
+
+// Event kinds. The workload kinds are the workload log's "event" values.
+const (
+	KWorkloadStart Kind = "start"
+	KOpen          Kind = "open"
+	KOpenError     Kind = "open_error"
+	KRead          Kind = "read"
+	KReadError     Kind = "read_error"
+	KClose         Kind = "close"
+	KWorkloadExit  Kind = "exit"
+	KLog           Kind = "log" // a workload line that is not JSON
+
+	KContainerStarted Kind = "container_started"
+	KContainerExited  Kind = "container_exited"
+	KStartFailed      Kind = "start_failed"
+	KBackOff          Kind = "back_off"
+	KVolumeMounted    Kind = "volume_mounted"
+
+	KPluginStarted Kind = "plugin_started"
+	KPluginReady   Kind = "plugin_ready"
+	KPluginKilled  Kind = "plugin_killed"
+	KPluginExited  Kind = "plugin_exited"
+
+	KProbe Kind = "probe"
+
+	KStep        Kind = "step"
+	KStepTimeout Kind = "step_timeout"
+)
+
+// Path labels used in Event.Path for probes and in Evidence.Paths.
+const (
+	PathVolume  = "volume"  // the pod's volume dir: <kubelet>/pods/<uid>/volumes/kubernetes.io~csi/<pv>/mount
+	PathStaging = "staging" // the staging dir: <kubelet>/plugins/kubernetes.io/csi/<driver>/<sha256>/globalmount
+)
+
+// Event is one observation.
+type Event struct {
+	Time   time.Time `json:"time"`
+	Source Source    `json:"source"`
+	Kind   Kind      `json:"kind"`
+	// Container and Instance identify a workload container; Instance counts its starts from 0 (a restart
+	// count), so "reader#1" is the first restart.
+	Container string `json:"container,omitempty"`
+	Instance  int    `json:"instance,omitempty"`
+	// Errno is a symbolic errno ("ENOTCONN"), "" when none; for probes "" means stat succeeded.
+	Errno string `json:"errno,omitempty"`
+	// ExitCode is set for exits.
+	ExitCode *int `json:"exit_code,omitempty"`
+	// Path is a probe's path label (PathVolume...) or a file.
+	Path string `json:"path,omitempty"`
+	// Message is the human-readable text: kubelet's event message, the workload's error, the step.
+	Message string `json:"message,omitempty"`
+	// Detail is what a kubelet would only log (e.g. the cause behind "failed to prepare subPath").
+	Detail string `json:"detail,omitempty"`
+	// Content is what a read returned.
+	Content string `json:"content,omitempty"`
+}
+
+// Who names the event's container instance ("reader#1") or its source.
+func (e Event) Who() string {
+	if e.Container != "" {
+		return fmt.Sprintf("%s#%d", e.Container, e.Instance)
+	}
+	return string(e.Source)
+}
+
+// IsWorkloadError reports a failed open or read logged by the workload.
+func (e Event) IsWorkloadError() bool {
+	return e.Source == SrcWorkload && (e.Kind == KReadError || e.Kind == KOpenError)
+}
+
+// IsGoodRead reports a read that returned the file's content.
+func (e Event) IsGoodRead() bool {
+	return e.Source == SrcWorkload && e.Kind == KRead && e.Content == Content
+}
+
+// Evidence is everything a backend observed during a run, in time order.
+type Evidence struct {
+	// Start is the beginning of the run (t = 0) and Until the moment the snapshot was taken.
+	Start, Until time.Time
+	// Paths maps path labels (PathVolume, PathStaging) to the host paths of this run.
+	Paths map[string]string
+	// Events in time order.
+	Events []Event
+}
+
+// Sort orders the events by time, keeping the order of simultaneous events.
+func (ev *Evidence) Sort() {
+	sort.SliceStable(ev.Events, func(i, j int) bool { return ev.Events[i].Time.Before(ev.Events[j].Time) })
+}
+
+// First returns the first event at or after t that matches f.
+func (ev *Evidence) First(after time.Time, f func(Event) bool) (Event, bool) {
+	for _, e := range ev.Events {
+		if !e.Time.Before(after) && f(e) {
+			return e, true
+		}
+	}
+	return Event{}, false
+}
+
+// Last returns the last event matching f.
+func (ev *Evidence) Last(f func(Event) bool) (Event, bool) {
+	for i := len(ev.Events) - 1; i >= 0; i-- {
+		if f(ev.Events[i]) {
+			return ev.Events[i], true
+		}
+	}
+	return Event{}, false
+}
+
+// Count counts the events at or after t that match f.
+func (ev *Evidence) Count(after time.Time, f func(Event) bool) int {
+	n := 0
+	for _, e := range ev.Events {
+		if !e.Time.Before(after) && f(e) {
+			n++
+		}
+	}
+	return n
+}
+
+// Since formats t relative to the start of the run.
+func (ev *Evidence) Since(t time.Time) string {
+	return fmt.Sprintf("t+%.2fs", t.Sub(ev.Start).Seconds())
+}
+
+// KillTime is when the plugin was first killed.
+func (ev *Evidence) KillTime() (time.Time, bool) {
+	e, ok := ev.First(time.Time{}, func(e Event) bool { return e.Kind == KPluginKilled })
+	return e.Time, ok
+}
+
+// PluginBackTime is when the plugin first served again after the kill.
+func (ev *Evidence) PluginBackTime() (time.Time, bool) {
+	k, ok := ev.KillTime()
+	if !ok {
+		return time.Time{}, false
+	}
+	e, ok := ev.First(k, func(e Event) bool { return e.Kind == KPluginReady })
+	return e.Time, ok
+}
+
+// VolumeRestoredTime is when stat of the volume dir first succeeded again after having failed after the kill.
+func (ev *Evidence) VolumeRestoredTime() (time.Time, bool) {
+	k, ok := ev.KillTime()
+	if !ok {
+		return time.Time{}, false
+	}
+	bad, ok := ev.First(k, func(e Event) bool { return e.Kind == KProbe && e.Path == PathVolume && e.Errno != "" })
+	if !ok {
+		return time.Time{}, false
+	}
+	good, ok := ev.First(bad.Time, func(e Event) bool { return e.Kind == KProbe && e.Path == PathVolume && e.Errno == "" })
+	return good.Time, ok
+}
+
+// IsFailure reports an event that shows container c in trouble: a failed open/read, a non-zero exit or a
+// failed start.
+func IsFailure(c string) func(Event) bool {
+	return func(e Event) bool {
+		if e.Container != c {
+			return false
+		}
+		switch {
+		case e.IsWorkloadError():
+			return true
+		case e.Kind == KContainerExited && e.ExitCode != nil && *e.ExitCode != 0:
+			return true
+		case e.Kind == KStartFailed:
+			return true
+		}
+		return false
+	}
+}
+
+// FirstFailureAfterKill is container c's first failure after the plugin was killed.
+func (ev *Evidence) FirstFailureAfterKill(c string) (Event, bool) {
+	k, ok := ev.KillTime()
+	if !ok {
+		return Event{}, false
+	}
+	return ev.First(k, IsFailure(c))
+}
+
+// Recovery is container c's first good read after its first failure after the kill.
+func (ev *Evidence) Recovery(c string) (Event, bool) {
+	f, ok := ev.FirstFailureAfterKill(c)
+	if !ok {
+		return Event{}, false
+	}
+	return ev.First(f.Time, func(e Event) bool { return e.Container == c && e.IsGoodRead() })
+}
+
+// Starts counts the successful starts of container c (restart count + 1).
+func (ev *Evidence) Starts(c string) int {
+	return ev.Count(time.Time{}, func(e Event) bool { return e.Container == c && e.Kind == KContainerStarted })
+}
+
+// Measures are the times a run is judged by.
+type Measures struct {
+	// KillToError: plugin kill → the first container's first ENOTCONN in its log (0 if none).
+	KillToError time.Duration
+	// KillToRecovery: plugin kill → the first container's first good read after its failure (0 if none).
+	KillToRecovery time.Duration
+	// KillToRestore: plugin kill → stat of the volume dir succeeds again (0 if never).
+	KillToRestore time.Duration
+	// Wall is the whole run, setup and teardown included (set by the runner).
+	Wall time.Duration
+}
+
+// Measure computes the measures for the pod's first container, primary.
+func (ev *Evidence) Measure(primary string) Measures {
+	var m Measures
+	k, ok := ev.KillTime()
+	if !ok {
+		return m
+	}
+	if e, ok := ev.First(k, func(e Event) bool {
+		return e.Container == primary && e.IsWorkloadError() && e.Errno == "ENOTCONN"
+	}); ok {
+		m.KillToError = e.Time.Sub(k)
+	}
+	if e, ok := ev.Recovery(primary); ok {
+		m.KillToRecovery = e.Time.Sub(k)
+	}
+	if t, ok := ev.VolumeRestoredTime(); ok {
+		m.KillToRestore = t.Sub(k)
+	}
+	return m
+}
+
+// workloadLine is one line of dummy-fuse-workload's JSON log (see CONTRACTS.md).
+type workloadLine struct {
+	Time      time.Time `json:"time"`
+	Event     string    `json:"event"`
+	File      string    `json:"file"`
+	Errno     string    `json:"errno"`
+	Error     string    `json:"error"`
+	Content   string    `json:"content"`
+	Bytes     *int      `json:"bytes"`
+	Code      *int      `json:"code"`
+	Reason    string    `json:"reason"`
+	KeepOpen  *bool     `json:"keep_open"`
+	ExitOnErr *bool     `json:"exit_on_error"`
+	Interval  string    `json:"interval"`
+}
+
+// ParseWorkloadLine turns one line of the workload's JSON log into an event of container c, instance n.
+// A line that is not a JSON object with a time and an event becomes a KLog event stamped now, so that
+// nothing the workload said is lost.
+func ParseWorkloadLine(line []byte, c string, n int, now time.Time) Event {
+	var l workloadLine
+	if err := json.Unmarshal(line, &l); err != nil || l.Event == "" || l.Time.IsZero() {
+		return Event{Time: now, Source: SrcWorkload, Kind: KLog, Container: c, Instance: n, Message: string(line)}
+	}
+	e := Event{
+		Time: l.Time, Source: SrcWorkload, Kind: Kind(l.Event), Container: c, Instance: n,
+		Errno: l.Errno, Path: l.File, Content: l.Content,
+	}
+	switch e.Kind {
+	case KReadError, KOpenError:
+		e.Message = l.Error
+	case KWorkloadExit:
+		e.ExitCode = l.Code
+		e.Message = l.Reason
+	case KWorkloadStart:
+		e.Message = fmt.Sprintf("keep_open=%v exit_on_error=%v interval=%s", deref(l.KeepOpen), deref(l.ExitOnErr), l.Interval)
+	}
+	return e
+}
+
+func deref[T any](p *T) T {
+	var zero T
+	if p == nil {
+		return zero
+	}
+	return *p
+}
+
+// ErrnoName returns the symbolic name of the errno inside err ("ENOTCONN"), or "" when err carries none.
+func ErrnoName(err error) string {
+	var errno syscall.Errno
+	if errors.As(err, &errno) {
+		if n := unix.ErrnoName(errno); n != "" {
+			return n
+		}
+		return fmt.Sprintf("errno %d", int(errno))
+	}
+	return ""
+}
+
+// IntPtr returns a pointer to v (for Event.ExitCode).
+func IntPtr(v int) *int { return &v }

@@ -1,0 +1,226 @@
+package local
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
+)
+
+// container is one workload container of the pod with kubelet's handling: start attempts, restart policy,
+// back-off.
+type container struct {
+	b     *Backend
+	spec  scenarios.Container
+	index int
+	bo    restartBackoff
+
+	firstAttempt chan struct{}
+
+	mu     sync.Mutex
+	cur    *proc
+	output chan struct{} // closed when the current instance's output is fully read
+	starts int           // successful starts so far: the next instance's number
+}
+
+func (c *container) current() *proc {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.cur
+}
+
+func (c *container) waitOutput() {
+	c.mu.Lock()
+	out := c.output
+	c.mu.Unlock()
+	if out != nil {
+		select {
+		case <-out:
+		case <-time.After(2 * time.Second):
+		}
+	}
+}
+
+func (c *container) event(kind scenarios.Kind, e scenarios.Event) {
+	e.Source, e.Kind, e.Container = scenarios.SrcKubelet, kind, c.spec.Name
+	c.b.rec.add(e)
+}
+
+// loop is kubelet's handling of this container for the life of the pod.
+func (c *container) loop(ctx context.Context) {
+	defer c.b.wg.Done()
+	var finished time.Time // FinishedAt of the last exited instance
+	exited := false
+	first := true
+	for ctx.Err() == nil {
+		if exited {
+			if w := c.bo.wait(finished, time.Now()); w > 0 {
+				c.event(scenarios.KBackOff, scenarios.Event{Instance: c.starts,
+					Message: fmt.Sprintf("Back-off restarting failed container %s (back-off %s)", c.spec.Name, c.bo.delay)})
+				if sleepCtx(ctx, w) != nil {
+					return
+				}
+			}
+			c.bo.next(finished, time.Now())
+		}
+		p, err := c.start()
+		if first {
+			close(c.firstAttempt)
+			first = false
+		}
+		if err != nil {
+			var se *startError
+			msg, cause := err.Error(), err
+			if errors.As(err, &se) {
+				msg, cause = se.Message, se.Cause
+			}
+			c.b.logf("container %s: start failed: %s (cause: %v)", c.spec.Name, msg, cause)
+			c.event(scenarios.KStartFailed, scenarios.Event{Instance: c.starts, Message: "Error: " + msg,
+				Errno: scenarios.ErrnoName(cause), Detail: fmt.Sprint(cause)})
+			if errors.Is(err, errInitFailed) {
+				// runc failed after containerd created the container: kubelet sees an exited container.
+				finished, exited = time.Now(), true
+			} else if !exited && sleepCtx(ctx, c.bo.base) != nil {
+				// Never ran: kubelet retries on its pod worker's back-off (10s, scaled like the base).
+				return
+			}
+			continue
+		}
+		select {
+		case <-p.done:
+		case <-ctx.Done():
+			return // teardown stops the process
+		}
+		c.waitOutput()
+		code := p.exitCode()
+		reason := "Error"
+		if code == 0 {
+			reason = "Completed"
+		}
+		c.event(scenarios.KContainerExited, scenarios.Event{Time: p.exitTime, Instance: c.starts - 1,
+			ExitCode: scenarios.IntPtr(code), Message: reason})
+		finished, exited = p.exitTime, true
+		if !c.b.sc.Pod.RestartPolicy.Restarts(code) {
+			c.b.logf("container %s: exited with %d, restart policy %s: not restarted", c.spec.Name, code, c.b.sc.Pod.RestartPolicy)
+			return
+		}
+	}
+}
+
+var errInitFailed = errors.New("container init failed")
+
+// start is one start attempt: kubelet's makeMounts (subPath), containerd's stat of the mount sources, runc's
+// mounts in new namespaces, exec of the workload.
+func (c *container) start() (*proc, error) {
+	b := c.b
+	id := randomID()
+	src := b.vol.target
+	if c.spec.SubPath != "" {
+		sp := subPath{podDir: b.podDir, volumeName: pvName, container: c.spec.Name, index: 0,
+			volumePath: b.vol.target, subPath: c.spec.SubPath, mountName: volumeName}
+		target, err := sp.prepare(func(f string, a ...any) { b.logf("container %s: "+f, append([]any{c.spec.Name}, a...)...) })
+		if err != nil {
+			return nil, err
+		}
+		src = target
+	}
+	// containerd (CRI WithMounts) stats every bind source; a missing one would be created, any other error
+	// fails the container's creation.
+	if _, err := os.Stat(src); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, &startError{
+			Message: fmt.Sprintf("failed to generate container %q spec: failed to generate spec: failed to stat %q: %v", id, src, err),
+			Cause:   err,
+		}
+	}
+
+	prop := "rprivate"
+	if c.spec.Prop() == scenarios.PropagationHostToContainer {
+		prop = "rslave"
+	}
+	interval := c.spec.ReadInterval
+	if interval <= 0 {
+		interval = b.opts.ReadInterval
+	}
+	cfg, err := json.Marshal(initConfig{
+		Mounts: []initMount{{Source: src, Target: c.spec.Mount(), Propagation: prop}},
+		Argv:   append([]string{b.opts.WorkloadPath}, c.spec.WorkloadArgs(interval)...),
+	})
+	if err != nil {
+		return nil, err
+	}
+	statusR, statusW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	defer statusR.Close()
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		statusW.Close()
+		return nil, err
+	}
+	cmd := exec.Command("/proc/self/exe", initArg, string(cfg))
+	cmd.Stdout, cmd.Stderr = outW, outW // like kubectl logs: both streams
+	cmd.ExtraFiles = []*os.File{statusW}
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		Cloneflags: syscall.CLONE_NEWNS | syscall.CLONE_NEWPID, Setpgid: true, Pdeathsig: b.deathSig(),
+	}
+	err = cmd.Start()
+	statusW.Close()
+	outW.Close()
+	if err != nil {
+		outR.Close()
+		return nil, fmt.Errorf("start container init: %w", err)
+	}
+	p := startedProc(cmd)
+	// The status pipe closes on the workload's exec (close-on-exec) or carries the init's error.
+	msg := make([]byte, 4096)
+	n, _ := statusR.Read(msg)
+	if n > 0 {
+		<-p.done
+		outR.Close()
+		return nil, &startError{
+			Message: "failed to create containerd task: failed to create shim task: OCI runtime create failed: " + string(msg[:n]),
+			Cause:   errInitFailed,
+		}
+	}
+
+	c.mu.Lock()
+	inst := c.starts
+	c.starts++
+	c.cur = p
+	output := make(chan struct{})
+	c.output = output
+	c.mu.Unlock()
+	c.event(scenarios.KContainerStarted, scenarios.Event{Instance: inst,
+		Message: fmt.Sprintf("pid %d, propagation %s", p.pid(), c.spec.Prop())})
+	b.logf("container %s#%d: started pid %d, %s → %s (%s), id %.12s", c.spec.Name, inst, p.pid(), src, c.spec.Mount(), prop, id)
+	go func() {
+		defer close(output)
+		defer outR.Close()
+		prefix := fmt.Sprintf("%s#%d", c.spec.Name, inst)
+		readLines(outR, func(line []byte) {
+			b.workloadLog.WriteLine(prefix, line)
+			b.rec.add(scenarios.ParseWorkloadLine(line, c.spec.Name, inst, time.Now()))
+		})
+	}()
+	return p, nil
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}

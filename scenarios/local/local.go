@@ -1,0 +1,601 @@
+// Package local is the scenario backend that plays kubelet and the container runtime on this machine with
+// real processes, real mounts and real mount namespaces, in seconds and without a cluster.
+//
+//   - The run's kubelet root dir (<run dir>/root) is bind-mounted onto itself and made rshared, like
+//     /var/lib/kubelet on a node, so that mounts made below it reach HostToContainer containers.
+//   - The plugin "container" is the csi-plugin binary in a new PID namespace (it is PID 1 there, so SIGKILL
+//     of it kills its dummy-fuse children, exactly as a container kill does) sharing the host mount
+//     namespace (Bidirectional propagation). Restarting it starts the same command with the same state dir.
+//   - The runner calls the plugin over its socket with a real CSI gRPC client in kubelet's order and with
+//     kubelet's paths; like kubelet, it does not stage or publish again after the plugin restarts.
+//   - Each workload "container" is dummy-fuse-workload in new PID and mount namespaces, set up by a small
+//     init (this binary re-executed, see MaybeInit) the way runc sets up CRI mounts. Before every start it
+//     does what kubelet and containerd do: kubelet's subPath preparation, then containerd's stat of each
+//     mount source, with their error messages. Restart policies and kubelet's restart back-off are applied.
+//   - Stop stops every process by PID and unmounts everything below the root dir, deepest first.
+package local
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
+)
+
+// Names of the objects the local kubelet pretends to manage.
+const (
+	nodeID       = "local-node"
+	volumeHandle = "dummy-fuse-volume"
+	pvName       = "dummy-fuse-pv"
+	podName      = "workload"
+	podNamespace = "default"
+	volumeName   = "data" // the pod's volume name (volumeMounts[].name)
+)
+
+// Options configure the local backend.
+type Options struct {
+	// PluginPath, FusePath and WorkloadPath are the csi-plugin, dummy-fuse and dummy-fuse-workload binaries.
+	PluginPath, FusePath, WorkloadPath string
+	// ReadInterval is the workload's read interval when a scenario does not set one (default 200ms).
+	ReadInterval time.Duration
+	// BackoffBase and BackoffMax shrink kubelet's restart back-off (10s doubling to 5m) for fast runs
+	// (defaults 500ms and 30 × base).
+	BackoffBase, BackoffMax time.Duration
+	// ProbeInterval is how often the volume paths are stat'ed (default 100ms).
+	ProbeInterval time.Duration
+	// DriverName is the CSI driver name (default dummy-fuse-csi).
+	DriverName string
+	// PluginVerbosity is the plugin's klog -v (default 5: every GRPC call with request and response).
+	PluginVerbosity int
+	// Keep leaves everything running and mounted at Stop, and writes the commands to clean up to Log.
+	Keep bool
+	// Log receives notes about teardown (and --keep instructions); nil discards them.
+	Log io.Writer
+}
+
+// BinariesIn sets the binary paths to the project's binaries in dir.
+func (o *Options) BinariesIn(dir string) {
+	o.PluginPath = filepath.Join(dir, "csi-plugin")
+	o.FusePath = filepath.Join(dir, "dummy-fuse")
+	o.WorkloadPath = filepath.Join(dir, "dummy-fuse-workload")
+}
+
+func (o *Options) defaults() {
+	if o.ReadInterval <= 0 {
+		o.ReadInterval = 200 * time.Millisecond
+	}
+	if o.BackoffBase <= 0 {
+		o.BackoffBase = 500 * time.Millisecond
+	}
+	if o.BackoffMax <= 0 {
+		o.BackoffMax = 30 * o.BackoffBase
+	}
+	if o.ProbeInterval <= 0 {
+		o.ProbeInterval = 100 * time.Millisecond
+	}
+	if o.DriverName == "" {
+		o.DriverName = "dummy-fuse-csi"
+	}
+	if o.PluginVerbosity == 0 {
+		o.PluginVerbosity = 5
+	}
+	if o.Log == nil {
+		o.Log = io.Discard
+	}
+}
+
+// Backend is the local scenario backend. Use New; one Backend runs one scenario.
+type Backend struct {
+	opts Options
+	rec  recorder
+
+	sc        *scenarios.Scenario
+	dir, root string
+	podDir    string
+	sock      string
+	stateDir  string
+	vol       volume
+
+	kubeletLog, pluginLog *os.File
+	workloadLog           *lockedWriter
+
+	plugin       *proc
+	pluginStarts int
+	csi          *csiClient
+
+	containers []*container
+	cancel     context.CancelFunc // stops the kubelet loops and the probe
+	wg         sync.WaitGroup
+	rootBound  bool
+	stopped    bool
+}
+
+var _ scenarios.Backend = (*Backend)(nil)
+
+// New returns a local backend.
+func New(opts Options) *Backend {
+	opts.defaults()
+	return &Backend{opts: opts}
+}
+
+// Name implements scenarios.Backend.
+func (b *Backend) Name() string { return "local" }
+
+// Timing implements scenarios.Backend.
+func (b *Backend) Timing() scenarios.Timing {
+	return scenarios.Timing{ReadInterval: b.opts.ReadInterval, BackoffBase: b.opts.BackoffBase, BackoffMax: b.opts.BackoffMax}
+}
+
+// Start implements scenarios.Backend.
+func (b *Backend) Start(ctx context.Context, sc *scenarios.Scenario, dir string) error {
+	if b.sc != nil {
+		return errors.New("local backend: Start called twice")
+	}
+	b.sc = sc
+	for _, p := range []string{b.opts.PluginPath, b.opts.FusePath, b.opts.WorkloadPath} {
+		if _, err := os.Stat(p); err != nil {
+			return fmt.Errorf("binary missing (run make build): %w", err)
+		}
+	}
+	var err error
+	if b.dir, err = filepath.Abs(dir); err != nil {
+		return err
+	}
+	b.root = filepath.Join(b.dir, "root")
+	if err := os.MkdirAll(b.root, 0o755); err != nil {
+		return err
+	}
+	if b.kubeletLog, err = os.Create(filepath.Join(b.dir, "kubelet.log")); err != nil {
+		return err
+	}
+	if b.pluginLog, err = os.Create(filepath.Join(b.dir, "plugin.log")); err != nil {
+		return err
+	}
+	wl, err := os.Create(filepath.Join(b.dir, "workload.log"))
+	if err != nil {
+		return err
+	}
+	b.workloadLog = &lockedWriter{w: wl}
+
+	if err := makeRShared(b.root); err != nil {
+		return err
+	}
+	b.rootBound = true
+	b.logf("kubelet root %s: bind-mounted onto itself, rshared", b.root)
+
+	uid := newUID()
+	b.podDir = filepath.Join(b.root, "pods", uid)
+	b.sock = filepath.Join(b.root, "plugins", b.opts.DriverName, "csi.sock")
+	b.stateDir = filepath.Join(b.dir, "plugin-state")
+	b.vol = volume{
+		driver: b.opts.DriverName, handle: volumeHandle, pvName: pvName,
+		podName: podName, podNamespace: podNamespace, podUID: uid,
+		staging: stagingPath(b.root, b.opts.DriverName, volumeHandle),
+		target:  targetPath(b.root, uid, pvName),
+	}
+	for _, d := range []string{filepath.Dir(b.sock), b.stateDir} {
+		if err := os.MkdirAll(d, 0o750); err != nil {
+			return err
+		}
+	}
+	b.rec.paths = map[string]string{
+		scenarios.PathRoot: b.root, scenarios.PathVolume: b.vol.target, scenarios.PathStaging: b.vol.staging,
+	}
+
+	if err := b.startPlugin(ctx); err != nil {
+		return err
+	}
+	mkdir := func(d string) error { return os.MkdirAll(d, 0o750) }
+	if err := b.csi.stageAndPublish(ctx, b.vol, mkdir, b.logf); err != nil {
+		return err
+	}
+	b.rec.add(scenarios.Event{Source: scenarios.SrcKubelet, Kind: scenarios.KVolumeMounted,
+		Message: "volume staged and published (NodeStageVolume, NodePublishVolume)"})
+
+	loopCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	b.cancel = cancel
+	b.wg.Add(1)
+	go b.probeLoop(loopCtx)
+	for i, spec := range sc.Pod.Containers {
+		c := &container{b: b, spec: spec, index: i, firstAttempt: make(chan struct{}),
+			bo: restartBackoff{base: b.opts.BackoffBase, max: b.opts.BackoffMax}}
+		b.containers = append(b.containers, c)
+		b.wg.Add(1)
+		go c.loop(loopCtx)
+	}
+	for _, c := range b.containers {
+		select {
+		case <-c.firstAttempt:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+// KillPlugin implements scenarios.Backend: SIGKILL of the plugin's PID namespace init.
+func (b *Backend) KillPlugin(ctx context.Context) error {
+	p := b.plugin
+	if p == nil || p.exited() {
+		return errors.New("the plugin is not running")
+	}
+	b.rec.add(scenarios.Event{Source: scenarios.SrcPlugin, Kind: scenarios.KPluginKilled,
+		Message: fmt.Sprintf("SIGKILL pid %d", p.pid())})
+	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		return fmt.Errorf("kill plugin pid %d: %w", p.pid(), err)
+	}
+	b.logf("plugin container pid %d: SIGKILL", p.pid())
+	select {
+	case <-p.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(10 * time.Second):
+		return fmt.Errorf("plugin pid %d did not die within 10s of SIGKILL", p.pid())
+	}
+}
+
+// StartPlugin implements scenarios.Backend.
+func (b *Backend) StartPlugin(ctx context.Context) error {
+	if b.plugin != nil && !b.plugin.exited() {
+		return errors.New("the plugin is still running")
+	}
+	return b.startPlugin(ctx)
+}
+
+func (b *Backend) startPlugin(ctx context.Context) error {
+	args := []string{
+		"--endpoint=unix://" + b.sock,
+		"--nodeid=" + nodeID,
+		"--drivername=" + b.opts.DriverName,
+		"--state-dir=" + b.stateDir,
+		"--dummy-fuse-path=" + b.opts.FusePath,
+		fmt.Sprintf("-v=%d", b.opts.PluginVerbosity),
+	}
+	args = append(args, b.sc.Plugin.Args()...)
+	b.pluginStarts++
+	fmt.Fprintf(b.pluginLog, "==== plugin container start #%d at %s: %s %s\n", b.pluginStarts,
+		time.Now().UTC().Format(time.RFC3339Nano), b.opts.PluginPath, strings.Join(args, " "))
+	cmd := exec.Command(b.opts.PluginPath, args...)
+	cmd.Stdout, cmd.Stderr = b.pluginLog, b.pluginLog
+	// A new PID namespace makes the plugin its init: when it dies, the kernel kills everything in it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID, Setpgid: true, Pdeathsig: b.deathSig()}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start plugin: %w", err)
+	}
+	p := startedProc(cmd)
+	b.plugin = p
+	b.rec.add(scenarios.Event{Source: scenarios.SrcPlugin, Kind: scenarios.KPluginStarted,
+		Message: fmt.Sprintf("pid %d, %s", p.pid(), strings.Join(b.sc.Plugin.Args(), " "))})
+	b.logf("plugin container start #%d: pid %d", b.pluginStarts, p.pid())
+	go func() {
+		<-p.done
+		b.rec.add(scenarios.Event{Time: p.exitTime, Source: scenarios.SrcPlugin, Kind: scenarios.KPluginExited,
+			Message: p.state.String()})
+	}()
+
+	if b.csi != nil {
+		b.csi.Close()
+	}
+	var err error
+	if b.csi, err = dialCSI(b.sock); err != nil {
+		return err
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ok, err := b.csi.ready(ctx)
+		if ok {
+			b.rec.add(scenarios.Event{Source: scenarios.SrcPlugin, Kind: scenarios.KPluginReady, Message: "Probe: ready"})
+			return nil
+		}
+		if p.exited() {
+			return fmt.Errorf("plugin exited before serving (%s); see %s", p.state, b.pluginLog.Name())
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("plugin not ready after 30s (last Probe: %v); see %s", err, b.pluginLog.Name())
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+func (b *Backend) deathSig() syscall.Signal {
+	if b.opts.Keep {
+		return 0 // --keep: everything outlives the runner
+	}
+	return syscall.SIGKILL // the runner dying (even by SIGKILL) takes its "containers" with it
+}
+
+// Evidence implements scenarios.Backend.
+func (b *Backend) Evidence(context.Context) (*scenarios.Evidence, error) {
+	return b.rec.snapshot(), nil
+}
+
+// probeLoop stats the volume dir and the staging dir and records every change of the result.
+// A stat that hangs (a FUSE server alive but stuck) would stall the probe, not the run: dummy-fuse never hangs.
+func (b *Backend) probeLoop(ctx context.Context) {
+	defer b.wg.Done()
+	last := map[string]string{}
+	t := time.NewTicker(b.opts.ProbeInterval)
+	defer t.Stop()
+	for {
+		for _, p := range []struct{ label, path string }{
+			{scenarios.PathVolume, b.vol.target}, {scenarios.PathStaging, b.vol.staging},
+		} {
+			_, err := os.Stat(p.path)
+			state := ""
+			if err != nil {
+				if state = scenarios.ErrnoName(err); state == "" {
+					state = err.Error()
+				}
+			}
+			if prev, seen := last[p.label]; !seen || prev != state {
+				last[p.label] = state
+				b.rec.add(scenarios.Event{Source: scenarios.SrcProbe, Kind: scenarios.KProbe, Path: p.label, Errno: state})
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Stop implements scenarios.Backend.
+func (b *Backend) Stop(ctx context.Context) error {
+	if b.stopped {
+		return nil
+	}
+	b.stopped = true
+	if b.opts.Keep && b.sc != nil {
+		b.printKeep()
+		b.closeLogs()
+		return nil
+	}
+	var errs []error
+	if b.cancel != nil {
+		b.cancel()
+	}
+	b.wg.Wait()
+
+	// Delete the pod: SIGTERM, a grace period, SIGKILL (kubelet's order).
+	for _, c := range b.containers {
+		if p := c.current(); p != nil && !p.exited() {
+			b.logf("teardown: stop %s pid %d", c.spec.Name, p.pid())
+			if err := p.stop(2 * time.Second); err != nil {
+				errs = append(errs, fmt.Errorf("stop container %s: %w", c.spec.Name, err))
+			}
+			c.waitOutput()
+		}
+	}
+	if b.podDir != "" {
+		// kubelet's CleanSubPaths, before the volume is unpublished.
+		done, err := unmountAll(filepath.Join(b.podDir, subPathDirName))
+		b.logLines("teardown: ", done)
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if b.plugin != nil && !b.plugin.exited() && b.csi != nil {
+		if err := b.csi.unpublishAndUnstage(ctx, b.vol, b.logf); err != nil {
+			b.logf("teardown: %v", err) // the unmount below cleans up what the plugin could not
+		}
+	}
+	if b.csi != nil {
+		b.csi.Close()
+	}
+	if b.plugin != nil && !b.plugin.exited() {
+		b.logf("teardown: stop plugin pid %d", b.plugin.pid())
+		if err := b.plugin.stop(5 * time.Second); err != nil {
+			errs = append(errs, fmt.Errorf("stop plugin: %w", err))
+		}
+	}
+	if b.rootBound {
+		done, err := unmountAll(b.root)
+		b.logLines("teardown: ", done)
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if b.dir != "" {
+		if left, err := mountsUnder(b.dir); err != nil {
+			errs = append(errs, err)
+		} else if len(left) > 0 {
+			errs = append(errs, fmt.Errorf("%d mounts left under %s, e.g. %s", len(left), b.dir, left[0].MountPoint))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		b.logf("teardown failed: %v", err)
+	}
+	b.closeLogs()
+	return errors.Join(errs...)
+}
+
+// printKeep tells how to inspect and how to clean up what --keep left behind.
+func (b *Backend) printKeep() {
+	w := b.opts.Log
+	var pids []string
+	fmt.Fprintf(w, "--keep: everything is left running (the local kubelet is gone: nothing restarts any more).\n")
+	if b.plugin != nil && !b.plugin.exited() {
+		fmt.Fprintf(w, "  plugin container: pid %d (csi-plugin, init of its PID namespace), socket %s\n", b.plugin.pid(), b.sock)
+		pids = append(pids, fmt.Sprint(b.plugin.pid()))
+	}
+	for _, c := range b.containers {
+		if p := c.current(); p != nil && !p.exited() {
+			fmt.Fprintf(w, "  container %s: pid %d; look inside: nsenter -t %d -m cat %s\n", c.spec.Name, p.pid(), p.pid(), c.spec.File())
+			pids = append(pids, fmt.Sprint(p.pid()))
+		}
+	}
+	fmt.Fprintf(w, "  volume dir: %s\n  staging dir: %s\n", b.vol.target, b.vol.staging)
+	fmt.Fprintf(w, "Clean up with:\n")
+	if len(pids) > 0 {
+		fmt.Fprintf(w, "  kill -KILL %s\n", strings.Join(pids, " "))
+	}
+	ms, _ := mountsUnder(b.root)
+	for _, m := range ms {
+		fmt.Fprintf(w, "  umount -l %s\n", m.MountPoint)
+	}
+}
+
+func (b *Backend) closeLogs() {
+	if b.workloadLog != nil {
+		b.workloadLog.Close()
+	}
+	if b.pluginLog != nil {
+		b.pluginLog.Close()
+	}
+	if b.kubeletLog != nil {
+		b.kubeletLog.Close()
+		b.kubeletLog = nil
+	}
+}
+
+func (b *Backend) logf(format string, args ...any) {
+	if b.kubeletLog == nil {
+		return
+	}
+	fmt.Fprintf(b.kubeletLog, "%s %s\n", time.Now().UTC().Format("15:04:05.000000"), fmt.Sprintf(format, args...))
+}
+
+func (b *Backend) logLines(prefix string, lines []string) {
+	for _, l := range lines {
+		b.logf("%s%s", prefix, l)
+	}
+}
+
+// recorder collects the evidence of a run.
+type recorder struct {
+	mu     sync.Mutex
+	events []scenarios.Event
+	paths  map[string]string
+}
+
+// add records e, stamping it now when it has no time.
+func (r *recorder) add(e scenarios.Event) {
+	if e.Time.IsZero() {
+		e.Time = time.Now()
+	}
+	r.mu.Lock()
+	r.events = append(r.events, e)
+	r.mu.Unlock()
+}
+
+func (r *recorder) snapshot() *scenarios.Evidence {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ev := &scenarios.Evidence{Until: time.Now(), Paths: map[string]string{}, Events: append([]scenarios.Event(nil), r.events...)}
+	for k, v := range r.paths {
+		ev.Paths[k] = v
+	}
+	ev.Sort()
+	return ev
+}
+
+// proc is a started process and its exit.
+type proc struct {
+	cmd      *exec.Cmd
+	done     chan struct{}
+	state    *os.ProcessState
+	exitTime time.Time
+}
+
+func startedProc(cmd *exec.Cmd) *proc {
+	p := &proc{cmd: cmd, done: make(chan struct{})}
+	go func() {
+		_ = cmd.Wait()
+		p.exitTime = time.Now()
+		p.state = cmd.ProcessState
+		close(p.done)
+	}()
+	return p
+}
+
+func (p *proc) pid() int { return p.cmd.Process.Pid }
+
+func (p *proc) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// exitCode is the exit code as a container runtime reports it: 128+signal for a killed process.
+func (p *proc) exitCode() int {
+	if ws, ok := p.state.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return 128 + int(ws.Signal())
+	}
+	return p.state.ExitCode()
+}
+
+// stop sends SIGTERM, waits up to grace, then SIGKILL.
+func (p *proc) stop(grace time.Duration) error {
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+		return nil
+	case <-time.After(grace):
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGKILL)
+	select {
+	case <-p.done:
+		return nil
+	case <-time.After(10 * time.Second):
+		return fmt.Errorf("pid %d survived SIGKILL for 10s", p.pid())
+	}
+}
+
+// lockedWriter serialises writes of several containers into one log.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  *os.File
+}
+
+func (l *lockedWriter) WriteLine(prefix string, line []byte) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	fmt.Fprintf(l.w, "%s %s\n", prefix, line)
+}
+
+func (l *lockedWriter) Close() error { return l.w.Close() }
+
+// readLines calls f for every line of r until EOF.
+func readLines(r io.Reader, f func([]byte)) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64*1024), 1024*1024)
+	for sc.Scan() {
+		f(sc.Bytes())
+	}
+}
+
+func newUID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	h := hex.EncodeToString(b[:])
+	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32]
+}
+
+func randomID() string {
+	var b [32]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}

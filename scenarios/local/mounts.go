@@ -1,0 +1,85 @@
+package local
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"golang.org/x/sys/unix"
+	mount "k8s.io/mount-utils"
+)
+
+// makeRShared bind-mounts dir onto itself and makes it rshared, as kubelet's root dir is on a node: mounts
+// made below it by the plugin (which shares this mount namespace) then propagate into containers that use
+// HostToContainer, however the host's / is set up (here / is private).
+func makeRShared(dir string) error {
+	if err := unix.Mount(dir, dir, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+		return fmt.Errorf("bind %s onto itself: %w", dir, err)
+	}
+	if err := unix.Mount("", dir, "", unix.MS_SHARED|unix.MS_REC, ""); err != nil {
+		return fmt.Errorf("make %s rshared: %w", dir, err)
+	}
+	return nil
+}
+
+// mountsUnder lists the mount points at or below dir in this mount namespace, deepest first and, at the same
+// path, the most recent (topmost) first: the order in which they can be unmounted.
+func mountsUnder(dir string) ([]mount.MountInfo, error) {
+	infos, err := mount.ParseMountInfo("/proc/self/mountinfo")
+	if err != nil {
+		return nil, fmt.Errorf("read mountinfo: %w", err)
+	}
+	dir = filepath.Clean(dir)
+	var out []mount.MountInfo
+	for _, mi := range infos {
+		if mi.MountPoint == dir || strings.HasPrefix(mi.MountPoint, dir+"/") {
+			out = append(out, mi)
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool {
+		di, dj := strings.Count(out[i].MountPoint, "/"), strings.Count(out[j].MountPoint, "/")
+		if di != dj {
+			return di > dj
+		}
+		return out[i].ID > out[j].ID
+	})
+	return out, nil
+}
+
+// unmountAll unmounts everything at or below dir, deepest first; a mount that is busy (e.g. a dead FUSE mount
+// with an open fd, EBUSY) is detached lazily. It returns what it did, one line per mount, and an error if
+// anything is left.
+func unmountAll(dir string) ([]string, error) {
+	var done []string
+	for range 100 { // each round removes one mount; stacked mounts at one path take several
+		ms, err := mountsUnder(dir)
+		if err != nil {
+			return done, err
+		}
+		if len(ms) == 0 {
+			return done, nil
+		}
+		mp := ms[0].MountPoint
+		if err := unix.Unmount(mp, 0); err != nil {
+			if derr := unix.Unmount(mp, unix.MNT_DETACH); derr != nil {
+				return done, fmt.Errorf("unmount %s: %w (lazy: %v)", mp, err, derr)
+			}
+			done = append(done, fmt.Sprintf("umount -l %s (%s: %v)", mp, ms[0].FsType, err))
+			continue
+		}
+		done = append(done, fmt.Sprintf("umount %s (%s)", mp, ms[0].FsType))
+	}
+	ms, _ := mountsUnder(dir)
+	return done, fmt.Errorf("%d mounts left under %s", len(ms), dir)
+}
+
+// errnoOf returns the errno inside err, or 0.
+func errnoOf(err error) unix.Errno {
+	var e unix.Errno
+	if errors.As(err, &e) {
+		return e
+	}
+	return 0
+}

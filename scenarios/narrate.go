@@ -1,0 +1,169 @@
+package scenarios
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"time"
+)
+
+// PathRoot is the Evidence.Paths label of the run's kubelet root dir; the live timeline and the report show
+// it as $ROOT to keep lines short.
+const PathRoot = "root"
+
+// narrator prints the notable events of the evidence as they appear: steps, plugin lifecycle, container
+// starts, exits and start failures, changes of the volume dir's stat, and each container's switches between
+// good reads and errors (not every read).
+type narrator struct {
+	out   io.Writer
+	start time.Time
+	seen  map[eventKey]bool
+	// state is each container instance's last read outcome: "ok" or an errno / error kind.
+	state map[string]string
+	probe map[string]string
+}
+
+type eventKey struct {
+	t                 int64
+	src               Source
+	kind              Kind
+	container, path   string
+	instance          int
+	message, errnoStr string
+}
+
+func newNarrator(out io.Writer, start time.Time) *narrator {
+	return &narrator{out: out, start: start, seen: map[eventKey]bool{}, state: map[string]string{}, probe: map[string]string{}}
+}
+
+func (n *narrator) update(ev *Evidence) {
+	kill, killed := ev.KillTime()
+	for _, e := range ev.Events {
+		k := eventKey{e.Time.UnixNano(), e.Source, e.Kind, e.Container, e.Path, e.Instance, e.Message, e.Errno}
+		if n.seen[k] {
+			continue
+		}
+		n.seen[k] = true
+		text := n.describe(e)
+		if text == "" {
+			continue
+		}
+		rel := ""
+		if killed && !e.Time.Before(kill) {
+			rel = fmt.Sprintf("kill+%.2fs", e.Time.Sub(kill).Seconds())
+		}
+		fmt.Fprintf(n.out, "  t+%6.2fs %-11s %-10s %s\n", e.Time.Sub(n.start).Seconds(), rel, who(e), Shorten(ev, text))
+	}
+}
+
+func who(e Event) string {
+	if e.Source == SrcRunner {
+		return ""
+	}
+	return e.Who()
+}
+
+// describe returns the line for e, or "" when e is not notable.
+func (n *narrator) describe(e Event) string {
+	switch e.Source {
+	case SrcRunner:
+		return "── " + e.Message
+	case SrcPlugin, SrcKubelet:
+		return EventText(e)
+	case SrcProbe:
+		state := "ok"
+		if e.Errno != "" {
+			state = e.Errno
+		}
+		if n.probe[e.Path] == state {
+			return ""
+		}
+		n.probe[e.Path] = state
+		return EventText(e)
+	case SrcWorkload:
+		id := e.Who()
+		switch {
+		case e.IsGoodRead():
+			if n.state[id] == "ok" {
+				return ""
+			}
+			first := n.state[id] == ""
+			n.state[id] = "ok"
+			if first {
+				return fmt.Sprintf("first good read: %q", e.Content)
+			}
+			return fmt.Sprintf("good read again: %q", e.Content)
+		case e.IsWorkloadError():
+			s := string(e.Kind) + " " + e.Errno
+			if n.state[id] == s {
+				return ""
+			}
+			n.state[id] = s
+			return fmt.Sprintf("%s %s: %s", e.Kind, e.Errno, e.Message)
+		case e.Kind == KRead:
+			return fmt.Sprintf("read unexpected content %q", e.Content)
+		case e.Kind == KWorkloadExit, e.Kind == KLog:
+			return EventText(e)
+		}
+	}
+	return ""
+}
+
+// EventText is a one-line description of any event.
+func EventText(e Event) string {
+	code := ""
+	if e.ExitCode != nil {
+		code = fmt.Sprintf(" with code %d", *e.ExitCode)
+	}
+	switch e.Kind {
+	case KPluginStarted:
+		return "plugin container started" + suffix(e.Message)
+	case KPluginReady:
+		return "plugin serves CSI" + suffix(e.Message)
+	case KPluginKilled:
+		return "plugin container killed" + suffix(e.Message)
+	case KPluginExited:
+		return "plugin container exited" + suffix(e.Message)
+	case KContainerStarted:
+		return "container started" + suffix(e.Message)
+	case KContainerExited:
+		return "container exited" + code + suffix(e.Message)
+	case KStartFailed:
+		return "start failed: " + e.Message
+	case KBackOff, KVolumeMounted:
+		return e.Message
+	case KProbe:
+		if e.Errno == "" {
+			return fmt.Sprintf("host %s dir: stat ok", e.Path)
+		}
+		return fmt.Sprintf("host %s dir: stat fails with %s", e.Path, e.Errno)
+	case KWorkloadExit:
+		return "workload exits" + code + suffix(e.Message)
+	case KRead:
+		return fmt.Sprintf("read %q", e.Content)
+	case KReadError, KOpenError:
+		return fmt.Sprintf("%s %s: %s", e.Kind, e.Errno, e.Message)
+	case KStep, KStepTimeout, KLog:
+		return e.Message
+	}
+	s := string(e.Kind)
+	if e.Message != "" {
+		s += ": " + e.Message
+	}
+	return s
+}
+
+func suffix(m string) string {
+	if m == "" {
+		return ""
+	}
+	return " (" + m + ")"
+}
+
+// Shorten replaces the run's root dir with $ROOT in s.
+func Shorten(ev *Evidence, s string) string {
+	if root := ev.Paths[PathRoot]; root != "" {
+		s = strings.ReplaceAll(s, root, "$ROOT")
+	}
+	return s
+}

@@ -1,0 +1,193 @@
+package scenarios
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// FormatMeasure formats a measured interval; zero means it did not happen.
+func FormatMeasure(d time.Duration) string {
+	if d == 0 {
+		return "never"
+	}
+	return fmt.Sprintf("%.2fs", d.Seconds())
+}
+
+// PrintVerdicts prints one PASS/FAIL line per expected outcome, the measures, and why a run failed.
+func PrintVerdicts(w io.Writer, o *Outcome) {
+	fmt.Fprintln(w, "verdicts:")
+	for _, v := range o.Verdicts {
+		mark := "PASS"
+		if !v.Result.OK {
+			mark = "FAIL"
+		}
+		src := ""
+		if v.Expectation.Source != "" {
+			src = " [" + v.Expectation.Source + "]"
+		}
+		fmt.Fprintf(w, "  %s  %s%s\n        %s\n", mark, v.Expectation.Check.Describe(), src, shortenFor(o, v.Result.Why))
+	}
+	if o.Err != nil {
+		fmt.Fprintf(w, "  FAIL  the run: %v\n", o.Err)
+	}
+	if o.CleanupErr != nil {
+		fmt.Fprintf(w, "  FAIL  cleanup: %v\n", o.CleanupErr)
+	}
+	m := o.Measures
+	fmt.Fprintf(w, "measured: kill → first ENOTCONN %s · kill → volume dir restored %s · kill → first good read again %s · wall %s\n",
+		FormatMeasure(m.KillToError), FormatMeasure(m.KillToRestore), FormatMeasure(m.KillToRecovery), m.Wall.Round(10*time.Millisecond))
+}
+
+func shortenFor(o *Outcome, s string) string {
+	if o.Evidence == nil {
+		return s
+	}
+	return Shorten(o.Evidence, s)
+}
+
+// WriteReport writes the run's report into o.Dir: report.md with the timeline picture timeline.svg, and the
+// full evidence as events.log (one line per event) and events.json.
+func WriteReport(o *Outcome) error {
+	if o.Dir == "" || o.Evidence == nil {
+		return fmt.Errorf("nothing to report")
+	}
+	ev := o.Evidence
+	var log strings.Builder
+	kill, killed := ev.KillTime()
+	for _, e := range ev.Events {
+		rel := ""
+		if killed && !e.Time.Before(kill) {
+			rel = fmt.Sprintf("kill+%.3fs", e.Time.Sub(kill).Seconds())
+		}
+		fmt.Fprintf(&log, "t+%8.3fs %-13s %-8s %-17s %-10s %s\n", e.Time.Sub(ev.Start).Seconds(), rel, e.Source, e.Kind, who(e), Shorten(ev, EventText(e)))
+	}
+	if err := os.WriteFile(filepath.Join(o.Dir, "events.log"), []byte(log.String()), 0o644); err != nil {
+		return err
+	}
+	js, err := json.MarshalIndent(ev, "", " ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(o.Dir, "events.json"), js, 0o644); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(o.Dir, "timeline.svg"), TimelineSVG(o), 0o644); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(o.Dir, "report.md"), []byte(Markdown(o)), 0o644)
+}
+
+// Markdown renders the run's report.
+func Markdown(o *Outcome) string {
+	var b strings.Builder
+	sc := &o.Scenario
+	fmt.Fprintf(&b, "# Scenario `%s`: %s\n\n", sc.Name, passFail(o.Passed()))
+	fmt.Fprintf(&b, "**%s.** %s\n\n", sc.Title, sc.Shows)
+	t := o.Timing
+	fmt.Fprintf(&b, "Backend `%s`, run %s, read interval %s, restart back-off %s doubling to %s",
+		o.Backend, o.Start.UTC().Format(time.RFC3339), t.ReadInterval, t.BackoffBase, t.BackoffMax)
+	if o.Backend == "local" {
+		b.WriteString(" (shortened for a fast run; kubelet uses 10s doubling to 5m)")
+	}
+	b.WriteString(".\n\n")
+	if sc.Note != "" {
+		fmt.Fprintf(&b, "> **Note.** %s\n\n", sc.Note)
+	}
+	b.WriteString("![timeline of the workload's reads](timeline.svg)\n\n")
+
+	b.WriteString("## Verdicts\n\n| | expected outcome | evidence |\n|---|---|---|\n")
+	for _, v := range o.Verdicts {
+		exp := v.Expectation.Check.Describe()
+		if v.Expectation.Source != "" {
+			exp += " *(" + v.Expectation.Source + ")*"
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s |\n", passFail(v.Result.OK), mdCell(exp), mdCell(shortenFor(o, v.Result.Why)))
+	}
+	if o.Err != nil {
+		fmt.Fprintf(&b, "| FAIL | the run is carried out | %s |\n", mdCell(o.Err.Error()))
+	}
+	if o.CleanupErr != nil {
+		fmt.Fprintf(&b, "| FAIL | everything is stopped and unmounted | %s |\n", mdCell(o.CleanupErr.Error()))
+	}
+
+	m := o.Measures
+	b.WriteString("\n## Measured\n\n| plugin kill → first ENOTCONN | kill → volume dir restored | kill → first good read again | wall time of the run |\n|---|---|---|---|\n")
+	fmt.Fprintf(&b, "| %s | %s | %s | %s |\n\n", FormatMeasure(m.KillToError), FormatMeasure(m.KillToRestore),
+		FormatMeasure(m.KillToRecovery), m.Wall.Round(10*time.Millisecond))
+	if len(sc.Pod.Containers) > 0 {
+		fmt.Fprintf(&b, "Times are for container `%s`; \"never\" means it did not happen during the run.\n", sc.Pod.Containers[0].Name)
+	}
+
+	b.WriteString("\n## Setup\n\n")
+	pargs := strings.Join(sc.Plugin.Args(), " ")
+	if pargs == "" {
+		pargs = "(no restore flags)"
+	}
+	fmt.Fprintf(&b, "- plugin: `csi-plugin %s`\n", pargs)
+	fmt.Fprintf(&b, "- pod: restartPolicy `%s`, one CSI volume (static PV), %d container(s):\n\n", sc.Pod.RestartPolicy, len(sc.Pod.Containers))
+	b.WriteString("| container | workload flags | mountPath | subPath | propagation |\n|---|---|---|---|---|\n")
+	for _, c := range sc.Pod.Containers {
+		iv := c.ReadInterval
+		if iv <= 0 {
+			iv = t.ReadInterval
+		}
+		sub := c.SubPath
+		if sub == "" {
+			sub = "—"
+		}
+		fmt.Fprintf(&b, "| %s | `%s` | %s | %s | %s |\n", c.Name, strings.Join(c.WorkloadArgs(iv), " "), c.Mount(), sub, c.Prop())
+	}
+
+	b.WriteString("\n## Steps\n\n")
+	for i, st := range sc.Steps {
+		line := st.Describe(t)
+		if i < len(o.Steps) {
+			r := o.Steps[i]
+			line += fmt.Sprintf(" — %s → %s", o.Evidence.Since(r.Start), o.Evidence.Since(r.End))
+			if r.TimedOut {
+				line += " **(timed out)**"
+			}
+			if r.Err != nil {
+				line += " **(failed: " + r.Err.Error() + ")**"
+			}
+		} else {
+			line += " — not run"
+		}
+		fmt.Fprintf(&b, "%d. %s\n", i+1, mdCell(line))
+	}
+
+	b.WriteString("\n## Timeline\n\nNotable events (every event is in `events.log`); `$ROOT` is the run's kubelet root dir")
+	if root := o.Evidence.Paths[PathRoot]; root != "" {
+		fmt.Fprintf(&b, " `%s`", root)
+	}
+	b.WriteString(".\n\n```text\n")
+	var nb strings.Builder
+	newNarrator(&nb, o.Start).update(o.Evidence)
+	b.WriteString(nb.String())
+	b.WriteString("```\n\n## Files\n\n")
+	b.WriteString("- `plugin.log`: the plugin's klog output for every start of its container, with its `GRPC call` lines\n")
+	b.WriteString("- `workload.log`: every line every workload container instance wrote, prefixed with `<container>#<instance>`\n")
+	if o.Backend == "local" {
+		b.WriteString("- `kubelet.log`: what the local kubelet did: CSI calls, container starts, start failures with their causes, teardown\n")
+	}
+	b.WriteString("- `events.log`, `events.json`: the whole evidence the verdicts were taken from\n")
+	b.WriteString("- `timeline.svg`: the picture above\n")
+	return b.String()
+}
+
+func mdCell(s string) string {
+	s = strings.ReplaceAll(s, "|", `\|`)
+	return strings.ReplaceAll(s, "\n", " ")
+}
+
+func passFail(ok bool) string {
+	if ok {
+		return "PASS"
+	}
+	return "FAIL"
+}

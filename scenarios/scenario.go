@@ -1,0 +1,369 @@
+// Package scenarios is the catalog of FUSE mount-loss scenarios and the machinery every backend shares.
+//
+// A Scenario is data: its setup (plugin flags, the workload pod), a list of steps (kill the plugin container,
+// wait until the evidence shows X, start the plugin again, observe for a while) and the outcomes it expects.
+// A Backend (the local one in scenarios/local, a Kubernetes one later) deploys the setup, performs the steps'
+// actions and reports Evidence: what the workload logged (with errno names), what the container runtime saw
+// (exits, restarts, start failures with kubelet's messages) and what stat said about the volume paths.
+// Expectations are Checks evaluated against that evidence only, never against what the runner believes it did.
+package scenarios
+
+import (
+	"fmt"
+	"path"
+	"strings"
+	"time"
+)
+
+// RestartPolicy is a pod's restartPolicy.
+type RestartPolicy string
+
+// The pod restart policies of Kubernetes.
+const (
+	RestartAlways    RestartPolicy = "Always"
+	RestartOnFailure RestartPolicy = "OnFailure"
+	RestartNever     RestartPolicy = "Never"
+)
+
+// Restarts reports whether a container that exited with code is started again under policy p.
+func (p RestartPolicy) Restarts(code int) bool {
+	switch p {
+	case RestartAlways:
+		return true
+	case RestartOnFailure:
+		return code != 0
+	}
+	return false
+}
+
+// Propagation is a volume mount's mountPropagation.
+type Propagation string
+
+// The mount propagation modes a workload container can use (Bidirectional is for privileged plugins only).
+const (
+	PropagationNone            Propagation = "None"
+	PropagationHostToContainer Propagation = "HostToContainer"
+)
+
+// Restore strategies of the plugin (--restore-strategy).
+const (
+	StrategyRebind = "rebind"
+	StrategyStack  = "stack"
+)
+
+// FileName is the file the dummy-fuse filesystem serves at its root, and Content what it holds.
+const (
+	FileName = "dummy-file.txt"
+	Content  = "Hello world!\n"
+)
+
+// Plugin is how the CSI node plugin runs.
+type Plugin struct {
+	// RestoreMounts passes --restore-mounts: the plugin remounts what its state dir records when it starts.
+	RestoreMounts bool
+	// RestoreStrategy is --restore-strategy (StrategyRebind or StrategyStack); empty means the plugin's default.
+	RestoreStrategy string
+}
+
+// Args returns the plugin's command-line flags for this setup (besides endpoint, node ID and paths).
+func (p Plugin) Args() []string {
+	var args []string
+	if p.RestoreMounts {
+		args = append(args, "--restore-mounts")
+	}
+	if p.RestoreStrategy != "" {
+		args = append(args, "--restore-strategy="+p.RestoreStrategy)
+	}
+	return args
+}
+
+// Pod is the workload pod: one volume (the dummy-fuse CSI volume) used by one or more containers.
+type Pod struct {
+	RestartPolicy RestartPolicy
+	Containers    []Container
+}
+
+// Container is one workload container: dummy-fuse-workload reading the volume's file.
+type Container struct {
+	Name string
+	// ExitOnError passes --exit-on-error: the workload exits with code 1 on its first I/O error.
+	ExitOnError bool
+	// KeepOpen keeps one fd open for all reads (--keep-open=true); false opens the file for every read.
+	KeepOpen bool
+	// ReadInterval is --read-interval; zero means the backend's default (see Timing).
+	ReadInterval time.Duration
+	// MountPath is where the volume (or its SubPath) appears in the container; empty means /mnt.
+	MountPath string
+	// SubPath mounts this path inside the volume instead of the whole volume (kubelet's subPath).
+	SubPath string
+	// Propagation is the volume mount's mountPropagation; empty means None.
+	Propagation Propagation
+}
+
+// Mount returns the container's mount path (default /mnt).
+func (c Container) Mount() string {
+	if c.MountPath == "" {
+		return "/mnt"
+	}
+	return c.MountPath
+}
+
+// Prop returns the container's mount propagation (default None).
+func (c Container) Prop() Propagation {
+	if c.Propagation == "" {
+		return PropagationNone
+	}
+	return c.Propagation
+}
+
+// File is the path inside the container that the workload reads.
+func (c Container) File() string {
+	if c.SubPath != "" && path.Base(c.SubPath) == FileName {
+		return c.Mount() // a file subPath is mounted as the file itself
+	}
+	return path.Join(c.Mount(), FileName)
+}
+
+// WorkloadArgs returns dummy-fuse-workload's arguments for this container with the given read interval.
+func (c Container) WorkloadArgs(interval time.Duration) []string {
+	args := []string{
+		"--file=" + c.File(),
+		"--log-format=json",
+		"--read-interval=" + interval.String(),
+		fmt.Sprintf("--keep-open=%t", c.KeepOpen),
+	}
+	if c.ExitOnError {
+		args = append(args, "--exit-on-error")
+	}
+	return args
+}
+
+// Action is what a step does.
+type Action string
+
+// The step actions every backend implements.
+const (
+	// ActKillPlugin kills the plugin container abruptly; its FUSE servers die with it.
+	ActKillPlugin Action = "kill-plugin"
+	// ActStartPlugin starts the plugin container again (same flags, same state dir) and waits until it serves.
+	ActStartPlugin Action = "start-plugin"
+	// ActWaitFor polls the evidence until Until holds or Timeout passes (a timeout is recorded, not fatal).
+	ActWaitFor Action = "wait-for"
+	// ActObserve lets time pass (For) while evidence accumulates.
+	ActObserve Action = "observe"
+)
+
+// Step is one step of a scenario.
+type Step struct {
+	Action  Action
+	Until   Check // ActWaitFor
+	Timeout Dur   // ActWaitFor
+	For     Dur   // ActObserve
+}
+
+// KillPlugin returns a step that kills the plugin container.
+func KillPlugin() Step { return Step{Action: ActKillPlugin} }
+
+// StartPlugin returns a step that starts the plugin container again.
+func StartPlugin() Step { return Step{Action: ActStartPlugin} }
+
+// WaitFor returns a step that waits until c holds, at most timeout.
+func WaitFor(c Check, timeout Dur) Step {
+	return Step{Action: ActWaitFor, Until: c, Timeout: timeout}
+}
+
+// Observe returns a step that lets d pass.
+func Observe(d Dur) Step { return Step{Action: ActObserve, For: d} }
+
+// Describe says what the step does, resolved with t.
+func (s Step) Describe(t Timing) string {
+	switch s.Action {
+	case ActKillPlugin:
+		return "kill the plugin container (SIGKILL; its FUSE servers die with it)"
+	case ActStartPlugin:
+		return "start the plugin container again (same flags, same state dir)"
+	case ActWaitFor:
+		return fmt.Sprintf("wait until %s (at most %s)", s.Until.Describe(), s.Timeout.Explain(t))
+	case ActObserve:
+		return fmt.Sprintf("observe for %s", s.For.Explain(t))
+	}
+	return string(s.Action)
+}
+
+// Label is a short name for the step, used in the timeline picture.
+func (s Step) Label() string {
+	switch s.Action {
+	case ActKillPlugin:
+		return "plugin killed"
+	case ActStartPlugin:
+		return "plugin started"
+	case ActWaitFor:
+		return "wait"
+	case ActObserve:
+		return "observe"
+	}
+	return string(s.Action)
+}
+
+// Expectation is an outcome a scenario expects, checked against the evidence at the end of the run.
+type Expectation struct {
+	Check Check
+	// Source says where the expected outcome comes from when it is not (yet) measured on the real system,
+	// e.g. "derived from kubelet v1.33 code, to be confirmed on a real kubelet".
+	Source string
+}
+
+// Scenario is one FUSE mount-loss scenario, defined once and run by any backend.
+type Scenario struct {
+	Name  string
+	Title string
+	// Shows says in a sentence or two what the scenario demonstrates.
+	Shows  string
+	Plugin Plugin
+	Pod    Pod
+	Steps  []Step
+	Expect []Expectation
+	// Note is shown in the report (e.g. how sure we are about an expected outcome).
+	Note string
+}
+
+// Container returns the named container of the scenario's pod.
+func (s *Scenario) Container(name string) (Container, bool) {
+	for _, c := range s.Pod.Containers {
+		if c.Name == name {
+			return c, true
+		}
+	}
+	return Container{}, false
+}
+
+// Validate checks that the scenario is complete and consistent.
+func (s *Scenario) Validate() error {
+	if s.Name == "" || s.Title == "" {
+		return fmt.Errorf("scenario %q: name and title are required", s.Name)
+	}
+	switch s.Plugin.RestoreStrategy {
+	case "", StrategyRebind, StrategyStack:
+	default:
+		return fmt.Errorf("scenario %s: unknown restore strategy %q", s.Name, s.Plugin.RestoreStrategy)
+	}
+	switch s.Pod.RestartPolicy {
+	case RestartAlways, RestartOnFailure, RestartNever:
+	default:
+		return fmt.Errorf("scenario %s: unknown restart policy %q", s.Name, s.Pod.RestartPolicy)
+	}
+	if len(s.Pod.Containers) == 0 {
+		return fmt.Errorf("scenario %s: the pod has no containers", s.Name)
+	}
+	seen := map[string]bool{}
+	for _, c := range s.Pod.Containers {
+		if c.Name == "" || seen[c.Name] {
+			return fmt.Errorf("scenario %s: container names must be unique and non-empty (%q)", s.Name, c.Name)
+		}
+		seen[c.Name] = true
+		if !path.IsAbs(c.Mount()) {
+			return fmt.Errorf("scenario %s: container %s: mount path %q is not absolute", s.Name, c.Name, c.Mount())
+		}
+		if c.SubPath != "" && (path.IsAbs(c.SubPath) || strings.HasPrefix(path.Clean(c.SubPath), "..")) {
+			return fmt.Errorf("scenario %s: container %s: subPath %q must be relative and stay in the volume", s.Name, c.Name, c.SubPath)
+		}
+		switch c.Prop() {
+		case PropagationNone, PropagationHostToContainer:
+		default:
+			return fmt.Errorf("scenario %s: container %s: unknown propagation %q", s.Name, c.Name, c.Propagation)
+		}
+	}
+	kills := 0
+	for i, st := range s.Steps {
+		switch st.Action {
+		case ActKillPlugin:
+			kills++
+		case ActStartPlugin, ActObserve:
+		case ActWaitFor:
+			if st.Until == nil {
+				return fmt.Errorf("scenario %s: step %d waits for nothing", s.Name, i+1)
+			}
+		default:
+			return fmt.Errorf("scenario %s: step %d: unknown action %q", s.Name, i+1, st.Action)
+		}
+		if err := checkContainers(s, st.Until); err != nil {
+			return fmt.Errorf("scenario %s: step %d: %w", s.Name, i+1, err)
+		}
+	}
+	if kills == 0 {
+		return fmt.Errorf("scenario %s: no step kills the plugin", s.Name)
+	}
+	if len(s.Expect) == 0 {
+		return fmt.Errorf("scenario %s: expects nothing", s.Name)
+	}
+	for _, e := range s.Expect {
+		if e.Check == nil {
+			return fmt.Errorf("scenario %s: an expectation has no check", s.Name)
+		}
+		if err := checkContainers(s, e.Check); err != nil {
+			return fmt.Errorf("scenario %s: %w", s.Name, err)
+		}
+	}
+	return nil
+}
+
+func checkContainers(s *Scenario, c Check) error {
+	if c == nil {
+		return nil
+	}
+	for _, name := range c.Containers() {
+		if _, ok := s.Container(name); !ok {
+			return fmt.Errorf("check %q names container %q that the pod does not have", c.Describe(), name)
+		}
+	}
+	return nil
+}
+
+// Timing is what a backend's clock looks like: the defaults that scale the scenarios' waits.
+type Timing struct {
+	// ReadInterval is the workload's read interval when a container does not set one.
+	ReadInterval time.Duration
+	// BackoffBase and BackoffMax are the container restart back-off (kubelet: 10s doubling up to 5m).
+	BackoffBase time.Duration
+	BackoffMax  time.Duration
+}
+
+// Dur is a duration that scales with the backend: Fixed + Reads read intervals + Backoffs back-off bases.
+// A scenario written with Dur waits long enough on a real kubelet (10 s back-off) and briefly locally.
+type Dur struct {
+	Fixed    time.Duration
+	Reads    float64
+	Backoffs float64
+}
+
+// Resolve returns the duration under timing t.
+func (d Dur) Resolve(t Timing) time.Duration {
+	return d.Fixed + time.Duration(d.Reads*float64(t.ReadInterval)) + time.Duration(d.Backoffs*float64(t.BackoffBase))
+}
+
+// String describes d symbolically ("2s + 4 back-offs").
+func (d Dur) String() string {
+	var parts []string
+	if d.Fixed != 0 {
+		parts = append(parts, d.Fixed.String())
+	}
+	if d.Reads != 0 {
+		parts = append(parts, fmt.Sprintf("%g read intervals", d.Reads))
+	}
+	if d.Backoffs != 0 {
+		parts = append(parts, fmt.Sprintf("%g back-offs", d.Backoffs))
+	}
+	if len(parts) == 0 {
+		return "0s"
+	}
+	return strings.Join(parts, " + ")
+}
+
+// Explain is String plus the resolved value when it scales ("3s (1s + 4 back-offs)").
+func (d Dur) Explain(t Timing) string {
+	r := d.Resolve(t).Round(10 * time.Millisecond).String()
+	if d.Reads == 0 && d.Backoffs == 0 {
+		return r
+	}
+	return fmt.Sprintf("%s (%s)", r, d)
+}

@@ -1,0 +1,379 @@
+package scenarios
+
+import (
+	"bytes"
+	"encoding/xml"
+	"fmt"
+	"math"
+	"strings"
+	"time"
+)
+
+// Colours of the timeline picture.
+const (
+	colGood    = "#2e9d4f"
+	colBad     = "#d64545"
+	colStart   = "#3b6fd6"
+	colExit    = "#222222"
+	colFail    = "#e08a1e"
+	colUp      = "#a8dcae"
+	colDown    = "#f4bcbc"
+	colWarm    = "#f6dd9b"
+	colRun     = "#dbe6fb"
+	colGrid    = "#e6e6e6"
+	colText    = "#333333"
+	colSubtle  = "#777777"
+	colKill    = "#c62828"
+	colRestart = "#2e7d32"
+)
+
+// svgLayout holds the geometry of the picture.
+type svgLayout struct {
+	width, left, right float64
+	t0                 time.Time
+	span               float64 // seconds shown
+}
+
+func (l svgLayout) x(t time.Time) float64 {
+	s := t.Sub(l.t0).Seconds()
+	s = math.Max(0, math.Min(s, l.span))
+	return l.left + s/l.span*(l.width-l.left-l.right)
+}
+
+type svgBuf struct{ bytes.Buffer }
+
+func (b *svgBuf) f(format string, args ...any) { fmt.Fprintf(&b.Buffer, format, args...) }
+
+// text writes an escaped text element.
+func (b *svgBuf) text(x, y float64, attrs, s string) {
+	b.f(`<text x="%.1f" y="%.1f" %s>`, x, y, attrs)
+	_ = xml.EscapeText(&b.Buffer, []byte(s))
+	b.f("</text>\n")
+}
+
+// title writes a tooltip child element.
+func (b *svgBuf) title(s string) {
+	b.f("<title>")
+	_ = xml.EscapeText(&b.Buffer, []byte(s))
+	b.f("</title>")
+}
+
+// TimelineSVG draws the run: the plugin's life, stat of the host volume and staging dirs, and for each
+// container its instances with every read (good / failed), starts, exits and failed starts, against the
+// plugin kill and restart as vertical lines, with the measured intervals and a time axis.
+func TimelineSVG(o *Outcome) []byte {
+	ev := o.Evidence
+	if ev == nil {
+		ev = &Evidence{Start: o.Start, Until: o.End}
+	}
+	span := ev.Until.Sub(ev.Start).Seconds()
+	if span < 1 {
+		span = 1
+	}
+	l := svgLayout{width: 1100, left: 170, right: 30, t0: ev.Start, span: span}
+	const laneH = 40.0
+	top := 78.0
+
+	lanes := []string{"plugin container", "host volume dir", "host staging dir"}
+	for _, c := range o.Scenario.Pod.Containers {
+		lanes = append(lanes, "container "+c.Name)
+	}
+	measures := measureArrows(o)
+	plotBottom := top + float64(len(lanes))*laneH
+	axisY := plotBottom + 8
+	measY := axisY + 40
+	legendY := measY + float64(len(measures))*22 + 18
+	height := legendY + 52
+
+	var b svgBuf
+	b.f(`<?xml version="1.0" encoding="UTF-8"?>` + "\n")
+	b.f(`<svg xmlns="http://www.w3.org/2000/svg" width="%.0f" height="%.0f" viewBox="0 0 %.0f %.0f" font-family="DejaVu Sans, Helvetica, Arial, sans-serif" font-size="12">`+"\n",
+		l.width, height, l.width, height)
+	b.f(`<rect x="0" y="0" width="%.0f" height="%.0f" fill="#ffffff"/>`+"\n", l.width, height)
+
+	// Title.
+	result, resCol := "PASS", colGood
+	if !o.Passed() {
+		result, resCol = "FAIL", colBad
+	}
+	b.text(16, 24, `font-size="16" font-weight="bold" fill="`+colText+`"`, fmt.Sprintf("scenario %s", o.Scenario.Name))
+	b.text(16+float64(len(o.Scenario.Name))*9.5+90, 24, `font-size="16" font-weight="bold" fill="`+resCol+`"`, result)
+	b.text(16, 42, `fill="`+colSubtle+`"`, fmt.Sprintf("%s · backend %s · read interval %s · restart back-off %s", o.Scenario.Title, o.Backend, o.Timing.ReadInterval, o.Timing.BackoffBase))
+
+	// Lanes: labels and zebra background.
+	for i, name := range lanes {
+		y := top + float64(i)*laneH
+		if i%2 == 0 {
+			b.f(`<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="#fafafa"/>`+"\n", l.left, y, l.width-l.left-l.right, laneH)
+		}
+		b.text(l.left-10, y+laneH/2+4, `text-anchor="end" fill="`+colText+`"`, name)
+	}
+	b.f(`<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#bbbbbb"/>`+"\n", l.left, top, l.left, plotBottom)
+
+	// Time axis with gridlines.
+	step := tickStep(span)
+	for s := 0.0; s <= span+1e-9; s += step {
+		x := l.left + s/span*(l.width-l.left-l.right)
+		b.f(`<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s"/>`+"\n", x, top, x, plotBottom, colGrid)
+		b.f(`<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#888888"/>`+"\n", x, axisY, x, axisY+5)
+		b.text(x, axisY+18, `text-anchor="middle" fill="`+colSubtle+`"`, trimFloat(s)+"s")
+	}
+	b.f(`<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#888888"/>`+"\n", l.left, axisY, l.width-l.right, axisY)
+	b.text(l.left-10, axisY+18, `text-anchor="end" fill="`+colSubtle+`"`, "seconds since start")
+
+	drawPlugin(&b, l, ev, top, laneH)
+	drawProbe(&b, l, ev, PathVolume, top+laneH, laneH)
+	drawProbe(&b, l, ev, PathStaging, top+2*laneH, laneH)
+	for i, c := range o.Scenario.Pod.Containers {
+		drawContainer(&b, l, ev, c.Name, top+float64(3+i)*laneH, laneH)
+	}
+	drawSteps(&b, l, o, top, plotBottom)
+
+	// Measured intervals as arrows below the axis.
+	for i, m := range measures {
+		y := measY + float64(i)*22
+		x1, x2 := l.x(m.from), l.x(m.to)
+		b.f(`<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s" stroke-width="1.5"/>`+"\n", x1, y, x2, y, m.color)
+		b.f(`<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s" stroke-width="1.5"/>`+"\n", x1, y-5, x1, y+5, m.color)
+		b.f(`<path d="M%.1f %.1f l-7 -4 v8 z" fill="%s"/>`+"\n", x2, y, m.color)
+		b.text(x2+8, y+4, `fill="`+m.color+`"`, m.label)
+	}
+
+	drawLegend(&b, l, legendY)
+	b.f("</svg>\n")
+	return b.Bytes()
+}
+
+type measureArrow struct {
+	from, to time.Time
+	label    string
+	color    string
+}
+
+func measureArrows(o *Outcome) []measureArrow {
+	ev := o.Evidence
+	if ev == nil {
+		return nil
+	}
+	k, ok := ev.KillTime()
+	if !ok {
+		return nil
+	}
+	var out []measureArrow
+	m := o.Measures
+	if m.KillToError > 0 {
+		out = append(out, measureArrow{k, k.Add(m.KillToError), "kill → first ENOTCONN " + FormatMeasure(m.KillToError), colBad})
+	}
+	if m.KillToRestore > 0 {
+		out = append(out, measureArrow{k, k.Add(m.KillToRestore), "kill → volume dir restored " + FormatMeasure(m.KillToRestore), colSubtle})
+	}
+	if m.KillToRecovery > 0 {
+		out = append(out, measureArrow{k, k.Add(m.KillToRecovery), "kill → first good read again " + FormatMeasure(m.KillToRecovery), colGood})
+	}
+	return out
+}
+
+func drawPlugin(b *svgBuf, l svgLayout, ev *Evidence, y, h float64) {
+	type seg struct {
+		from  time.Time
+		state string
+	}
+	var segs []seg
+	for _, e := range ev.Events {
+		switch e.Kind {
+		case KPluginStarted:
+			segs = append(segs, seg{e.Time, "starting"})
+		case KPluginReady:
+			segs = append(segs, seg{e.Time, "serving"})
+		case KPluginKilled, KPluginExited:
+			if len(segs) == 0 || segs[len(segs)-1].state != "down" {
+				segs = append(segs, seg{e.Time, "down"})
+			}
+		}
+	}
+	colors := map[string]string{"starting": colWarm, "serving": colUp, "down": colDown}
+	for i, s := range segs {
+		end := ev.Until
+		if i+1 < len(segs) {
+			end = segs[i+1].from
+		}
+		x1, x2 := l.x(s.from), l.x(end)
+		b.f(`<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="%s" rx="2">`, x1, y+12, math.Max(x2-x1, 1), h-24, colors[s.state])
+		b.title(fmt.Sprintf("plugin %s from %s", s.state, ev.Since(s.from)))
+		b.f("</rect>\n")
+		if x2-x1 > 60 {
+			b.text(x1+5, y+h/2+4, `font-size="11" fill="`+colText+`"`, s.state)
+		}
+	}
+}
+
+func drawProbe(b *svgBuf, l svgLayout, ev *Evidence, label string, y, h float64) {
+	var probes []Event
+	for _, e := range ev.Events {
+		if e.Kind == KProbe && e.Path == label {
+			probes = append(probes, e)
+		}
+	}
+	for i, p := range probes {
+		end := ev.Until
+		if i+1 < len(probes) {
+			end = probes[i+1].Time
+		}
+		x1, x2 := l.x(p.Time), l.x(end)
+		col, state := colUp, "stat ok"
+		if p.Errno != "" {
+			col, state = colDown, "stat: "+p.Errno
+		}
+		b.f(`<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="%s" rx="2">`, x1, y+12, math.Max(x2-x1, 1), h-24, col)
+		b.title(fmt.Sprintf("%s dir %s from %s", label, state, ev.Since(p.Time)))
+		b.f("</rect>\n")
+		if x2-x1 > 80 {
+			b.text(x1+5, y+h/2+4, `font-size="11" fill="`+colText+`"`, state)
+		}
+	}
+}
+
+func drawContainer(b *svgBuf, l svgLayout, ev *Evidence, name string, y, h float64) {
+	mid := y + h/2
+	// Instance bars: started → exited.
+	var startT *time.Time
+	inst := 0
+	for _, e := range ev.Events {
+		if e.Container != name || e.Source != SrcKubelet {
+			continue
+		}
+		switch e.Kind {
+		case KContainerStarted:
+			t := e.Time
+			startT, inst = &t, e.Instance
+		case KContainerExited:
+			if startT != nil {
+				instanceBar(b, l, ev, *startT, e.Time, inst, mid)
+				startT = nil
+			}
+		}
+	}
+	if startT != nil {
+		instanceBar(b, l, ev, *startT, ev.Until, inst, mid)
+	}
+	for _, e := range ev.Events {
+		if e.Container != name {
+			continue
+		}
+		x := l.x(e.Time)
+		switch {
+		case e.IsGoodRead():
+			b.f(`<circle cx="%.1f" cy="%.1f" r="3" fill="%s">`, x, mid, colGood)
+			b.title(fmt.Sprintf("%s read %q at %s", e.Who(), e.Content, ev.Since(e.Time)))
+			b.f("</circle>\n")
+		case e.IsWorkloadError():
+			b.f(`<rect x="%.1f" y="%.1f" width="3" height="14" fill="%s">`, x-1.5, mid-7, colBad)
+			b.title(fmt.Sprintf("%s %s %s at %s: %s", e.Who(), e.Kind, e.Errno, ev.Since(e.Time), e.Message))
+			b.f("</rect>\n")
+		case e.Kind == KContainerStarted:
+			b.f(`<path d="M%.1f %.1f l9 6 l-9 6 z" fill="%s">`, x, y+2, colStart)
+			b.title(fmt.Sprintf("%s started at %s", e.Who(), ev.Since(e.Time)))
+			b.f("</path>\n")
+		case e.Kind == KContainerExited:
+			code := 0
+			if e.ExitCode != nil {
+				code = *e.ExitCode
+			}
+			b.f(`<rect x="%.1f" y="%.1f" width="9" height="9" fill="%s">`, x-4.5, y+h-11, colExit)
+			b.title(fmt.Sprintf("%s exited with code %d at %s", e.Who(), code, ev.Since(e.Time)))
+			b.f("</rect>\n")
+			b.text(x+7, y+h-3, `font-size="10" fill="`+colExit+`"`, fmt.Sprintf("exit %d", code))
+		case e.Kind == KStartFailed:
+			b.f(`<path d="M%.1f %.1f l6 6 l-6 6 l-6 -6 z" fill="%s" stroke="#ffffff" stroke-width="0.8">`, x, mid-6, colFail)
+			b.title(fmt.Sprintf("start of %s failed at %s: %s", name, ev.Since(e.Time), Shorten(ev, e.Message)))
+			b.f("</path>\n")
+		}
+	}
+}
+
+func instanceBar(b *svgBuf, l svgLayout, ev *Evidence, from, to time.Time, inst int, mid float64) {
+	x1, x2 := l.x(from), l.x(to)
+	b.f(`<rect x="%.1f" y="%.1f" width="%.1f" height="16" fill="%s" rx="3">`, x1, mid-8, math.Max(x2-x1, 1), colRun)
+	b.title(fmt.Sprintf("instance #%d running %s → %s", inst, ev.Since(from), ev.Since(to)))
+	b.f("</rect>\n")
+	if x2-x1 > 30 {
+		b.text(x1+12, mid-10, `font-size="10" fill="`+colStart+`"`, fmt.Sprintf("#%d", inst))
+	}
+}
+
+// drawSteps draws the plugin kill and start as bold vertical lines with labels, the other steps as faint
+// numbered lines.
+func drawSteps(b *svgBuf, l svgLayout, o *Outcome, top, bottom float64) {
+	type label struct {
+		x     float64
+		text  string
+		color string
+	}
+	var labels []label
+	for i, r := range o.Steps {
+		x := l.x(r.Start)
+		switch r.Step.Action {
+		case ActKillPlugin, ActStartPlugin:
+			col := colKill
+			if r.Step.Action == ActStartPlugin {
+				col = colRestart
+			}
+			b.f(`<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s" stroke-width="2" stroke-dasharray="6 4"/>`+"\n", x, top-6, x, bottom, col)
+			labels = append(labels, label{x, fmt.Sprintf("%d %s", i+1, r.Step.Label()), col})
+		default:
+			b.f(`<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#9e9e9e" stroke-width="1" stroke-dasharray="2 3"/>`+"\n", x, top-6, x, bottom)
+			labels = append(labels, label{x, fmt.Sprintf("%d %s", i+1, r.Step.Label()), colSubtle})
+		}
+	}
+	// Stagger labels that would overlap into up to two rows.
+	rowEnd := []float64{-1e9, -1e9}
+	for _, lb := range labels {
+		w := float64(len(lb.text))*6.6 + 6
+		row := 0
+		if lb.x < rowEnd[0] {
+			row = 1
+		}
+		if row == 1 && lb.x < rowEnd[1] {
+			row = 0 // both rows busy: overlap in the first, rare
+		}
+		rowEnd[row] = lb.x + w
+		y := top - 10 - float64(1-row)*14
+		b.text(lb.x+3, y, `font-size="11" fill="`+lb.color+`"`, lb.text)
+	}
+}
+
+func drawLegend(b *svgBuf, l svgLayout, y float64) {
+	x := l.left
+	item := func(draw func(x float64), text string) {
+		draw(x)
+		b.text(x+14, y+4, `font-size="11" fill="`+colText+`"`, text)
+		x += 14 + float64(len(text))*6.3 + 20
+		if x > l.width-160 {
+			x = l.left
+			y += 20
+		}
+	}
+	item(func(x float64) { b.f(`<circle cx="%.1f" cy="%.1f" r="4" fill="%s"/>`, x+4, y, colGood) }, "good read")
+	item(func(x float64) { b.f(`<rect x="%.1f" y="%.1f" width="3" height="14" fill="%s"/>`, x+3, y-7, colBad) }, "failed read/open")
+	item(func(x float64) { b.f(`<path d="M%.1f %.1f l9 6 l-9 6 z" fill="%s"/>`, x, y-6, colStart) }, "container started")
+	item(func(x float64) { b.f(`<rect x="%.1f" y="%.1f" width="9" height="9" fill="%s"/>`, x, y-4.5, colExit) }, "container exited")
+	item(func(x float64) { b.f(`<path d="M%.1f %.1f l6 6 l-6 6 l-6 -6 z" fill="%s"/>`, x+5, y-6, colFail) }, "start failed")
+	item(func(x float64) { b.f(`<rect x="%.1f" y="%.1f" width="11" height="11" fill="%s"/>`, x, y-5.5, colUp) }, "serving / stat ok")
+	item(func(x float64) { b.f(`<rect x="%.1f" y="%.1f" width="11" height="11" fill="%s"/>`, x, y-5.5, colDown) }, "down / stat fails")
+	item(func(x float64) { b.f(`<rect x="%.1f" y="%.1f" width="11" height="11" fill="%s"/>`, x, y-5.5, colRun) }, "instance running")
+}
+
+// tickStep picks a round tick interval giving at most ~12 ticks.
+func tickStep(span float64) float64 {
+	for _, s := range []float64{0.1, 0.2, 0.5, 1, 2, 5, 10, 15, 30, 60, 120, 300, 600} {
+		if span/s <= 12 {
+			return s
+		}
+	}
+	return 1200
+}
+
+func trimFloat(v float64) string {
+	s := fmt.Sprintf("%.1f", v)
+	return strings.TrimSuffix(s, ".0")
+}
