@@ -118,7 +118,7 @@ func (p *proc) wait(t *testing.T) int {
 }
 
 // poll calls cond until it reports true; it fails the test after waitTimeout.
-func poll(t *testing.T, what string, cond func() bool) {
+func poll(t testing.TB, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(waitTimeout)
 	tick := time.NewTicker(10 * time.Millisecond)
@@ -132,7 +132,7 @@ func poll(t *testing.T, what string, cond func() bool) {
 }
 
 // mountType returns the filesystem type of the mount at point, or "" when nothing is mounted there.
-func mountType(t *testing.T, point string) string {
+func mountType(t testing.TB, point string) string {
 	t.Helper()
 	f, err := os.Open("/proc/self/mountinfo")
 	if err != nil {

@@ -2,73 +2,144 @@ package dummyfs
 
 import (
 	"fmt"
+	"os"
 	"path"
 	"strconv"
-	"syscall"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
 )
 
 // Name is the FUSE subtype: the mount table lists the filesystem type as "fuse.dummy-fuse".
 const Name = "dummy-fuse"
 
-// IsMagicMountpoint reports whether mountpoint is go-fuse's /dev/fd/N form: an already-mounted /dev/fuse
-// descriptor inherited from a privileged parent.
-func IsMagicMountpoint(mountpoint string) bool {
+// maxWrite is the largest READ/WRITE payload negotiated with the kernel (go-fuse's default). Conn sizes its
+// request buffer from it: a read from /dev/fuse shorter than this plus the request header fails with EINVAL.
+const maxWrite = 128 * 1024
+
+// mountFlags make the mount itself read-only, so the kernel answers EROFS for writes without asking us.
+const mountFlags = unix.MS_RDONLY | unix.MS_NOSUID | unix.MS_NODEV
+
+// magicFD returns N for go-fuse's magic mountpoint /dev/fd/N (an already-mounted /dev/fuse descriptor
+// inherited from a privileged parent), or -1.
+func magicFD(mountpoint string) int {
 	dir, file := path.Split(mountpoint)
 	n, err := strconv.Atoi(file)
-	return dir == "/dev/fd/" && err == nil && n > 0
+	if dir != "/dev/fd/" || err != nil || n <= 0 {
+		return -1
+	}
+	return n
 }
 
-// MountOptions returns the go-fuse options for serving opts, for a fresh mount and for a successor
-// that takes over the connection with fuse.NewProtocolServer alike.
-func MountOptions(mountpoint string, opts Options) *fuse.MountOptions {
+// IsMagicMountpoint reports whether mountpoint is the /dev/fd/N form.
+func IsMagicMountpoint(mountpoint string) bool { return magicFD(mountpoint) >= 0 }
+
+// MountOptions returns the go-fuse protocol options (negotiated in INIT) for serving opts. A successor
+// process that takes over the connection must use the same ones.
+func MountOptions(opts Options) *fuse.MountOptions {
 	fsName := opts.FsName
 	if fsName == "" {
 		fsName = Name
 	}
-	mo := &fuse.MountOptions{
+	return &fuse.MountOptions{
 		Name:       Name,
 		FsName:     fsName,
 		AllowOther: opts.AllowOther,
-		Options:    []string{"ro"},
-		// MS_RDONLY makes the mount itself read-only, so the kernel answers EROFS for writes without asking us.
-		DirectMountFlags: syscall.MS_RDONLY | syscall.MS_NOSUID | syscall.MS_NODEV,
-		Debug:            opts.Debug,
+		Debug:      opts.Debug,
+		MaxWrite:   maxWrite,
 	}
-	// Root mounts with mount(2): no fusermount exists on the target machines, and a silent fallback to it
-	// would only hide the real error. The magic /dev/fd/N mountpoint must not be mount(2)ed over (it is a
-	// symlink to /dev/fuse); go-fuse then serves the inherited descriptor.
-	if !IsMagicMountpoint(mountpoint) {
-		mo.DirectMount = true
-		mo.DirectMountStrict = true
-	}
-	return mo
 }
 
-// Mount mounts the filesystem at mountpoint (a directory, or /dev/fd/N) and serves it in the background.
-// The caller waits with Server.Wait and unmounts with Server.Unmount (not possible for /dev/fd/N: the
-// parent that mounted it unmounts it).
-func Mount(mountpoint string, opts Options) (*fuse.Server, error) {
-	if !IsMagicMountpoint(mountpoint) {
-		// mount(2) would happily mount over a regular file (rootmode follows the target); refuse early.
-		var st syscall.Stat_t
-		if err := syscall.Stat(mountpoint, &st); err != nil {
-			return nil, err // the caller names the mount point
-		}
-		if st.Mode&syscall.S_IFMT != syscall.S_IFDIR {
-			return nil, syscall.ENOTDIR
+// Server is a mounted filesystem served in the background.
+type Server struct {
+	mountpoint string
+	fd         int
+	conn       *Conn
+	done       chan struct{}
+	err        error
+}
+
+// Mount mounts the filesystem at mountpoint with mount(2) (root; there is no fusermount on the target
+// machines), or serves the descriptor of a /dev/fd/N mountpoint, and answers the kernel's INIT before it
+// returns. The filesystem is then served in the background until it is unmounted.
+func Mount(mountpoint string, opts Options) (*Server, error) {
+	mo := MountOptions(opts)
+	fd := magicFD(mountpoint)
+	if fd >= 0 {
+		unix.CloseOnExec(fd) // ours now, not for children
+	} else {
+		var err error
+		if fd, err = mountDev(mountpoint, mo); err != nil {
+			return nil, err
 		}
 	}
-	srv, err := fuse.NewServer(New(opts), mountpoint, MountOptions(mountpoint, opts))
-	if err != nil {
+	s := &Server{mountpoint: mountpoint, fd: fd, conn: NewConn(fd, New(opts), mo), done: make(chan struct{})}
+	if err := s.conn.Init(); err != nil {
+		s.abort()
 		return nil, err
 	}
-	go srv.Serve()
-	if err := srv.WaitMount(); err != nil {
-		// Serve has started; unmounting ends it.
-		_ = srv.Unmount()
-		return nil, fmt.Errorf("wait for mount: %w", err)
-	}
-	return srv, nil
+	go func() {
+		s.err = s.conn.Serve()
+		unix.Close(s.fd)
+		close(s.done)
+	}()
+	return s, nil
 }
+
+// mountDev opens /dev/fuse and mounts it at mountpoint; it returns the descriptor to serve.
+func mountDev(mountpoint string, mo *fuse.MountOptions) (int, error) {
+	var st unix.Stat_t
+	if err := unix.Stat(mountpoint, &st); err != nil {
+		return -1, err // the caller names the mount point
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		// mount(2) would mount over a regular file as well (rootmode follows the target); refuse.
+		return -1, unix.ENOTDIR
+	}
+	fd, err := unix.Open("/dev/fuse", unix.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, fmt.Errorf("open /dev/fuse: %w", err)
+	}
+	data := fmt.Sprintf("fd=%d,rootmode=40000,user_id=%d,group_id=%d,max_read=%d", fd, os.Geteuid(), os.Getegid(), mo.MaxWrite)
+	if mo.AllowOther {
+		data += ",allow_other"
+	}
+	if err := unix.Mount(mo.FsName, mountpoint, "fuse."+mo.Name, mountFlags, data); err != nil {
+		unix.Close(fd)
+		return -1, err
+	}
+	return fd, nil
+}
+
+// abort gives up a mount whose INIT failed.
+func (s *Server) abort() {
+	if !IsMagicMountpoint(s.mountpoint) {
+		_ = unix.Unmount(s.mountpoint, unix.MNT_DETACH)
+	}
+	unix.Close(s.fd)
+}
+
+// Wait waits until the connection ends (unmounted or aborted) and returns the serving error, if any.
+func (s *Server) Wait() error {
+	<-s.done
+	return s.err
+}
+
+// Done is closed when the connection has ended.
+func (s *Server) Done() <-chan struct{} { return s.done }
+
+// Unmount unmounts the filesystem and waits for the server to stop. It fails with EBUSY while files are
+// open, and always for /dev/fd/N, whose mount point only the parent that mounted it knows.
+func (s *Server) Unmount() error {
+	if IsMagicMountpoint(s.mountpoint) {
+		return fmt.Errorf("unmount %s: the parent that mounted it must unmount it", s.mountpoint)
+	}
+	if err := unix.Unmount(s.mountpoint, 0); err != nil {
+		return err
+	}
+	return s.Wait()
+}
+
+// InitRequest returns the kernel's INIT request as read from the connection, for a successor that takes
+// the connection over and must negotiate the same settings.
+func (s *Server) InitRequest() []byte { return s.conn.InitRequest() }

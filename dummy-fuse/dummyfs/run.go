@@ -25,16 +25,10 @@ func Run(ctx context.Context, mountpoint string, opts Options, logw io.Writer) e
 	if err != nil {
 		return &MountError{Mountpoint: mountpoint, Err: err}
 	}
-	served := make(chan struct{})
-	go func() {
-		srv.Wait()
-		close(served)
-	}()
-
 	select {
-	case <-served:
+	case <-srv.Done():
 		// Unmounted from outside: nothing left to serve.
-		return nil
+		return srv.Wait()
 	case <-ctx.Done():
 	}
 	if IsMagicMountpoint(mountpoint) {
