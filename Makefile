@@ -51,3 +51,19 @@ cluster-down: ## stop every cluster daemon by PID, remove pods, mounts and clust
 
 cluster-load-images: ## import _output/images/*.tar into the running cluster's containerd (after make image)
 	hack/cluster/load-images.sh
+
+################################################################################
+# Kubernetes: chart (Helm chart, manifests, kind for users with Docker)
+################################################################################
+.PHONY: helm-lint chart-test kind-up kind-down
+helm-lint: ## helm lint --strict chart/ (helm v3.22.0 built into bin/tools when missing)
+	hack/helm-lint.sh
+
+chart-test: ## render the chart with the helm library and check it and manifests/ (no cluster needed)
+	go test -count=1 ./chart/... ./manifests/...
+
+kind-up: ## kind cluster from manifests/kind-config.yaml, image loaded, chart installed (needs Docker, kind, helm, kubectl)
+	hack/kind-up.sh
+
+kind-down: ## delete the kind cluster of kind-up
+	hack/kind-down.sh
