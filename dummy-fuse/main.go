@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/dummy-fuse/dummyfs"
@@ -62,6 +63,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 
+	tuneGC()
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	if err := dummyfs.Run(ctx, fl.Arg(0), opts, stderr); err != nil {
@@ -69,4 +71,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// tuneGC trades a little GC work for memory: go-fuse allocates about 1 KiB of garbage per request, and
+// hack/bench.sh measured a peak RSS of 6 MiB with GOGC=50 instead of 8 MiB with the default 100 under 30,000
+// requests/s, with the same latency (the server spends ~85% of its CPU in read/write on /dev/fuse). Many
+// dummy-fuse processes (one per volume) run on a node. A GOGC in the environment still wins.
+func tuneGC() {
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(50)
+	}
 }
