@@ -8,6 +8,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -692,6 +693,48 @@ func TestValuesCommented(t *testing.T) {
 		}
 		if i == 0 || !strings.HasPrefix(strings.TrimSpace(lines[i-1]), "#") {
 			t.Errorf("values.yaml:%d: %q has no comment above it", i+1, trimmed)
+		}
+	}
+}
+
+// TestREADME: the README's value table lists every leaf of values.yaml (maps such as resources count as one
+// value), and every value it names exists.
+func TestREADME(t *testing.T) {
+	data, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme := string(data)
+	vals := chartutil.Values(loadChart(t).Values)
+	var leaves []string
+	var walk func(prefix string, m map[string]any)
+	walk = func(prefix string, m map[string]any) {
+		for k, v := range m {
+			name := strings.TrimPrefix(prefix+"."+k, ".")
+			if sub, ok := v.(map[string]any); ok && k != "resources" && k != "nodeSelector" {
+				walk(name, sub)
+				continue
+			}
+			leaves = append(leaves, name)
+		}
+	}
+	walk("", vals)
+	for _, name := range leaves {
+		if !strings.Contains(readme, "| `"+name+"` |") {
+			t.Errorf("README.md's value table lacks %s", name)
+		}
+	}
+	for _, m := range regexp.MustCompile("`([a-zA-Z]+(?:\\.[a-zA-Z]+)+)[`=]").FindAllStringSubmatch(readme, -1) {
+		name := m[1]
+		// File names, labels, a PV field, and the README's deliberate example of a misspelt value.
+		if path.Ext(name) == ".yaml" || path.Ext(name) == ".json" || path.Ext(name) == ".sock" ||
+			strings.HasPrefix(name, "app.kubernetes") || name == "csi.driver" || name == "csi.plugin.restoreMount" {
+			continue
+		}
+		if _, err := vals.PathValue(name); err != nil {
+			if _, err := vals.Table(name); err != nil {
+				t.Errorf("README.md names %s, which values.yaml does not have", name)
+			}
 		}
 	}
 }
