@@ -31,6 +31,9 @@ func Catalog() []Scenario {
 	// back-offs, so 6 back-offs see at least two.
 	watchStarts := Dur{Fixed: time.Second, Backoffs: 6}
 	watchReads := Dur{Fixed: time.Second, Reads: 10}
+	// Before the plugin comes back, stat of the volume dir must have failed: right after the kill it may
+	// still succeed from the attribute cache (1 s), and "restored" means nothing without "dead" first.
+	hostDead := WaitFor(VolumeDir{Errno: "ENOTCONN", After: AfterKill}, Dur{Fixed: 10 * time.Second})
 
 	return []Scenario{
 		{
@@ -47,6 +50,7 @@ func Catalog() []Scenario {
 				warmUp,
 				KillPlugin(),
 				WaitFor(StartFails{C: reader, Contains: failedToStatVolume}, Dur{Fixed: 10 * time.Second, Backoffs: 4}),
+				hostDead,
 				StartPlugin(),
 				WaitFor(Recovers{C: reader}, Dur{Fixed: 10 * time.Second, Backoffs: 12}),
 				Observe(Dur{Reads: 3}),
@@ -72,6 +76,7 @@ func Catalog() []Scenario {
 				warmUp,
 				KillPlugin(),
 				WaitFor(FailsWith{C: reader, Errno: "ENOTCONN"}, Dur{Fixed: 10 * time.Second}),
+				hostDead,
 				StartPlugin(),
 				Observe(watchReads),
 			},
@@ -97,6 +102,7 @@ func Catalog() []Scenario {
 				warmUp,
 				KillPlugin(),
 				WaitFor(FailsWith{C: reader, Errno: "ENOTCONN"}, Dur{Fixed: 10 * time.Second}),
+				hostDead,
 				StartPlugin(),
 				WaitFor(VolumeDir{After: AfterPluginBack}, Dur{Fixed: 10 * time.Second}),
 				Observe(watchReads),
@@ -122,6 +128,7 @@ func Catalog() []Scenario {
 				warmUp,
 				KillPlugin(),
 				WaitFor(StartFails{C: reader, Contains: failedToStatVolume}, Dur{Fixed: 10 * time.Second, Backoffs: 4}),
+				hostDead,
 				StartPlugin(),
 				Observe(watchStarts),
 			},
@@ -150,8 +157,10 @@ func Catalog() []Scenario {
 				KillPlugin(),
 				WaitFor(FailsWith{C: reopen, Errno: "ENOTCONN"}, Dur{Fixed: 10 * time.Second}),
 				WaitFor(FailsWith{C: holder, Errno: "ENOTCONN"}, Dur{Fixed: 10 * time.Second}),
+				hostDead,
 				StartPlugin(),
 				WaitFor(Recovers{C: reopen}, Dur{Fixed: 10 * time.Second, Reads: 5}),
+				WaitFor(VolumeDir{After: AfterPluginBack}, Dur{Fixed: 10 * time.Second}),
 				Observe(watchReads),
 			},
 			Expect: []Expectation{
@@ -180,6 +189,7 @@ func Catalog() []Scenario {
 				warmUp,
 				KillPlugin(),
 				WaitFor(StartFails{C: reader, Contains: failedToPrepareSubPath}, Dur{Fixed: 10 * time.Second, Backoffs: 4}),
+				hostDead,
 				StartPlugin(),
 				WaitFor(VolumeDir{After: AfterPluginBack}, Dur{Fixed: 10 * time.Second}),
 				Observe(watchStarts),
@@ -188,7 +198,8 @@ func Catalog() []Scenario {
 				{Check: FailsWith{C: reader, Errno: "ENOTCONN", Within: Dur{Fixed: 5 * time.Second, Reads: 2}}},
 				{Check: Exits{C: reader, Code: 1}},
 				{Check: VolumeDir{After: AfterPluginBack}},
-				{Check: StartFails{C: reader, After: AfterVolumeRestored, Contains: failedToPrepareSubPath, Min: 2}, Source: SubPathSource},
+				{Check: StartFails{C: reader, After: AfterVolumeRestored, Contains: failedToPrepareSubPath,
+					Errno: "ENOTCONN", Detail: "volume-subpaths", Min: 2}, Source: SubPathSource},
 				{Check: Restarts{C: reader, Min: 0, Max: 0}, Source: SubPathSource},
 				{Check: NeverRecovers{C: reader, After: AfterVolumeRestored, For: watchStarts}, Source: SubPathSource},
 			},

@@ -206,13 +206,14 @@ func (c Exits) Eval(ev *Evidence, _ Timing) Result {
 }
 
 // StartFails holds when at least Min (default 1) starts of container C fail after the anchor with a message
-// containing Contains — where "{volume}" stands for the host volume dir — and, if Errno is set, with that
-// errno as the cause.
+// containing Contains — where "{volume}" stands for the host volume dir — and, if set, with Errno as the
+// cause and a Detail (what kubelet only logs) containing Detail.
 type StartFails struct {
 	C        string
 	After    Anchor
 	Contains string
 	Errno    string
+	Detail   string
 	Min      int
 }
 
@@ -226,6 +227,9 @@ func (c StartFails) Describe() string {
 	s := fmt.Sprintf("%s: %s of the container fail%s %s with %q", c.C, n, map[bool]string{true: "s", false: ""}[c.min() == 1], c.after().phrase(), c.Contains)
 	if c.Errno != "" {
 		s += " (" + c.Errno + ")"
+	}
+	if c.Detail != "" {
+		s += fmt.Sprintf(", cause mentioning %q", c.Detail)
 	}
 	return s
 }
@@ -252,7 +256,7 @@ func (c StartFails) Eval(ev *Evidence, _ Timing) Result {
 		if e.Time.Before(from) || e.Container != c.C || e.Kind != KStartFailed {
 			continue
 		}
-		if strings.Contains(e.Message, want) && (c.Errno == "" || e.Errno == c.Errno) {
+		if strings.Contains(e.Message, want) && (c.Errno == "" || e.Errno == c.Errno) && strings.Contains(e.Detail, c.Detail) {
 			n++
 			if first == nil {
 				e := e
@@ -269,7 +273,11 @@ func (c StartFails) Eval(ev *Evidence, _ Timing) Result {
 		}
 		return Result{Why: why}
 	}
-	return Result{OK: true, Why: fmt.Sprintf("%d matching, first at %s: %q", n, at(ev, first.Time), first.Message)}
+	why = fmt.Sprintf("%d matching, first at %s: %q", n, at(ev, first.Time), first.Message)
+	if c.Detail != "" {
+		why += fmt.Sprintf(" (cause: %s)", first.Detail)
+	}
+	return Result{OK: true, Why: why}
 }
 
 // Instance says which container instance must do something.
@@ -443,9 +451,9 @@ type VolumeDir struct {
 
 func (c VolumeDir) Describe() string {
 	if c.Errno == "" {
-		return "stat of the host volume dir succeeds " + c.After.phrase() + " (mounts restored)"
+		return "stat of the host volume dir fails after the kill and succeeds again " + c.After.phrase() + " (mounts restored)"
 	}
-	return fmt.Sprintf("stat of the host volume dir still fails with %s %s", c.Errno, c.After.phrase())
+	return fmt.Sprintf("stat of the host volume dir fails with %s %s", c.Errno, c.After.phrase())
 }
 
 func (c VolumeDir) Containers() []string { return nil }
@@ -470,6 +478,11 @@ func (c VolumeDir) Eval(ev *Evidence, _ Timing) Result {
 	why = fmt.Sprintf("stat %s: %s since %s", ev.Paths[PathVolume], state(last.Errno), at(ev, last.Time))
 	if last.Errno != c.Errno {
 		return Result{Why: why}
+	}
+	if _, restored := ev.VolumeRestoredTime(); c.Errno == "" && !restored {
+		// "restored" needs a failure after the kill first: a stat answered from the attribute cache
+		// right after the kill proves nothing.
+		return Result{Why: why + ", but it was never seen failing after the kill"}
 	}
 	if ev.Until.Before(from) {
 		return Result{Why: "the evidence ends before the anchor"}

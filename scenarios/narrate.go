@@ -81,7 +81,7 @@ func (n *narrator) describe(e Event) string {
 		n.probe[e.Path] = state
 		return EventText(e)
 	case SrcWorkload:
-		id := e.Who()
+		id := e.Container // per container, not instance: a restarted container that reads is "again"
 		switch {
 		case e.IsGoodRead():
 			if n.state[id] == "ok" {

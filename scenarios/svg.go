@@ -72,7 +72,9 @@ func TimelineSVG(o *Outcome) []byte {
 	}
 	l := svgLayout{width: 1100, left: 170, right: 30, t0: ev.Start, span: span}
 	const laneH = 40.0
-	top := 78.0
+	const stepsH = 26.0
+	stepsTop := 82.0
+	top := stepsTop + stepsH
 
 	lanes := []string{"plugin container", "host volume dir", "host staging dir"}
 	for _, c := range o.Scenario.Pod.Containers {
@@ -82,8 +84,8 @@ func TimelineSVG(o *Outcome) []byte {
 	plotBottom := top + float64(len(lanes))*laneH
 	axisY := plotBottom + 8
 	measY := axisY + 40
-	legendY := measY + float64(len(measures))*22 + 18
-	height := legendY + 52
+	legendY := measY + float64(len(measures))*22 + 14
+	height := legendY + 46
 
 	var b svgBuf
 	b.f(`<?xml version="1.0" encoding="UTF-8"?>` + "\n")
@@ -96,8 +98,9 @@ func TimelineSVG(o *Outcome) []byte {
 	if !o.Passed() {
 		result, resCol = "FAIL", colBad
 	}
-	b.text(16, 24, `font-size="16" font-weight="bold" fill="`+colText+`"`, fmt.Sprintf("scenario %s", o.Scenario.Name))
-	b.text(16+float64(len(o.Scenario.Name))*9.5+90, 24, `font-size="16" font-weight="bold" fill="`+resCol+`"`, result)
+	b.f(`<text x="16" y="24" font-size="16" font-weight="bold" fill="%s">scenario `, colText)
+	_ = xml.EscapeText(&b.Buffer, []byte(o.Scenario.Name))
+	b.f(`<tspan dx="10" fill="%s">%s</tspan></text>`+"\n", resCol, result)
 	b.text(16, 42, `fill="`+colSubtle+`"`, fmt.Sprintf("%s · backend %s · read interval %s · restart back-off %s", o.Scenario.Title, o.Backend, o.Timing.ReadInterval, o.Timing.BackoffBase))
 
 	// Lanes: labels and zebra background.
@@ -127,7 +130,7 @@ func TimelineSVG(o *Outcome) []byte {
 	for i, c := range o.Scenario.Pod.Containers {
 		drawContainer(&b, l, ev, c.Name, top+float64(3+i)*laneH, laneH)
 	}
-	drawSteps(&b, l, o, top, plotBottom)
+	drawSteps(&b, l, o, stepsTop, stepsH, plotBottom)
 
 	// Measured intervals as arrows below the axis.
 	for i, m := range measures {
@@ -136,7 +139,11 @@ func TimelineSVG(o *Outcome) []byte {
 		b.f(`<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s" stroke-width="1.5"/>`+"\n", x1, y, x2, y, m.color)
 		b.f(`<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s" stroke-width="1.5"/>`+"\n", x1, y-5, x1, y+5, m.color)
 		b.f(`<path d="M%.1f %.1f l-7 -4 v8 z" fill="%s"/>`+"\n", x2, y, m.color)
-		b.text(x2+8, y+4, `fill="`+m.color+`"`, m.label)
+		if x2+8+textWidth(m.label, 12) < l.width-4 {
+			b.text(x2+8, y+4, `fill="`+m.color+`"`, m.label)
+		} else {
+			b.text(x1-8, y+4, `text-anchor="end" fill="`+m.color+`"`, m.label)
+		}
 	}
 
 	drawLegend(&b, l, legendY)
@@ -201,7 +208,7 @@ func drawPlugin(b *svgBuf, l svgLayout, ev *Evidence, y, h float64) {
 		b.f(`<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="%s" rx="2">`, x1, y+12, math.Max(x2-x1, 1), h-24, colors[s.state])
 		b.title(fmt.Sprintf("plugin %s from %s", s.state, ev.Since(s.from)))
 		b.f("</rect>\n")
-		if x2-x1 > 60 {
+		if x2-x1 > textWidth(s.state, 11)+10 {
 			b.text(x1+5, y+h/2+4, `font-size="11" fill="`+colText+`"`, s.state)
 		}
 	}
@@ -227,7 +234,7 @@ func drawProbe(b *svgBuf, l svgLayout, ev *Evidence, label string, y, h float64)
 		b.f(`<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="%s" rx="2">`, x1, y+12, math.Max(x2-x1, 1), h-24, col)
 		b.title(fmt.Sprintf("%s dir %s from %s", label, state, ev.Since(p.Time)))
 		b.f("</rect>\n")
-		if x2-x1 > 80 {
+		if x2-x1 > textWidth(state, 11)+10 {
 			b.text(x1+5, y+h/2+4, `font-size="11" fill="`+colText+`"`, state)
 		}
 	}
@@ -256,6 +263,8 @@ func drawContainer(b *svgBuf, l svgLayout, ev *Evidence, name string, y, h float
 	if startT != nil {
 		instanceBar(b, l, ev, *startT, ev.Until, inst, mid)
 	}
+	lastExitLabel := -1e9
+	lastFailure := ""
 	for _, e := range ev.Events {
 		if e.Container != name {
 			continue
@@ -282,11 +291,19 @@ func drawContainer(b *svgBuf, l svgLayout, ev *Evidence, name string, y, h float
 			b.f(`<rect x="%.1f" y="%.1f" width="9" height="9" fill="%s">`, x-4.5, y+h-11, colExit)
 			b.title(fmt.Sprintf("%s exited with code %d at %s", e.Who(), code, ev.Since(e.Time)))
 			b.f("</rect>\n")
-			b.text(x+7, y+h-3, `font-size="10" fill="`+colExit+`"`, fmt.Sprintf("exit %d", code))
+			if x-lastExitLabel > 44 {
+				b.text(x+7, y+h-3, `font-size="10" fill="`+colExit+`"`, fmt.Sprintf("exit %d", code))
+				lastExitLabel = x
+			}
 		case e.Kind == KStartFailed:
-			b.f(`<path d="M%.1f %.1f l6 6 l-6 6 l-6 -6 z" fill="%s" stroke="#ffffff" stroke-width="0.8">`, x, mid-6, colFail)
+			b.f(`<path d="M%.1f %.1f l6 6 l-6 6 l-6 -6 z" fill="%s" stroke="#ffffff" stroke-width="0.8">`, x, y+2, colFail)
 			b.title(fmt.Sprintf("start of %s failed at %s: %s", name, ev.Since(e.Time), Shorten(ev, e.Message)))
 			b.f("</path>\n")
+			// Name the kind of failure where it changes.
+			if cls := failureClass(e.Message); cls != lastFailure {
+				lastFailure = cls
+				b.text(x+8, y+11, `font-size="10" fill="#a35f0c"`, cls)
+			}
 		}
 	}
 }
@@ -301,9 +318,11 @@ func instanceBar(b *svgBuf, l svgLayout, ev *Evidence, from, to time.Time, inst 
 	}
 }
 
-// drawSteps draws the plugin kill and start as bold vertical lines with labels, the other steps as faint
-// numbered lines.
-func drawSteps(b *svgBuf, l svgLayout, o *Outcome, top, bottom float64) {
+// drawSteps draws the scenario's steps as a lane of segments (waits and observations, labelled when there is
+// room, with the full description as tooltip) and the plugin kill and start as bold dashed lines across every
+// lane, labelled above the picture.
+func drawSteps(b *svgBuf, l svgLayout, o *Outcome, y, h, bottom float64) {
+	b.text(l.left-10, y+h/2+4, `text-anchor="end" fill="`+colSubtle+`"`, "scenario steps")
 	type label struct {
 		x     float64
 		text  string
@@ -311,56 +330,114 @@ func drawSteps(b *svgBuf, l svgLayout, o *Outcome, top, bottom float64) {
 	}
 	var labels []label
 	for i, r := range o.Steps {
-		x := l.x(r.Start)
+		x1, x2 := l.x(r.Start), l.x(r.End)
+		desc := fmt.Sprintf("step %d: %s", i+1, r.Step.Describe(o.Timing))
 		switch r.Step.Action {
 		case ActKillPlugin, ActStartPlugin:
 			col := colKill
 			if r.Step.Action == ActStartPlugin {
 				col = colRestart
 			}
-			b.f(`<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s" stroke-width="2" stroke-dasharray="6 4"/>`+"\n", x, top-6, x, bottom, col)
-			labels = append(labels, label{x, fmt.Sprintf("%d %s", i+1, r.Step.Label()), col})
+			b.f(`<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s" stroke-width="2" stroke-dasharray="6 4">`, x1, y-4, x1, bottom, col)
+			b.title(desc)
+			b.f("</line>\n")
+			labels = append(labels, label{x1, fmt.Sprintf("%d %s", i+1, r.Step.Label()), col})
 		default:
-			b.f(`<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#9e9e9e" stroke-width="1" stroke-dasharray="2 3"/>`+"\n", x, top-6, x, bottom)
-			labels = append(labels, label{x, fmt.Sprintf("%d %s", i+1, r.Step.Label()), colSubtle})
+			fill := "#ececec"
+			if i%2 == 1 {
+				fill = "#e0e0e0"
+			}
+			if r.TimedOut {
+				fill = "#f8d7a8"
+			}
+			b.f(`<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="%s" stroke="#ffffff" stroke-width="1">`, x1, y+4, math.Max(x2-x1, 1), h-8, fill)
+			b.title(desc)
+			b.f("</rect>\n")
+			text := fmt.Sprintf("%d %s", i+1, stepShort(r.Step))
+			if x2-x1 < textWidth(text, 10)+8 {
+				text = fmt.Sprint(i + 1)
+			}
+			if x2-x1 >= textWidth(text, 10)+4 {
+				b.text(x1+3, y+h/2+3.5, `font-size="10" fill="#555555"`, text)
+			}
 		}
 	}
-	// Stagger labels that would overlap into up to two rows.
+	// Kill/start labels above the lanes, in two rows when they would overlap.
 	rowEnd := []float64{-1e9, -1e9}
 	for _, lb := range labels {
-		w := float64(len(lb.text))*6.6 + 6
 		row := 0
 		if lb.x < rowEnd[0] {
 			row = 1
 		}
-		if row == 1 && lb.x < rowEnd[1] {
-			row = 0 // both rows busy: overlap in the first, rare
-		}
-		rowEnd[row] = lb.x + w
-		y := top - 10 - float64(1-row)*14
-		b.text(lb.x+3, y, `font-size="11" fill="`+lb.color+`"`, lb.text)
+		rowEnd[row] = lb.x + textWidth(lb.text, 11) + 8
+		b.text(lb.x+3, y-8-float64(1-row)*13, `font-size="11" font-weight="bold" fill="`+lb.color+`"`, lb.text)
 	}
 }
 
+// stepShort is a few words for a step, to fit in the steps lane.
+func stepShort(st Step) string {
+	switch st.Action {
+	case ActObserve:
+		return "observe"
+	case ActWaitFor:
+		switch c := st.Until.(type) {
+		case GoodReads:
+			return "warm-up reads"
+		case FailsWith:
+			return "until " + c.C + " gets " + c.Errno
+		case StartFails:
+			return "until a start fails"
+		case Recovers:
+			return "until " + c.C + " reads again"
+		case VolumeDir:
+			return "until volume dir restored"
+		}
+		return "wait"
+	}
+	return st.Label()
+}
+
+// textWidth estimates the width of s in pixels at font size px (DejaVu Sans averages ~0.6 em).
+func textWidth(s string, px float64) float64 {
+	return float64(len([]rune(s))) * px * 0.6
+}
+
 func drawLegend(b *svgBuf, l svgLayout, y float64) {
-	x := l.left
+	x := 16.0
 	item := func(draw func(x float64), text string) {
 		draw(x)
-		b.text(x+14, y+4, `font-size="11" fill="`+colText+`"`, text)
-		x += 14 + float64(len(text))*6.3 + 20
-		if x > l.width-160 {
-			x = l.left
-			y += 20
-		}
+		b.text(x+15, y+4, `font-size="11" fill="`+colText+`"`, text)
+		x += 15 + textWidth(text, 11) + 18
 	}
 	item(func(x float64) { b.f(`<circle cx="%.1f" cy="%.1f" r="4" fill="%s"/>`, x+4, y, colGood) }, "good read")
-	item(func(x float64) { b.f(`<rect x="%.1f" y="%.1f" width="3" height="14" fill="%s"/>`, x+3, y-7, colBad) }, "failed read/open")
-	item(func(x float64) { b.f(`<path d="M%.1f %.1f l9 6 l-9 6 z" fill="%s"/>`, x, y-6, colStart) }, "container started")
+	item(func(x float64) { b.f(`<rect x="%.1f" y="%.1f" width="3" height="14" fill="%s"/>`, x+3, y-7, colBad) }, "failed read or open")
+	item(func(x float64) { b.f(`<path d="M%.1f %.1f l9 6 l-9 6 z" fill="%s"/>`, x, y-6, colStart) }, "container started (#instance)")
 	item(func(x float64) { b.f(`<rect x="%.1f" y="%.1f" width="9" height="9" fill="%s"/>`, x, y-4.5, colExit) }, "container exited")
-	item(func(x float64) { b.f(`<path d="M%.1f %.1f l6 6 l-6 6 l-6 -6 z" fill="%s"/>`, x+5, y-6, colFail) }, "start failed")
-	item(func(x float64) { b.f(`<rect x="%.1f" y="%.1f" width="11" height="11" fill="%s"/>`, x, y-5.5, colUp) }, "serving / stat ok")
-	item(func(x float64) { b.f(`<rect x="%.1f" y="%.1f" width="11" height="11" fill="%s"/>`, x, y-5.5, colDown) }, "down / stat fails")
+	item(func(x float64) { b.f(`<path d="M%.1f %.1f l6 6 l-6 6 l-6 -6 z" fill="%s"/>`, x+5, y-6, colFail) }, "start failed (kubelet)")
 	item(func(x float64) { b.f(`<rect x="%.1f" y="%.1f" width="11" height="11" fill="%s"/>`, x, y-5.5, colRun) }, "instance running")
+	x, y = 16, y+20
+	item(func(x float64) { b.f(`<rect x="%.1f" y="%.1f" width="11" height="11" fill="%s"/>`, x, y-5.5, colUp) }, "plugin serving / stat ok")
+	item(func(x float64) { b.f(`<rect x="%.1f" y="%.1f" width="11" height="11" fill="%s"/>`, x, y-5.5, colWarm) }, "plugin starting")
+	item(func(x float64) { b.f(`<rect x="%.1f" y="%.1f" width="11" height="11" fill="%s"/>`, x, y-5.5, colDown) }, "plugin down / stat fails")
+	item(func(x float64) {
+		b.f(`<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s" stroke-width="2" stroke-dasharray="6 4"/>`, x, y, x+11, y, colKill)
+	}, "plugin killed")
+	item(func(x float64) {
+		b.f(`<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s" stroke-width="2" stroke-dasharray="6 4"/>`, x, y, x+11, y, colRestart)
+	}, "plugin started")
+}
+
+// failureClass names a start failure in a few words.
+func failureClass(msg string) string {
+	switch {
+	case strings.Contains(msg, "failed to stat"):
+		return "failed to stat volume dir"
+	case strings.Contains(msg, "subPath"):
+		return "failed to prepare subPath"
+	case len([]rune(msg)) > 32:
+		return string([]rune(msg)[:32]) + "…"
+	}
+	return msg
 }
 
 // tickStep picks a round tick interval giving at most ~12 ticks.

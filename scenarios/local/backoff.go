@@ -8,8 +8,10 @@ import "time"
 //     if so it waits ("Back-off restarting failed container"), otherwise it doubles the delay (starting at
 //     base, capped at max) and tries to start;
 //   - a failed start attempt (CreateContainerError, e.g. the failed stat) leaves no exited container behind,
-//     so FinishedAt stays that of the last run and the next attempt comes when the doubled delay has passed
-//     since then: attempts at +0, +1, +2, +4, +8 … bases after an exit;
+//     so FinishedAt stays that of the last run, and the pod worker syncs the pod again after its back-off
+//     period (10 s plus up to 50 % jitter; here one base, no jitter); a sync starts the container when the
+//     doubled delay has passed since FinishedAt: attempts at +0, +1, +2, +4, +8 … bases after an exit, then,
+//     once the delay is capped, at every sync;
 //   - the entry resets when the last update is older than 10 minutes (kubelet's HasExpiredFunc), scaled here
 //     like the base (60 bases).
 type restartBackoff struct {
@@ -41,4 +43,14 @@ func (b *restartBackoff) next(finished, now time.Time) {
 		b.delay = min(2*b.delay, b.max)
 	}
 	b.updated = now
+}
+
+// sync is one kubelet sync of the pod at now for a container that finished at finished: it reports whether
+// kubelet starts the container (and then grows the delay) or leaves it in back-off.
+func (b *restartBackoff) sync(finished, now time.Time) bool {
+	if b.wait(finished, now) > 0 {
+		return false
+	}
+	b.next(finished, now)
+	return true
 }

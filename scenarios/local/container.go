@@ -54,23 +54,28 @@ func (c *container) event(kind scenarios.Kind, e scenarios.Event) {
 	c.b.rec.add(e)
 }
 
-// loop is kubelet's handling of this container for the life of the pod.
+// loop is kubelet's handling of this container for the life of the pod: a sync right after the container
+// exits (kubelet's PLEG event), then one per pod-worker period (one back-off base) while it is in back-off or
+// its starts fail.
 func (c *container) loop(ctx context.Context) {
 	defer c.b.wg.Done()
 	var finished time.Time // FinishedAt of the last exited instance
 	exited := false
 	first := true
+	inBackOff := false
 	for ctx.Err() == nil {
-		if exited {
-			if w := c.bo.wait(finished, time.Now()); w > 0 {
+		if exited && !c.bo.sync(finished, time.Now()) {
+			if !inBackOff { // kubelet repeats the event at every sync; once per wait is enough here
 				c.event(scenarios.KBackOff, scenarios.Event{Instance: c.starts,
 					Message: fmt.Sprintf("Back-off restarting failed container %s (back-off %s)", c.spec.Name, c.bo.delay)})
-				if sleepCtx(ctx, w) != nil {
-					return
-				}
+				inBackOff = true
 			}
-			c.bo.next(finished, time.Now())
+			if sleepCtx(ctx, c.bo.base) != nil {
+				return
+			}
+			continue
 		}
+		inBackOff = false
 		p, err := c.start()
 		if first {
 			close(c.firstAttempt)
@@ -88,8 +93,8 @@ func (c *container) loop(ctx context.Context) {
 			if errors.Is(err, errInitFailed) {
 				// runc failed after containerd created the container: kubelet sees an exited container.
 				finished, exited = time.Now(), true
-			} else if !exited && sleepCtx(ctx, c.bo.base) != nil {
-				// Never ran: kubelet retries on its pod worker's back-off (10s, scaled like the base).
+			}
+			if sleepCtx(ctx, c.bo.base) != nil { // the pod worker's next sync
 				return
 			}
 			continue

@@ -1,7 +1,6 @@
 package local
 
 import (
-	"errors"
 	"fmt"
 	"path/filepath"
 	"sort"
@@ -73,13 +72,4 @@ func unmountAll(dir string) ([]string, error) {
 	}
 	ms, _ := mountsUnder(dir)
 	return done, fmt.Errorf("%d mounts left under %s", len(ms), dir)
-}
-
-// errnoOf returns the errno inside err, or 0.
-func errnoOf(err error) unix.Errno {
-	var e unix.Errno
-	if errors.As(err, &e) {
-		return e
-	}
-	return 0
 }

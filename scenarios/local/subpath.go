@@ -95,6 +95,7 @@ func (s subPath) bind(hostPath string) (string, error) {
 	defer unix.Close(fd)
 
 	target := s.bindTarget()
+	//lint:ignore SA1019 kubelet v1.33 calls exactly this function here; behaving like kubelet is the point
 	notMount, err := mount.IsNotMountPoint(mount.New(""), target)
 	if err != nil {
 		if !errors.Is(err, fs.ErrNotExist) {

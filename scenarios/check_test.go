@@ -1,0 +1,150 @@
+package scenarios
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+const statMsg = `Error: failed to generate container "c0ffee" spec: failed to generate spec: failed to stat ` +
+	`"/k/pods/u/volumes/kubernetes.io~csi/pv/mount": stat /k/pods/u/volumes/kubernetes.io~csi/pv/mount: transport endpoint is not connected`
+
+// restartStory is the evidence of a successful "restart" run.
+func restartStory() *Evidence {
+	s := newStory()
+	r := func(ms, inst int) {
+		s.at(ms, Event{Source: SrcWorkload, Kind: KRead, Container: reader, Instance: inst, Content: Content})
+	}
+	s.at(0, Event{Source: SrcKubelet, Kind: KContainerStarted, Container: reader})
+	s.at(0, Event{Source: SrcProbe, Kind: KProbe, Path: PathVolume})
+	r(100, 0)
+	r(300, 0)
+	r(500, 0)
+	s.at(1000, Event{Source: SrcPlugin, Kind: KPluginKilled})
+	s.at(1010, Event{Source: SrcPlugin, Kind: KPluginExited})
+	r(1200, 0) // still served from the page cache
+	s.at(1500, Event{Source: SrcWorkload, Kind: KReadError, Container: reader, Errno: "ENOTCONN"})
+	s.at(1510, Event{Source: SrcWorkload, Kind: KWorkloadExit, Container: reader, ExitCode: IntPtr(1)})
+	s.at(1520, Event{Source: SrcKubelet, Kind: KContainerExited, Container: reader, ExitCode: IntPtr(1)})
+	s.at(1600, Event{Source: SrcProbe, Kind: KProbe, Path: PathVolume, Errno: "ENOTCONN"})
+	s.at(1700, Event{Source: SrcKubelet, Kind: KStartFailed, Container: reader, Instance: 1, Errno: "ENOTCONN", Message: statMsg})
+	s.at(2000, Event{Source: SrcPlugin, Kind: KPluginStarted})
+	s.at(2250, Event{Source: SrcProbe, Kind: KProbe, Path: PathVolume})
+	s.at(2300, Event{Source: SrcPlugin, Kind: KPluginReady})
+	s.at(2700, Event{Source: SrcKubelet, Kind: KContainerStarted, Container: reader, Instance: 1})
+	r(2710, 1)
+	return s.until(3500).ev
+}
+
+// brokenStory is the evidence of a run where the running container never recovers.
+func brokenStory() *Evidence {
+	s := newStory()
+	s.at(0, Event{Source: SrcKubelet, Kind: KContainerStarted, Container: reader})
+	s.at(100, Event{Source: SrcWorkload, Kind: KRead, Container: reader, Content: Content})
+	s.at(1000, Event{Source: SrcPlugin, Kind: KPluginKilled})
+	for ms := 1500; ms <= 5000; ms += 200 {
+		s.at(ms, Event{Source: SrcWorkload, Kind: KReadError, Container: reader, Errno: "ENOTCONN"})
+	}
+	s.at(1600, Event{Source: SrcProbe, Kind: KProbe, Path: PathVolume, Errno: "ENOTCONN"})
+	s.at(2000, Event{Source: SrcPlugin, Kind: KPluginReady})
+	return s.until(5000).ev
+}
+
+func TestChecks(t *testing.T) {
+	tm := Timing{ReadInterval: 200 * time.Millisecond, BackoffBase: 500 * time.Millisecond}
+	restart, broken := restartStory(), brokenStory()
+	cases := []struct {
+		name  string
+		ev    *Evidence
+		check Check
+		ok    bool
+		why   string // a substring of Result.Why
+	}{
+		{"warm-up done", restart, GoodReads{N: 3}, true, "reader: "},
+		{"warm-up not yet", restart, GoodReads{C: reader, N: 10}, false, "good reads"},
+		{"warm-up without logs", &Evidence{}, GoodReads{N: 1}, false, "no workload log"},
+
+		{"ENOTCONN after kill", restart, FailsWith{C: reader, Errno: "ENOTCONN"}, true, "kill+0.50s"},
+		{"ENOTCONN too late", restart, FailsWith{C: reader, Errno: "ENOTCONN", Within: Dur{Fixed: 100 * time.Millisecond}}, false, "later than"},
+		{"ENOTCONN within read intervals", restart, FailsWith{C: reader, Errno: "ENOTCONN", Within: Dur{Reads: 3}}, true, ""},
+		{"other errno", restart, FailsWith{C: reader, Errno: "ECONNABORTED"}, false, "first error"},
+		{"no kill", &Evidence{}, FailsWith{C: reader, Errno: "ENOTCONN"}, false, "no evidence"},
+
+		{"exit 1", restart, Exits{C: reader, Code: 1}, true, "code 1"},
+		{"exit 0 expected", restart, Exits{C: reader, Code: 0}, false, "code 1"},
+		{"no exit", broken, Exits{C: reader, Code: 1}, false, "did not exit"},
+
+		{"failed stat", restart, StartFails{C: reader, Contains: failedToStatVolume, Errno: "ENOTCONN"}, true, "1 matching"},
+		{"failed stat after plugin back", restart, StartFails{C: reader, After: AfterPluginBack, Contains: failedToStatVolume}, false, "0 matching"},
+		{"two failed stats", restart, StartFails{C: reader, Contains: failedToStatVolume, Min: 2}, false, "1 matching"},
+		{"wrong cause", restart, StartFails{C: reader, Contains: failedToStatVolume, Detail: "volume-subpaths"}, false, "others"},
+		{"wrong message", restart, StartFails{C: reader, Contains: failedToPrepareSubPath}, false, "failed to stat"},
+
+		{"recovers in a new instance", restart, Recovers{C: reader, Instance: NewInstance}, true, "reader#1"},
+		{"recovers without restart", restart, Recovers{C: reader, Instance: SameInstance}, false, "wrong instance"},
+		{"never recovers", broken, Recovers{C: reader}, false, "no good read"},
+
+		{"never recovers: but it did", restart, NeverRecovers{C: reader, After: AfterPluginBack, For: Dur{Fixed: time.Second}}, false, "recovered"},
+		{"never recovers", broken, NeverRecovers{C: reader, After: AfterPluginBack, For: Dur{Fixed: 2 * time.Second}}, true, "3.00s after the plugin is back"},
+		{"never recovers: not watched long enough", broken, NeverRecovers{C: reader, After: AfterPluginBack, For: Dur{Fixed: 2 * time.Second, Backoffs: 10}}, false, "watched only"},
+
+		{"keeps failing", broken, KeepsFailing{C: reader, Errno: "ENOTCONN", After: AfterPluginBack}, true, "15 × ENOTCONN"},
+		{"keeps failing: but it recovered", restart, KeepsFailing{C: reader, Errno: "ENOTCONN", After: AfterKill}, false, "last read did not fail"},
+		{"keeps failing: no anchor", broken, KeepsFailing{C: reader, Errno: "ENOTCONN", After: AfterVolumeRestored}, false, "no evidence"},
+
+		{"restarted once", restart, Restarts{C: reader, Min: 1, Max: 1}, true, "restart count 1"},
+		{"never restarted", restart, Restarts{C: reader}, false, "restart count 1"},
+		{"never restarted, right", broken, Restarts{C: reader}, true, "restart count 0"},
+		{"at least once", broken, Restarts{C: reader, Min: 1, Max: -1}, false, "restart count 0"},
+		{"never started", &Evidence{}, Restarts{C: reader}, false, "never started"},
+
+		{"volume restored", restart, VolumeDir{After: AfterPluginBack}, true, "ok since"},
+		{"volume still dead: wrong", restart, VolumeDir{Errno: "ENOTCONN", After: AfterPluginBack}, false, "ok since"},
+		{"volume still dead", broken, VolumeDir{Errno: "ENOTCONN", After: AfterPluginBack}, true, "ENOTCONN since"},
+		{"no probes", &Evidence{Events: []Event{{Kind: KPluginKilled}, {Kind: KPluginReady}}}, VolumeDir{After: AfterPluginBack}, false, "no stat"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := tc.check.Eval(tc.ev, tm)
+			if r.OK != tc.ok || !strings.Contains(r.Why, tc.why) {
+				t.Errorf("%s: got OK=%v why=%q; want OK=%v, why containing %q", tc.check.Describe(), r.OK, r.Why, tc.ok, tc.why)
+			}
+			if tc.check.Describe() == "" {
+				t.Error("a check must describe itself")
+			}
+		})
+	}
+}
+
+func TestEvaluateKeepsOrder(t *testing.T) {
+	sc, err := Lookup("restart")
+	if err != nil {
+		t.Fatal(err)
+	}
+	vs := Evaluate(&sc, restartStory(), Timing{ReadInterval: 200 * time.Millisecond, BackoffBase: 500 * time.Millisecond})
+	if len(vs) != len(sc.Expect) {
+		t.Fatalf("%d verdicts for %d expectations", len(vs), len(sc.Expect))
+	}
+	for i, v := range vs {
+		if v.Expectation.Check.Describe() != sc.Expect[i].Check.Describe() {
+			t.Errorf("verdict %d is for %q, want %q", i, v.Expectation.Check.Describe(), sc.Expect[i].Check.Describe())
+		}
+		if !v.Result.OK {
+			t.Errorf("the restart story satisfies %q, got %q", v.Expectation.Check.Describe(), v.Result.Why)
+		}
+	}
+}
+
+func TestDur(t *testing.T) {
+	tm := Timing{ReadInterval: 200 * time.Millisecond, BackoffBase: 500 * time.Millisecond}
+	d := Dur{Fixed: time.Second, Reads: 5, Backoffs: 4}
+	if got := d.Resolve(tm); got != 4*time.Second {
+		t.Errorf("1s + 5×200ms + 4×500ms = %v, want 4s", got)
+	}
+	if got := d.Explain(tm); got != "4s (1s + 5 read intervals + 4 back-offs)" {
+		t.Errorf("Explain = %q", got)
+	}
+	if got := (Dur{Fixed: 2 * time.Second}).Explain(tm); got != "2s" {
+		t.Errorf("Explain of a fixed duration = %q", got)
+	}
+}

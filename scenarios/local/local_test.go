@@ -1,0 +1,275 @@
+package local
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/testenv"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
+)
+
+// binDir holds csi-plugin, dummy-fuse and dummy-fuse-workload, built once for all tests (when they can run).
+var (
+	binDir   string
+	buildErr error
+)
+
+func TestMain(m *testing.M) {
+	MaybeInit() // the backend re-executes this test binary as its containers' init
+	code := func() int {
+		if testenv.FUSEProblem() == "" {
+			dir, err := os.MkdirTemp("", "dfc-scenario-bin-")
+			if err != nil {
+				buildErr = err
+			} else {
+				defer os.RemoveAll(dir)
+				binDir, buildErr = dir, build(dir)
+			}
+		}
+		return m.Run()
+	}()
+	os.Exit(code)
+}
+
+func build(dir string) error {
+	args := []string{"build", "-o", dir + "/"}
+	for _, p := range []string{"csi-plugin", "dummy-fuse", "dummy-fuse-workload"} {
+		args = append(args, testenv.Module+"/"+p)
+	}
+	cmd := exec.Command("go", args...)
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("go %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return nil
+}
+
+// newBackend returns a local backend with the test binaries (skipping, or failing in CI, without root and
+// /dev/fuse) and registers a cleanup that asserts nothing of the run is left: no mounts below dir, no
+// process alive. Should the assertion fail, it still unmounts and kills, so one failure does not cascade.
+func newBackend(t *testing.T, opts Options) (*Backend, string) {
+	t.Helper()
+	testenv.RequireFUSE(t)
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	opts.BinariesIn(binDir)
+	b := New(opts)
+	dir := t.TempDir()
+	t.Cleanup(func() {
+		for _, p := range b.procs() {
+			if !p.exited() {
+				t.Errorf("process %d (%s) still running after the run", p.pid(), p.cmd.Path)
+				_ = p.cmd.Process.Kill()
+			}
+		}
+		if ms, err := mountsUnder(dir); err != nil || len(ms) > 0 {
+			t.Errorf("mounts left under %s after the run: %d (%v)", dir, len(ms), err)
+			_, _ = unmountAll(dir)
+		}
+	})
+	return b, dir
+}
+
+// procs lists every process the backend started that it still knows of.
+func (b *Backend) procs() []*proc {
+	var ps []*proc
+	if b.plugin != nil {
+		ps = append(ps, b.plugin)
+	}
+	for _, c := range b.containers {
+		if p := c.current(); p != nil {
+			ps = append(ps, p)
+		}
+	}
+	return ps
+}
+
+func run(t *testing.T, ctx context.Context, b *Backend, sc scenarios.Scenario, dir string) *scenarios.Outcome {
+	t.Helper()
+	var out bytes.Buffer
+	o := scenarios.Run(ctx, b, sc, scenarios.RunOptions{Dir: dir, Out: &out})
+	scenarios.PrintVerdicts(&out, o)
+	if err := scenarios.WriteReport(o); err != nil {
+		t.Errorf("report: %v", err)
+	}
+	t.Logf("%s (wall %s):\n%s", sc.Name, o.Measures.Wall.Round(time.Millisecond), out.String())
+	return o
+}
+
+// TestScenarios runs every scenario of the catalog on the local backend; each expected outcome must hold.
+func TestScenarios(t *testing.T) {
+	for _, sc := range scenarios.Catalog() {
+		t.Run(sc.Name, func(t *testing.T) {
+			b, dir := newBackend(t, Options{})
+			o := run(t, context.Background(), b, sc, dir)
+			if !o.Passed() {
+				t.Errorf("scenario %s failed (see the log above); report in %s", sc.Name, dir)
+			}
+		})
+	}
+}
+
+// TestWrongExpectationFails runs the restart scenario for real, judged by expectations that contradict what
+// happens; the verdicts must say FAIL.
+func TestWrongExpectationFails(t *testing.T) {
+	sc, err := scenarios.Lookup("restart")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc.Expect = []scenarios.Expectation{
+		{Check: scenarios.Recovers{C: "reader", Instance: scenarios.SameInstance}}, // it recovers only after a restart
+		{Check: scenarios.Restarts{C: "reader", Min: 0, Max: 0}},                   // it is restarted
+		{Check: scenarios.FailsWith{C: "reader", Errno: "ENOTCONN"}},               // true: the run itself is fine
+	}
+	b, dir := newBackend(t, Options{})
+	o := run(t, context.Background(), b, sc, dir)
+	if o.Err != nil || o.CleanupErr != nil {
+		t.Fatalf("the run itself must work: %v / %v", o.Err, o.CleanupErr)
+	}
+	if o.Passed() {
+		t.Fatal("a run judged by wrong expectations passed")
+	}
+	for i, want := range []bool{false, false, true} {
+		if o.Verdicts[i].Result.OK != want {
+			t.Errorf("verdict %d (%s) = %v, want %v: %s", i, o.Verdicts[i].Expectation.Check.Describe(),
+				o.Verdicts[i].Result.OK, want, o.Verdicts[i].Result.Why)
+		}
+	}
+}
+
+// cancelAfterKill cancels the run right after the plugin kill, as Ctrl-C would.
+type cancelAfterKill struct {
+	*Backend
+	cancel context.CancelFunc
+}
+
+func (c cancelAfterKill) KillPlugin(ctx context.Context) error {
+	err := c.Backend.KillPlugin(ctx)
+	c.cancel()
+	return err
+}
+
+// TestCancelledRunCleansUp: an interrupted run (dead FUSE mounts, a container in back-off) still stops every
+// process and unmounts everything (asserted by newBackend's cleanup).
+func TestCancelledRunCleansUp(t *testing.T) {
+	sc, err := scenarios.Lookup("restart")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, dir := newBackend(t, Options{})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	o := scenarios.Run(ctx, cancelAfterKill{b, cancel}, sc, scenarios.RunOptions{Dir: dir})
+	if !o.ErrCancelled() || o.Passed() {
+		t.Fatalf("want a cancelled, failed run; err=%v", o.Err)
+	}
+	if o.CleanupErr != nil {
+		t.Fatalf("cleanup after cancel: %v", o.CleanupErr)
+	}
+}
+
+// TestKeepPrintsWorkingCleanup: --keep leaves the run up, and the printed commands clean it completely.
+func TestKeepPrintsWorkingCleanup(t *testing.T) {
+	sc, err := scenarios.Lookup("restart-no-restore")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc.Steps = sc.Steps[:2] // warm up, kill: leaves a dead FUSE mount under a running container
+	var log bytes.Buffer
+	b, dir := newBackend(t, Options{Keep: true, Log: &log})
+	o := run(t, context.Background(), b, sc, dir)
+	if o.Err != nil || o.CleanupErr != nil {
+		t.Fatalf("run: %v / %v", o.Err, o.CleanupErr)
+	}
+	if ms, _ := mountsUnder(dir); len(ms) == 0 {
+		t.Fatal("--keep unmounted everything")
+	}
+	t.Logf("--keep output:\n%s", log.String())
+	ran := 0
+	sc2 := bufio.NewScanner(&log)
+	for sc2.Scan() {
+		f := strings.Fields(sc2.Text())
+		switch {
+		case len(f) > 2 && f[0] == "kill" && f[1] == "-KILL":
+			for _, s := range f[2:] {
+				pid, err := strconv.Atoi(s)
+				if err != nil {
+					t.Fatalf("bad pid in %q", sc2.Text())
+				}
+				if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+					t.Errorf("kill %d: %v", pid, err)
+				}
+			}
+			ran++
+		case len(f) == 3 && f[0] == "umount" && f[1] == "-l":
+			if err := unix.Unmount(f[2], unix.MNT_DETACH); err != nil {
+				t.Errorf("umount -l %s: %v", f[2], err)
+			}
+			ran++
+		}
+	}
+	if ran < 3 {
+		t.Errorf("expected kill and umount commands, ran %d", ran)
+	}
+	for _, p := range b.procs() {
+		select {
+		case <-p.done:
+		case <-time.After(10 * time.Second):
+			t.Errorf("pid %d survived the printed kill", p.pid())
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "report.md")); err != nil {
+		t.Error(err)
+	}
+}
+
+func TestBackoff(t *testing.T) {
+	base := 500 * time.Millisecond
+	b := restartBackoff{base: base, max: 4 * base}
+	exit := time.Unix(1000, 0)
+	// kubelet syncs right after the exit, then every pod-worker period (one base) while starts fail; a failed
+	// start leaves FinishedAt at the exit. Starts: at 0, 1, 2, 4 bases, then (delay capped at 4) every sync.
+	var starts []int
+	for k := 0; k <= 7; k++ {
+		if b.sync(exit, exit.Add(time.Duration(k)*base)) {
+			starts = append(starts, k)
+		}
+	}
+	if fmt.Sprint(starts) != "[0 1 2 4 5 6 7]" {
+		t.Errorf("starts at %v bases after the exit, want [0 1 2 4 5 6 7]", starts)
+	}
+	// A container that ran and exited again waits the current delay from its new exit.
+	exit2 := exit.Add(20 * base)
+	if w := b.wait(exit2, exit2); w != 4*base {
+		t.Errorf("wait after a new exit = %v, want the capped %v", w, 4*base)
+	}
+	// Ten kubelet minutes (60 bases) without an update reset it.
+	late := exit.Add(70 * base)
+	if !b.sync(late, late) || b.delay != base {
+		t.Errorf("an expired back-off starts at once and restarts at the base, delay %v", b.delay)
+	}
+}
+
+func TestPaths(t *testing.T) {
+	// kubelet v1.33 names the staging dir by the sha256 of the volume handle.
+	if got, want := stagingPath("/var/lib/kubelet", "dummy-fuse-csi", "vol"),
+		"/var/lib/kubelet/plugins/kubernetes.io/csi/dummy-fuse-csi/b9f6da279ec59af95d121d1e1e502ecf056504e267f2f7dfc747ebd0f3f74298/globalmount"; got != want {
+		t.Errorf("staging path %s, want %s", got, want)
+	}
+	if got := targetPath("/var/lib/kubelet", "uid", "pv"); got != "/var/lib/kubelet/pods/uid/volumes/kubernetes.io~csi/pv/mount" {
+		t.Errorf("target path %s", got)
+	}
+}

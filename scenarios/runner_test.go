@@ -1,0 +1,338 @@
+package scenarios
+
+import (
+	"bytes"
+	"context"
+	"encoding/xml"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// fakeBackend scripts the evidence of a successful "restart" run: the runner, the checks and the report can
+// be tested without root. The privileged tests in scenarios/local run the real thing.
+type fakeBackend struct {
+	mu       sync.Mutex
+	events   []Event
+	startErr error
+	stopErr  error
+	calls    []string
+	// restartRecovers: whether the container reads again after the plugin is back.
+	restartRecovers bool
+}
+
+func (f *fakeBackend) Name() string { return "fake" }
+
+func (f *fakeBackend) Timing() Timing {
+	return Timing{ReadInterval: 10 * time.Millisecond, BackoffBase: 20 * time.Millisecond, BackoffMax: 600 * time.Millisecond}
+}
+
+func (f *fakeBackend) add(e Event) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	e.Time = time.Now()
+	f.events = append(f.events, e)
+}
+
+func (f *fakeBackend) Start(context.Context, *Scenario, string) error {
+	f.calls = append(f.calls, "start")
+	if f.startErr != nil {
+		return f.startErr
+	}
+	f.add(Event{Source: SrcPlugin, Kind: KPluginReady})
+	f.add(Event{Source: SrcProbe, Kind: KProbe, Path: PathVolume})
+	f.add(Event{Source: SrcKubelet, Kind: KContainerStarted, Container: reader})
+	for range 3 {
+		f.add(Event{Source: SrcWorkload, Kind: KRead, Container: reader, Content: Content})
+	}
+	return nil
+}
+
+func (f *fakeBackend) KillPlugin(context.Context) error {
+	f.calls = append(f.calls, "kill")
+	f.add(Event{Source: SrcPlugin, Kind: KPluginKilled})
+	f.add(Event{Source: SrcWorkload, Kind: KReadError, Container: reader, Errno: "ENOTCONN"})
+	f.add(Event{Source: SrcKubelet, Kind: KContainerExited, Container: reader, ExitCode: IntPtr(1)})
+	f.add(Event{Source: SrcProbe, Kind: KProbe, Path: PathVolume, Errno: "ENOTCONN"})
+	f.add(Event{Source: SrcKubelet, Kind: KStartFailed, Container: reader, Instance: 1, Errno: "ENOTCONN",
+		Message: `Error: failed to generate container "x" spec: failed to generate spec: failed to stat "/k/v": stat /k/v: transport endpoint is not connected`})
+	return nil
+}
+
+func (f *fakeBackend) StartPlugin(context.Context) error {
+	f.calls = append(f.calls, "start-plugin")
+	f.add(Event{Source: SrcPlugin, Kind: KPluginReady})
+	f.add(Event{Source: SrcProbe, Kind: KProbe, Path: PathVolume})
+	if f.restartRecovers {
+		f.add(Event{Source: SrcKubelet, Kind: KContainerStarted, Container: reader, Instance: 1})
+		f.add(Event{Source: SrcWorkload, Kind: KRead, Container: reader, Instance: 1, Content: Content})
+	}
+	return nil
+}
+
+func (f *fakeBackend) Evidence(context.Context) (*Evidence, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return &Evidence{Until: time.Now(), Paths: map[string]string{PathVolume: "/k/v", PathRoot: "/k"},
+		Events: append([]Event(nil), f.events...)}, nil
+}
+
+func (f *fakeBackend) Stop(context.Context) error {
+	f.calls = append(f.calls, "stop")
+	return f.stopErr
+}
+
+func restartScenario(t *testing.T) Scenario {
+	t.Helper()
+	sc, err := Lookup("restart")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sc
+}
+
+func TestRunPasses(t *testing.T) {
+	f := &fakeBackend{restartRecovers: true}
+	var out bytes.Buffer
+	o := Run(context.Background(), f, restartScenario(t), RunOptions{Dir: t.TempDir(), Out: &out, Poll: time.Millisecond})
+	if !o.Passed() {
+		var b bytes.Buffer
+		PrintVerdicts(&b, o)
+		t.Fatalf("want PASS:\n%s", b.String())
+	}
+	if got := strings.Join(f.calls, ","); got != "start,kill,start-plugin,stop" {
+		t.Errorf("backend calls = %s", got)
+	}
+	if len(o.Steps) != len(o.Scenario.Steps) {
+		t.Errorf("%d steps recorded, scenario has %d", len(o.Steps), len(o.Scenario.Steps))
+	}
+	for _, want := range []string{"plugin container killed", "read_error ENOTCONN", "start failed", "good read again", "step 2/7: kill"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("live timeline lacks %q:\n%s", want, out.String())
+		}
+	}
+	if o.Measures.KillToError <= 0 || o.Measures.KillToRecovery < o.Measures.KillToError || o.Measures.Wall <= 0 {
+		t.Errorf("measures = %+v", o.Measures)
+	}
+}
+
+// TestWrongExpectationFails shows that the verdicts can fail: the same run judged by a wrong expectation.
+func TestWrongExpectationFails(t *testing.T) {
+	sc := restartScenario(t)
+	sc.Expect = append(sc.Expect, Expectation{Check: NeverRecovers{C: reader, After: AfterPluginBack}})
+	o := Run(context.Background(), &fakeBackend{restartRecovers: true}, sc, RunOptions{Dir: t.TempDir(), Poll: time.Millisecond})
+	if o.Passed() {
+		t.Fatal("a run with a wrong expectation passed")
+	}
+	last := o.Verdicts[len(o.Verdicts)-1]
+	if last.Result.OK || !strings.Contains(last.Result.Why, "recovered") {
+		t.Errorf("the wrong expectation's verdict: %+v", last.Result)
+	}
+	for _, v := range o.Verdicts[:len(o.Verdicts)-1] {
+		if !v.Result.OK {
+			t.Errorf("the right expectations still hold: %s: %s", v.Expectation.Check.Describe(), v.Result.Why)
+		}
+	}
+}
+
+func TestRunWaitTimesOutAndFails(t *testing.T) {
+	sc := restartScenario(t)
+	// The container never comes back: the wait for recovery times out, the run goes on and fails its verdict.
+	wait := -1
+	for i, st := range sc.Steps {
+		if _, ok := st.Until.(Recovers); ok {
+			wait = i
+		}
+	}
+	if wait < 0 {
+		t.Fatal("the restart scenario waits for recovery")
+	}
+	sc.Steps[wait].Timeout = Dur{Fixed: 50 * time.Millisecond}
+	o := Run(context.Background(), &fakeBackend{}, sc, RunOptions{Dir: t.TempDir(), Poll: time.Millisecond})
+	if o.Passed() || o.Err != nil {
+		t.Fatalf("want a failed verdict and no run error; passed=%v err=%v", o.Passed(), o.Err)
+	}
+	for i, r := range o.Steps {
+		if r.TimedOut != (i == wait) {
+			t.Errorf("step %d timed out: %v; only step %d must", i+1, r.TimedOut, wait+1)
+		}
+	}
+	if len(o.Steps) != len(sc.Steps) {
+		t.Errorf("the steps after a timeout still run: %d of %d", len(o.Steps), len(sc.Steps))
+	}
+}
+
+func TestRunStopsAfterFailedStart(t *testing.T) {
+	f := &fakeBackend{startErr: errors.New("no plugin binary")}
+	o := Run(context.Background(), f, restartScenario(t), RunOptions{Dir: t.TempDir(), Poll: time.Millisecond})
+	if o.Passed() || o.Err == nil || !strings.Contains(o.Err.Error(), "no plugin binary") {
+		t.Fatalf("passed=%v err=%v", o.Passed(), o.Err)
+	}
+	if got := strings.Join(f.calls, ","); got != "start,stop" {
+		t.Errorf("Stop must follow a failed Start: calls %s", got)
+	}
+	for _, v := range o.Verdicts {
+		if v.Result.OK && v.Expectation.Check.Containers() != nil {
+			t.Errorf("nothing ran, yet %q held", v.Expectation.Check.Describe())
+		}
+	}
+}
+
+func TestRunCleanupErrorFails(t *testing.T) {
+	f := &fakeBackend{restartRecovers: true, stopErr: errors.New("1 mount left")}
+	o := Run(context.Background(), f, restartScenario(t), RunOptions{Dir: t.TempDir(), Poll: time.Millisecond})
+	if o.Passed() || o.CleanupErr == nil {
+		t.Fatalf("a run that leaves mounts behind must fail: passed=%v cleanup=%v", o.Passed(), o.CleanupErr)
+	}
+}
+
+func TestRunCancelled(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	f := &fakeBackend{restartRecovers: true}
+	o := Run(ctx, f, restartScenario(t), RunOptions{Dir: t.TempDir(), Poll: time.Millisecond})
+	if o.Passed() || !o.ErrCancelled() {
+		t.Fatalf("passed=%v err=%v", o.Passed(), o.Err)
+	}
+	if f.calls[len(f.calls)-1] != "stop" {
+		t.Errorf("a cancelled run is still torn down: %v", f.calls)
+	}
+}
+
+func TestReport(t *testing.T) {
+	dir := t.TempDir()
+	o := Run(context.Background(), &fakeBackend{restartRecovers: true}, restartScenario(t), RunOptions{Dir: dir, Poll: time.Millisecond})
+	if err := WriteReport(o); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"report.md", "timeline.svg", "events.log", "events.json"} {
+		if st, err := os.Stat(filepath.Join(dir, f)); err != nil || st.Size() == 0 {
+			t.Errorf("%s: %v", f, err)
+		}
+	}
+	md, _ := os.ReadFile(filepath.Join(dir, "report.md"))
+	for _, want := range []string{"# Scenario `restart`: PASS", "![timeline", "| PASS |", "kill → first ENOTCONN", "## Steps", "csi-plugin --restore-mounts"} {
+		if !strings.Contains(string(md), want) {
+			t.Errorf("report.md lacks %q", want)
+		}
+	}
+	svg, _ := os.ReadFile(filepath.Join(dir, "timeline.svg"))
+	checkSVG(t, svg, map[string]int{"circle": 4 + 1}) // 4 good reads + the legend's
+}
+
+// checkSVG asserts that svg is well-formed XML with an <svg> root and at least the given element counts.
+func checkSVG(t *testing.T, svg []byte, atLeast map[string]int) {
+	t.Helper()
+	d := xml.NewDecoder(bytes.NewReader(svg))
+	counts := map[string]int{}
+	root := ""
+	for {
+		tok, err := d.Token()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("timeline.svg is not well-formed XML: %v\n%s", err, svg)
+		}
+		if se, ok := tok.(xml.StartElement); ok {
+			if root == "" {
+				root = se.Name.Local
+				if se.Name.Space != "http://www.w3.org/2000/svg" {
+					t.Errorf("root namespace %q", se.Name.Space)
+				}
+			}
+			counts[se.Name.Local]++
+		}
+	}
+	if root != "svg" {
+		t.Errorf("root element %q, want svg", root)
+	}
+	for el, n := range atLeast {
+		if counts[el] < n {
+			t.Errorf("%d <%s> elements, want at least %d", counts[el], el, n)
+		}
+	}
+}
+
+func TestTimelineSVGEscapesAndCopesWithNothing(t *testing.T) {
+	sc := restartScenario(t)
+	sc.Title = `a <title> & "quotes"`
+	start := time.Now()
+	o := &Outcome{Scenario: sc, Backend: "fake", Start: start, End: start}
+	checkSVG(t, TimelineSVG(o), map[string]int{"text": 1})
+
+	ev := restartStory()
+	ev.Events = append(ev.Events, Event{Time: ev.Start.Add(time.Second), Source: SrcKubelet, Kind: KStartFailed,
+		Container: reader, Message: `failed <&> "x"`})
+	o = &Outcome{Scenario: sc, Backend: "fake", Start: ev.Start, End: ev.Until, Evidence: ev,
+		Steps: []StepRecord{{Step: KillPlugin(), Start: ev.Start.Add(time.Second), End: ev.Start.Add(time.Second)}}}
+	o.Measures = ev.Measure(reader)
+	checkSVG(t, TimelineSVG(o), map[string]int{"circle": 5, "line": 3})
+}
+
+func TestCatalog(t *testing.T) {
+	want := []string{"restart", "restart-no-restore", "restore-without-exit", "exit-without-restore", "host-to-container", "subpath"}
+	have := map[string]bool{}
+	for _, s := range Catalog() {
+		if err := s.Validate(); err != nil {
+			t.Errorf("%s: %v", s.Name, err)
+		}
+		if have[s.Name] {
+			t.Errorf("duplicate scenario %s", s.Name)
+		}
+		have[s.Name] = true
+	}
+	for _, n := range want {
+		if !have[n] {
+			t.Errorf("catalog lacks %s", n)
+		}
+	}
+	if Names()[0] != "restart" {
+		t.Errorf("the main scenario comes first: %v", Names())
+	}
+	if _, err := Lookup("nope"); err == nil {
+		t.Error("Lookup of an unknown scenario must fail")
+	}
+}
+
+func TestValidateRejects(t *testing.T) {
+	base := restartScenario(t)
+	cases := map[string]func(s *Scenario){
+		"unknown container in check": func(s *Scenario) { s.Expect[0].Check = Exits{C: "ghost"} },
+		"no kill":                    func(s *Scenario) { s.Steps = []Step{Observe(Dur{Fixed: time.Second})} },
+		"bad policy":                 func(s *Scenario) { s.Pod.RestartPolicy = "Sometimes" },
+		"absolute subPath":           func(s *Scenario) { s.Pod.Containers[0].SubPath = "/etc" },
+		"escaping subPath":           func(s *Scenario) { s.Pod.Containers[0].SubPath = "../x" },
+		"bad strategy":               func(s *Scenario) { s.Plugin.RestoreStrategy = "glue" },
+		"no expectations":            func(s *Scenario) { s.Expect = nil },
+	}
+	for name, mutate := range cases {
+		s := base
+		s.Pod.Containers = append([]Container(nil), base.Pod.Containers...)
+		s.Expect = append([]Expectation(nil), base.Expect...)
+		mutate(&s)
+		if err := s.Validate(); err == nil {
+			t.Errorf("%s: Validate accepted it", name)
+		}
+	}
+}
+
+func TestContainerArgs(t *testing.T) {
+	c := Container{Name: "r", ExitOnError: true, KeepOpen: false}
+	got := strings.Join(c.WorkloadArgs(200*time.Millisecond), " ")
+	if got != "--file=/mnt/dummy-file.txt --log-format=json --read-interval=200ms --keep-open=false --exit-on-error" {
+		t.Errorf("args = %s", got)
+	}
+	sub := Container{SubPath: FileName, MountPath: "/mnt/" + FileName}
+	if sub.File() != "/mnt/dummy-file.txt" {
+		t.Errorf("a file subPath is read at its mount path, got %s", sub.File())
+	}
+	if RestartNever.Restarts(1) || !RestartOnFailure.Restarts(1) || RestartOnFailure.Restarts(0) || !RestartAlways.Restarts(0) {
+		t.Error("restart policy semantics")
+	}
+}
