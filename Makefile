@@ -67,3 +67,15 @@ kind-up: ## kind cluster from manifests/kind-config.yaml, image loaded, chart in
 
 kind-down: ## delete the kind cluster of kind-up
 	hack/kind-down.sh
+
+################################################################################
+# Scenarios: FUSE mount loss after a plugin restart, asserted from evidence (scenarios/README.md)
+################################################################################
+BACKEND ?= local
+export BACKEND
+.PHONY: scenarios
+scenario-%: build ## run one scenario: make scenario-restart (BACKEND=local|kube, SCENARIO_FLAGS=--keep)
+	hack/scenario.sh $*
+
+scenarios: build ## run every scenario of the catalog; reports in _output/runs/<time>-<name>/
+	hack/scenario.sh all
