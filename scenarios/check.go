@@ -224,7 +224,12 @@ func (c StartFails) Describe() string {
 	if c.min() > 1 {
 		n = fmt.Sprintf("at least %d starts", c.min())
 	}
-	s := fmt.Sprintf("%s: %s of the container fail%s %s with %q", c.C, n, map[bool]string{true: "s", false: ""}[c.min() == 1], c.after().phrase(), c.Contains)
+	verb := "fail"
+	if c.min() == 1 {
+		verb = "fails"
+	}
+	s := fmt.Sprintf("%s: %s of the container %s %s with `%s`", c.C, n, verb, c.after().phrase(),
+		strings.ReplaceAll(c.Contains, "{volume}", "<volume dir>"))
 	if c.Errno != "" {
 		s += " (" + c.Errno + ")"
 	}

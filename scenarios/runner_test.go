@@ -300,6 +300,33 @@ func TestCatalog(t *testing.T) {
 	}
 }
 
+// TestReadmeCatalog keeps the README's catalog table in step with the catalog.
+func TestReadmeCatalog(t *testing.T) {
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := map[string]bool{}
+	section := ""
+	for _, line := range strings.Split(string(readme), "\n") {
+		if strings.HasPrefix(line, "## ") {
+			section = line
+		}
+		if section == "## The catalog" && strings.HasPrefix(line, "| `") {
+			rows[strings.Trim(strings.Fields(line)[1], "`")] = true
+		}
+	}
+	for _, n := range Names() {
+		if !rows[n] {
+			t.Errorf("README.md's catalog table lacks %s", n)
+		}
+		delete(rows, n)
+	}
+	for n := range rows {
+		t.Errorf("README.md's catalog table names %s, which is not in the catalog", n)
+	}
+}
+
 func TestValidateRejects(t *testing.T) {
 	base := restartScenario(t)
 	cases := map[string]func(s *Scenario){
