@@ -1,0 +1,273 @@
+// Package driver is the dummy-fuse CSI node plugin: Identity and Node services on one gRPC server, FUSE servers
+// placed by a fusemode.Mode, mount records in a state.Store, and the restore of those records at start-up.
+package driver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"k8s.io/klog/v2"
+
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/fusemode"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/restore"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/state"
+)
+
+// DefaultDriverName is the CSI driver name unless --drivername says otherwise.
+const DefaultDriverName = "dummy-fuse-csi"
+
+// Config is everything the plugin is started with; main fills it from flags.
+type Config struct {
+	// Endpoint is the CSI socket: unix:///path, unix:/path or a bare path.
+	Endpoint   string
+	NodeID     string
+	DriverName string
+	// StateDir holds the mount records; empty means none are kept (and nothing can be restored).
+	StateDir string
+	// RestoreMounts replays the records at start-up, before Probe reports ready.
+	RestoreMounts bool
+	// RestoreStrategy says how a dead published target is repaired, at restore and in NodePublish.
+	RestoreStrategy restore.Strategy
+	// RestoreWorkers bounds the volumes restored in parallel (default GOMAXPROCS*8: the work is mostly
+	// waiting for processes to start and mounts to answer).
+	RestoreWorkers int
+	// FuseMode names where FUSE servers live (fusemode.Names()); Mode, when set, is used instead (tests).
+	FuseMode string
+	Mode     fusemode.Mode
+	// FuseOptions configure the mode (dummy-fuse path, --direct-io, start timeout).
+	FuseOptions fusemode.Options
+	// HealthPort serves HTTP /healthz (200 once Probe is ready) on this port; 0 disables it.
+	HealthPort int
+	// KubeletRegistrationPath and RegistrationDir enable the built-in kubelet plugin registration: a
+	// Registration service on <RegistrationDir>/<DriverName>-reg.sock that tells kubelet to reach the plugin at
+	// KubeletRegistrationPath (the CSI socket as seen from the host).
+	KubeletRegistrationPath string
+	RegistrationDir         string
+	// ControllerServer is registered and advertised when set. The plugin is node-only; tests plug in a minimal
+	// controller so that csi-sanity's node tests that create volumes can run.
+	ControllerServer csi.ControllerServer
+	// ProbeTimeout bounds each check of a mount (statfs) so that a hung FUSE server cannot hang a call (default 5s).
+	ProbeTimeout time.Duration
+}
+
+// Driver is the plugin. Create it with New, then call Run once.
+type Driver struct {
+	cfg     Config
+	socket  string
+	mode    fusemode.Mode
+	ownMode bool         // created by New, so closed by Run (an injected mode belongs to its creator)
+	store   *state.Store // nil without a state directory
+	ready   atomic.Bool
+	locks   *volumeLocks
+	callID  atomic.Uint64
+	mu      sync.Mutex
+	volumes map[string]*volume // by volume ID
+}
+
+// volume is what the plugin knows about one staged volume.
+type volume struct {
+	id          string
+	stagingPath string
+	readOnly    bool
+	createdDir  bool
+	server      fusemode.Server // nil when the mount was found alive rather than started by this process
+	targets     map[string]bool // published target path → read-only
+}
+
+var driverNameRE = regexp.MustCompile(`^[a-zA-Z0-9]([a-zA-Z0-9._-]{0,61}[a-zA-Z0-9])?$`)
+
+// New validates cfg, opens the state directory and creates the FUSE mode.
+func New(cfg Config) (*Driver, error) {
+	if cfg.DriverName == "" {
+		cfg.DriverName = DefaultDriverName
+	}
+	if !driverNameRE.MatchString(cfg.DriverName) {
+		return nil, fmt.Errorf("driver name %q: must be at most 63 characters of [a-zA-Z0-9._-], starting and ending alphanumeric", cfg.DriverName)
+	}
+	if cfg.NodeID == "" {
+		return nil, errors.New("node ID is required")
+	}
+	socket, err := ParseEndpoint(cfg.Endpoint)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.RestoreStrategy == "" {
+		cfg.RestoreStrategy = restore.Rebind
+	}
+	if _, err := restore.ParseStrategy(string(cfg.RestoreStrategy)); err != nil {
+		return nil, err
+	}
+	if cfg.RestoreMounts && cfg.StateDir == "" {
+		return nil, errors.New("restoring mounts needs a state directory")
+	}
+	if cfg.RestoreWorkers <= 0 {
+		cfg.RestoreWorkers = runtime.GOMAXPROCS(0) * 8
+	}
+	if cfg.HealthPort < 0 || cfg.HealthPort > 65535 {
+		return nil, fmt.Errorf("health port %d out of range", cfg.HealthPort)
+	}
+	if (cfg.KubeletRegistrationPath == "") != (cfg.RegistrationDir == "") {
+		return nil, errors.New("kubelet registration needs both the kubelet registration path and the registration directory")
+	}
+	if cfg.KubeletRegistrationPath != "" && !filepath.IsAbs(cfg.KubeletRegistrationPath) {
+		return nil, fmt.Errorf("kubelet registration path %q must be absolute", cfg.KubeletRegistrationPath)
+	}
+	if cfg.ProbeTimeout <= 0 {
+		cfg.ProbeTimeout = 5 * time.Second
+	}
+
+	d := &Driver{cfg: cfg, socket: socket, locks: newVolumeLocks(), volumes: map[string]*volume{}}
+	if cfg.StateDir != "" {
+		if d.store, err = state.Open(cfg.StateDir); err != nil {
+			return nil, err
+		}
+	}
+	d.mode = cfg.Mode
+	if d.mode == nil {
+		if cfg.FuseMode == "" {
+			cfg.FuseMode = fusemode.ChildName
+		}
+		if d.mode, err = fusemode.New(cfg.FuseMode, cfg.FuseOptions); err != nil {
+			return nil, err
+		}
+		d.ownMode = true
+	}
+	d.cfg = cfg
+	return d, nil
+}
+
+// Ready reports whether start-up (including the restore) has finished: what Probe and /healthz report.
+func (d *Driver) Ready() bool { return d.ready.Load() }
+
+// Socket returns the path of the CSI socket.
+func (d *Driver) Socket() string { return d.socket }
+
+// loadRecords reads the mount records into memory and, with RestoreMounts, replays them. Records are loaded
+// even without a restore: NodePublish then still knows how to repair a dead staging mount (as ceph-csi does).
+func (d *Driver) loadRecords(ctx context.Context) {
+	if d.store == nil {
+		return
+	}
+	stages, publishes, errs := d.store.Load()
+	for _, err := range errs {
+		var re *state.RecordError
+		if errors.As(err, &re) {
+			klog.ErrorS(re.Err, "Skipping unusable mount record", "path", re.Path)
+		} else {
+			klog.ErrorS(err, "Skipping unusable mount record")
+		}
+	}
+	d.mu.Lock()
+	for _, s := range stages {
+		d.volumes[s.VolumeID] = &volume{id: s.VolumeID, stagingPath: s.StagingPath, readOnly: s.ReadOnly, createdDir: s.CreatedDir, targets: map[string]bool{}}
+	}
+	for _, p := range publishes {
+		if v := d.volumes[p.VolumeID]; v != nil {
+			v.targets[p.TargetPath] = p.ReadOnly
+		}
+	}
+	d.mu.Unlock()
+	klog.InfoS("Loaded mount records", "dir", d.store.Dir(), "staged", len(stages), "published", len(publishes), "unusable", len(errs))
+	if !d.cfg.RestoreMounts {
+		return
+	}
+	start := time.Now()
+	res := restore.Run(ctx, stages, publishes, d.cfg.RestoreWorkers, restorer{d})
+	klog.InfoS("Restored mounts", "strategy", d.cfg.RestoreStrategy, "volumes", len(stages), "targets", len(publishes),
+		"ok", res.OK, "failed", res.Failed, "skipped", res.Skipped, "duration", time.Since(start))
+}
+
+// lookup returns a copy of what is known about volume id.
+func (d *Driver) lookup(id string) (volume, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	v, ok := d.volumes[id]
+	if !ok {
+		return volume{}, false
+	}
+	c := *v
+	c.targets = make(map[string]bool, len(v.targets))
+	for t, ro := range v.targets {
+		c.targets[t] = ro
+	}
+	return c, true
+}
+
+// stagedAt returns the ID of another volume staged at path, if any.
+func (d *Driver) stagedAt(path, except string) string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for id, v := range d.volumes {
+		if id != except && v.stagingPath == path {
+			return id
+		}
+	}
+	return ""
+}
+
+func (d *Driver) setStaged(v *volume) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if old := d.volumes[v.id]; old != nil && v.targets == nil {
+		v.targets = old.targets
+	}
+	if v.targets == nil {
+		v.targets = map[string]bool{}
+	}
+	d.volumes[v.id] = v
+}
+
+func (d *Driver) forgetStaged(id string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	delete(d.volumes, id)
+}
+
+func (d *Driver) setPublished(id, target string, readOnly bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if v := d.volumes[id]; v != nil {
+		v.targets[target] = readOnly
+	}
+}
+
+func (d *Driver) forgetPublished(id, target string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if v := d.volumes[id]; v != nil {
+		delete(v.targets, target)
+	}
+}
+
+// volumeLocks lets one operation at a time work on a volume; a concurrent one is answered Aborted, as the CSI
+// spec suggests, and the CO retries it.
+type volumeLocks struct {
+	mu   sync.Mutex
+	held map[string]bool
+}
+
+func newVolumeLocks() *volumeLocks { return &volumeLocks{held: map[string]bool{}} }
+
+func (l *volumeLocks) tryAcquire(id string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.held[id] {
+		return false
+	}
+	l.held[id] = true
+	return true
+}
+
+func (l *volumeLocks) release(id string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.held, id)
+}

@@ -1,0 +1,52 @@
+package driver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"google.golang.org/grpc/status"
+
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/fusemode"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/restore"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/state"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/mounts"
+)
+
+// restorer replays records through the code paths of NodeStageVolume and NodePublishVolume, with the mount table
+// read once for all volumes.
+type restorer struct{ d *Driver }
+
+var _ restore.Restorer = restorer{}
+
+func tableCounter(t *mounts.Table) mountCounter {
+	return func(path string) (int, error) { return t.Count(path), nil }
+}
+
+func (r restorer) RestoreStage(ctx context.Context, table *mounts.Table, rec state.Stage) (string, error) {
+	if !r.d.locks.tryAcquire(rec.VolumeID) {
+		return "", fmt.Errorf("volume %q is busy", rec.VolumeID)
+	}
+	defer r.d.locks.release(rec.VolumeID)
+	action, err := r.d.stage(ctx, rec.VolumeID, rec.StagingPath, rec.ReadOnly, tableCounter(table))
+	if err != nil {
+		return "", errors.New(status.Convert(err).Message())
+	}
+	v, _ := r.d.lookup(rec.VolumeID)
+	return fmt.Sprintf("%s (pid %d)", action, pidOf(v.server)), nil
+}
+
+func (r restorer) RestorePublish(_ context.Context, table *mounts.Table, rec state.Publish) (string, error) {
+	if !r.d.locks.tryAcquire(rec.VolumeID) {
+		return "", fmt.Errorf("volume %q is busy", rec.VolumeID)
+	}
+	defer r.d.locks.release(rec.VolumeID)
+	if err := mounts.Answers(rec.StagingPath, fusemode.ServedFile, r.d.cfg.ProbeTimeout); err != nil {
+		return "", fmt.Errorf("staging mount does not answer: %w", err)
+	}
+	action, err := r.d.publish(rec.VolumeID, rec.StagingPath, rec.TargetPath, rec.ReadOnly, tableCounter(table))
+	if err != nil {
+		return "", errors.New(status.Convert(err).Message())
+	}
+	return action, nil
+}

@@ -1,0 +1,195 @@
+package driver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/kubernetes-csi/csi-lib-utils/protosanitizer"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"k8s.io/klog/v2"
+
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/registration"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/version"
+)
+
+// maxSocketPath is the longest path a unix socket address can hold (sun_path is 108 bytes with the NUL).
+const maxSocketPath = 107
+
+// ParseEndpoint returns the socket path of a CSI endpoint: unix:///path, unix://path, unix:/path or a bare path.
+func ParseEndpoint(ep string) (string, error) {
+	p := ep
+	switch {
+	case strings.HasPrefix(strings.ToLower(ep), "unix://"):
+		p = ep[len("unix://"):]
+	case strings.HasPrefix(strings.ToLower(ep), "unix:"):
+		p = ep[len("unix:"):]
+	case strings.Contains(ep, "://"):
+		return "", fmt.Errorf("endpoint %q: only unix sockets are supported", ep)
+	}
+	if p == "" {
+		return "", fmt.Errorf("endpoint %q: empty socket path", ep)
+	}
+	if len(p) > maxSocketPath {
+		return "", fmt.Errorf("endpoint %q: socket path longer than %d bytes", ep, maxSocketPath)
+	}
+	return p, nil
+}
+
+// listenUnix listens on path, first removing a stale socket left by a previous run (but nothing that is not a
+// socket: a typo in --endpoint must not delete a file).
+func listenUnix(path string) (net.Listener, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
+		return nil, fmt.Errorf("creating socket directory: %w", err)
+	}
+	if st, err := os.Lstat(path); err == nil {
+		if st.Mode().Type() != fs.ModeSocket {
+			return nil, fmt.Errorf("%s exists and is not a socket", path)
+		}
+		if err := os.Remove(path); err != nil {
+			return nil, fmt.Errorf("removing stale socket: %w", err)
+		}
+	}
+	l, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, fmt.Errorf("listening: %w", err)
+	}
+	return l, nil
+}
+
+// logGRPC logs every call like csi-driver-host-path: the method at V(3) (Probe, which liveness probes call
+// constantly, at V(5)), request and response without secrets at V(5), errors always. It also turns an error
+// that is not a gRPC status into Internal, loudly: handlers are meant to return deliberate status errors only.
+func (d *Driver) logGRPC(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	id := d.callID.Add(1)
+	level := klog.Level(3)
+	if info.FullMethod == "/csi.v1.Identity/Probe" {
+		level = 5
+	}
+	klog.V(level).Infof("[ID:%d] GRPC call: %s", id, info.FullMethod)
+	klog.V(5).Infof("[ID:%d] GRPC request: %s", id, protosanitizer.StripSecrets(req))
+	resp, err := handler(ctx, req)
+	if err != nil {
+		if _, ok := status.FromError(err); !ok {
+			klog.Errorf("[ID:%d] BUG: handler returned a non-status error: %v", id, err)
+			err = status.Error(codes.Internal, err.Error())
+		}
+		klog.Errorf("[ID:%d] GRPC error: %v", id, err)
+		return resp, err
+	}
+	klog.V(5).Infof("[ID:%d] GRPC response: %s", id, protosanitizer.StripSecrets(resp))
+	return resp, nil
+}
+
+// HealthHandler serves /healthz: 200 once Probe is ready, 503 before (while mounts are being restored).
+func (d *Driver) HealthHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		if !d.Ready() {
+			http.Error(w, "not ready: restoring mounts", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	return mux
+}
+
+// Run serves until ctx ends or a server fails: the CSI socket at once (Probe says not ready), then the restore of
+// recorded mounts, then readiness and the kubelet registration. A graceful stop leaves the FUSE servers to the
+// mode's rules: in child mode they die with this process, which is the failure the testbed reproduces.
+func (d *Driver) Run(ctx context.Context) error {
+	if d.ownMode {
+		defer d.mode.Close()
+	}
+	lis, err := listenUnix(d.socket)
+	if err != nil {
+		return err
+	}
+	srv := grpc.NewServer(grpc.UnaryInterceptor(d.logGRPC))
+	csi.RegisterIdentityServer(srv, identityServer{d: d})
+	csi.RegisterNodeServer(srv, nodeServer{d: d})
+	if d.cfg.ControllerServer != nil {
+		csi.RegisterControllerServer(srv, d.cfg.ControllerServer)
+	}
+	errs := make(chan error, 3)
+	go func() {
+		if err := srv.Serve(lis); err != nil {
+			errs <- fmt.Errorf("serving CSI: %w", err)
+		}
+	}()
+	defer func() {
+		stopGRPC(srv, 10*time.Second)
+		_ = os.Remove(d.socket)
+	}()
+	klog.InfoS("Serving CSI", "endpoint", d.socket, "driver", d.cfg.DriverName, "nodeID", d.cfg.NodeID,
+		"version", version.Version, "fuseMode", d.mode.Name(), "stateDir", d.cfg.StateDir)
+
+	if d.cfg.HealthPort != 0 {
+		hl, err := net.Listen("tcp", ":"+strconv.Itoa(d.cfg.HealthPort))
+		if err != nil {
+			return fmt.Errorf("health port: %w", err)
+		}
+		hs := &http.Server{Handler: d.HealthHandler(), ReadHeaderTimeout: 5 * time.Second}
+		go func() {
+			if err := hs.Serve(hl); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				errs <- fmt.Errorf("serving /healthz: %w", err)
+			}
+		}()
+		defer hs.Close()
+	}
+
+	start := time.Now()
+	d.loadRecords(ctx)
+	if ctx.Err() != nil {
+		return nil
+	}
+	d.ready.Store(true)
+	klog.InfoS("Ready", "startup", time.Since(start))
+
+	if d.cfg.KubeletRegistrationPath != "" {
+		reg := registration.New(d.cfg.DriverName, d.cfg.KubeletRegistrationPath)
+		sock := filepath.Join(d.cfg.RegistrationDir, d.cfg.DriverName+"-reg.sock")
+		rctx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			if err := reg.Serve(rctx, sock); err != nil {
+				errs <- err
+			}
+		}()
+		defer func() { cancel(); <-done }()
+	}
+
+	select {
+	case <-ctx.Done():
+		klog.InfoS("Stopping", "reason", context.Cause(ctx))
+		return nil
+	case err := <-errs:
+		return err
+	}
+}
+
+// stopGRPC lets running calls finish, but not forever.
+func stopGRPC(srv *grpc.Server, timeout time.Duration) {
+	done := make(chan struct{})
+	go func() {
+		srv.GracefulStop()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(timeout):
+		srv.Stop()
+	}
+}

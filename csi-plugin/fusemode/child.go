@@ -1,0 +1,238 @@
+package fusemode
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"runtime"
+	"sync"
+	"syscall"
+	"time"
+
+	"k8s.io/klog/v2"
+
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/mounts"
+)
+
+// ChildName is the mode in which dummy-fuse runs as a child process of the plugin and dies with it (SIGKILL
+// through the parent-death signal), as a FUSE server inside the plugin's container dies with that container.
+const ChildName = "child"
+
+// Child starts dummy-fuse processes that die with the plugin.
+type Child struct {
+	opts  Options
+	spawn chan spawnRequest
+	quit  chan struct{}
+	once  sync.Once
+}
+
+type spawnRequest struct {
+	cmd  *exec.Cmd
+	done chan error
+}
+
+// NewChild checks that opts.DummyFusePath is an executable and returns the mode.
+func NewChild(opts Options) (*Child, error) {
+	if opts.DummyFusePath == "" {
+		return nil, errors.New("child mode: the dummy-fuse path is empty")
+	}
+	st, err := os.Stat(opts.DummyFusePath)
+	if err != nil {
+		return nil, fmt.Errorf("child mode: dummy-fuse: %w", err)
+	}
+	if !st.Mode().IsRegular() || st.Mode().Perm()&0o111 == 0 {
+		return nil, fmt.Errorf("child mode: dummy-fuse %s is not an executable file", opts.DummyFusePath)
+	}
+	if opts.StartTimeout <= 0 {
+		opts.StartTimeout = 10 * time.Second
+	}
+	c := &Child{opts: opts, spawn: make(chan spawnRequest), quit: make(chan struct{})}
+	go c.spawner()
+	return c, nil
+}
+
+// spawner starts every child from one goroutine locked to its OS thread. The kernel sends the parent-death
+// signal when the *thread* that forked the child exits, not the process (golang/go#27505): a child forked from an
+// ordinary goroutine would be killed whenever the Go runtime retires that thread. This thread is never retired
+// while children may run: on Close the goroutine unlocks it first, which returns it to the runtime's pool instead
+// of terminating it.
+func (c *Child) spawner() {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	for {
+		select {
+		case r := <-c.spawn:
+			r.done <- r.cmd.Start()
+		case <-c.quit:
+			return
+		}
+	}
+}
+
+// Name implements Mode.
+func (c *Child) Name() string { return ChildName }
+
+// Close stops the spawner; later Starts fail. Running children are not touched.
+func (c *Child) Close() error {
+	c.once.Do(func() { close(c.quit) })
+	return nil
+}
+
+// Args returns the dummy-fuse command line for mountpoint (without the executable).
+func (c *Child) Args(mountpoint string) []string {
+	var args []string
+	if c.opts.DirectIO {
+		args = append(args, "--direct-io")
+	}
+	return append(args, mountpoint)
+}
+
+// Start implements Mode: it starts dummy-fuse on req.Mountpoint and waits until the mount answers.
+func (c *Child) Start(ctx context.Context, req Request) (Server, error) {
+	out := newTail(4096)
+	cmd := exec.Command(c.opts.DummyFusePath, c.Args(req.Mountpoint)...)
+	cmd.Stdout = out
+	cmd.Stderr = out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	// One OS thread per server is plenty for a hello-world filesystem and keeps hundreds of servers cheap.
+	cmd.Env = append(os.Environ(), "GOMAXPROCS=1")
+
+	done := make(chan error, 1)
+	select {
+	case c.spawn <- spawnRequest{cmd: cmd, done: done}:
+	case <-c.quit:
+		return nil, errors.New("child mode is closed")
+	case <-ctx.Done():
+		return nil, fmt.Errorf("starting dummy-fuse on %s: %w", req.Mountpoint, ctx.Err())
+	}
+	if err := <-done; err != nil {
+		return nil, fmt.Errorf("starting %s: %w", cmd, err)
+	}
+	p := &childProcess{cmd: cmd, out: out, volumeID: req.VolumeID, mountpoint: req.Mountpoint, done: make(chan struct{})}
+	go p.wait()
+
+	wctx, cancel := context.WithTimeout(ctx, c.opts.StartTimeout)
+	defer cancel()
+	if err := mounts.WaitAnswering(wctx, req.Mountpoint, ServedFile, p.done); err != nil {
+		p.kill()
+		if ok, _ := mounts.IsMountPoint(req.Mountpoint); ok && !isAnswering(req.Mountpoint) {
+			_ = mounts.UnmountLazy(req.Mountpoint)
+		}
+		return nil, fmt.Errorf("dummy-fuse (pid %d) on %s: %w; %s; output: %q", p.PID(), req.Mountpoint, err, p.exitState(), out.String())
+	}
+	klog.V(4).InfoS("FUSE server started", "volumeID", req.VolumeID, "mountpoint", req.Mountpoint, "pid", p.PID())
+	return p, nil
+}
+
+func isAnswering(path string) bool { return mounts.Answers(path, ServedFile, time.Second) == nil }
+
+// childProcess is a dummy-fuse child.
+type childProcess struct {
+	cmd        *exec.Cmd
+	out        *tail
+	volumeID   string
+	mountpoint string
+
+	mu       sync.Mutex
+	stopping bool
+	waitErr  error
+	done     chan struct{}
+}
+
+func (p *childProcess) PID() int { return p.cmd.Process.Pid }
+
+func (p *childProcess) Done() <-chan struct{} { return p.done }
+
+func (p *childProcess) wait() {
+	err := p.cmd.Wait()
+	p.mu.Lock()
+	p.waitErr = err
+	stopping := p.stopping
+	p.mu.Unlock()
+	close(p.done)
+	if !stopping {
+		// The mount is dead from now on: this is the failure the testbed reproduces; say so loudly.
+		klog.ErrorS(err, "FUSE server exited", "volumeID", p.volumeID, "mountpoint", p.mountpoint, "pid", p.PID(), "output", p.out.String())
+	}
+}
+
+func (p *childProcess) exitState() string {
+	select {
+	case <-p.done:
+	default:
+		return "still running"
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.waitErr == nil {
+		return "exited with status 0"
+	}
+	return p.waitErr.Error()
+}
+
+func (p *childProcess) kill() {
+	p.mu.Lock()
+	p.stopping = true
+	p.mu.Unlock()
+	_ = p.cmd.Process.Kill()
+	<-p.done
+}
+
+// Stop sends SIGTERM (dummy-fuse then unmounts and exits) and SIGKILL when ctx ends first.
+func (p *childProcess) Stop(ctx context.Context) error {
+	p.mu.Lock()
+	p.stopping = true
+	p.mu.Unlock()
+	select {
+	case <-p.done:
+		return nil
+	default:
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return fmt.Errorf("stopping dummy-fuse pid %d: %w", p.PID(), err)
+	}
+	select {
+	case <-p.done:
+		if err := p.exitError(); err != nil {
+			klog.InfoS("FUSE server stopped with an error", "volumeID", p.volumeID, "pid", p.PID(), "err", err, "output", p.out.String())
+		}
+		return nil
+	case <-ctx.Done():
+	}
+	klog.InfoS("FUSE server did not stop after SIGTERM, killing it", "volumeID", p.volumeID, "pid", p.PID())
+	p.kill()
+	return nil
+}
+
+func (p *childProcess) exitError() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.waitErr
+}
+
+// tail keeps the last max bytes written to it: enough of a dying child's stderr to explain the death.
+type tail struct {
+	mu  sync.Mutex
+	max int
+	buf []byte
+}
+
+func newTail(max int) *tail { return &tail{max: max} }
+
+func (t *tail) Write(b []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.buf = append(t.buf, b...)
+	if over := len(t.buf) - t.max; over > 0 {
+		t.buf = append(t.buf[:0], t.buf[over:]...)
+	}
+	return len(b), nil
+}
+
+func (t *tail) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return string(t.buf)
+}

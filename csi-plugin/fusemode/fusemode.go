@@ -1,0 +1,99 @@
+// Package fusemode decides where the FUSE server of a staged volume lives. NodeStageVolume asks a Mode to
+// Start a server on the staging path and NodeUnstageVolume asks the returned Server to Stop; nothing else in the
+// plugin knows whether the server is a child process, a process that outlives the plugin, a sidecar that got a
+// /dev/fuse descriptor, or a descriptor kept across a server restart. Only the "child" mode exists today.
+package fusemode
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+)
+
+// ServedFile is the file every dummy-fuse mount serves (dummyfs.FileName). A mount "answers" when a stat of it
+// succeeds through a statfs that reached the server.
+const ServedFile = "dummy-file.txt"
+
+// Request describes one FUSE server to start.
+type Request struct {
+	VolumeID string
+	// Mountpoint is the staging path: an existing directory with nothing (alive) mounted on it.
+	Mountpoint string
+}
+
+// Mode places FUSE servers.
+type Mode interface {
+	// Name is the --fuse-mode value; it is written into mount records.
+	Name() string
+	// Start mounts the filesystem at req.Mountpoint and serves it. It returns only once the mount answers, or
+	// an error after undoing what it did; ctx bounds the wait.
+	Start(ctx context.Context, req Request) (Server, error)
+	// Close releases what the mode holds for itself. Servers already started keep their own lifetime rules.
+	Close() error
+}
+
+// Server is one running FUSE server.
+type Server interface {
+	// PID is the process serving the mount, 0 if none of its own (for logs and records).
+	PID() int
+	// Stop ends serving; ctx bounds a graceful stop before it is forced. Afterwards the mount is gone or dead:
+	// the caller unmounts what is left.
+	Stop(ctx context.Context) error
+	// Done is closed once the server has ended, for whatever reason.
+	Done() <-chan struct{}
+}
+
+// Options configure every mode.
+type Options struct {
+	// DummyFusePath is the dummy-fuse executable.
+	DummyFusePath string
+	// DirectIO passes --direct-io to dummy-fuse: reads bypass the page cache and fail at once when the server is
+	// gone.
+	DirectIO bool
+	// StartTimeout bounds how long Start waits for a new mount to answer (default 10s).
+	StartTimeout time.Duration
+}
+
+// constructors lists the modes; adding one is adding a line here.
+var constructors = map[string]func(Options) (Mode, error){
+	ChildName: func(o Options) (Mode, error) { return NewChild(o) },
+}
+
+// Names lists the known modes, sorted.
+func Names() []string {
+	var names []string
+	for n := range constructors {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// New returns the mode called name.
+func New(name string, opts Options) (Mode, error) {
+	c, ok := constructors[name]
+	if !ok {
+		return nil, fmt.Errorf("unknown FUSE mode %q (known: %s)", name, strings.Join(Names(), ", "))
+	}
+	return c(opts)
+}
+
+// FindDummyFuse returns the dummy-fuse executable to use when none is configured: the one beside the running
+// executable (how the plugin image ships them), else the first in $PATH, else "".
+func FindDummyFuse() string {
+	if exe, err := os.Executable(); err == nil {
+		p := filepath.Join(filepath.Dir(exe), "dummy-fuse")
+		if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() {
+			return p
+		}
+	}
+	if p, err := exec.LookPath("dummy-fuse"); err == nil {
+		return p
+	}
+	return ""
+}

@@ -1,0 +1,123 @@
+// Package restore replays mount records at plugin start-up: every staged volume first, then the targets it is
+// published on. Volumes are independent, so they are restored in parallel by a bounded pool of workers; within
+// one volume the order is fixed (a bind mount of a dead staging mount would be dead too).
+package restore
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"k8s.io/klog/v2"
+
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/state"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/mounts"
+)
+
+// Strategy says how a dead published target is repaired.
+type Strategy string
+
+const (
+	// Rebind lazily unmounts the dead target, then bind-mounts the new staging mount: new containers see the
+	// volume, running ones keep the dead mount in their namespace (FACTS.md §2).
+	Rebind Strategy = "rebind"
+	// Stack bind-mounts the new staging mount on top of the dead target mount without unmounting it: with
+	// HostToContainer propagation the new mount reaches running containers, whose new opens then succeed.
+	Stack Strategy = "stack"
+)
+
+// ParseStrategy checks a --restore-strategy value.
+func ParseStrategy(s string) (Strategy, error) {
+	switch Strategy(s) {
+	case Rebind, Stack:
+		return Strategy(s), nil
+	}
+	return "", fmt.Errorf("unknown restore strategy %q (want %q or %q)", s, Rebind, Stack)
+}
+
+// Restorer does the mount work for one record; Run only schedules and logs. The table is one snapshot of the
+// mount table taken before the restore started (parsed once, not once per volume); each volume's paths are
+// only touched by its own worker, so the snapshot stays true for them.
+type Restorer interface {
+	// RestoreStage makes the staging mount of rec answer and says what it did (e.g. "remounted").
+	RestoreStage(ctx context.Context, table *mounts.Table, rec state.Stage) (string, error)
+	// RestorePublish makes the target of rec answer again and says what it did (e.g. "stacked").
+	RestorePublish(ctx context.Context, table *mounts.Table, rec state.Publish) (string, error)
+}
+
+// Result counts restored records (stages and publishes alike).
+type Result struct {
+	OK, Failed, Skipped int
+}
+
+// Run restores stages and their publishes with at most workers volumes at a time and returns the counts. Each
+// restored or failed mount is logged. Publishes of a volume whose stage failed, or that has no stage record,
+// are skipped (their staging mount cannot answer).
+func Run(ctx context.Context, stages []state.Stage, publishes []state.Publish, workers int, r Restorer) Result {
+	table, err := mounts.ReadTable()
+	if err != nil {
+		klog.ErrorS(err, "Cannot restore mounts")
+		return Result{Failed: len(stages) + len(publishes)}
+	}
+	byVolume := map[string][]state.Publish{}
+	for _, p := range publishes {
+		byVolume[p.VolumeID] = append(byVolume[p.VolumeID], p)
+	}
+	var (
+		mu  sync.Mutex
+		res Result
+		wg  sync.WaitGroup
+	)
+	count := func(ok, failed, skipped int) {
+		mu.Lock()
+		res.OK += ok
+		res.Failed += failed
+		res.Skipped += skipped
+		mu.Unlock()
+	}
+	if workers < 1 {
+		workers = 1
+	}
+	sem := make(chan struct{}, workers)
+	for _, s := range stages {
+		pubs := byVolume[s.VolumeID]
+		delete(byVolume, s.VolumeID)
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			start := time.Now()
+			action, err := r.RestoreStage(ctx, table, s)
+			if err != nil {
+				klog.ErrorS(err, "Failed to restore staging mount", "volumeID", s.VolumeID, "stagingPath", s.StagingPath)
+				for _, p := range pubs {
+					klog.ErrorS(nil, "Not restoring target: its staging mount failed", "volumeID", p.VolumeID, "targetPath", p.TargetPath)
+				}
+				count(0, 1, len(pubs))
+				return
+			}
+			klog.InfoS("Restored staging mount", "volumeID", s.VolumeID, "stagingPath", s.StagingPath, "action", action, "duration", time.Since(start))
+			count(1, 0, 0)
+			for _, p := range pubs {
+				start := time.Now()
+				action, err := r.RestorePublish(ctx, table, p)
+				if err != nil {
+					klog.ErrorS(err, "Failed to restore target", "volumeID", p.VolumeID, "targetPath", p.TargetPath)
+					count(0, 1, 0)
+					continue
+				}
+				klog.InfoS("Restored target", "volumeID", p.VolumeID, "targetPath", p.TargetPath, "action", action, "duration", time.Since(start))
+				count(1, 0, 0)
+			}
+		}()
+	}
+	wg.Wait()
+	for id, pubs := range byVolume {
+		for _, p := range pubs {
+			klog.ErrorS(nil, "Not restoring target: its volume has no stage record", "volumeID", id, "targetPath", p.TargetPath)
+		}
+		res.Skipped += len(pubs)
+	}
+	return res
+}
