@@ -1,0 +1,113 @@
+package restore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/state"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/mounts"
+)
+
+// fakeRestorer records the order of calls and how many volumes were in flight at once.
+type fakeRestorer struct {
+	failStage map[string]bool
+
+	mu          sync.Mutex
+	staged      map[string]bool
+	events      []string
+	inFlight    int
+	maxInFlight int
+	release     chan struct{} // stages wait on it, so that workers pile up
+}
+
+func (f *fakeRestorer) RestoreStage(_ context.Context, _ *mounts.Table, rec state.Stage) (string, error) {
+	f.mu.Lock()
+	f.inFlight++
+	if f.inFlight > f.maxInFlight {
+		f.maxInFlight = f.inFlight
+	}
+	f.mu.Unlock()
+	<-f.release
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.inFlight--
+	f.events = append(f.events, "stage "+rec.VolumeID)
+	if f.failStage[rec.VolumeID] {
+		return "", errors.New("injected failure")
+	}
+	f.staged[rec.VolumeID] = true
+	return "remounted", nil
+}
+
+func (f *fakeRestorer) RestorePublish(_ context.Context, _ *mounts.Table, rec state.Publish) (string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.staged[rec.VolumeID] {
+		return "", fmt.Errorf("publish of %s before its stage", rec.VolumeID)
+	}
+	f.events = append(f.events, "publish "+rec.TargetPath)
+	return "stacked", nil
+}
+
+func TestRunOrdersAndBoundsWork(t *testing.T) {
+	const volumes, workers = 40, 4
+	var stages []state.Stage
+	var pubs []state.Publish
+	for i := 0; i < volumes; i++ {
+		id := fmt.Sprintf("vol-%02d", i)
+		stages = append(stages, state.Stage{VolumeID: id, StagingPath: "/s/" + id})
+		for _, pod := range []string{"a", "b"} {
+			pubs = append(pubs, state.Publish{VolumeID: id, StagingPath: "/s/" + id, TargetPath: "/p/" + pod + "/" + id})
+		}
+	}
+	pubs = append(pubs, state.Publish{VolumeID: "orphan", StagingPath: "/s/orphan", TargetPath: "/p/orphan"})
+	f := &fakeRestorer{failStage: map[string]bool{"vol-07": true}, staged: map[string]bool{}, release: make(chan struct{})}
+
+	done := make(chan Result)
+	go func() { done <- Run(context.Background(), stages, pubs, workers, f) }()
+	// Let the workers fill up, then let everything through.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		f.mu.Lock()
+		n := f.inFlight
+		f.mu.Unlock()
+		if n == workers {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("only %d stages in flight, want %d", n, workers)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	close(f.release)
+	res := <-done
+
+	if f.maxInFlight != workers {
+		t.Errorf("max volumes in flight = %d, want %d", f.maxInFlight, workers)
+	}
+	// 39 stages + 78 publishes restored; vol-07's stage failed; its 2 publishes and the orphan skipped.
+	want := Result{OK: 39 + 78, Failed: 1, Skipped: 3}
+	if res != want {
+		t.Errorf("Run = %+v, want %+v", res, want)
+	}
+	for _, e := range f.events {
+		if e == "publish /p/a/vol-07" || e == "publish /p/orphan" {
+			t.Errorf("restored %q although it cannot answer", e)
+		}
+	}
+}
+
+func TestParseStrategy(t *testing.T) {
+	for _, s := range []string{"rebind", "stack"} {
+		if got, err := ParseStrategy(s); err != nil || string(got) != s {
+			t.Errorf("ParseStrategy(%q) = %q, %v", s, got, err)
+		}
+	}
+	if _, err := ParseStrategy("Stack"); err == nil {
+		t.Error("ParseStrategy accepted a wrong case")
+	}
+}
