@@ -180,7 +180,7 @@ func runOne(ctx context.Context, cfg config, sc scenarios.Scenario, out io.Write
 		return nil, err
 	}
 	opts := local.Options{ReadInterval: cfg.readInterval, BackoffBase: cfg.backoffBase, BackoffMax: cfg.backoffMax,
-		Keep: cfg.keep, Log: out}
+		Keep: cfg.keep}
 	opts.BinariesIn(cfg.binDir)
 	b := local.New(opts)
 	t := b.Timing()
@@ -195,6 +195,9 @@ func runOne(ctx context.Context, cfg config, sc scenarios.Scenario, out io.Write
 	} else {
 		fmt.Fprintf(out, "    report %s (timeline %s)\n    logs   %s\n", filepath.Join(dir, "report.md"), filepath.Join(dir, "timeline.svg"),
 			strings.Join([]string{"plugin.log", "workload.log", "kubelet.log", "events.log"}, " "))
+	}
+	if note := b.KeepNote(); note != "" {
+		fmt.Fprint(out, note)
 	}
 	fmt.Fprintf(out, "RESULT %s: %s\n", sc.Name, passFail(o.Passed()))
 	return o, nil

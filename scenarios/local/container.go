@@ -1,13 +1,17 @@
 package local
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"sync"
 	"syscall"
 	"time"
@@ -166,22 +170,31 @@ func (c *container) start() (*proc, error) {
 		return nil, err
 	}
 	defer statusR.Close()
-	outR, outW, err := os.Pipe()
+	// Like a container runtime, the container's output goes to a log file that outlives the runner (a pipe
+	// would kill the workload with SIGPIPE once the runner is gone, e.g. after --keep); the runner tails it.
+	c.mu.Lock()
+	inst := c.starts
+	c.mu.Unlock()
+	logPath := filepath.Join(b.dir, "containers", fmt.Sprintf("%s-%d.log", c.spec.Name, inst))
+	if err := os.MkdirAll(filepath.Dir(logPath), 0o755); err != nil {
+		statusW.Close()
+		return nil, err
+	}
+	logW, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
 	if err != nil {
 		statusW.Close()
 		return nil, err
 	}
 	cmd := exec.Command("/proc/self/exe", initArg, string(cfg))
-	cmd.Stdout, cmd.Stderr = outW, outW // like kubectl logs: both streams
+	cmd.Stdout, cmd.Stderr = logW, logW // like kubectl logs: both streams
 	cmd.ExtraFiles = []*os.File{statusW}
 	cmd.SysProcAttr = &syscall.SysProcAttr{
 		Cloneflags: syscall.CLONE_NEWNS | syscall.CLONE_NEWPID, Setpgid: true, Pdeathsig: b.deathSig(),
 	}
 	err = cmd.Start()
 	statusW.Close()
-	outW.Close()
+	logW.Close()
 	if err != nil {
-		outR.Close()
 		return nil, fmt.Errorf("start container init: %w", err)
 	}
 	p := startedProc(cmd)
@@ -190,15 +203,18 @@ func (c *container) start() (*proc, error) {
 	n, _ := statusR.Read(msg)
 	if n > 0 {
 		<-p.done
-		outR.Close()
 		return nil, &startError{
 			Message: "failed to create containerd task: failed to create shim task: OCI runtime create failed: " + string(msg[:n]),
 			Cause:   errInitFailed,
 		}
 	}
+	logR, err := os.Open(logPath)
+	if err != nil {
+		_ = p.stop(time.Second)
+		return nil, err
+	}
 
 	c.mu.Lock()
-	inst := c.starts
 	c.starts++
 	c.cur = p
 	output := make(chan struct{})
@@ -206,17 +222,45 @@ func (c *container) start() (*proc, error) {
 	c.mu.Unlock()
 	c.event(scenarios.KContainerStarted, scenarios.Event{Instance: inst,
 		Message: fmt.Sprintf("pid %d, propagation %s", p.pid(), c.spec.Prop())})
-	b.logf("container %s#%d: started pid %d, %s → %s (%s), id %.12s", c.spec.Name, inst, p.pid(), src, c.spec.Mount(), prop, id)
+	b.logf("container %s#%d: started pid %d, %s → %s (%s), id %.12s, log %s", c.spec.Name, inst, p.pid(), src, c.spec.Mount(), prop, id, logPath)
 	go func() {
 		defer close(output)
-		defer outR.Close()
+		defer logR.Close()
 		prefix := fmt.Sprintf("%s#%d", c.spec.Name, inst)
-		readLines(outR, func(line []byte) {
+		tailLines(logR, p.done, func(line []byte) {
 			b.workloadLog.WriteLine(prefix, line)
 			b.rec.add(scenarios.ParseWorkloadLine(line, c.spec.Name, inst, time.Now()))
 		})
 	}()
 	return p, nil
+}
+
+// tailLines calls f for every line appended to r until done is closed and r is drained; a last line without
+// a newline is passed too.
+func tailLines(r io.Reader, done <-chan struct{}, f func([]byte)) {
+	br := bufio.NewReader(r)
+	var line []byte
+	finished := false
+	for {
+		chunk, err := br.ReadBytes('\n')
+		line = append(line, chunk...)
+		if err == nil {
+			f(bytes.TrimSuffix(line, []byte("\n")))
+			line = nil
+			continue
+		}
+		if err != io.EOF || finished {
+			if len(line) > 0 {
+				f(line)
+			}
+			return
+		}
+		select {
+		case <-done:
+			finished = true // one more pass drains what the process wrote before it exited
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) error {

@@ -16,13 +16,11 @@
 package local
 
 import (
-	"bufio"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -59,10 +57,8 @@ type Options struct {
 	DriverName string
 	// PluginVerbosity is the plugin's klog -v (default 5: every GRPC call with request and response).
 	PluginVerbosity int
-	// Keep leaves everything running and mounted at Stop, and writes the commands to clean up to Log.
+	// Keep leaves everything running and mounted at Stop; KeepNote then says how to inspect and clean up.
 	Keep bool
-	// Log receives notes about teardown (and --keep instructions); nil discards them.
-	Log io.Writer
 }
 
 // BinariesIn sets the binary paths to the project's binaries in dir.
@@ -91,9 +87,6 @@ func (o *Options) defaults() {
 	if o.PluginVerbosity == 0 {
 		o.PluginVerbosity = 5
 	}
-	if o.Log == nil {
-		o.Log = io.Discard
-	}
 }
 
 // Backend is the local scenario backend. Use New; one Backend runs one scenario.
@@ -120,6 +113,7 @@ type Backend struct {
 	wg         sync.WaitGroup
 	rootBound  bool
 	stopped    bool
+	keepNote   string
 }
 
 var _ scenarios.Backend = (*Backend)(nil)
@@ -277,8 +271,12 @@ func (b *Backend) startPlugin(ctx context.Context) error {
 	}
 	p := startedProc(cmd)
 	b.plugin = p
+	flags := strings.Join(b.sc.Plugin.Args(), " ")
+	if flags == "" {
+		flags = "no restore flags"
+	}
 	b.rec.add(scenarios.Event{Source: scenarios.SrcPlugin, Kind: scenarios.KPluginStarted,
-		Message: fmt.Sprintf("pid %d, %s", p.pid(), strings.Join(b.sc.Plugin.Args(), " "))})
+		Message: fmt.Sprintf("pid %d, %s", p.pid(), flags)})
 	b.logf("plugin container start #%d: pid %d", b.pluginStarts, p.pid())
 	go func() {
 		<-p.done
@@ -363,16 +361,17 @@ func (b *Backend) Stop(ctx context.Context) error {
 		return nil
 	}
 	b.stopped = true
+	// The local kubelet stops first: no more restarts, probes or CSI calls.
+	if b.cancel != nil {
+		b.cancel()
+	}
+	b.wg.Wait()
 	if b.opts.Keep && b.sc != nil {
 		b.printKeep()
 		b.closeLogs()
 		return nil
 	}
 	var errs []error
-	if b.cancel != nil {
-		b.cancel()
-	}
-	b.wg.Wait()
 
 	// Delete the pod: SIGTERM, a grace period, SIGKILL (kubelet's order).
 	for _, c := range b.containers {
@@ -427,30 +426,35 @@ func (b *Backend) Stop(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// printKeep tells how to inspect and how to clean up what --keep left behind.
+// KeepNote says, after Stop with Keep, what was left running and the commands that clean it up.
+func (b *Backend) KeepNote() string { return b.keepNote }
+
+// printKeep records how to inspect and how to clean up what --keep left behind.
 func (b *Backend) printKeep() {
-	w := b.opts.Log
+	var w strings.Builder
 	var pids []string
-	fmt.Fprintf(w, "--keep: everything is left running (the local kubelet is gone: nothing restarts any more).\n")
+	fmt.Fprintf(&w, "--keep: everything is left running (the local kubelet is gone: nothing restarts any more).\n")
 	if b.plugin != nil && !b.plugin.exited() {
-		fmt.Fprintf(w, "  plugin container: pid %d (csi-plugin, init of its PID namespace), socket %s\n", b.plugin.pid(), b.sock)
+		fmt.Fprintf(&w, "  plugin container: pid %d (csi-plugin, init of its PID namespace), socket %s\n", b.plugin.pid(), b.sock)
 		pids = append(pids, fmt.Sprint(b.plugin.pid()))
 	}
 	for _, c := range b.containers {
 		if p := c.current(); p != nil && !p.exited() {
-			fmt.Fprintf(w, "  container %s: pid %d; look inside: nsenter -t %d -m cat %s\n", c.spec.Name, p.pid(), p.pid(), c.spec.File())
+			fmt.Fprintf(&w, "  container %s: pid %d, log %s/containers/%s-%d.log\n", c.spec.Name, p.pid(), b.dir, c.spec.Name, c.starts-1)
+			fmt.Fprintf(&w, "    look inside: nsenter -t %d -m cat %s\n", p.pid(), c.spec.File())
 			pids = append(pids, fmt.Sprint(p.pid()))
 		}
 	}
-	fmt.Fprintf(w, "  volume dir: %s\n  staging dir: %s\n", b.vol.target, b.vol.staging)
-	fmt.Fprintf(w, "Clean up with:\n")
+	fmt.Fprintf(&w, "  volume dir:  %s\n  staging dir: %s\n", b.vol.target, b.vol.staging)
+	fmt.Fprintf(&w, "Clean up with:\n")
 	if len(pids) > 0 {
-		fmt.Fprintf(w, "  kill -KILL %s\n", strings.Join(pids, " "))
+		fmt.Fprintf(&w, "  kill -KILL %s\n", strings.Join(pids, " "))
 	}
 	ms, _ := mountsUnder(b.root)
 	for _, m := range ms {
-		fmt.Fprintf(w, "  umount -l %s\n", m.MountPoint)
+		fmt.Fprintf(&w, "  umount -l %s\n", m.MountPoint)
 	}
+	b.keepNote = w.String()
 }
 
 func (b *Backend) closeLogs() {
@@ -575,15 +579,6 @@ func (l *lockedWriter) WriteLine(prefix string, line []byte) {
 }
 
 func (l *lockedWriter) Close() error { return l.w.Close() }
-
-// readLines calls f for every line of r until EOF.
-func readLines(r io.Reader, f func([]byte)) {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64*1024), 1024*1024)
-	for sc.Scan() {
-		f(sc.Bytes())
-	}
-}
 
 func newUID() string {
 	var b [16]byte

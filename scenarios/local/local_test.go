@@ -188,8 +188,7 @@ func TestKeepPrintsWorkingCleanup(t *testing.T) {
 		t.Fatal(err)
 	}
 	sc.Steps = sc.Steps[:2] // warm up, kill: leaves a dead FUSE mount under a running container
-	var log bytes.Buffer
-	b, dir := newBackend(t, Options{Keep: true, Log: &log})
+	b, dir := newBackend(t, Options{Keep: true})
 	o := run(t, context.Background(), b, sc, dir)
 	if o.Err != nil || o.CleanupErr != nil {
 		t.Fatalf("run: %v / %v", o.Err, o.CleanupErr)
@@ -197,9 +196,10 @@ func TestKeepPrintsWorkingCleanup(t *testing.T) {
 	if ms, _ := mountsUnder(dir); len(ms) == 0 {
 		t.Fatal("--keep unmounted everything")
 	}
-	t.Logf("--keep output:\n%s", log.String())
+	note := b.KeepNote()
+	t.Logf("--keep output:\n%s", note)
 	ran := 0
-	sc2 := bufio.NewScanner(&log)
+	sc2 := bufio.NewScanner(strings.NewReader(note))
 	for sc2.Scan() {
 		f := strings.Fields(sc2.Text())
 		switch {
@@ -271,5 +271,41 @@ func TestPaths(t *testing.T) {
 	}
 	if got := targetPath("/var/lib/kubelet", "uid", "pv"); got != "/var/lib/kubelet/pods/uid/volumes/kubernetes.io~csi/pv/mount" {
 		t.Errorf("target path %s", got)
+	}
+}
+
+// TestRootBindIsolated: mounts below the run's root appear once, below the root bind, even when the host's
+// / is shared (then a plain bind would join /'s peer group and copy every mount onto the host's /).
+func TestRootBindIsolated(t *testing.T) {
+	testenv.RequireFUSE(t)
+	dir := t.TempDir()
+	root := filepath.Join(dir, "root")
+	sub := filepath.Join(root, "sub")
+	if err := os.MkdirAll(sub, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if _, err := unmountAll(dir); err != nil {
+			t.Error(err)
+		}
+	})
+	if err := makeRShared(root); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount("tmpfs", sub, "tmpfs", 0, ""); err != nil {
+		t.Fatal(err)
+	}
+	ms, err := mountsUnder(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, m := range ms {
+		if m.MountPoint == sub {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Errorf("%d mounts at %s, want 1 (the root bind leaks into another peer group)", n, sub)
 	}
 }

@@ -12,10 +12,15 @@ import (
 
 // makeRShared bind-mounts dir onto itself and makes it rshared, as kubelet's root dir is on a node: mounts
 // made below it by the plugin (which shares this mount namespace) then propagate into containers that use
-// HostToContainer, however the host's / is set up (here / is private).
+// HostToContainer, however the host's / is set up. It is made private first: when / is shared (as on a
+// node prepared for Bidirectional propagation), the bind would join /'s peer group and every mount of the
+// run would be copied onto the host's / (and its peers) as well.
 func makeRShared(dir string) error {
 	if err := unix.Mount(dir, dir, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
 		return fmt.Errorf("bind %s onto itself: %w", dir, err)
+	}
+	if err := unix.Mount("", dir, "", unix.MS_PRIVATE|unix.MS_REC, ""); err != nil {
+		return fmt.Errorf("make %s private: %w", dir, err)
 	}
 	if err := unix.Mount("", dir, "", unix.MS_SHARED|unix.MS_REC, ""); err != nil {
 		return fmt.Errorf("make %s rshared: %w", dir, err)
