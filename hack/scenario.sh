@@ -12,6 +12,9 @@ if [ $# -eq 0 ]; then
   echo "usage: $0 SCENARIO... | all" >&2
   exit 2
 fi
+if [ "$1" = list ]; then
+  exec "$BIN/dfc-scenario" --list
+fi
 if [ ! -x "$BIN/dfc-scenario" ]; then
   echo "scenario: $BIN/dfc-scenario missing; run make build" >&2
   exit 1

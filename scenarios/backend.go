@@ -34,11 +34,15 @@ type Backend interface {
 	// It returns once every container has had its first start attempt.
 	Start(ctx context.Context, sc *Scenario, dir string) error
 	// KillPlugin kills the plugin container abruptly, as a container kill or `kubectl delete pod` does; the
-	// FUSE servers it runs die with it. It returns once the plugin is gone.
+	// FUSE servers it runs die with it. It returns once the plugin is gone, and the plugin must stay down
+	// until StartPlugin: the steps in between (e.g. "wait until a start of the container fails") rely on
+	// it. A DaemonSet recreates a deleted pod at once, so a Kubernetes backend keeps it off the node first
+	// (e.g. patch the DaemonSet's nodeSelector to a label no node has, then delete the pod with
+	// --grace-period=0 --force for an abrupt kill) and undoes that in StartPlugin.
 	KillPlugin(ctx context.Context) error
 	// StartPlugin starts the plugin container again with the same flags and state and returns once it serves
-	// CSI. (A DaemonSet may have restarted it already; then this only waits for it to be ready.) Like kubelet,
-	// the backend does not call NodeStage/NodePublish again for volumes it believes mounted.
+	// CSI (Probe ready). Like kubelet, no backend calls NodeStage/NodePublish again for volumes kubelet
+	// believes mounted: whatever the plugin restores, it restores on its own.
 	StartPlugin(ctx context.Context) error
 	// Evidence returns a snapshot of everything observed so far, with Until set to the snapshot's time.
 	// The runner calls it every ~100 ms while it waits.

@@ -75,10 +75,14 @@ func (n *narrator) describe(e Event) string {
 		if e.Errno != "" {
 			state = e.Errno
 		}
-		if n.probe[e.Path] == state {
+		prev, seen := n.probe[e.Path]
+		if prev == state {
 			return ""
 		}
 		n.probe[e.Path] = state
+		if seen && state == "ok" {
+			return EventText(e) + " again (mounts restored)"
+		}
 		return EventText(e)
 	case SrcWorkload:
 		id := e.Container // per container, not instance: a restarted container that reads is "again"

@@ -1,0 +1,46 @@
+package cli
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
+)
+
+func TestParse(t *testing.T) {
+	cases := []struct {
+		args  []string
+		code  int // -1: run
+		names string
+		out   string // in stdout or stderr
+	}{
+		{args: []string{"restart"}, code: -1, names: "restart"},
+		{args: []string{"all"}, code: -1, names: strings.Join(scenarios.Names(), ",")},
+		{args: []string{"--keep", "subpath", "restart"}, code: -1, names: "subpath,restart"},
+		{args: []string{"nope"}, code: 2, out: `no scenario "nope"`},
+		{args: nil, code: 2, out: "name at least one scenario"},
+		{args: []string{"--backend=kube", "restart"}, code: 2, out: "not implemented yet"},
+		{args: []string{"--backend=mars", "restart"}, code: 2, out: "unknown backend"},
+		{args: []string{"--list"}, code: 0, out: "restart-no-restore"},
+		{args: []string{"--bogus"}, code: 2, out: "flag provided but not defined"},
+		{args: []string{"--help"}, code: 0, out: "Usage: dfc-scenario"},
+	}
+	for _, tc := range cases {
+		var stdout, stderr bytes.Buffer
+		cfg, code := parse(tc.args, &stdout, &stderr)
+		if code != tc.code {
+			t.Errorf("%q: code %d, want %d (stderr %s)", tc.args, code, tc.code, stderr.String())
+			continue
+		}
+		if tc.code == -1 && strings.Join(cfg.names, ",") != tc.names {
+			t.Errorf("%q: names %v, want %s", tc.args, cfg.names, tc.names)
+		}
+		if tc.code == -1 && cfg.binDir == "" {
+			t.Errorf("%q: the binaries default to the executable's directory", tc.args)
+		}
+		if !strings.Contains(stdout.String()+stderr.String(), tc.out) {
+			t.Errorf("%q: output lacks %q:\n%s%s", tc.args, tc.out, stdout.String(), stderr.String())
+		}
+	}
+}
