@@ -36,7 +36,7 @@ clean: ## remove build output
 ################################################################################
 # Kubernetes (image tarballs; a single-node cluster built from source, no Docker needed)
 ################################################################################
-.PHONY: image cluster-build cluster-up cluster-down cluster-load-images
+.PHONY: image cluster-build cluster-up cluster-down cluster-load-images cluster-smoke
 image: ## build image tarballs dummy-fuse-csi:<version> + pause into _output/images (no container engine)
 	hack/mkimage/image.sh
 
@@ -49,8 +49,11 @@ cluster-up: image ## start the from-source single-node cluster (root), import th
 cluster-down: ## stop every cluster daemon by PID, remove pods, mounts and cluster state
 	hack/cluster/down.sh
 
-cluster-load-images: ## import _output/images/*.tar into the running cluster's containerd (after make image)
+cluster-load-images: ## import the current image tarballs into the running cluster's containerd (after make image)
 	hack/cluster/load-images.sh
+
+cluster-smoke: ## prove the running cluster: static pod + kubectl logs, FUSE mount with Bidirectional propagation
+	hack/cluster/smoke.sh
 
 ################################################################################
 # Kubernetes: chart (Helm chart, manifests, kind for users with Docker)

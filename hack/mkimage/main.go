@@ -105,11 +105,13 @@ func run(args []string, stdout io.Writer) error {
 	if err := image.WriteTarball(*output, *tag, img); err != nil {
 		return err
 	}
-	digest, err := img.Digest()
+	// The image ID (config digest) is what `docker images`, `ctr images ls` and kubelet report; the manifest
+	// digest is not: loaders rebuild the manifest from a docker-save tarball.
+	id, err := img.ConfigName()
 	if err != nil {
-		return fmt.Errorf("image digest: %w", err)
+		return fmt.Errorf("image ID: %w", err)
 	}
-	fmt.Fprintf(stdout, "wrote %s: %s (%s)\n", *output, *tag, digest)
+	fmt.Fprintf(stdout, "wrote %s: %s, image ID %s\n", *output, *tag, id)
 	return nil
 }
 

@@ -1,0 +1,124 @@
+# shellcheck shell=bash
+# shellcheck disable=SC2034 # the variables are used by the scripts that source this file
+# Shared settings of the from-source cluster scripts (sourced, not run).
+# Every path can be overridden from the environment; see hack/cluster/README.md.
+
+K8S_VERSION=${K8S_VERSION:-v1.33.13}
+K8S_STAGING_VERSION=v0.${K8S_VERSION#v1.}       # k8s.io/api etc. are tagged v0.<minor>.<patch>
+ETCD_VERSION=${ETCD_VERSION:-v3.5.21}
+HELM_VERSION=${HELM_VERSION:-v3.22.0}
+
+DFC_CACHE_DIR=${DFC_CACHE_DIR:-$HOME/.cache/dummy-fuse-csi}
+# Built binaries (kube-*, kubelet, kubectl, etcd, helm) and the copied Kubernetes source.
+DFC_K8S_CACHE=${DFC_K8S_CACHE:-$DFC_CACHE_DIR/k8s-$K8S_VERSION}
+# Runtime state of one cluster: certs, configs, logs, pid files, etcd data, kubeconfig.
+DFC_CLUSTER_DIR=${DFC_CLUSTER_DIR:-$DFC_CACHE_DIR/cluster}
+KUBELET_ROOT_DIR=${KUBELET_ROOT_DIR:-/var/lib/kubelet}
+# Private address ranges used only on this machine.
+POD_CIDR=${POD_CIDR:-10.244.0.0/24}
+SERVICE_CIDR=${SERVICE_CIDR:-10.96.0.0/24}
+NODE_NAME=${NODE_NAME:-$(hostname | tr '[:upper:]' '[:lower:]')}
+PAUSE_IMAGE=${PAUSE_IMAGE:-dummy-fuse-csi/pause:3.10}
+
+K8S_BIN=$DFC_K8S_CACHE/bin
+KUBECONFIG_PATH=$DFC_CLUSTER_DIR/kubeconfig
+CLUSTER_LOGS=$DFC_CLUSTER_DIR/logs
+CLUSTER_PIDS=$DFC_CLUSTER_DIR/pids
+CONTAINERD_ROOT=$DFC_CLUSTER_DIR/containerd
+CONTAINERD_SOCK=/run/dummy-fuse-csi/containerd/containerd.sock
+CNI_CONF_DIR=$DFC_CLUSTER_DIR/cni/net.d
+CNI_BIN_DIR=${CNI_BIN_DIR:-/usr/lib/cni}
+# The daemons in start order; cluster-down stops them in reverse.
+DAEMONS=(containerd etcd kube-apiserver kube-controller-manager kube-scheduler kubelet)
+
+# step MESSAGE: progress line with the seconds elapsed since the script started.
+step() { printf '[%4ds] %s\n' "$SECONDS" "$*"; }
+die() { printf '[%4ds] ERROR: %s\n' "$SECONDS" "$*" >&2; exit 1; }
+
+need_root() { [ "$(id -u)" = 0 ] || die "must run as root (it starts containerd and kubelet and mounts)"; }
+
+# daemon_pid NAME: prints the PID recorded for NAME if that process still runs the recorded binary
+# (so a recycled PID is never mistaken for the daemon); fails otherwise.
+daemon_pid() {
+  local f=$CLUSTER_PIDS/$1.pid pid exe actual
+  [ -f "$f" ] || return 1
+  read -r pid exe <"$f" || return 1
+  actual=$(readlink "/proc/$pid/exe" 2>/dev/null) || return 1
+  [ "$actual" = "$exe" ] || [ "$actual" = "$exe (deleted)" ] || return 1
+  [ "$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null)" != Z ] || return 1
+  echo "$pid"
+}
+
+# start_daemon NAME BINARY ARGS...: runs a daemon in its own session (a Ctrl-C of make does not kill it),
+# output appended to $CLUSTER_LOGS/NAME.log, "PID BINARY" in $CLUSTER_PIDS/NAME.pid.
+start_daemon() {
+  local name=$1 exe pid i
+  shift
+  exe=$(readlink -f "$(command -v "$1")")
+  # Without job control the background child is no process-group leader, so setsid execs in place and
+  # $! is the daemon's own PID.
+  setsid "$@" >>"$CLUSTER_LOGS/$name.log" 2>&1 </dev/null &
+  pid=$!
+  echo "$pid $exe" >"$CLUSTER_PIDS/$name.pid"
+  for _ in $(seq 50); do
+    daemon_pid "$name" >/dev/null && return 0
+    [ -d "/proc/$pid" ] || break
+    sleep 0.1
+  done
+  tail -n 20 "$CLUSTER_LOGS/$name.log" >&2 || true
+  die "$name did not start (log: $CLUSTER_LOGS/$name.log)"
+}
+
+# stop_daemon NAME [GRACE_SECONDS]: SIGTERM, wait, SIGKILL; by the recorded PID only.
+stop_daemon() {
+  local name=$1 grace=${2:-15} pid i
+  if pid=$(daemon_pid "$name"); then
+    step "stopping $name (pid $pid)"
+    kill -TERM "$pid" 2>/dev/null || true
+    for _ in $(seq $((grace * 10))); do
+      daemon_pid "$name" >/dev/null || break
+      sleep 0.1
+    done
+    if daemon_pid "$name" >/dev/null; then
+      step "$name ignored SIGTERM for ${grace}s: SIGKILL"
+      kill -KILL "$pid" 2>/dev/null || true
+      for _ in $(seq 50); do daemon_pid "$name" >/dev/null || break; sleep 0.1; done
+    fi
+  fi
+  rm -f "$CLUSTER_PIDS/$name.pid"
+}
+
+# wait_for DESCRIPTION TIMEOUT_SECONDS LOGNAME COMMAND...: polls COMMAND every half second; on timeout
+# prints the tail of $CLUSTER_LOGS/LOGNAME.log and fails.
+wait_for() {
+  local what=$1 timeout=$2 log=$3 deadline
+  shift 3
+  deadline=$((SECONDS + timeout))
+  until "$@" >/dev/null 2>&1; do
+    if [ "$SECONDS" -ge "$deadline" ]; then
+      echo "----- last lines of $CLUSTER_LOGS/$log.log -----" >&2
+      tail -n 30 "$CLUSTER_LOGS/$log.log" >&2 || true
+      die "timed out after ${timeout}s waiting for $what (logs: $CLUSTER_LOGS)"
+    fi
+    sleep 0.5
+  done
+}
+
+# mounts_under DIR: mount points at or below DIR, deepest first (octal escapes of mountinfo decoded).
+mounts_under() {
+  local dir
+  dir=$(readlink -f "$1" 2>/dev/null) || return 0
+  awk -v d="$dir" '{ p = $5; gsub(/\\040/, " ", p); if (p == d || index(p, d "/") == 1) print length(p) "\t" p }' \
+    /proc/self/mountinfo | sort -rn | cut -f2-
+}
+
+kubectl_admin() { "$K8S_BIN/kubectl" --kubeconfig "$KUBECONFIG_PATH" "$@"; }
+ctr_k8s() { ctr --address "$CONTAINERD_SOCK" --namespace k8s.io "$@"; }
+
+# current_image_tars DIR: the tarballs of the last `make image` (pause + the tag in dummy-fuse-csi.ref).
+current_image_tars() {
+  local ref
+  echo "$1/pause-3.10.tar"
+  ref=$(cat "$1/dummy-fuse-csi.ref" 2>/dev/null) || return 0
+  echo "$1/dummy-fuse-csi-${ref#*:}.tar"
+}

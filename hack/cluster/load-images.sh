@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# `make cluster-load-images`: imports image tarballs (default: those of the last `make image`)
+# into the running from-source cluster's containerd, namespace k8s.io, where kubelet finds them.
+# Pods pick up a re-imported tag when their containers are next created (imagePullPolicy IfNotPresent).
+set -o errexit -o nounset -o pipefail
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+# shellcheck source=hack/cluster/lib.sh
+source "$ROOT/hack/cluster/lib.sh"
+need_root
+daemon_pid containerd >/dev/null || die "the cluster's containerd is not running: make cluster-up"
+if [ $# -eq 0 ]; then
+  mapfile -t tars < <(current_image_tars "$ROOT/_output/images")
+  set -- "${tars[@]}"
+fi
+for f in "$@"; do
+  [ -f "$f" ] || die "$f: no such image tarball (make image)"
+  step "importing $f"
+  ctr_k8s images import "$f"
+done
