@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/dummy-fuse-workload/workload"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
 )
 
 const (
@@ -197,32 +198,50 @@ func TestVolume(t *testing.T) {
 	}
 }
 
-// scenarioSetup mirrors the scenario catalog (scenarios/catalog.go) for the manifests labelled with a
-// scenario: chart values and, per container, the workload flags, propagation and subPath.
+// containerSetup is what a scenario of the catalog asks of one workload container.
 type containerSetup struct {
 	exitOnError, keepOpen bool
 	propagation           corev1.MountPropagationMode
-	subPath               string
+	subPath, mountPath    string
 }
 
-var scenarioSetup = map[string]struct {
-	chartValues string
+type scenarioWant struct {
+	chartValues string // helm --set form, "" for the chart's defaults
 	containers  map[string]containerSetup
-}{
-	"restart":              {"", map[string]containerSetup{"reader": {exitOnError: true, keepOpen: true}}},
-	"restart-no-restore":   {"csi.plugin.restoreMounts=false", map[string]containerSetup{"reader": {keepOpen: true}}},
-	"restore-without-exit": {"", map[string]containerSetup{"reader": {}}},
-	"host-to-container": {"csi.plugin.restoreStrategy=stack", map[string]containerSetup{
-		"reopen": {propagation: corev1.MountPropagationHostToContainer},
-		"holder": {keepOpen: true, propagation: corev1.MountPropagationHostToContainer},
-	}},
-	"subpath": {"", map[string]containerSetup{"reader": {exitOnError: true, keepOpen: true, subPath: fileName}}},
+}
+
+// catalogSetups derives, from the scenario catalog itself, the chart values and containers each scenario
+// needs, so the labelled manifests cannot drift from what `make scenario-<name>` runs.
+func catalogSetups(t *testing.T) map[string]scenarioWant {
+	t.Helper()
+	out := map[string]scenarioWant{}
+	for _, sc := range scenarios.Catalog() {
+		if sc.Pod.RestartPolicy != scenarios.RestartAlways {
+			t.Errorf("scenario %s: restart policy %s; the manifests only use Always", sc.Name, sc.Pod.RestartPolicy)
+		}
+		var sets []string
+		if !sc.Plugin.RestoreMounts {
+			sets = append(sets, "csi.plugin.restoreMounts=false")
+		}
+		if sc.Plugin.RestoreStrategy != "" && sc.Plugin.RestoreStrategy != scenarios.StrategyRebind {
+			sets = append(sets, "csi.plugin.restoreStrategy="+sc.Plugin.RestoreStrategy)
+		}
+		w := scenarioWant{chartValues: strings.Join(sets, ","), containers: map[string]containerSetup{}}
+		for _, c := range sc.Pod.Containers {
+			w.containers[c.Name] = containerSetup{
+				exitOnError: c.ExitOnError, keepOpen: c.KeepOpen, propagation: corev1.MountPropagationMode(c.Prop()),
+				subPath: c.SubPath, mountPath: c.Mount(),
+			}
+		}
+		out[sc.Name] = w
+	}
+	return out
 }
 
 func TestWorkloads(t *testing.T) {
 	s, def := load(t), loadChartDefaults(t)
 	pvc := only(t, s.pvcs, "PersistentVolumeClaim")
-	scenariosSeen := map[string]bool{}
+	setups := catalogSetups(t)
 	podNames := map[string]string{}
 
 	for f, pod := range s.pods {
@@ -255,9 +274,8 @@ func TestWorkloads(t *testing.T) {
 			}
 
 			scenario, labelled := pod.Labels[scenarioLabel]
-			want, known := scenarioSetup[scenario]
+			want, known := setups[scenario]
 			if labelled {
-				scenariosSeen[scenario] = true
 				if !known {
 					t.Errorf("label %s=%q names no scenario of the catalog", scenarioLabel, scenario)
 				}
@@ -308,21 +326,39 @@ func TestWorkloads(t *testing.T) {
 					prop = *m.MountPropagation
 				}
 				if cs, ok := want.containers[c.Name]; labelled && ok {
-					wantProp := cs.propagation
-					if wantProp == "" {
-						wantProp = corev1.MountPropagationNone
-					}
-					if cfg.ExitOnError != cs.exitOnError || cfg.KeepOpen != cs.keepOpen || prop != wantProp || m.SubPath != cs.subPath {
-						t.Errorf("container %s: exit-on-error=%v keep-open=%v propagation=%s subPath=%q, want %+v for scenario %s",
-							c.Name, cfg.ExitOnError, cfg.KeepOpen, prop, m.SubPath, cs, scenario)
+					if cfg.ExitOnError != cs.exitOnError || cfg.KeepOpen != cs.keepOpen || prop != cs.propagation ||
+						m.SubPath != cs.subPath || m.MountPath != cs.mountPath {
+						t.Errorf("container %s: exit-on-error=%v keep-open=%v propagation=%s subPath=%q mountPath=%q, want %+v for scenario %s",
+							c.Name, cfg.ExitOnError, cfg.KeepOpen, prop, m.SubPath, m.MountPath, cs, scenario)
 					}
 				}
 			}
 		})
 	}
-	for name := range scenarioSetup {
-		if !scenariosSeen[name] {
-			t.Errorf("no manifest labelled %s=%s", scenarioLabel, name)
+	// Every scenario is either labelled on a manifest or, like exit-without-restore (pod.yaml with other chart
+	// values), mapped to one in the README's scenario table.
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, w := range setups {
+		row := regexp.MustCompile("(?m)^\\| `" + regexp.QuoteMeta(name) + "` \\| `([^`]+)` \\| (.*) \\|$").FindSubmatch(readme)
+		if row == nil {
+			t.Errorf("README.md's scenario table has no row for %s", name)
+			continue
+		}
+		p := s.pods[string(row[1])]
+		if p == nil {
+			t.Errorf("README.md maps scenario %s to %s, which is no workload manifest", name, row[1])
+			continue
+		}
+		if got := containerNamesOf(p.Spec); !sameSet(got, keys(w.containers)) {
+			t.Errorf("scenario %s: %s has containers %q, want %q", name, row[1], got, keys(w.containers))
+		}
+		for _, set := range strings.Split(w.chartValues, ",") {
+			if set != "" && !strings.Contains(string(row[2]), "`"+set+"`") {
+				t.Errorf("README.md's row for %s does not name the chart value %s", name, set)
+			}
 		}
 	}
 	for f, d := range s.deploys {
