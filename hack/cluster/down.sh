@@ -9,6 +9,7 @@ ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 # shellcheck source=hack/cluster/lib.sh
 source "$ROOT/hack/cluster/lib.sh"
 need_root
+lock_cluster
 RUN_DIR=$(dirname "$CONTAINERD_SOCK")
 
 if [ ! -d "$DFC_CLUSTER_DIR" ] && [ ! -d "$RUN_DIR" ]; then

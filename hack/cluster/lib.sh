@@ -35,6 +35,19 @@ DAEMONS=(containerd etcd kube-apiserver kube-controller-manager kube-scheduler k
 step() { printf '[%4ds] %s\n' "$SECONDS" "$*"; }
 die() { printf '[%4ds] ERROR: %s\n' "$SECONDS" "$*" >&2; exit 1; }
 
+# lock_cluster: one cluster-up/cluster-down at a time (several people and CI share a machine). up.sh calls
+# down.sh while holding the lock; DFC_CLUSTER_LOCKED tells the child it already has it.
+lock_cluster() {
+  [ -z "${DFC_CLUSTER_LOCKED:-}" ] || return 0
+  mkdir -p "$DFC_CACHE_DIR"
+  exec 9>"$DFC_CACHE_DIR/cluster.lock"
+  if ! flock -n 9; then
+    step "waiting for another cluster-up/cluster-down to finish"
+    flock -w 1800 9 || die "another cluster-up/cluster-down still holds $DFC_CACHE_DIR/cluster.lock"
+  fi
+  export DFC_CLUSTER_LOCKED=1
+}
+
 need_root() { [ "$(id -u)" = 0 ] || die "must run as root (it starts containerd and kubelet and mounts)"; }
 
 # daemon_pid NAME: prints the PID recorded for NAME if that process still runs the recorded binary
@@ -57,7 +70,8 @@ start_daemon() {
   exe=$(readlink -f "$(command -v "$1")")
   # Without job control the background child is no process-group leader, so setsid execs in place and
   # $! is the daemon's own PID.
-  setsid "$@" >>"$CLUSTER_LOGS/$name.log" 2>&1 </dev/null &
+  # 9>&-: the daemon must not inherit (and so hold) the cluster lock.
+  setsid "$@" >>"$CLUSTER_LOGS/$name.log" 2>&1 </dev/null 9>&- &
   pid=$!
   echo "$pid $exe" >"$CLUSTER_PIDS/$name.pid"
   for _ in $(seq 50); do

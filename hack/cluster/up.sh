@@ -14,6 +14,12 @@ CONTAINERD_STATE=$(dirname "$CONTAINERD_SOCK")/state
 API_PORT=${API_PORT:-6443}
 
 need_root
+lock_cluster
+on_exit() {
+  local rc=$?
+  [ "$rc" = 0 ] || echo "cluster-up failed (exit $rc): daemon logs in $CLUSTER_LOGS; make cluster-down cleans up" >&2
+}
+trap on_exit EXIT
 for c in containerd containerd-shim-runc-v2 runc ctr iptables openssl ip setsid; do
   command -v "$c" >/dev/null || die "$c not found: apt-get install containerd runc containernetworking-plugins iptables conntrack openssl iproute2"
 done
