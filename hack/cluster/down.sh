@@ -123,6 +123,7 @@ if [ "$left" = 0 ]; then
   rmdir "$(dirname "$RUN_DIR")" 2>/dev/null || true
   # containerd's shims always put their sockets in /run/containerd/s; drop it only if nothing else uses it.
   rmdir /run/containerd/s /run/containerd 2>/dev/null || true
+  rmdir /run/netns 2>/dev/null || true # containerd's CRI makes it; `ip netns` recreates it when needed
 else
   die "mounts are left (above): state kept in $DFC_CLUSTER_DIR; unmount them and run make cluster-down again"
 fi
