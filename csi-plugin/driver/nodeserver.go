@@ -408,7 +408,30 @@ func (n nodeServer) NodeUnpublishVolume(_ context.Context, req *csi.NodeUnpublis
 	}
 	n.d.forgetPublished(id, target)
 	klog.V(2).InfoS("Unpublished volume", "volumeID", id, "targetPath", target, "unmounted", layers)
+	if layers > 1 {
+		n.d.repairSiblings(id)
+	}
 	return &csi.NodeUnpublishVolumeResponse{}, nil
+}
+
+// repairSiblings re-binds the other targets of volume id that stopped answering. Under shared mount propagation
+// (kubelet's directories on a real node) the targets of one volume are peers: the mount that the "stack"
+// strategy put on top of one target was propagated to all of them, and unmounting it from one target (above)
+// propagated that unmount to the others, leaving them on their dead mount again.
+func (d *Driver) repairSiblings(id string) {
+	v, ok := d.lookup(id)
+	if !ok || mounts.Answers(v.stagingPath, fusemode.ServedFile, d.cfg.ProbeTimeout) != nil {
+		return
+	}
+	for target, ro := range v.targets {
+		if err := mounts.Answers(target, fusemode.ServedFile, d.cfg.ProbeTimeout); !mounts.IsDead(err) {
+			continue
+		}
+		klog.InfoS("Target lost its mount through mount propagation, repairing it", "volumeID", id, "targetPath", target)
+		if _, err := d.publish(id, v.stagingPath, target, ro, mounts.CountMounts); err != nil {
+			klog.ErrorS(err, "Repairing target", "volumeID", id, "targetPath", target)
+		}
+	}
 }
 
 func (n nodeServer) NodeGetVolumeStats(_ context.Context, req *csi.NodeGetVolumeStatsRequest) (*csi.NodeGetVolumeStatsResponse, error) {

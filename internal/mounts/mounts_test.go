@@ -161,6 +161,9 @@ func TestDeadFUSEMount(t *testing.T) {
 	if n := table.Count(target); n != 2 {
 		t.Fatalf("mounts on stacked target = %d, want 2", n)
 	}
+	if n, err := CountMounts(target); err != nil || n != 2 {
+		t.Fatalf("CountMounts(stacked target) = %d, %v; want 2", n, err)
+	}
 	if n, err := UnmountAll(target); err != nil || n != 2 {
 		t.Fatalf("UnmountAll(stacked) = %d, %v; want 2, nil", n, err)
 	}

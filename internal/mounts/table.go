@@ -49,7 +49,8 @@ func IsMountPoint(path string) (bool, error) {
 // CountMounts returns how many mounts are stacked on path according to /proc/self/mountinfo.
 func CountMounts(path string) (int, error) {
 	p := Canonical(path)
-	infos, err := mountinfo.GetMounts(mountinfo.SingleEntryFilter(p))
+	// Not mountinfo.SingleEntryFilter: it stops at the first match and would count stacked mounts as one.
+	infos, err := mountinfo.GetMounts(func(in *mountinfo.Info) (skip, stop bool) { return in.Mountpoint != p, false })
 	if err != nil {
 		return 0, fmt.Errorf("reading mount table for %s: %w", path, err)
 	}

@@ -1,0 +1,530 @@
+package main
+
+// These tests run csi-plugin as a real process, kill it with SIGKILL as the OOM killer or a container runtime
+// would, and check what survives: its dummy-fuse children must die with it (their mounts then answer ENOTCONN),
+// and a restarted plugin with --restore-mounts must make the recorded mounts answer again.
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"golang.org/x/sys/unix"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/state"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/mounts"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/testenv"
+)
+
+const (
+	hello      = "Hello world!\n"
+	servedFile = "dummy-file.txt"
+	driverName = "dummy-fuse-csi"
+)
+
+// TestMain makes this process a child subreaper: the dummy-fuse children of a killed plugin are re-parented to
+// it instead of to PID 1 (which does not reap them in every container), so the tests can reap them by PID and
+// leave no zombie behind.
+func TestMain(m *testing.M) {
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		fmt.Fprintln(os.Stderr, "PR_SET_CHILD_SUBREAPER:", err)
+	}
+	os.Exit(m.Run())
+}
+
+// syncBuffer collects a process's output for the test to read while it runs.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// env is one test's world: binaries, a kubelet-like directory tree and a state directory.
+type env struct {
+	t         *testing.T
+	plugin    string // csi-plugin binary
+	dummyFuse string
+	root      string // short: it holds the unix socket
+	state     string
+}
+
+// newEnv prepares a test's world. Its root directory becomes a mount of its own with the given propagation
+// (unix.MS_PRIVATE or unix.MS_SHARED), so that the outcome does not depend on how this machine's / happens to be
+// mounted: private is what FACTS.md §2 measured, shared is what kubelet's directories are on a real node (and
+// what makes bind mounts of one staging mount peers of each other).
+func newEnv(t *testing.T, propagation uintptr) *env {
+	t.Helper()
+	testenv.RequireFUSE(t)
+	root, err := os.MkdirTemp("", "dfc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &env{t: t, plugin: testenv.Build(t, "csi-plugin"), dummyFuse: testenv.Build(t, "dummy-fuse"), root: root, state: filepath.Join(root, "state")}
+	// Registered first, so it runs last: after every plugin is gone, no mount may stay.
+	t.Cleanup(func() {
+		if n, err := mounts.UnmountUnder(root); err != nil || n > 1 {
+			t.Logf("cleanup unmounted %d leftover mounts (err %v)", n-1, err)
+		}
+		_ = os.RemoveAll(root)
+	})
+	if err := unix.Mount(root, root, "", unix.MS_BIND, ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount("", root, "", unix.MS_PRIVATE, ""); err != nil { // leave /'s peer group first
+		t.Fatal(err)
+	}
+	if err := unix.Mount("", root, "", propagation, ""); err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+// stagingPath and targetPath follow kubelet's layout (see CONTRACTS.md).
+func (e *env) stagingPath(vol string) string {
+	sum := sha256.Sum256([]byte(vol))
+	return filepath.Join(e.root, "plugins/kubernetes.io/csi", driverName, hex.EncodeToString(sum[:]), "globalmount")
+}
+
+func (e *env) targetPath(vol, pod string) string {
+	return filepath.Join(e.root, "pods", pod, "volumes/kubernetes.io~csi", "pv-"+vol, "mount")
+}
+
+// plugin is one running csi-plugin process.
+type plugin struct {
+	t      *testing.T
+	cmd    *exec.Cmd
+	logs   *syncBuffer
+	exited chan struct{}
+	conn   *grpc.ClientConn
+	node   csi.NodeClient
+	ident  csi.IdentityClient
+}
+
+// start runs csi-plugin with the env's state directory plus args, and waits until Probe is ready.
+func (e *env) start(args ...string) *plugin {
+	t := e.t
+	t.Helper()
+	sock := filepath.Join(e.root, "csi.sock")
+	p := &plugin{t: t, logs: &syncBuffer{}, exited: make(chan struct{})}
+	p.cmd = exec.Command(e.plugin, append([]string{
+		"--endpoint=unix://" + sock, "--nodeid=test-node", "--state-dir=" + e.state,
+		"--dummy-fuse-path=" + e.dummyFuse, "-v=2",
+	}, args...)...)
+	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = p.cmd.Wait(); close(p.exited) }()
+	t.Cleanup(func() {
+		p.kill()
+		if t.Failed() {
+			t.Logf("csi-plugin %v output:\n%s", p.cmd.Args[1:], p.logs.String())
+		}
+	})
+	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.conn, p.node, p.ident = conn, csi.NewNodeClient(conn), csi.NewIdentityClient(conn)
+	p.waitReady(60 * time.Second)
+	return p
+}
+
+func (p *plugin) waitReady(timeout time.Duration) {
+	p.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		resp, err := p.ident.Probe(ctx, &csi.ProbeRequest{})
+		cancel()
+		if err == nil && resp.GetReady().GetValue() {
+			return
+		}
+		select {
+		case <-p.exited:
+			p.t.Fatalf("csi-plugin exited before it was ready: %v\n%s", p.cmd.ProcessState, p.logs.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			p.t.Fatalf("csi-plugin not ready after %v: %v, %v", timeout, resp, err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// children returns the PIDs of the plugin's child processes (its dummy-fuse servers).
+func (p *plugin) children() []int {
+	p.t.Helper()
+	pid := p.cmd.Process.Pid
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	var kids []int
+	for _, task := range tasks {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/children", pid, task.Name()))
+		if err != nil {
+			continue // the thread ended meanwhile
+		}
+		for _, f := range strings.Fields(string(b)) {
+			if n, err := strconv.Atoi(f); err == nil {
+				kids = append(kids, n)
+			}
+		}
+	}
+	return kids
+}
+
+// kill9 kills the plugin with SIGKILL and returns how each of its children ended: they must have been killed by
+// the parent-death signal, as FUSE servers inside a dying container would be.
+func (p *plugin) kill9(kids []int) map[int]syscall.WaitStatus {
+	p.t.Helper()
+	_ = p.cmd.Process.Signal(syscall.SIGKILL)
+	<-p.exited
+	_ = p.conn.Close()
+	return reap(p.t, kids)
+}
+
+// kill ends the plugin if it still runs (cleanup), reaping its children too.
+func (p *plugin) kill() {
+	select {
+	case <-p.exited:
+		return
+	default:
+	}
+	kids := p.children()
+	_ = p.cmd.Process.Signal(syscall.SIGKILL)
+	<-p.exited
+	_ = p.conn.Close()
+	reap(p.t, kids)
+}
+
+// reap waits for the given orphans (re-parented to this subreaper) and returns the wait status of each one it
+// reaped. A child may also have been reaped by its dying parent: SIGKILL ends the plugin's threads one by one,
+// the first thread exit fires the parent-death signal, and a plugin thread still inside waitid for that child can
+// collect it before it ends itself. Such a child is gone all the same and is left out of the result.
+func reap(t *testing.T, pids []int) map[int]syscall.WaitStatus {
+	t.Helper()
+	out := map[int]syscall.WaitStatus{}
+	for _, pid := range pids {
+		type result struct {
+			ws  syscall.WaitStatus
+			err error
+		}
+		done := make(chan result, 1)
+		go func() {
+			var r result
+			for {
+				_, r.err = syscall.Wait4(pid, &r.ws, 0, nil)
+				if !errors.Is(r.err, syscall.EINTR) {
+					break
+				}
+			}
+			done <- r
+		}()
+		select {
+		case r := <-done:
+			switch {
+			case r.err == nil:
+				out[pid] = r.ws
+			case errors.Is(r.err, syscall.ECHILD):
+				if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); err == nil {
+					t.Errorf("child %d of the killed plugin is still alive and not ours to reap", pid)
+				}
+			default:
+				t.Errorf("wait4(%d): %v", pid, r.err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Errorf("child %d of the killed plugin is still alive", pid)
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+	return out
+}
+
+func mountCap() *csi.VolumeCapability {
+	return &csi.VolumeCapability{
+		AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{}},
+		AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_MULTI_NODE_READER_ONLY},
+	}
+}
+
+// stagePublish does what kubelet does for a pod using vol: NodeStageVolume once, NodePublishVolume per pod.
+func (e *env) stagePublish(p *plugin, vol string, pods ...string) {
+	e.t.Helper()
+	ctx := context.Background()
+	if err := os.MkdirAll(e.stagingPath(vol), 0o750); err != nil {
+		e.t.Fatal(err)
+	}
+	if _, err := p.node.NodeStageVolume(ctx, &csi.NodeStageVolumeRequest{VolumeId: vol, StagingTargetPath: e.stagingPath(vol), VolumeCapability: mountCap()}); err != nil {
+		e.t.Fatalf("NodeStageVolume %s: %v", vol, err)
+	}
+	for _, pod := range pods {
+		if err := os.MkdirAll(filepath.Dir(e.targetPath(vol, pod)), 0o750); err != nil {
+			e.t.Fatal(err)
+		}
+		if _, err := p.node.NodePublishVolume(ctx, &csi.NodePublishVolumeRequest{VolumeId: vol, StagingTargetPath: e.stagingPath(vol),
+			TargetPath: e.targetPath(vol, pod), VolumeCapability: mountCap(), Readonly: true}); err != nil {
+			e.t.Fatalf("NodePublishVolume %s %s: %v", vol, pod, err)
+		}
+	}
+}
+
+// unpublish does what kubelet does when one pod of several using vol goes.
+func (e *env) unpublish(p *plugin, vol, pod string) {
+	e.t.Helper()
+	if _, err := p.node.NodeUnpublishVolume(context.Background(), &csi.NodeUnpublishVolumeRequest{VolumeId: vol, TargetPath: e.targetPath(vol, pod)}); err != nil {
+		e.t.Fatalf("NodeUnpublishVolume %s %s: %v", vol, pod, err)
+	}
+}
+
+// teardown does what kubelet does when the pods go: NodeUnpublishVolume per pod, then NodeUnstageVolume.
+func (e *env) teardown(p *plugin, vol string, pods ...string) {
+	e.t.Helper()
+	ctx := context.Background()
+	for _, pod := range pods {
+		if _, err := p.node.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: vol, TargetPath: e.targetPath(vol, pod)}); err != nil {
+			e.t.Fatalf("NodeUnpublishVolume %s %s: %v", vol, pod, err)
+		}
+	}
+	if _, err := p.node.NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{VolumeId: vol, StagingTargetPath: e.stagingPath(vol)}); err != nil {
+		e.t.Fatalf("NodeUnstageVolume %s: %v", vol, err)
+	}
+}
+
+func mustRead(t *testing.T, dir string) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, servedFile))
+	if err != nil || string(b) != hello {
+		t.Fatalf("reading %s: %q, %v; want %q", dir, b, err, hello)
+	}
+}
+
+// waitDead waits until reading dir/dummy-file.txt fails with ENOTCONN: the kernel may answer from its caches for
+// up to the attribute timeout after the server died.
+func waitDead(t *testing.T, dir string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, err := os.ReadFile(filepath.Join(dir, servedFile))
+		if errors.Is(err, syscall.ENOTCONN) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("reading %s: %v; want ENOTCONN", dir, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// TestRestoreAfterKill is the plugin's reason to exist, end to end: stage and publish, kill -9 the plugin (its
+// dummy-fuse children die with it and every mount answers ENOTCONN), restart it with --restore-mounts, and
+// check that staging paths and targets answer again, with the dead target mount unmounted (rebind) or still
+// underneath the new one (stack).
+func TestRestoreAfterKill(t *testing.T) {
+	for _, tc := range []struct {
+		strategy, propagation string
+		flag                  uintptr
+	}{
+		{"rebind", "private", unix.MS_PRIVATE},
+		{"stack", "private", unix.MS_PRIVATE},
+		{"rebind", "shared", unix.MS_SHARED},
+		{"stack", "shared", unix.MS_SHARED},
+	} {
+		strategy := tc.strategy
+		t.Run(strategy+"/"+tc.propagation, func(t *testing.T) {
+			e := newEnv(t, tc.flag)
+			volumes := map[string][]string{"vol-a": {"pod-1", "pod-2"}, "vol-b": {"pod-3"}}
+			p1 := e.start()
+			for vol, pods := range volumes {
+				e.stagePublish(p1, vol, pods...)
+				for _, pod := range pods {
+					mustRead(t, e.targetPath(vol, pod))
+				}
+			}
+			kids := p1.children()
+			if len(kids) != len(volumes) {
+				t.Fatalf("plugin has %d children, want one dummy-fuse per volume (%d)", len(kids), len(volumes))
+			}
+			for pid, ws := range p1.kill9(kids) {
+				if !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
+					t.Errorf("dummy-fuse %d ended with %v, want killed by SIGKILL with its plugin", pid, ws)
+				}
+			}
+			for vol, pods := range volumes {
+				waitDead(t, e.stagingPath(vol))
+				for _, pod := range pods {
+					waitDead(t, e.targetPath(vol, pod))
+				}
+			}
+
+			port := freePort(t)
+			p2 := e.start("--restore-mounts", "--restore-strategy="+strategy, "--health-port="+strconv.Itoa(port))
+			wantLayers := map[string]int{"rebind": 1, "stack": 2}[strategy]
+			for vol, pods := range volumes {
+				mustRead(t, e.stagingPath(vol))
+				if n, _ := mounts.CountMounts(e.stagingPath(vol)); n != 1 {
+					t.Errorf("%d mounts on the staging path of %s, want 1", n, vol)
+				}
+				for _, pod := range pods {
+					target := e.targetPath(vol, pod)
+					mustRead(t, target)
+					if n, _ := mounts.CountMounts(target); n != wantLayers {
+						t.Errorf("%d mounts on %s after a %s restore, want %d", n, target, strategy, wantLayers)
+					}
+				}
+			}
+			if n := len(p2.children()); n != len(volumes) {
+				t.Errorf("restored plugin has %d children, want %d", n, len(volumes))
+			}
+			resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/healthz", port))
+			if err != nil || resp.StatusCode != http.StatusOK {
+				t.Fatalf("/healthz after restore: %v, %v", resp, err)
+			}
+			resp.Body.Close()
+			if got := strings.Count(p2.logs.String(), `"Restored target"`); got != 3 {
+				t.Errorf("%d \"Restored target\" log lines, want 3:\n%s", got, p2.logs.String())
+			}
+
+			// kubelet tears down pod by pod. With shared propagation the stacked mounts of one volume's targets
+			// are peers: unmounting one target's stack takes the others' top layer with it, which the plugin
+			// must notice and repair. Every other target must keep answering.
+			e.unpublish(p2, "vol-a", "pod-1")
+			mustRead(t, e.targetPath("vol-a", "pod-2"))
+			mustRead(t, e.targetPath("vol-b", "pod-3"))
+			volumes["vol-a"] = []string{"pod-2"}
+			for vol, pods := range volumes {
+				e.teardown(p2, vol, pods...)
+				for _, pod := range pods {
+					if _, err := os.Stat(e.targetPath(vol, pod)); !errors.Is(err, os.ErrNotExist) {
+						t.Errorf("target %s left behind: %v", e.targetPath(vol, pod), err)
+					}
+				}
+				if ok, _ := mounts.IsMountPoint(e.stagingPath(vol)); ok {
+					t.Errorf("staging path of %s still mounted", vol)
+				}
+			}
+			st, err := state.Open(e.state)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if stages, pubs, errs := st.Load(); len(stages)+len(pubs)+len(errs) != 0 {
+				t.Errorf("records left after teardown: %v %v %v", stages, pubs, errs)
+			}
+		})
+	}
+}
+
+// TestRestoreSkipsCorruptRecords: garbage in the state directory is logged with its path and skipped; the valid
+// records are still restored.
+func TestRestoreSkipsCorruptRecords(t *testing.T) {
+	e := newEnv(t, unix.MS_PRIVATE)
+	p1 := e.start()
+	e.stagePublish(p1, "vol-a", "pod-1")
+	p1.kill9(p1.children())
+	waitDead(t, e.targetPath("vol-a", "pod-1"))
+
+	garbage := filepath.Join(e.state, "staged", "garbage.json")
+	truncated := filepath.Join(e.state, "published", strings.Repeat("0", 64)+".json")
+	if err := os.WriteFile(garbage, []byte("\x00\x01\x02 not json"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(truncated, []byte(`{"volumeID": "vol-a", "targetPa`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p2 := e.start("--restore-mounts")
+	mustRead(t, e.targetPath("vol-a", "pod-1"))
+	logs := p2.logs.String()
+	for _, f := range []string{garbage, truncated} {
+		if !strings.Contains(logs, "Skipping unusable mount record") || !strings.Contains(logs, f) {
+			t.Errorf("no log line names the unusable record %s:\n%s", f, logs)
+		}
+	}
+	e.teardown(p2, "vol-a", "pod-1")
+}
+
+// TestGracefulStopLeavesDeadMounts: SIGTERM stops the plugin cleanly (exit 0), and in child mode its FUSE
+// servers die with it: the mounts stay and answer ENOTCONN. That is the failure the testbed reproduces.
+func TestGracefulStopLeavesDeadMounts(t *testing.T) {
+	e := newEnv(t, unix.MS_SHARED)
+	p := e.start()
+	e.stagePublish(p, "vol-a", "pod-1")
+	kids := p.children()
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-p.exited:
+	case <-time.After(30 * time.Second):
+		t.Fatal("plugin did not stop on SIGTERM")
+	}
+	if code := p.cmd.ProcessState.ExitCode(); code != 0 {
+		t.Fatalf("exit code after SIGTERM = %d, want 0\n%s", code, p.logs.String())
+	}
+	reap(t, kids)
+	waitDead(t, e.targetPath("vol-a", "pod-1"))
+	if _, err := os.Stat(filepath.Join(e.root, "csi.sock")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("socket left behind after a graceful stop: %v", err)
+	}
+}
+
+// TestUsageErrors: the command refuses bad flags with exit code 2 before touching anything.
+func TestUsageErrors(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	for _, args := range [][]string{
+		{},                                 // no --nodeid
+		{"--nodeid=n", "--restore-mounts"}, // restore without --state-dir
+		{"--nodeid=n", "--restore-strategy=glue", "--dummy-fuse-path=/bin/true"},
+		{"--nodeid=n", "--fuse-mode=sidecar"},
+		{"--nodeid=n", "extra-argument"},
+		{"--no-such-flag"},
+	} {
+		stdout.Reset()
+		stderr.Reset()
+		if code := run(args, &stdout, &stderr); code != 2 {
+			t.Errorf("run(%q) = %d, want 2 (stderr: %s)", args, code, stderr.String())
+		}
+	}
+	stdout.Reset()
+	if code := run([]string{"--version"}, &stdout, &stderr); code != 0 || strings.TrimSpace(stdout.String()) == "" {
+		t.Errorf("--version: code %d, output %q", code, stdout.String())
+	}
+}
