@@ -82,3 +82,10 @@ scenario-%: build ## run one scenario: make scenario-restart (BACKEND=local|kube
 
 scenarios: build ## run every scenario of the catalog; reports in _output/runs/<time>-<name>/
 	hack/scenario.sh all
+
+################################################################################
+# CSI plugin
+################################################################################
+.PHONY: bench-restore
+bench-restore: ## csi-plugin --restore-mounts after kill -9: start->ready with 1/100/500 volumes, and RSS (root + /dev/fuse)
+	hack/bench-restore.sh

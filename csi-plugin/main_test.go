@@ -26,6 +26,7 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/state"
@@ -69,7 +70,7 @@ func (b *syncBuffer) String() string {
 
 // env is one test's world: binaries, a kubelet-like directory tree and a state directory.
 type env struct {
-	t         *testing.T
+	t         testing.TB
 	plugin    string // csi-plugin binary
 	dummyFuse string
 	root      string // short: it holds the unix socket
@@ -80,7 +81,7 @@ type env struct {
 // (unix.MS_PRIVATE or unix.MS_SHARED), so that the outcome does not depend on how this machine's / happens to be
 // mounted: private is what FACTS.md §2 measured, shared is what kubelet's directories are on a real node (and
 // what makes bind mounts of one staging mount peers of each other).
-func newEnv(t *testing.T, propagation uintptr) *env {
+func newEnv(t testing.TB, propagation uintptr) *env {
 	t.Helper()
 	testenv.RequireFUSE(t)
 	root, err := os.MkdirTemp("", "dfc")
@@ -119,7 +120,7 @@ func (e *env) targetPath(vol, pod string) string {
 
 // plugin is one running csi-plugin process.
 type plugin struct {
-	t      *testing.T
+	t      testing.TB
 	cmd    *exec.Cmd
 	logs   *syncBuffer
 	exited chan struct{}
@@ -130,6 +131,14 @@ type plugin struct {
 
 // start runs csi-plugin with the env's state directory plus args, and waits until Probe is ready.
 func (e *env) start(args ...string) *plugin {
+	e.t.Helper()
+	p := e.launch(args...)
+	p.waitReady(60 * time.Second)
+	return p
+}
+
+// launch runs csi-plugin with the env's state directory plus args.
+func (e *env) launch(args ...string) *plugin {
 	t := e.t
 	t.Helper()
 	sock := filepath.Join(e.root, "csi.sock")
@@ -149,12 +158,14 @@ func (e *env) start(args ...string) *plugin {
 			t.Logf("csi-plugin %v output:\n%s", p.cmd.Args[1:], p.logs.String())
 		}
 	})
-	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	// The socket appears only once the process runs: retry connecting every few milliseconds, not after
+	// gRPC's default one-second backoff (which would dominate the start-up times measured here).
+	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.Config{BaseDelay: 5 * time.Millisecond, Multiplier: 1.2, MaxDelay: 50 * time.Millisecond}, MinConnectTimeout: time.Second}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	p.conn, p.node, p.ident = conn, csi.NewNodeClient(conn), csi.NewIdentityClient(conn)
-	p.waitReady(60 * time.Second)
 	return p
 }
 
@@ -231,7 +242,7 @@ func (p *plugin) kill() {
 // reaped. A child may also have been reaped by its dying parent: SIGKILL ends the plugin's threads one by one,
 // the first thread exit fires the parent-death signal, and a plugin thread still inside waitid for that child can
 // collect it before it ends itself. Such a child is gone all the same and is left out of the result.
-func reap(t *testing.T, pids []int) map[int]syscall.WaitStatus {
+func reap(t testing.TB, pids []int) map[int]syscall.WaitStatus {
 	t.Helper()
 	out := map[int]syscall.WaitStatus{}
 	for _, pid := range pids {
@@ -320,7 +331,7 @@ func (e *env) teardown(p *plugin, vol string, pods ...string) {
 	}
 }
 
-func mustRead(t *testing.T, dir string) {
+func mustRead(t testing.TB, dir string) {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(dir, servedFile))
 	if err != nil || string(b) != hello {
@@ -330,7 +341,7 @@ func mustRead(t *testing.T, dir string) {
 
 // waitDead waits until reading dir/dummy-file.txt fails with ENOTCONN: the kernel may answer from its caches for
 // up to the attribute timeout after the server died.
-func waitDead(t *testing.T, dir string) {
+func waitDead(t testing.TB, dir string) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -345,7 +356,7 @@ func waitDead(t *testing.T, dir string) {
 	}
 }
 
-func freePort(t *testing.T) int {
+func freePort(t testing.TB) int {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -1,0 +1,144 @@
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// BenchmarkRestore measures what --restore-mounts costs as volumes grow: with N volumes staged and published
+// (one dummy-fuse server each), the plugin is killed with SIGKILL, so every mount is dead, and restarted; the
+// timed part is from starting the new process to Probe reporting ready, i.e. every staging mount remounted and
+// every target bound again. It also reports the memory of the plugin and its FUSE servers afterwards.
+//
+//	make bench-restore   (or: go test -run '^$' -bench BenchmarkRestore -benchtime 1x ./csi-plugin/)
+func BenchmarkRestore(b *testing.B) {
+	for _, n := range []int{1, 100, 500} {
+		b.Run(fmt.Sprintf("volumes=%d", n), func(b *testing.B) { benchRestore(b, n) })
+	}
+}
+
+func benchRestore(b *testing.B, volumes int) {
+	e := newEnv(b, unix.MS_SHARED)
+	p := e.start()
+	vols := make([]string, volumes)
+	for i := range vols {
+		vols[i] = fmt.Sprintf("vol-%04d", i)
+	}
+	// Set up in parallel: staging is not what is measured.
+	var wg sync.WaitGroup
+	work := make(chan string)
+	for w := 0; w < 16; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for vol := range work {
+				e.stagePublish(p, vol, "pod")
+			}
+		}()
+	}
+	for _, vol := range vols {
+		work <- vol
+	}
+	close(work)
+	wg.Wait()
+
+	b.ResetTimer()
+	var total time.Duration
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		p.kill9(p.children())
+		waitDead(b, e.targetPath(vols[0], "pod"))
+		waitDead(b, e.targetPath(vols[volumes-1], "pod"))
+		b.StartTimer()
+
+		start := time.Now()
+		p = e.launch("--restore-mounts", "--restore-strategy=rebind")
+		p.waitReady(5 * time.Minute)
+		took := time.Since(start)
+		total += took
+
+		b.StopTimer()
+		for _, vol := range vols {
+			mustRead(b, e.targetPath(vol, "pod"))
+		}
+		if n := len(p.children()); n != volumes {
+			b.Fatalf("%d FUSE servers after the restore, want %d", n, volumes)
+		}
+		b.StartTimer()
+	}
+	b.StopTimer()
+	avg := total / time.Duration(b.N)
+	b.ReportMetric(avg.Seconds(), "s/restore")
+	b.ReportMetric(float64(avg.Microseconds())/1000/float64(volumes), "ms/volume")
+
+	pids := append([]int{p.cmd.Process.Pid}, p.children()...)
+	var rss, pss, pluginRSS int64
+	var pluginCPU, serversCPU time.Duration
+	for i, pid := range pids {
+		if i == 0 {
+			pluginCPU = procCPU(b, pid)
+		} else {
+			serversCPU += procCPU(b, pid)
+		}
+		r := procKB(b, fmt.Sprintf("/proc/%d/status", pid), "VmRSS:")
+		rss += r
+		pss += procKB(b, fmt.Sprintf("/proc/%d/smaps_rollup", pid), "Pss:")
+		if i == 0 {
+			pluginRSS = r
+		}
+	}
+	b.ReportMetric(float64(rss)/1024, "MB-RSS-total")
+	b.ReportMetric(float64(pss)/1024, "MB-PSS-total")
+	b.ReportMetric(float64(pluginRSS)/1024, "MB-RSS-plugin")
+	b.Logf("%d volumes: start→ready %v (%v per volume); RSS plugin %d MB + %d FUSE servers = %d MB total (PSS %d MB); CPU used so far: plugin %v, FUSE servers %v",
+		volumes, avg.Round(time.Millisecond), (avg / time.Duration(volumes)).Round(time.Microsecond),
+		pluginRSS/1024, len(pids)-1, rss/1024, pss/1024, pluginCPU, serversCPU)
+}
+
+// procCPU returns the user+system CPU time pid has used (fields 14 and 15 of /proc/PID/stat, in clock ticks of
+// 10 ms on Linux).
+func procCPU(b *testing.B, pid int) time.Duration {
+	b.Helper()
+	st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	// The command name (field 2) may hold spaces: count fields after its closing parenthesis.
+	i := strings.LastIndexByte(string(st), ')')
+	f := strings.Fields(string(st[i+1:]))
+	utime, _ := strconv.ParseInt(f[11], 10, 64)
+	stime, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(utime+stime) * 10 * time.Millisecond
+}
+
+// procKB returns the kB value of the line starting with key in a /proc file.
+func procKB(b *testing.B, path, key string) int64 {
+	b.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), key); ok {
+			fields := strings.Fields(rest)
+			if len(fields) > 0 {
+				n, err := strconv.ParseInt(fields[0], 10, 64)
+				if err == nil {
+					return n
+				}
+			}
+		}
+	}
+	b.Fatalf("%s: no %s line", path, key)
+	return 0
+}
