@@ -129,7 +129,9 @@ func (d *Driver) stage(ctx context.Context, id, path string, readOnly bool, coun
 			// server is gone. Answering OK here would hand kubelet a dead volume.
 			klog.InfoS("Staging mount is dead, mounting it again", "volumeID", id, "stagingPath", path, "err", probe)
 			if known.server != nil {
-				_ = known.server.Stop(ctx)
+				sctx, cancel := context.WithTimeout(ctx, stopTimeout)
+				_ = known.server.Stop(sctx) // normally gone already; make sure before starting another
+				cancel()
 			}
 			for i := 0; i < layers; i++ {
 				if err := mounts.UnmountLazy(path); err != nil && !errors.Is(err, unix.EINVAL) {
@@ -157,7 +159,7 @@ func (d *Driver) stage(ctx context.Context, id, path string, readOnly bool, coun
 	if d.store != nil && (!isKnown || known.createdDir != createdDir || known.readOnly != readOnly) {
 		rec := state.Stage{VolumeID: id, StagingPath: path, ReadOnly: readOnly, FuseMode: d.mode.Name(), CreatedDir: createdDir, Time: time.Now().UTC()}
 		if err := d.store.PutStage(rec); err != nil {
-			d.stopAndUnmount(ctx, id, srv, path)
+			_ = d.stopAndUnmount(ctx, id, srv, path)
 			return "", status.Errorf(codes.Internal, "recording the stage: %v", err)
 		}
 	}
