@@ -464,8 +464,9 @@ func TestRestoreAfterKill(t *testing.T) {
 	}
 }
 
-// TestRestoreSkipsCorruptRecords: garbage in the state directory is logged with its path and skipped; the valid
-// records are still restored.
+// TestRestoreSkipsCorruptRecords: garbage in the state directory is logged with its path and skipped, a record
+// that cannot be restored fails alone (logged, its target skipped), and Probe still becomes ready with the valid
+// records restored.
 func TestRestoreSkipsCorruptRecords(t *testing.T) {
 	e := newEnv(t, unix.MS_PRIVATE)
 	p1 := e.start()
@@ -481,9 +482,30 @@ func TestRestoreSkipsCorruptRecords(t *testing.T) {
 	if err := os.WriteFile(truncated, []byte(`{"volumeID": "vol-a", "targetPa`), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	// A well-formed record that cannot be restored (its staging path became a regular file) fails alone.
+	blocked := filepath.Join(e.root, "blocked")
+	if err := os.WriteFile(blocked, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	st, err := state.Open(e.state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.PutStage(state.Stage{VolumeID: "vol-blocked", StagingPath: blocked, FuseMode: "child"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.PutPublish(state.Publish{VolumeID: "vol-blocked", StagingPath: blocked, TargetPath: filepath.Join(e.root, "blocked-target"), FuseMode: "child"}); err != nil {
+		t.Fatal(err)
+	}
+
 	p2 := e.start("--restore-mounts")
 	mustRead(t, e.targetPath("vol-a", "pod-1"))
 	logs := p2.logs.String()
+	for _, want := range []string{`"Failed to restore staging mount" err=`, `volumeID="vol-blocked"`, `"Not restoring target: its staging mount failed"`, "ok=2 failed=1 skipped=1"} {
+		if !strings.Contains(logs, want) {
+			t.Errorf("log lacks %q:\n%s", want, logs)
+		}
+	}
 	for _, f := range []string{garbage, truncated} {
 		if !strings.Contains(logs, "Skipping unusable mount record") || !strings.Contains(logs, f) {
 			t.Errorf("no log line names the unusable record %s:\n%s", f, logs)
