@@ -419,3 +419,25 @@ func readLogRaw(t *testing.T, path string) string {
 	}
 	return string(b)
 }
+
+// A bind of the mount (a published CSI target) keeps the kernel's superblock, and so the connection, alive
+// after the unmount: SIGTERM must still end the server, leaving the bind disconnected as a crash would.
+func TestSIGTERMWithBindMountExits(t *testing.T) {
+	testenv.RequireFUSE(t)
+	bin := testenv.Build(t, "dummy-fuse")
+	p, mnt := startDummyFuse(t, bin)
+	bind := t.TempDir()
+	if err := unix.Mount(mnt, bind, "", unix.MS_BIND, ""); err != nil {
+		t.Fatalf("bind %s to %s: %v", mnt, bind, err)
+	}
+	cleanupMount(t, bind)
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.wait(t); code != 0 {
+		t.Errorf("exit code %d after SIGTERM, want 0; stderr %q", code, p.stderr)
+	}
+	if _, err := os.Stat(filepath.Join(bind, fileName)); !errors.Is(err, syscall.ENOTCONN) {
+		t.Errorf("stat through the bind after the server stopped: %v, want ENOTCONN", err)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -35,7 +36,7 @@ func Run(ctx context.Context, mountpoint string, opts Options, logw io.Writer) e
 		// The parent that mounted it owns the mount point; exiting closes our descriptor.
 		return nil
 	}
-	if err := srv.Unmount(); err != nil {
+	if err := unix.Unmount(mountpoint, 0); err != nil {
 		// Typically EBUSY: a process still holds a file open. Detach the mount so it disappears from the
 		// tree; open descriptors then fail with ENOTCONN once we exit, as after a crash.
 		if derr := unix.Unmount(mountpoint, unix.MNT_DETACH); derr != nil {
@@ -43,5 +44,17 @@ func Run(ctx context.Context, mountpoint string, opts Options, logw io.Writer) e
 		}
 		fmt.Fprintf(logw, "dummy-fuse: unmount %s: %v; detached it lazily\n", mountpoint, err)
 	}
-	return nil
+	// The connection ends once the kernel drops the superblock. A bind of the mount elsewhere (a published
+	// target) keeps it alive forever, so wait only briefly: exiting closes /dev/fuse and leaves such binds
+	// dead (ENOTCONN), exactly as a crash of the server would.
+	select {
+	case <-srv.Done():
+		return srv.Wait()
+	case <-time.After(stopGrace):
+		fmt.Fprintf(logw, "dummy-fuse: %s is still mounted elsewhere (bind mounts); exiting leaves them disconnected\n", mountpoint)
+		return nil
+	}
 }
+
+// stopGrace is how long Run waits for the connection to end after unmounting.
+const stopGrace = 2 * time.Second
