@@ -32,8 +32,11 @@ type Stage struct {
 	ReadOnly    bool   `json:"readOnly"`
 	FuseMode    string `json:"fuseMode"`
 	// CreatedDir says that the plugin created the staging directory, so unstaging removes it again.
-	CreatedDir bool      `json:"createdDir,omitempty"`
-	Time       time.Time `json:"time"`
+	CreatedDir bool `json:"createdDir,omitempty"`
+	// Ephemeral marks an inline ephemeral volume: the plugin staged it itself (kubelet never calls
+	// NodeStageVolume for one), so unpublishing its last target also unstages it.
+	Ephemeral bool      `json:"ephemeral,omitempty"`
+	Time      time.Time `json:"time"`
 }
 
 // Publish records one NodePublishVolume that succeeded.

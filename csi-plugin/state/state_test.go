@@ -67,6 +67,26 @@ func TestRoundTrip(t *testing.T) {
 	}
 }
 
+// TestEphemeralFlagRoundTrip: the ephemeral mark survives a reload, and a record written before the field
+// existed loads as a persistent volume.
+func TestEphemeralFlagRoundTrip(t *testing.T) {
+	s := openStore(t)
+	eph := Stage{VolumeID: "csi-0a1b", StagingPath: "/csi/ephemeral/csi-0a1b", FuseMode: "child", CreatedDir: true, Ephemeral: true}
+	if err := s.PutStage(eph); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(s.Dir(), stagedDir, "old.json"), []byte(`{"volumeID": "old", "stagingPath": "/staging/old"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	stages, _, errs := s.Load()
+	if len(errs) != 0 || len(stages) != 2 {
+		t.Fatalf("stages = %+v, errors %v", stages, errs)
+	}
+	if stages[0] != eph || stages[1].VolumeID != "old" || stages[1].Ephemeral {
+		t.Fatalf("stages = %+v, want %+v then a persistent \"old\"", stages, eph)
+	}
+}
+
 func TestCorruptRecordsAreSkipped(t *testing.T) {
 	s := openStore(t)
 	good := Stage{VolumeID: "good", StagingPath: "/staging/good", FuseMode: "child"}
