@@ -1,0 +1,474 @@
+// Package kube is the scenario backend that runs the catalog (package scenarios) on a real Kubernetes cluster:
+// the current kubeconfig's, e.g. kind (make kind-up) or the from-source cluster (make cluster-up).
+//
+//   - Start installs chart/ with the helm library into a fresh namespace, with the values the scenario's
+//     plugin setup needs (restoreMounts, restoreStrategy) and the image of this build, waits until the
+//     plugin serves and kubelet has registered it, then creates the PV, PVC and workload pod from
+//     manifests/, adjusted to the scenario (workload arguments, restart policy, propagation, subPath).
+//   - KillPlugin keeps the plugin DaemonSet off the node (a nodeSelector no node matches) and deletes the
+//     plugin pod with grace period 0, like the original demo's `kubectl delete pod`; StartPlugin lifts the
+//     nodeSelector and waits until the DaemonSet's new pod logs "Ready".
+//   - Evidence comes from watches and log streams, never from polling: the workload containers' logs,
+//     followed per container instance (kubelet keeps only the previous one); the pod's container statuses
+//     (starts, exits, exit codes); the pod's Events (start failures with kubelet's message, back-off);
+//     the plugin pods' logs; stat of the volume paths (on the host when the node's kubelet dir is on this
+//     machine, else through a probe pod); and causes kubelet only logs (from kubelet's log when available).
+//   - Stop brings the plugin back if needed, deletes the pod (kubelet unpublishes), the claim and the volume
+//     (kubelet unstages), uninstalls the release and deletes the namespace, and checks that no mount of
+//     the run is left when the node is this machine.
+package kube
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
+)
+
+// Defaults of Options.
+const (
+	// DefaultDriverName is the CSI driver name of scenario runs: not the chart's default, so that a run never
+	// touches a release a user installed (make kind-up) and both can run on one node.
+	DefaultDriverName = "scenario.dummy-fuse-csi"
+	// DefaultStateDir is the plugin's mount-record dir on the node for scenario runs.
+	DefaultStateDir = "/var/lib/dummy-fuse-csi-scenario"
+	// DefaultKubeletDir is kubelet's --root-dir.
+	DefaultKubeletDir = "/var/lib/kubelet"
+	// DefaultReadInterval is the workload's read interval: ten reads per kubelet back-off base.
+	DefaultReadInterval = time.Second
+
+	releaseName = "dfc-scenario"
+	// managedBy labels every object of a run, so that a crashed run's leftovers can be found.
+	managedByLabel = "app.kubernetes.io/managed-by"
+	managedBy      = "dfc-scenario"
+	// pluginOffLabel is the nodeSelector key that keeps the plugin DaemonSet off every node between
+	// KillPlugin and StartPlugin.
+	pluginOffLabel  = "dummy-fuse-csi/scenario-plugin-off"
+	pluginContainer = "plugin"
+)
+
+// kubelet's container restart back-off (pkg/kubelet/kubelet.go: backOffPeriod, MaxContainerBackOff).
+const (
+	kubeletBackoffBase = 10 * time.Second
+	kubeletBackoffMax  = 5 * time.Minute
+)
+
+// Options configure the Kubernetes backend.
+type Options struct {
+	// Kubeconfig is the kubeconfig file ("": $KUBECONFIG, else ~/.kube/config) and Context its context ("":
+	// the current one).
+	Kubeconfig, Context string
+	// Repo is the source tree holding chart/ and manifests/ (default: found from the working directory up).
+	Repo string
+	// Image is the dummy-fuse-csi image for the plugin and the workload, already on the node (default: the
+	// tag of the last `make image`, _output/images/dummy-fuse-csi.ref).
+	Image string
+	// ChartValues are extra chart values in --set form (e.g. registrar.mode=sidecar and the sidecar images).
+	ChartValues []string
+	// KubeletDir is kubelet's root dir on the node, the chart's kubeletDir (default /var/lib/kubelet).
+	KubeletDir string
+	// DriverName and StateDir are the chart's driverName and stateDir (defaults DefaultDriverName,
+	// DefaultStateDir).
+	DriverName, StateDir string
+	// ReadInterval is the workload's read interval when a scenario sets none (default 1s).
+	ReadInterval time.Duration
+	// Probe says how the volume paths are stat'ed: "host" (this machine is the node: stat every 100 ms),
+	// "pod" (a probe pod reads through hostPath mounts every 500 ms), "auto" or "" (host when the pod's
+	// directory exists on this machine, else pod).
+	Probe string
+	// KubeletLog is a file holding kubelet's log, followed for causes that kubelet logs but does not put in
+	// events (the cause of "failed to prepare subPath"). Default: the from-source cluster's log when it
+	// exists ($DFC_CLUSTER_DIR/logs/kubelet.log); "-" turns it off.
+	KubeletLog string
+	// KubeletLogCommand prints kubelet's log as it grows, instead of KubeletLog (e.g. docker exec NODE
+	// journalctl -u kubelet -f -o cat -n 0). Default on kind: that command when docker is in $PATH.
+	KubeletLogCommand []string
+	// SetupTimeout bounds each wait of Start and StartPlugin (default 3m).
+	SetupTimeout time.Duration
+	// Keep leaves the namespace, the release, the volume and the pod in place at Stop; KeepNote says how to
+	// remove them. The next run removes them too.
+	Keep bool
+	// Progress receives a line per action of the backend (besides kube.log in the run dir); nil: none.
+	Progress func(string)
+}
+
+func (o *Options) defaults() error {
+	if o.Repo == "" {
+		wd, err := os.Getwd()
+		if err != nil {
+			return err
+		}
+		if o.Repo, err = FindRepo(wd); err != nil {
+			return err
+		}
+	}
+	if o.Image == "" {
+		ref, err := ImageRef(o.Repo)
+		if err != nil {
+			return err
+		}
+		o.Image = ref
+	}
+	if o.KubeletDir == "" {
+		o.KubeletDir = DefaultKubeletDir
+	}
+	if o.DriverName == "" {
+		o.DriverName = DefaultDriverName
+	}
+	if o.StateDir == "" {
+		o.StateDir = DefaultStateDir
+	}
+	if o.ReadInterval <= 0 {
+		o.ReadInterval = DefaultReadInterval
+	}
+	if o.SetupTimeout <= 0 {
+		o.SetupTimeout = 3 * time.Minute
+	}
+	switch o.Probe {
+	case "", "auto":
+		o.Probe = "auto"
+	case "host", "pod":
+	default:
+		return fmt.Errorf("probe %q: want auto, host or pod", o.Probe)
+	}
+	return nil
+}
+
+// Backend is the Kubernetes scenario backend. Use New; one Backend runs one scenario.
+type Backend struct {
+	opts   Options
+	optErr error
+	cs     kubernetes.Interface
+	man    *manifests
+	rec    recorder
+
+	sc    *scenarios.Scenario
+	dir   string
+	n     names
+	helm  *helmRelease
+	vols  map[string]string // path label → host path
+	node  string
+	local bool // the node's kubelet dir is on this machine
+
+	kubeLog, pluginLog, workloadLog, kubeletLogOut *lockedWriter
+
+	mu       sync.Mutex
+	workload *podWatch
+	probe    *podWatch
+	plugins  map[string]*pluginPod // by pod UID
+	events   map[string]int32      // event UID → count seen
+	kubelet  *kubeletLog
+
+	ctx       context.Context // lives from Start to Stop: informers, log streams, probes
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
+	installed bool
+	nsCreated bool
+	pluginOff bool
+	stopped   bool
+	keepNote  string
+	podStates map[string]string // pod UID → its last state line in kube.log
+}
+
+var _ scenarios.Backend = (*Backend)(nil)
+
+// New returns a Kubernetes backend; configuration errors are reported by Start.
+func New(opts Options) *Backend {
+	b := &Backend{opts: opts, plugins: map[string]*pluginPod{}, events: map[string]int32{}}
+	b.optErr = b.opts.defaults()
+	return b
+}
+
+// Name implements scenarios.Backend.
+func (b *Backend) Name() string { return "kube" }
+
+// Timing implements scenarios.Backend: kubelet's real restart back-off, and a read interval of a tenth of it.
+func (b *Backend) Timing() scenarios.Timing {
+	iv := b.opts.ReadInterval
+	if iv <= 0 {
+		iv = DefaultReadInterval
+	}
+	return scenarios.Timing{ReadInterval: iv, BackoffBase: kubeletBackoffBase, BackoffMax: kubeletBackoffMax}
+}
+
+// Image is the image the backend deploys (after New resolved the default).
+func (b *Backend) Image() string { return b.opts.Image }
+
+// KeepNote says, after Stop with Keep, what was left and how to remove it.
+func (b *Backend) KeepNote() string { return b.keepNote }
+
+// RESTClientGetter returns the kubeconfig loader of opts (for helm and client-go alike).
+func RESTClientGetter(opts Options, namespace string) genericclioptions.RESTClientGetter {
+	f := genericclioptions.NewConfigFlags(false)
+	if opts.Kubeconfig != "" {
+		f.KubeConfig = &opts.Kubeconfig
+	}
+	if opts.Context != "" {
+		f.Context = &opts.Context
+	}
+	if namespace != "" {
+		f.Namespace = &namespace
+	}
+	return f
+}
+
+// RESTConfig is the client configuration of opts' kubeconfig.
+func RESTConfig(opts Options) (*rest.Config, error) {
+	cfg, err := RESTClientGetter(opts, "").ToRESTConfig()
+	if err != nil {
+		return nil, fmt.Errorf("kubeconfig: %w", err)
+	}
+	return cfg, nil
+}
+
+// Start implements scenarios.Backend.
+func (b *Backend) Start(ctx context.Context, sc *scenarios.Scenario, dir string) error {
+	if b.sc != nil {
+		return errors.New("kube backend: Start called twice")
+	}
+	b.sc = sc
+	if b.optErr != nil {
+		return b.optErr
+	}
+	var err error
+	if b.dir, err = filepath.Abs(dir); err != nil {
+		return err
+	}
+	for _, l := range []struct {
+		w    **lockedWriter
+		name string
+	}{{&b.kubeLog, "kube.log"}, {&b.pluginLog, "plugin.log"}, {&b.workloadLog, "workload.log"}} {
+		f, err := os.Create(filepath.Join(b.dir, l.name))
+		if err != nil {
+			return err
+		}
+		*l.w = &lockedWriter{w: f}
+	}
+	cfg, err := RESTConfig(b.opts)
+	if err != nil {
+		return err
+	}
+	cfg.UserAgent = "dfc-scenario"
+	if b.cs, err = kubernetes.NewForConfig(cfg); err != nil {
+		return err
+	}
+	if b.man, err = loadManifests(filepath.Join(b.opts.Repo, "manifests")); err != nil {
+		return err
+	}
+	b.ctx, b.cancel = context.WithCancel(context.WithoutCancel(ctx))
+
+	ver, err := b.cs.Discovery().ServerVersion()
+	if err != nil {
+		return fmt.Errorf("cluster unreachable: %w", err)
+	}
+	b.logf("cluster %s (Kubernetes %s), image %s, driver %s, kubelet dir %s", cfg.Host, ver.GitVersion, b.opts.Image, b.opts.DriverName, b.opts.KubeletDir)
+	if err := b.removeStale(ctx); err != nil {
+		return err
+	}
+
+	b.n = runNames(sc.Name)
+	b.helm = &helmRelease{getter: RESTClientGetter(b.opts, b.n.namespace), chartDir: filepath.Join(b.opts.Repo, "chart"),
+		name: releaseName, namespace: b.n.namespace, logf: func(f string, a ...any) { b.logf("helm: "+f, a...) }}
+
+	// Namespace: privileged Pod Security (the plugin is privileged), labelled as a run's.
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: b.n.namespace, Labels: map[string]string{
+		managedByLabel: managedBy, scenarioLabel: sc.Name,
+		"pod-security.kubernetes.io/enforce": "privileged",
+	}}}
+	if _, err := b.cs.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("create namespace: %w", err)
+	}
+	b.nsCreated = true
+	b.progress("namespace %s", b.n.namespace)
+	b.startInformers()
+
+	vals, err := b.chartValues()
+	if err != nil {
+		return err
+	}
+	b.progress("helm install %s (restoreMounts=%t, restoreStrategy=%s, image %s)", releaseName,
+		sc.Plugin.RestoreMounts, strategyOf(sc.Plugin), b.opts.Image)
+	b.installed = true // a failed install may have created objects: uninstall in Stop either way
+	if err := b.helm.install(ctx, vals, b.opts.SetupTimeout); err != nil {
+		return err
+	}
+	pluginNode, err := b.waitPluginReady(ctx, time.Time{})
+	if err != nil {
+		return err
+	}
+	if err := b.waitRegistered(ctx, pluginNode); err != nil {
+		return err
+	}
+
+	labels := map[string]string{managedByLabel: managedBy}
+	if _, err := b.cs.CoreV1().PersistentVolumes().Create(ctx, b.man.persistentVolume(b.n, b.opts.DriverName, labels), metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("create PV: %w", err)
+	}
+	if _, err := b.cs.CoreV1().PersistentVolumeClaims(b.n.namespace).Create(ctx, b.man.claim(b.n, labels), metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("create PVC: %w", err)
+	}
+	// A pod whose claim is not bound yet is unschedulable, and the scheduler retries it only after its
+	// back-off (about 15 s): create the pod once the claim is bound.
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, b.opts.SetupTimeout, true, func(ctx context.Context) (bool, error) {
+		c, err := b.cs.CoreV1().PersistentVolumeClaims(b.n.namespace).Get(ctx, b.n.pvc, metav1.GetOptions{})
+		return err == nil && c.Status.Phase == corev1.ClaimBound, nil
+	}); err != nil {
+		return fmt.Errorf("PVC %s not bound to PV %s: %w", b.n.pvc, b.n.pv, err)
+	}
+	pod, err := b.man.workloadPod(sc, b.n, b.opts.Image, b.opts.ReadInterval, labels)
+	if err != nil {
+		return err
+	}
+	writeYAML(filepath.Join(b.dir, "workload-pod.yaml"), pod)
+	created, err := b.cs.CoreV1().Pods(b.n.namespace).Create(ctx, pod, metav1.CreateOptions{})
+	if err != nil {
+		return fmt.Errorf("create pod: %w", err)
+	}
+	b.progress("pod %s/%s created (PV %s, PVC %s)", b.n.namespace, b.n.pod, b.n.pv, b.n.pvc)
+
+	// Scheduled: now the node and the pod's host paths are known.
+	p, err := b.workload.await(ctx, b.opts.SetupTimeout, func(p *corev1.Pod, _ bool) bool { return p != nil && p.Spec.NodeName != "" })
+	if err != nil {
+		return fmt.Errorf("pod %s not scheduled: %w", b.n.pod, err)
+	}
+	b.node = p.Spec.NodeName
+	b.setPaths(string(created.UID))
+	if err := b.startKubeletLog(ctx); err != nil {
+		return err
+	}
+	for _, c := range sc.Pod.Containers {
+		b.trackContainer(c.Name)
+	}
+
+	// "Every container has had its first start attempt": it runs, ran, or failed to start.
+	if _, err := b.workload.await(ctx, b.opts.SetupTimeout, func(p *corev1.Pod, _ bool) bool {
+		return p != nil && allAttempted(p, sc)
+	}); err != nil {
+		return fmt.Errorf("the pod's containers did not start (see kube.log): %w", err)
+	}
+	b.rec.add(scenarios.Event{Source: scenarios.SrcKubelet, Kind: scenarios.KVolumeMounted,
+		Message: fmt.Sprintf("kubelet staged and published the volume (NodeStageVolume, NodePublishVolume) on node %s", b.node)})
+	return b.startProbe(ctx)
+}
+
+// runNames are the names of one run: a fresh namespace, and a PV name and volume handle of its own.
+func runNames(scenario string) names {
+	var r [3]byte
+	_, _ = rand.Read(r[:])
+	s := scenario
+	if len(s) > 40 {
+		s = s[:40]
+	}
+	ns := "dfc-" + strings.Trim(s, "-") + "-" + hex.EncodeToString(r[:])
+	return names{namespace: ns, pv: ns, pvc: "dummy-fuse-pvc", pod: "workload", volumeHandle: ns}
+}
+
+func strategyOf(p scenarios.Plugin) string {
+	if p.RestoreStrategy == "" {
+		return "chart default"
+	}
+	return p.RestoreStrategy
+}
+
+// chartValues are the chart's values for the scenario's plugin setup.
+func (b *Backend) chartValues() (map[string]any, error) {
+	repo, tag := splitImage(b.opts.Image)
+	plugin := map[string]any{"restoreMounts": b.sc.Plugin.RestoreMounts}
+	if b.sc.Plugin.RestoreStrategy != "" {
+		plugin["restoreStrategy"] = b.sc.Plugin.RestoreStrategy
+	}
+	vals := map[string]any{
+		"fullnameOverride": releaseName,
+		"image":            map[string]any{"repository": repo, "tag": tag, "pullPolicy": "IfNotPresent"},
+		"kubeletDir":       b.opts.KubeletDir,
+		"driverName":       b.opts.DriverName,
+		"stateDir":         b.opts.StateDir,
+		"logVerbosity":     5, // every GRPC call with request and response, as the local backend logs
+		"csi":              map[string]any{"plugin": plugin},
+	}
+	if err := mergeSets(vals, b.opts.ChartValues); err != nil {
+		return nil, err
+	}
+	writeYAML(filepath.Join(b.dir, "chart-values.yaml"), vals)
+	return vals, nil
+}
+
+// setPaths sets the host paths of the pod's volume as kubelet lays them out.
+func (b *Backend) setPaths(uid string) {
+	root := b.opts.KubeletDir
+	b.vols = map[string]string{
+		scenarios.PathRoot:    root,
+		scenarios.PathVolume:  filepath.Join(root, "pods", uid, "volumes", "kubernetes.io~csi", b.n.pv, "mount"),
+		scenarios.PathStaging: stagingPath(root, b.opts.DriverName, b.n.volumeHandle),
+	}
+	b.rec.setPaths(b.vols)
+	b.logf("volume dir %s, staging dir %s", b.vols[scenarios.PathVolume], b.vols[scenarios.PathStaging])
+}
+
+// allAttempted reports whether every container of sc has run or failed to start at least once.
+func allAttempted(p *corev1.Pod, sc *scenarios.Scenario) bool {
+	for _, c := range sc.Pod.Containers {
+		cs, ok := containerStatus(p, c.Name)
+		if !ok {
+			return false
+		}
+		if cs.State.Running == nil && cs.State.Terminated == nil && cs.LastTerminationState.Terminated == nil {
+			w := cs.State.Waiting
+			if w == nil || w.Reason == "ContainerCreating" || w.Reason == "PodInitializing" || w.Reason == "" {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func containerStatus(p *corev1.Pod, name string) (corev1.ContainerStatus, bool) {
+	for _, cs := range p.Status.ContainerStatuses {
+		if cs.Name == name {
+			return cs, true
+		}
+	}
+	return corev1.ContainerStatus{}, false
+}
+
+// Evidence implements scenarios.Backend: a snapshot of what the watches and log streams delivered so far.
+func (b *Backend) Evidence(context.Context) (*scenarios.Evidence, error) {
+	return b.rec.snapshot(), nil
+}
+
+func (b *Backend) logf(format string, args ...any) {
+	if b.kubeLog == nil {
+		return
+	}
+	b.kubeLog.WriteLine(time.Now().UTC().Format("15:04:05.000000"), []byte(fmt.Sprintf(format, args...)))
+}
+
+// progress logs an action and reports it to Options.Progress.
+func (b *Backend) progress(format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	b.logf("%s", msg)
+	if b.opts.Progress != nil {
+		b.opts.Progress(msg)
+	}
+}
+
+func typeMeta(kind string) metav1.TypeMeta { return metav1.TypeMeta{APIVersion: "v1", Kind: kind} }
+
+func objectMeta(name, namespace string, labels map[string]string) metav1.ObjectMeta {
+	return metav1.ObjectMeta{Name: name, Namespace: namespace, Labels: labels}
+}

@@ -1,0 +1,255 @@
+package kube
+
+import (
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
+)
+
+func TestErrnoIn(t *testing.T) {
+	cases := map[string]string{
+		`failed to stat "/v": stat /v: transport endpoint is not connected`:            "ENOTCONN",
+		`lstat /x: no such file or directory`:                                          "ENOENT",
+		`read /mnt/f: software caused connection abort`:                                "ECONNABORTED",
+		`open /dev/x: no such device or address`:                                       "ENXIO", // not ENODEV, a prefix of it
+		`failed to prepare subPath for volumeMount "dummy-fuse" of container "reader"`: "",
+		`permission denied, then transport endpoint is not connected`:                  "ENOTCONN", // the last cause wins
+	}
+	for msg, want := range cases {
+		if got := errnoIn(msg); got != want {
+			t.Errorf("errnoIn(%q) = %q, want %q", msg, got, want)
+		}
+	}
+}
+
+func TestTiming(t *testing.T) {
+	tm := New(Options{Repo: "/nonexistent", Image: "x:y"}).Timing()
+	if tm.BackoffBase != 10*time.Second || tm.BackoffMax != 5*time.Minute || tm.ReadInterval != time.Second {
+		t.Errorf("timing %+v, want kubelet's 10s/5m back-off and a 1s read interval", tm)
+	}
+}
+
+func term(id string, code int32, reason string) *corev1.ContainerStateTerminated {
+	return &corev1.ContainerStateTerminated{ContainerID: id, ExitCode: code, Reason: reason}
+}
+
+func podWith(cs corev1.ContainerStatus) *corev1.Pod {
+	cs.Name = "reader"
+	return &corev1.Pod{Status: corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{cs}}}
+}
+
+func TestInstanceOf(t *testing.T) {
+	running := corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}
+	backoff := corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CreateContainerError"}}
+	creating := corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ContainerCreating"}}
+	cases := []struct {
+		name   string
+		cs     corev1.ContainerStatus
+		n      int
+		ok     bool
+		want   string // current, previous, lost
+		termID string
+	}{
+		{"not started", corev1.ContainerStatus{State: creating}, 0, false, "", ""},
+		{"running", corev1.ContainerStatus{State: running, ContainerID: "c0"}, 0, true, "current", ""},
+		{"next not yet", corev1.ContainerStatus{State: running, ContainerID: "c0"}, 1, false, "", ""},
+		// Exited and failing to start again: restart count stays, the exit is in lastState.
+		{"exited, start fails", corev1.ContainerStatus{State: backoff, ContainerID: "c0",
+			LastTerminationState: corev1.ContainerState{Terminated: term("c0", 1, "Error")}}, 0, true, "current", "c0"},
+		{"exited, start fails, next", corev1.ContainerStatus{State: backoff, ContainerID: "c0",
+			LastTerminationState: corev1.ContainerState{Terminated: term("c0", 1, "Error")}}, 1, false, "", ""},
+		{"restarted: previous", corev1.ContainerStatus{State: running, RestartCount: 1, ContainerID: "c1",
+			LastTerminationState: corev1.ContainerState{Terminated: term("c0", 1, "Error")}}, 0, true, "previous", "c0"},
+		{"restarted: current", corev1.ContainerStatus{State: running, RestartCount: 1, ContainerID: "c1",
+			LastTerminationState: corev1.ContainerState{Terminated: term("c0", 1, "Error")}}, 1, true, "current", ""},
+		{"two restarts later", corev1.ContainerStatus{State: running, RestartCount: 3, ContainerID: "c3"}, 1, true, "lost", ""},
+	}
+	for _, tc := range cases {
+		info, ok := instanceOf(podWith(tc.cs), "reader", tc.n)
+		if ok != tc.ok {
+			t.Errorf("%s: exists %t, want %t", tc.name, ok, tc.ok)
+			continue
+		}
+		if !ok {
+			continue
+		}
+		got := map[bool]string{true: "current"}[info.current] + map[bool]string{true: "previous"}[info.previous] + map[bool]string{true: "lost"}[info.lost]
+		if got != tc.want {
+			t.Errorf("%s: %q, want %q", tc.name, got, tc.want)
+		}
+		if id := ""; info.term != nil {
+			id = info.term.ContainerID
+			if id != tc.termID {
+				t.Errorf("%s: termination of %q, want %q", tc.name, id, tc.termID)
+			}
+		} else if tc.termID != "" {
+			t.Errorf("%s: no termination, want %q's", tc.name, tc.termID)
+		}
+	}
+}
+
+func TestStartFailed(t *testing.T) {
+	if !startFailed(term("c", 128, "StartError")) || startFailed(term("c", 1, "Error")) || startFailed(nil) {
+		t.Error("only runc's StartError/ContainerCannotRun terminations are failed starts")
+	}
+}
+
+func TestWorkloadPod(t *testing.T) {
+	repo, err := FindRepo(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := loadManifests(repo + "/manifests")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := runNames("restart")
+	if !strings.HasPrefix(n.namespace, "dfc-restart-") || n.pv != n.namespace || n.volumeHandle != n.namespace {
+		t.Errorf("run names %+v", n)
+	}
+	for _, sc := range scenarios.Catalog() {
+		p, err := m.workloadPod(&sc, n, "dummy-fuse-csi:test", time.Second, map[string]string{managedByLabel: managedBy})
+		if err != nil {
+			t.Fatalf("%s: %v", sc.Name, err)
+		}
+		if p.Labels[scenarioLabel] != sc.Name || p.Labels[managedByLabel] != managedBy || p.Namespace != n.namespace {
+			t.Errorf("%s: labels %v, namespace %s", sc.Name, p.Labels, p.Namespace)
+		}
+		if string(p.Spec.RestartPolicy) != string(sc.Pod.RestartPolicy) || p.Spec.DNSPolicy != corev1.DNSDefault {
+			t.Errorf("%s: restartPolicy %s, dnsPolicy %s", sc.Name, p.Spec.RestartPolicy, p.Spec.DNSPolicy)
+		}
+		if len(p.Spec.Volumes) != 1 || p.Spec.Volumes[0].PersistentVolumeClaim.ClaimName != n.pvc {
+			t.Errorf("%s: volumes %+v", sc.Name, p.Spec.Volumes)
+		}
+		if len(p.Spec.Containers) != len(sc.Pod.Containers) {
+			t.Fatalf("%s: %d containers, want %d", sc.Name, len(p.Spec.Containers), len(sc.Pod.Containers))
+		}
+		for i, c := range sc.Pod.Containers {
+			pc := p.Spec.Containers[i]
+			if pc.Name != c.Name || pc.Image != "dummy-fuse-csi:test" || pc.ImagePullPolicy != corev1.PullIfNotPresent {
+				t.Errorf("%s: container %s image %s", sc.Name, pc.Name, pc.Image)
+			}
+			if !slices.Equal(pc.Args, c.WorkloadArgs(time.Second)) || !slices.Contains(pc.Args, "--log-format=json") {
+				t.Errorf("%s/%s: args %q", sc.Name, c.Name, pc.Args)
+			}
+			if len(pc.Command) == 0 || !strings.HasSuffix(pc.Command[0], "dummy-fuse-workload") {
+				t.Errorf("%s/%s: command %q from the manifest", sc.Name, c.Name, pc.Command)
+			}
+			vm := pc.VolumeMounts
+			if len(vm) != 1 || vm[0].MountPath != c.Mount() || vm[0].SubPath != c.SubPath || !vm[0].ReadOnly ||
+				string(*vm[0].MountPropagation) != string(c.Prop()) || vm[0].Name != p.Spec.Volumes[0].Name {
+				t.Errorf("%s/%s: volume mounts %+v", sc.Name, c.Name, vm)
+			}
+		}
+	}
+	pv := m.persistentVolume(n, "drv", nil)
+	if pv.Name != n.pv || pv.Spec.CSI.Driver != "drv" || pv.Spec.CSI.VolumeHandle != n.volumeHandle ||
+		pv.Spec.ClaimRef == nil || pv.Spec.ClaimRef.Namespace != n.namespace || pv.Spec.ClaimRef.Name != n.pvc {
+		t.Errorf("PV %+v", pv)
+	}
+	if c := m.claim(n, nil); c.Spec.VolumeName != n.pv || c.Namespace != n.namespace {
+		t.Errorf("PVC %+v", c)
+	}
+}
+
+func TestParseKubeletLine(t *testing.T) {
+	raw := `E1122 04:56:41.569265   16370 kubelet_pods.go:361] "Failed to prepare subPath for volumeMount of the container" ` +
+		`err="error checking path /var/lib/kubelet/pods/2f95/volume-subpaths/pv/reader/0 for mount: lstat /var/lib/kubelet/pods/2f95/volume-subpaths/pv/reader/0: transport endpoint is not connected" ` +
+		`containerName="reader" volumeMountName="dummy-fuse"`
+	now := time.Date(2026, 11, 22, 5, 0, 0, 0, time.Local)
+	l := parseKubeletLine(raw, now)
+	if l.level != 'E' || l.container != "reader" || !strings.HasPrefix(l.err, "error checking path") || errnoIn(l.err) != "ENOTCONN" {
+		t.Errorf("parsed %+v", l)
+	}
+	if want := time.Date(2026, 11, 22, 4, 56, 41, 569265000, time.Local); !l.t.Equal(want) {
+		t.Errorf("time %s, want %s", l.t, want)
+	}
+	quoted := parseKubeletLine(`E1122 04:56:41.000000 1 x.go:1] "m" err="a \"b\" c" containerName="x"`, now)
+	if quoted.err != `a "b" c` {
+		t.Errorf("unquoted err %q", quoted.err)
+	}
+}
+
+func TestKindKubeletLogCommand(t *testing.T) {
+	if c := kindKubeletLogCommand("kind://nonexistent-cli-xyz/c/n"); c != nil {
+		t.Errorf("a provider CLI that is not in $PATH gives %q", c)
+	}
+	if c := kindKubeletLogCommand(""); c != nil {
+		t.Errorf("a node that is not kind's gives %q", c)
+	}
+	if c := kindKubeletLogCommand("kind://sh/dummy-fuse-csi/dummy-fuse-csi-control-plane"); !slices.Equal(c[:3], []string{"sh", "exec", "dummy-fuse-csi-control-plane"}) {
+		t.Errorf("command %q", c)
+	}
+}
+
+func TestTimes(t *testing.T) {
+	seen := time.Date(2026, 1, 1, 0, 0, 10, 500e6, time.UTC)
+	if got := stampTime(time.Date(2026, 1, 1, 0, 0, 10, 0, time.UTC), seen); !got.Equal(seen) {
+		t.Errorf("a stamp in the same second as the observation: %s", got)
+	}
+	if got := stampTime(time.Date(2026, 1, 1, 0, 0, 5, 0, time.UTC), seen); got.Sub(time.Date(2026, 1, 1, 0, 0, 5, 0, time.UTC)) >= time.Second {
+		t.Errorf("an old stamp: %s, want within its second", got)
+	}
+	ts, line := splitTimestamp([]byte(`2026-11-22T04:51:29.752182123Z I1122 04:51:29.752182 1 server.go:158] "Ready"`))
+	if ts.Nanosecond() != 752182123 || !strings.HasPrefix(string(line), "I1122") {
+		t.Errorf("split %s %q", ts, line)
+	}
+	if klogMessage(line) != `"Ready"` {
+		t.Errorf("klog message %q", klogMessage(line))
+	}
+}
+
+func TestSplitImage(t *testing.T) {
+	for ref, want := range map[string][2]string{
+		"dummy-fuse-csi:0.1.0":       {"dummy-fuse-csi", "0.1.0"},
+		"host:5000/x/dummy-fuse-csi": {"host:5000/x/dummy-fuse-csi", ""},
+		"host:5000/x:v1":             {"host:5000/x", "v1"},
+	} {
+		if n, tag := splitImage(ref); n != want[0] || tag != want[1] {
+			t.Errorf("splitImage(%q) = %q, %q", ref, n, tag)
+		}
+	}
+}
+
+// TestEvents checks how the workload pod's Events become evidence: count increments are occurrences,
+// "Failed" is a start failure with the errno from kubelet's message, other pods' events are not evidence.
+func TestEvents(t *testing.T) {
+	b := New(Options{Repo: "/nonexistent", Image: "x:y"})
+	b.n = names{namespace: "ns", pod: "workload"}
+	b.workload = newPodWatch()
+	b.workload.set(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "workload", UID: "u1"}}, false)
+	at := metav1.NewTime(time.Now().Add(-time.Minute))
+	ev := func(uid, reason, msg, pod string, count int32) *corev1.Event {
+		return &corev1.Event{ObjectMeta: metav1.ObjectMeta{UID: types.UID("e-" + uid)}, Reason: reason, Message: msg, Count: count,
+			Type: corev1.EventTypeWarning, LastTimestamp: at,
+			InvolvedObject: corev1.ObjectReference{Kind: "Pod", Name: pod, UID: "u1", FieldPath: "spec.containers{reader}"}}
+	}
+	stat := `Error: failed to generate container "x" spec: failed to generate spec: failed to stat "/v": stat /v: transport endpoint is not connected`
+	b.onEvent(ev("1", "Failed", stat, "workload", 1))
+	b.onEvent(ev("1", "Failed", stat, "workload", 1)) // a resync: no new occurrence
+	b.onEvent(ev("1", "Failed", "(combined from similar events): "+stat, "workload", 3))
+	b.onEvent(ev("2", "BackOff", "Back-off restarting failed container reader", "workload", 1))
+	b.onEvent(ev("3", "Failed", stat, "other-pod", 1))
+	b.onEvent(ev("4", "Pulled", "already present", "workload", 1))
+	e := b.rec.snapshot()
+	var kinds []string
+	for _, x := range e.Events {
+		kinds = append(kinds, string(x.Kind))
+		if x.Kind == scenarios.KStartFailed && (x.Errno != "ENOTCONN" || x.Container != "reader" || !strings.HasPrefix(x.Message, "Error: failed")) {
+			t.Errorf("start failure %+v", x)
+		}
+		if !x.Time.Equal(at.Add(time.Second - time.Nanosecond)) {
+			t.Errorf("event time %s, want within the stamp's second", x.Time)
+		}
+	}
+	if want := []string{"start_failed", "start_failed", "start_failed", "back_off"}; !slices.Equal(kinds, want) {
+		t.Errorf("kinds %v, want %v", kinds, want)
+	}
+}

@@ -1,0 +1,121 @@
+package kube
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
+)
+
+// startProbe starts watching the volume paths: stat on this machine when it is the node (exact, every
+// 100 ms, like the local backend), else a probe pod on the node that reads the file through hostPath mounts
+// of the volume and staging dirs' parents with HostToContainer propagation, every 500 ms.
+func (b *Backend) startProbe(ctx context.Context) error {
+	podDir := filepath.Join(b.opts.KubeletDir, "pods", b.workloadUID())
+	b.local = fileExists(podDir)
+	mode := b.opts.Probe
+	if mode == "auto" {
+		mode = "pod"
+		if b.local {
+			mode = "host"
+		}
+	}
+	if mode == "host" && !b.local {
+		return fmt.Errorf("probe host: %s does not exist here: this machine is not the node %s (use the pod probe)", podDir, b.node)
+	}
+	b.logf("probe of the volume paths: %s", mode)
+	if mode == "host" {
+		b.wg.Add(1)
+		go b.hostProbe()
+		return nil
+	}
+	return b.podProbe(ctx)
+}
+
+func (b *Backend) hostProbe() {
+	defer b.wg.Done()
+	last := map[string]string{}
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	for {
+		for _, label := range []string{scenarios.PathVolume, scenarios.PathStaging} {
+			_, err := os.Stat(b.vols[label])
+			state := ""
+			if err != nil {
+				if state = scenarios.ErrnoName(err); state == "" {
+					state = err.Error()
+				}
+			}
+			b.probeResult(last, label, state, time.Now(), "stat")
+		}
+		select {
+		case <-b.ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// probeResult records a probe event when the state of a path changed.
+func (b *Backend) probeResult(last map[string]string, label, state string, t time.Time, how string) {
+	if prev, seen := last[label]; seen && prev == state {
+		return
+	}
+	last[label] = state
+	b.rec.add(scenarios.Event{Time: t, Source: scenarios.SrcProbe, Kind: scenarios.KProbe, Path: label, Errno: state,
+		Message: how})
+}
+
+func (b *Backend) podProbe(ctx context.Context) error {
+	p := probePod(b.n, b.opts.Image, b.node, b.vols[scenarios.PathVolume], b.vols[scenarios.PathStaging], 500*time.Millisecond,
+		map[string]string{managedByLabel: managedBy})
+	if _, err := b.cs.CoreV1().Pods(b.n.namespace).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("create probe pod: %w", err)
+	}
+	var mu = make(chan struct{}, 1)
+	last := map[string]string{}
+	for _, label := range []string{scenarios.PathVolume, scenarios.PathStaging} {
+		label := label
+		b.wg.Add(1)
+		go b.follow(b.probe, label, false, instanceHandler{
+			line: func(n int, _ instanceInfo, line []byte, _ time.Time) {
+				e := scenarios.ParseWorkloadLine(line, label, n, time.Now())
+				state := ""
+				switch {
+				case e.Kind == scenarios.KRead:
+				case e.IsWorkloadError():
+					if state = e.Errno; state == "" {
+						state = e.Message
+					}
+				default:
+					return
+				}
+				mu <- struct{}{}
+				b.probeResult(last, label, state, e.Time, "read through a probe pod")
+				<-mu
+			},
+			end: func(int, instanceInfo, *corev1.ContainerStateTerminated, bool) {},
+		})
+	}
+	_, err := b.probe.await(ctx, b.opts.SetupTimeout, func(p *corev1.Pod, _ bool) bool {
+		if p == nil {
+			return false
+		}
+		for _, cs := range p.Status.ContainerStatuses {
+			if cs.State.Running == nil {
+				return false
+			}
+		}
+		return len(p.Status.ContainerStatuses) == 2
+	})
+	if err != nil {
+		return fmt.Errorf("probe pod not running: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,253 @@
+package kube
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/moby/sys/mountinfo"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+)
+
+// Stop implements scenarios.Backend. In kubelet's order, so that nothing stays mounted: the plugin must serve
+// for kubelet to unpublish and unstage, so it comes back first if a step left it off; then the pods go (kubelet
+// calls NodeUnpublishVolume before it lets the pod object go), then the claim and the volume (kubelet calls
+// NodeUnstageVolume and drops the volume from node.status.volumesInUse), then the release and the namespace.
+func (b *Backend) Stop(ctx context.Context) error {
+	if b.stopped {
+		return nil
+	}
+	b.stopped = true
+	defer b.closeLogs()
+	if b.cs == nil || !b.nsCreated {
+		b.stopLoops()
+		return nil
+	}
+	if b.opts.Keep {
+		b.keepNote = b.keepText()
+		b.stopLoops()
+		return nil
+	}
+	var errs []error
+	if b.pluginOff {
+		b.progress("teardown: bringing the plugin back so that kubelet can unpublish and unstage")
+		if err := b.StartPlugin(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("plugin back for teardown: %w", err))
+		}
+	}
+	b.dumpState(ctx)
+	errs = append(errs, b.teardown(ctx, b.n, b.node)...)
+	b.stopLoops()
+	if b.local && b.vols != nil {
+		if err := b.checkMounts(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	err := errors.Join(errs...)
+	if err != nil {
+		b.logf("teardown failed: %v", err)
+	} else {
+		b.progress("teardown: namespace %s, release, PV and mounts are gone", b.n.namespace)
+	}
+	return err
+}
+
+// teardown removes one run's objects (this run's, or a crashed earlier run's) in kubelet's order and waits
+// for each step.
+func (b *Backend) teardown(ctx context.Context, n names, node string) []error {
+	var errs []error
+	pods := b.cs.CoreV1().Pods(n.namespace)
+	// Every pod but the plugin's: the workload (NodeUnpublishVolume) and the probe.
+	list, err := pods.List(ctx, metav1.ListOptions{LabelSelector: managedByLabel + "=" + managedBy})
+	if err != nil && !apierrors.IsNotFound(err) {
+		errs = append(errs, err)
+	}
+	if list != nil {
+		for _, p := range list.Items {
+			if node == "" {
+				node = p.Spec.NodeName
+			}
+			if err := pods.Delete(ctx, p.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+				errs = append(errs, err)
+			}
+		}
+		for _, p := range list.Items {
+			if err := b.waitGone(ctx, "pod "+p.Name, 2*time.Minute, func(ctx context.Context) error {
+				_, err := pods.Get(ctx, p.Name, metav1.GetOptions{})
+				return err
+			}); err != nil {
+				errs = append(errs, fmt.Errorf("%w (kubelet could not unpublish the volume? see the plugin log)", err))
+			}
+		}
+	}
+	if err := b.cs.CoreV1().PersistentVolumeClaims(n.namespace).Delete(ctx, n.pvc, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		errs = append(errs, err)
+	}
+	if err := b.cs.CoreV1().PersistentVolumes().Delete(ctx, n.pv, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		errs = append(errs, err)
+	}
+	if err := b.waitGone(ctx, "PV "+n.pv, time.Minute, func(ctx context.Context) error {
+		_, err := b.cs.CoreV1().PersistentVolumes().Get(ctx, n.pv, metav1.GetOptions{})
+		return err
+	}); err != nil {
+		errs = append(errs, err)
+	}
+	if node != "" {
+		// NodeUnstageVolume: kubelet unmounts the staging dir once no pod uses the volume.
+		err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+			inUse, err := b.volumeInUse(ctx, node, n.volumeHandle)
+			return err == nil && !inUse, nil
+		})
+		if err != nil {
+			errs = append(errs, fmt.Errorf("node %s still has volume %s in use (not unstaged): %w", node, n.volumeHandle, err))
+		} else {
+			b.logf("teardown: node %s no longer has volume %s in use (unstaged)", node, n.volumeHandle)
+		}
+	}
+	h := &helmRelease{getter: RESTClientGetter(b.opts, n.namespace), name: releaseName, namespace: n.namespace,
+		logf: func(f string, a ...any) { b.logf("helm: "+f, a...) }}
+	if err := h.uninstall(2 * time.Minute); err != nil {
+		errs = append(errs, err)
+	}
+	if err := b.cs.CoreV1().Namespaces().Delete(ctx, n.namespace, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		errs = append(errs, err)
+	}
+	if err := b.waitGone(ctx, "namespace "+n.namespace, 2*time.Minute, func(ctx context.Context) error {
+		_, err := b.cs.CoreV1().Namespaces().Get(ctx, n.namespace, metav1.GetOptions{})
+		return err
+	}); err != nil {
+		errs = append(errs, err)
+	}
+	return errs
+}
+
+// waitGone polls get (every 500 ms) until it returns NotFound.
+func (b *Backend) waitGone(ctx context.Context, what string, timeout time.Duration, get func(context.Context) error) error {
+	start := time.Now()
+	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		return apierrors.IsNotFound(get(ctx)), nil
+	})
+	if err != nil {
+		return fmt.Errorf("%s still there after %s: %w", what, timeout, err)
+	}
+	b.logf("teardown: %s gone after %.1fs", what, time.Since(start).Seconds())
+	return nil
+}
+
+// removeStale removes what earlier runs left behind (a crash, or --keep): scenario runs share the driver
+// name, so only one can be installed at a time.
+func (b *Backend) removeStale(ctx context.Context) error {
+	list, err := b.cs.CoreV1().Namespaces().List(ctx, metav1.ListOptions{LabelSelector: managedByLabel + "=" + managedBy})
+	if err != nil {
+		return fmt.Errorf("list namespaces: %w", err)
+	}
+	for _, ns := range list.Items {
+		b.progress("removing the leftovers of an earlier run: namespace %s", ns.Name)
+		n := names{namespace: ns.Name, pv: ns.Name, pvc: "dummy-fuse-pvc", volumeHandle: ns.Name}
+		// Its plugin must serve for kubelet to unmount its volume.
+		if err := b.setPluginOff(ctx, ns.Name, false); err != nil && !apierrors.IsNotFound(errors.Unwrap(err)) {
+			b.logf("%v", err)
+		}
+		if errs := b.teardown(ctx, n, ""); len(errs) > 0 {
+			return fmt.Errorf("remove the earlier run in namespace %s: %w", ns.Name, errors.Join(errs...))
+		}
+	}
+	// A CSIDriver of the scenario driver name without its release (an uninstall that failed half-way).
+	if d, err := b.cs.StorageV1().CSIDrivers().Get(ctx, b.opts.DriverName, metav1.GetOptions{}); err == nil {
+		ns := d.Annotations["meta.helm.sh/release-namespace"]
+		if _, err := b.cs.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{}); apierrors.IsNotFound(err) || ns == "" {
+			b.progress("removing CSIDriver %s left by an earlier run", d.Name)
+			if err := b.cs.StorageV1().CSIDrivers().Delete(ctx, d.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+				return err
+			}
+		} else {
+			return fmt.Errorf("CSIDriver %s belongs to the release in namespace %s, which is not a scenario run's: "+
+				"another installation uses the scenario driver name (pick another with the driver-name option)", d.Name, ns)
+		}
+	}
+	return nil
+}
+
+// checkMounts verifies, on the node itself, that no mount of this run is left below kubelet's dir.
+func (b *Backend) checkMounts() error {
+	podDir := filepath.Dir(filepath.Dir(filepath.Dir(filepath.Dir(b.vols["volume"]))))
+	staging := filepath.Dir(b.vols["staging"])
+	left, err := mountinfo.GetMounts(func(m *mountinfo.Info) (skip, stop bool) {
+		keep := strings.HasPrefix(m.Mountpoint, podDir+"/") || m.Mountpoint == podDir ||
+			strings.HasPrefix(m.Mountpoint, staging+"/") || m.Mountpoint == staging
+		return !keep, false
+	})
+	if err != nil {
+		return err
+	}
+	if len(left) > 0 {
+		var ps []string
+		for _, m := range left {
+			ps = append(ps, m.Mountpoint+" ("+m.FSType+")")
+		}
+		return fmt.Errorf("%d mounts of this run left on the node: %s", len(left), strings.Join(ps, ", "))
+	}
+	b.logf("teardown: no mount left below %s or %s", podDir, staging)
+	return nil
+}
+
+// dumpState writes the final pod objects and events of the namespace into the run dir.
+func (b *Backend) dumpState(ctx context.Context) {
+	if pods, err := b.cs.CoreV1().Pods(b.n.namespace).List(ctx, metav1.ListOptions{}); err == nil {
+		writeYAML(filepath.Join(b.dir, "pods.yaml"), pods)
+	}
+	if evs, err := b.cs.CoreV1().Events(b.n.namespace).List(ctx, metav1.ListOptions{}); err == nil {
+		var s strings.Builder
+		for _, e := range evs.Items {
+			fmt.Fprintf(&s, "%s %s x%d %s %s/%s %s: %s\n", e.LastTimestamp.UTC().Format(time.RFC3339), e.Type, e.Count,
+				e.Reason, e.InvolvedObject.Kind, e.InvolvedObject.Name, e.InvolvedObject.FieldPath, e.Message)
+		}
+		_ = os.WriteFile(filepath.Join(b.dir, "k8s-events.txt"), []byte(s.String()), 0o644)
+	}
+}
+
+func (b *Backend) keepText() string {
+	var w strings.Builder
+	fmt.Fprintf(&w, "--keep: the run's objects are left in place (the next run removes them).\n")
+	fmt.Fprintf(&w, "  kubectl -n %s get pods            # the workload pod %s and the plugin DaemonSet %s\n", b.n.namespace, b.n.pod, dsName())
+	fmt.Fprintf(&w, "  kubectl -n %s describe pod %s\n", b.n.namespace, b.n.pod)
+	if b.pluginOff {
+		fmt.Fprintf(&w, "  the plugin is off: kubectl -n %s patch ds %s --type=merge -p '{\"spec\":{\"template\":{\"spec\":{\"nodeSelector\":{%q:null}}}}}'\n",
+			b.n.namespace, dsName(), pluginOffLabel)
+	}
+	fmt.Fprintf(&w, "Clean up with (in this order, so that kubelet unmounts everything):\n")
+	fmt.Fprintf(&w, "  kubectl -n %s delete pod -l %s=%s --wait\n", b.n.namespace, managedByLabel, managedBy)
+	fmt.Fprintf(&w, "  kubectl -n %s delete pvc %s; kubectl delete pv %s --wait\n", b.n.namespace, b.n.pvc, b.n.pv)
+	fmt.Fprintf(&w, "  helm -n %s uninstall %s --wait; kubectl delete namespace %s\n", b.n.namespace, releaseName, b.n.namespace)
+	return w.String()
+}
+
+// stopLoops ends the informers, log streams and probes, waiting at most 10 s for them.
+func (b *Backend) stopLoops() {
+	if b.cancel == nil {
+		return
+	}
+	b.cancel()
+	done := make(chan struct{})
+	go func() {
+		b.wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		b.logf("teardown: some log streams did not end within 10s")
+	}
+}
+
+func (b *Backend) closeLogs() {
+	for _, w := range []*lockedWriter{b.workloadLog, b.pluginLog, b.kubeletLogOut, b.kubeLog} {
+		_ = w.Close()
+	}
+}
