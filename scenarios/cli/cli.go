@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios/kube"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios/local"
 )
 
@@ -41,7 +42,16 @@ type config struct {
 	keep         bool
 	list         bool
 	names        []string
+	// readIntervalSet: --read-interval was given (the kube backend has its own default).
+	readIntervalSet bool
+	kube            kube.Options
 }
+
+// stringList is a repeatable flag.
+type stringList []string
+
+func (l *stringList) String() string     { return strings.Join(*l, ",") }
+func (l *stringList) Set(v string) error { *l = append(*l, v); return nil }
 
 // Main runs the command and returns its exit code.
 func Main(args []string, stdout, stderr io.Writer) int {
@@ -66,7 +76,7 @@ func parse(args []string, stdout, stderr io.Writer) (config, int) {
 	var cfg config
 	fl := flag.NewFlagSet("dfc-scenario", flag.ContinueOnError)
 	fl.SetOutput(stderr)
-	fl.StringVar(&cfg.backend, "backend", "local", "where to run: local (this machine, no cluster); kube comes with issue 5")
+	fl.StringVar(&cfg.backend, "backend", "local", "where to run: local (this machine, no cluster) or kube (the cluster of the kubeconfig)")
 	fl.StringVar(&cfg.binDir, "bin-dir", "", "directory with csi-plugin, dummy-fuse and dummy-fuse-workload (default: beside this executable)")
 	fl.StringVar(&cfg.outDir, "out", "_output/runs", "parent of the run directories (<out>/<time>-<scenario>)")
 	fl.DurationVar(&cfg.readInterval, "read-interval", 200*time.Millisecond, "workload read interval (scenarios may set their own)")
@@ -74,6 +84,13 @@ func parse(args []string, stdout, stderr io.Writer) (config, int) {
 	fl.DurationVar(&cfg.backoffMax, "backoff-max", 0, "container restart back-off cap (default 30 × base; kubelet: 5m)")
 	fl.BoolVar(&cfg.keep, "keep", false, "leave the plugin, the workload and the mounts up after the run, and print how to clean up")
 	fl.BoolVar(&cfg.list, "list", false, "list the scenarios and exit")
+	fl.StringVar(&cfg.kube.Kubeconfig, "kubeconfig", "", "kube: kubeconfig file (default $KUBECONFIG, else ~/.kube/config)")
+	fl.StringVar(&cfg.kube.Context, "context", "", "kube: kubeconfig context (default: the current one)")
+	fl.StringVar(&cfg.kube.Image, "image", "", "kube: dummy-fuse-csi image already on the node (default: the tag of the last make image)")
+	fl.Var((*stringList)(&cfg.kube.ChartValues), "kube-set", "kube: extra chart value in --set form (repeatable)")
+	fl.StringVar(&cfg.kube.KubeletDir, "kubelet-dir", kube.DefaultKubeletDir, "kube: kubelet's root dir on the node (the chart's kubeletDir)")
+	fl.StringVar(&cfg.kube.KubeletLog, "kubelet-log", "", "kube: file with kubelet's log, for causes kubelet only logs (default: the from-source cluster's; on kind: journalctl in the node; - for none)")
+	fl.StringVar(&cfg.kube.Probe, "probe", "auto", "kube: how the volume paths are stat'ed: host (this machine is the node), pod (a probe pod), auto")
 	fl.Usage = func() {
 		fmt.Fprintf(fl.Output(), usage, strings.Join(scenarios.Names(), ", "))
 		fl.PrintDefaults()
@@ -108,11 +125,9 @@ func parse(args []string, stdout, stderr io.Writer) (config, int) {
 		fl.Usage()
 		return cfg, 2
 	}
+	fl.Visit(func(f *flag.Flag) { cfg.readIntervalSet = cfg.readIntervalSet || f.Name == "read-interval" })
 	switch cfg.backend {
-	case "local":
-	case "kube":
-		fmt.Fprintln(stderr, "dfc-scenario: the kube backend is not implemented yet (issue 5); use --backend local")
-		return cfg, 2
+	case "local", "kube":
 	default:
 		fmt.Fprintf(stderr, "dfc-scenario: unknown backend %q (local, kube)\n", cfg.backend)
 		return cfg, 2
@@ -130,7 +145,7 @@ func parse(args []string, stdout, stderr io.Writer) (config, int) {
 
 // Run runs the configured scenarios one after the other; it returns an error when any failed.
 func Run(ctx context.Context, cfg config, out io.Writer) error {
-	if os.Geteuid() != 0 {
+	if cfg.backend == "local" && os.Geteuid() != 0 {
 		return errors.New("the local backend needs root (it mounts FUSE filesystems and creates mount namespaces)")
 	}
 	var results []*scenarios.Outcome
@@ -179,28 +194,54 @@ func runOne(ctx context.Context, cfg config, sc scenarios.Scenario, out io.Write
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	opts := local.Options{ReadInterval: cfg.readInterval, BackoffBase: cfg.backoffBase, BackoffMax: cfg.backoffMax,
-		Keep: cfg.keep}
-	opts.BinariesIn(cfg.binDir)
-	b := local.New(opts)
+	b, logs, stopTimeout := newBackend(cfg, out)
 	t := b.Timing()
 	fmt.Fprintf(out, "\n=== %s: %s\n", sc.Name, sc.Title)
-	fmt.Fprintf(out, "    backend %s: read interval %s, restart back-off %s doubling to %s — shortened for a fast run (kubelet: 10s doubling to 5m)\n",
-		b.Name(), t.ReadInterval, t.BackoffBase, t.BackoffMax)
+	if kb, ok := b.(*kube.Backend); ok {
+		fmt.Fprintf(out, "    backend kube: read interval %s, kubelet's own restart back-off (%s doubling to %s), image %s\n",
+			t.ReadInterval, t.BackoffBase, t.BackoffMax, kb.Image())
+	} else {
+		fmt.Fprintf(out, "    backend %s: read interval %s, restart back-off %s doubling to %s — shortened for a fast run (kubelet: 10s doubling to 5m)\n",
+			b.Name(), t.ReadInterval, t.BackoffBase, t.BackoffMax)
+	}
 	fmt.Fprintf(out, "    run dir %s\n", dir)
-	o := scenarios.Run(ctx, b, sc, scenarios.RunOptions{Dir: dir, Out: out})
+	o := scenarios.Run(ctx, b, sc, scenarios.RunOptions{Dir: dir, Out: out, StopTimeout: stopTimeout})
 	scenarios.PrintVerdicts(out, o)
 	if err := scenarios.WriteReport(o); err != nil {
 		fmt.Fprintf(out, "    report: %v\n", err)
 	} else {
 		fmt.Fprintf(out, "    report %s (timeline %s)\n    logs   %s\n", filepath.Join(dir, "report.md"), filepath.Join(dir, "timeline.svg"),
-			strings.Join([]string{"plugin.log", "workload.log", "kubelet.log", "events.log"}, " "))
+			strings.Join(logs, " "))
 	}
 	if note := b.KeepNote(); note != "" {
 		fmt.Fprint(out, note)
 	}
 	fmt.Fprintf(out, "RESULT %s: %s\n", sc.Name, passFail(o.Passed()))
 	return o, nil
+}
+
+// backend is what runOne needs of a backend.
+type backend interface {
+	scenarios.Backend
+	KeepNote() string
+}
+
+// newBackend returns the configured backend, the logs it writes into the run dir and its teardown bound.
+func newBackend(cfg config, out io.Writer) (backend, []string, time.Duration) {
+	if cfg.backend == "kube" {
+		opts := cfg.kube
+		if cfg.readIntervalSet {
+			opts.ReadInterval = cfg.readInterval
+		}
+		opts.Keep = cfg.keep
+		opts.Progress = func(s string) { fmt.Fprintf(out, "    [kube] %s\n", s) }
+		// Teardown waits for kubelet to unpublish and unstage, for helm and for the namespace.
+		return kube.New(opts), []string{"plugin.log", "workload.log", "kube.log", "kubelet.log", "events.log"}, 10 * time.Minute
+	}
+	opts := local.Options{ReadInterval: cfg.readInterval, BackoffBase: cfg.backoffBase, BackoffMax: cfg.backoffMax,
+		Keep: cfg.keep}
+	opts.BinariesIn(cfg.binDir)
+	return local.New(opts), []string{"plugin.log", "workload.log", "kubelet.log", "events.log"}, 0
 }
 
 func passFail(ok bool) string {

@@ -20,7 +20,7 @@ func TestParse(t *testing.T) {
 		{args: []string{"--keep", "subpath", "restart"}, code: -1, names: "subpath,restart"},
 		{args: []string{"nope"}, code: 2, out: `no scenario "nope"`},
 		{args: nil, code: 2, out: "name at least one scenario"},
-		{args: []string{"--backend=kube", "restart"}, code: 2, out: "not implemented yet"},
+		{args: []string{"--backend=kube", "--kube-set=a=1", "--kube-set=b=2", "restart"}, code: -1, names: "restart"},
 		{args: []string{"--backend=mars", "restart"}, code: 2, out: "unknown backend"},
 		{args: []string{"--list"}, code: 0, out: "restart-no-restore"},
 		{args: []string{"--bogus"}, code: 2, out: "flag provided but not defined"},
