@@ -36,6 +36,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fl.StringVar(&cfg.NodeID, "nodeid", "", "node ID reported by NodeGetInfo (required)")
 	fl.StringVar(&cfg.DriverName, "drivername", driver.DefaultDriverName, "CSI driver name")
 	fl.StringVar(&cfg.StateDir, "state-dir", "", "directory for mount records (empty: keep none)")
+	fl.StringVar(&cfg.EphemeralDir, "ephemeral-dir", "", "directory where inline ephemeral volumes are staged, one subdirectory per volume ID (default: \"ephemeral\" beside the CSI socket)")
 	fl.BoolVar(&cfg.RestoreMounts, "restore-mounts", false, "at start-up, before Probe is ready, remount recorded volumes whose mounts are dead")
 	fl.StringVar(&strategy, "restore-strategy", string(restore.Rebind), "how a dead published target is repaired: rebind (unmount it, bind again) or stack (bind on top of it, reaching running containers with HostToContainer propagation)")
 	fl.StringVar(&cfg.FuseMode, "fuse-mode", fusemode.ChildName, "where FUSE servers run: "+strings.Join(fusemode.Names(), ", "))

@@ -32,6 +32,9 @@ type Config struct {
 	DriverName string
 	// StateDir holds the mount records; empty means none are kept (and nothing can be restored).
 	StateDir string
+	// EphemeralDir is where the plugin stages inline ephemeral volumes itself, one directory per volume ID
+	// (kubelet calls no NodeStageVolume for them). Empty means "ephemeral" beside the CSI socket.
+	EphemeralDir string
 	// RestoreMounts replays the records at start-up, before Probe reports ready.
 	RestoreMounts bool
 	// RestoreStrategy says how a dead published target is repaired, at restore and in NodePublish.
@@ -78,6 +81,7 @@ type volume struct {
 	stagingPath string
 	readOnly    bool
 	createdDir  bool
+	ephemeral   bool            // an inline ephemeral volume, staged by the plugin itself
 	server      fusemode.Server // nil when the mount was found alive rather than started by this process
 	targets     map[string]bool // published target path → read-only
 }
@@ -98,6 +102,13 @@ func New(cfg Config) (*Driver, error) {
 	socket, err := ParseEndpoint(cfg.Endpoint)
 	if err != nil {
 		return nil, err
+	}
+	if cfg.EphemeralDir == "" {
+		cfg.EphemeralDir = filepath.Join(filepath.Dir(socket), "ephemeral")
+	}
+	// Absolute and clean: staging paths under it are recorded and validated like any other.
+	if cfg.EphemeralDir, err = filepath.Abs(cfg.EphemeralDir); err != nil {
+		return nil, fmt.Errorf("ephemeral directory: %w", err)
 	}
 	if cfg.RestoreStrategy == "" {
 		cfg.RestoreStrategy = restore.Rebind
@@ -144,6 +155,10 @@ func New(cfg Config) (*Driver, error) {
 	return d, nil
 }
 
+// ephemeralStagingPath is where the plugin stages inline ephemeral volume id (a validated volume ID, so a single
+// path element inside the ephemeral directory).
+func (d *Driver) ephemeralStagingPath(id string) string { return filepath.Join(d.cfg.EphemeralDir, id) }
+
 // Ready reports whether start-up (including the restore) has finished: what Probe and /healthz report.
 func (d *Driver) Ready() bool { return d.ready.Load() }
 
@@ -167,7 +182,7 @@ func (d *Driver) loadRecords(ctx context.Context) {
 	}
 	d.mu.Lock()
 	for _, s := range stages {
-		d.volumes[s.VolumeID] = &volume{id: s.VolumeID, stagingPath: s.StagingPath, readOnly: s.ReadOnly, createdDir: s.CreatedDir, targets: map[string]bool{}}
+		d.volumes[s.VolumeID] = &volume{id: s.VolumeID, stagingPath: s.StagingPath, readOnly: s.ReadOnly, createdDir: s.CreatedDir, ephemeral: s.Ephemeral, targets: map[string]bool{}}
 	}
 	for _, p := range publishes {
 		if v := d.volumes[p.VolumeID]; v != nil {

@@ -279,6 +279,36 @@ func (h *harness) publish(vol, pod string, readOnly bool) error {
 	return err
 }
 
+// ephemeralID returns a volume ID shaped like the ones kubelet makes for inline ephemeral volumes.
+func ephemeralID(name string) string {
+	sum := sha256.Sum256([]byte(name))
+	return "csi-" + hex.EncodeToString(sum[:])
+}
+
+// ephemeralContext is the volume context kubelet sends for an inline ephemeral volume (podInfoOnMount).
+func ephemeralContext(pod string) map[string]string {
+	return map[string]string{"csi.storage.k8s.io/ephemeral": "true", "csi.storage.k8s.io/pod.name": pod}
+}
+
+// publishEphemeral does what kubelet does for an inline ephemeral volume: no NodeStageVolume, and a
+// NodePublishVolume with an empty staging_target_path and the ephemeral flag in the volume context.
+func (h *harness) publishEphemeral(vol, pod string, readOnly bool) error {
+	if err := os.MkdirAll(filepath.Dir(h.targetPath(vol, pod)), 0o750); err != nil {
+		h.t.Fatal(err)
+	}
+	_, err := h.node.NodePublishVolume(context.Background(), &csi.NodePublishVolumeRequest{
+		VolumeId: vol, TargetPath: h.targetPath(vol, pod), VolumeCapability: mountCap(), Readonly: readOnly,
+		VolumeContext: ephemeralContext(pod),
+	})
+	return err
+}
+
+// ephemeralStagingPath is where the plugin stages an inline ephemeral volume by default: "ephemeral" beside the
+// CSI socket.
+func (h *harness) ephemeralStagingPath(vol string) string {
+	return filepath.Join(h.root, "ephemeral", vol)
+}
+
 func (h *harness) unpublish(vol, pod string) error {
 	_, err := h.node.NodeUnpublishVolume(context.Background(), &csi.NodeUnpublishVolumeRequest{VolumeId: vol, TargetPath: h.targetPath(vol, pod)})
 	return err

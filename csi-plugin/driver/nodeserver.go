@@ -76,7 +76,7 @@ func (n nodeServer) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolum
 		return nil, err
 	}
 	defer release()
-	if _, err := n.d.stage(ctx, req.GetVolumeId(), req.GetStagingTargetPath(), readOnlyMode(req.GetVolumeCapability()), mounts.CountMounts); err != nil {
+	if _, err := n.d.stage(ctx, req.GetVolumeId(), req.GetStagingTargetPath(), readOnlyMode(req.GetVolumeCapability()), false, mounts.CountMounts); err != nil {
 		return nil, err
 	}
 	return &csi.NodeStageVolumeResponse{}, nil
@@ -88,14 +88,18 @@ type mountCounter func(path string) (int, error)
 
 // stage makes a FUSE mount of volume id answer at path: an answering mount is kept (idempotency), a dead one is
 // lazily unmounted and replaced, a missing one is started. It returns what it did, or a status error. The caller
-// holds the volume's lock. NodeStageVolume, the repair in NodePublishVolume and the restore all come here.
-func (d *Driver) stage(ctx context.Context, id, path string, readOnly bool, count mountCounter) (string, error) {
+// holds the volume's lock. NodeStageVolume, NodePublishVolume (the repair of a dead staging mount, and the
+// staging of an inline ephemeral volume) and the restore all come here.
+func (d *Driver) stage(ctx context.Context, id, path string, readOnly, ephemeral bool, count mountCounter) (string, error) {
 	if other := d.stagedAt(path, id); other != "" {
 		return "", status.Errorf(codes.AlreadyExists, "staging_target_path %q is in use by volume %q", path, other)
 	}
 	known, isKnown := d.lookup(id)
 	if isKnown && known.stagingPath != path {
 		return "", status.Errorf(codes.AlreadyExists, "volume %q is already staged at %q", id, known.stagingPath)
+	}
+	if isKnown && known.ephemeral != ephemeral {
+		return "", status.Errorf(codes.AlreadyExists, "volume %q is already staged as %s volume", id, lifecycle(known.ephemeral))
 	}
 	createdDir := known.createdDir
 	exists, err := mounts.Exists(path)
@@ -155,17 +159,25 @@ func (d *Driver) stage(ctx context.Context, id, path string, readOnly bool, coun
 			return "", status.Errorf(codes.Internal, "starting the FUSE server: %v", err)
 		}
 	}
-	v := &volume{id: id, stagingPath: path, readOnly: readOnly, createdDir: createdDir, server: srv}
+	v := &volume{id: id, stagingPath: path, readOnly: readOnly, createdDir: createdDir, ephemeral: ephemeral, server: srv}
 	if d.store != nil && (!isKnown || known.createdDir != createdDir || known.readOnly != readOnly) {
-		rec := state.Stage{VolumeID: id, StagingPath: path, ReadOnly: readOnly, FuseMode: d.mode.Name(), CreatedDir: createdDir, Time: time.Now().UTC()}
+		rec := state.Stage{VolumeID: id, StagingPath: path, ReadOnly: readOnly, FuseMode: d.mode.Name(), CreatedDir: createdDir, Ephemeral: ephemeral, Time: time.Now().UTC()}
 		if err := d.store.PutStage(rec); err != nil {
 			_ = d.stopAndUnmount(ctx, id, srv, path)
 			return "", status.Errorf(codes.Internal, "recording the stage: %v", err)
 		}
 	}
 	d.setStaged(v)
-	klog.V(2).InfoS("Staged volume", "volumeID", id, "stagingPath", path, "action", action, "pid", pidOf(srv))
+	klog.V(2).InfoS("Staged volume", "volumeID", id, "stagingPath", path, "ephemeral", ephemeral, "action", action, "pid", pidOf(srv))
 	return action, nil
+}
+
+// lifecycle names a volume's CSI lifecycle mode for messages.
+func lifecycle(ephemeral bool) string {
+	if ephemeral {
+		return "an inline ephemeral"
+	}
+	return "a persistent"
 }
 
 func pidOf(s fusemode.Server) int {
@@ -219,23 +231,39 @@ func (n nodeServer) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageV
 			return nil, status.Errorf(codes.InvalidArgument, "staging_target_path %q belongs to volume %q, not %q", path, other, id)
 		}
 	}
-	if err := n.d.stopAndUnmount(ctx, id, v.server, path); err != nil {
-		return nil, status.Errorf(codes.Internal, "unmounting staging_target_path: %v", err)
+	if err := n.d.unstage(ctx, id, path); err != nil {
+		return nil, err
 	}
-	if known && v.createdDir {
-		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return nil, status.Errorf(codes.Internal, "removing staging_target_path: %v", err)
-		}
-	}
-	if n.d.store != nil {
-		if err := n.d.store.DeleteStage(id); err != nil {
-			return nil, status.Errorf(codes.Internal, "%v", err)
-		}
-	}
-	n.d.forgetStaged(id)
-	klog.V(2).InfoS("Unstaged volume", "volumeID", id, "stagingPath", path)
 	return &csi.NodeUnstageVolumeResponse{}, nil
 }
+
+// unstage unmounts the staging mount of volume id at path, stops its FUSE server, removes the directory when the
+// plugin created it (or owns it: the ephemeral directory), deletes the record and forgets the volume. It returns
+// a status error. The caller holds the volume's lock and has checked that path is not another volume's.
+// NodeUnstageVolume and the unpublish of an inline ephemeral volume's last target both come here.
+func (d *Driver) unstage(ctx context.Context, id, path string) error {
+	v, known := d.lookup(id)
+	if err := d.stopAndUnmount(ctx, id, v.server, path); err != nil {
+		return status.Errorf(codes.Internal, "unmounting staging_target_path: %v", err)
+	}
+	if (known && v.createdDir) || path == d.ephemeralStagingPath(id) {
+		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return status.Errorf(codes.Internal, "removing staging_target_path: %v", err)
+		}
+	}
+	if d.store != nil {
+		if err := d.store.DeleteStage(id); err != nil {
+			return status.Errorf(codes.Internal, "%v", err)
+		}
+	}
+	d.forgetStaged(id)
+	klog.V(2).InfoS("Unstaged volume", "volumeID", id, "stagingPath", path, "ephemeral", v.ephemeral)
+	return nil
+}
+
+// ephemeralContextKey is set to "true" in the volume context by kubelet for an inline ephemeral volume (CSIDriver
+// volumeLifecycleModes: Ephemeral), which it publishes without staging it first.
+const ephemeralContextKey = "csi.storage.k8s.io/ephemeral"
 
 func (n nodeServer) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolumeRequest) (*csi.NodePublishVolumeResponse, error) {
 	id, staging, target := req.GetVolumeId(), req.GetStagingTargetPath(), req.GetTargetPath()
@@ -244,6 +272,12 @@ func (n nodeServer) NodePublishVolume(ctx context.Context, req *csi.NodePublishV
 	}
 	if err := validatePath("target_path", target); err != nil {
 		return nil, err
+	}
+	// An inline ephemeral volume comes without a staging path: the plugin stages it itself, in a directory it
+	// owns, named after the (validated) volume ID.
+	ephemeral := staging == "" && req.GetVolumeContext()[ephemeralContextKey] == "true"
+	if ephemeral {
+		staging = n.d.ephemeralStagingPath(id)
 	}
 	if err := validatePath("staging_target_path", staging); err != nil {
 		return nil, err
@@ -262,10 +296,22 @@ func (n nodeServer) NodePublishVolume(ctx context.Context, req *csi.NodePublishV
 
 	readOnly := req.GetReadonly() || readOnlyMode(req.GetVolumeCapability())
 	v, known := n.d.lookup(id)
+	if ephemeral && known && v.ephemeral {
+		// Where its record says (the ephemeral directory may have been another one when it was staged).
+		staging = v.stagingPath
+	}
+	if known && v.ephemeral != ephemeral {
+		return nil, status.Errorf(codes.InvalidArgument, "volume %q is staged as %s volume at %q", id, lifecycle(v.ephemeral), v.stagingPath)
+	}
 	if known && v.stagingPath != staging {
 		return nil, status.Errorf(codes.InvalidArgument, "volume %q is staged at %q, not at staging_target_path %q", id, v.stagingPath, staging)
 	}
-	if err := n.d.ensureStagingAnswers(ctx, id, staging, known); err != nil {
+	if ephemeral {
+		// The NodeStageVolume that kubelet skips, with all its idempotency and dead-mount repair.
+		if _, err := n.d.stage(ctx, id, staging, readOnlyMode(req.GetVolumeCapability()), true, mounts.CountMounts); err != nil {
+			return nil, err
+		}
+	} else if err := n.d.ensureStagingAnswers(ctx, id, staging, known); err != nil {
 		return nil, err
 	}
 	if ro, ok := v.targets[target]; ok && ro != readOnly {
@@ -273,10 +319,26 @@ func (n nodeServer) NodePublishVolume(ctx context.Context, req *csi.NodePublishV
 	}
 	action, err := n.d.publish(id, staging, target, readOnly, mounts.CountMounts)
 	if err != nil {
+		if ephemeral {
+			n.d.dropUnusedEphemeral(ctx, id)
+		}
 		return nil, err
 	}
-	klog.V(2).InfoS("Published volume", "volumeID", id, "targetPath", target, "readOnly", readOnly, "action", action)
+	klog.V(2).InfoS("Published volume", "volumeID", id, "targetPath", target, "readOnly", readOnly, "ephemeral", ephemeral, "action", action)
 	return &csi.NodePublishVolumeResponse{}, nil
+}
+
+// dropUnusedEphemeral unstages inline ephemeral volume id when no target uses it: after a publish that failed
+// for good, kubelet considers the volume not mounted and will not unpublish it, so nothing else would stop its
+// FUSE server. The caller holds the volume's lock.
+func (d *Driver) dropUnusedEphemeral(ctx context.Context, id string) {
+	v, ok := d.lookup(id)
+	if !ok || !v.ephemeral || len(v.targets) > 0 {
+		return
+	}
+	if err := d.unstage(ctx, id, v.stagingPath); err != nil {
+		klog.ErrorS(err, "Unstaging unused ephemeral volume", "volumeID", id, "stagingPath", v.stagingPath)
+	}
 }
 
 // ensureStagingAnswers checks the staging mount before binding it; a dead one is repaired from what the plugin
@@ -289,7 +351,7 @@ func (d *Driver) ensureStagingAnswers(ctx context.Context, id, staging string, k
 	case mounts.IsDead(probe) && known:
 		klog.InfoS("Staging mount is dead, repairing it before publishing", "volumeID", id, "stagingPath", staging, "err", probe)
 		v, _ := d.lookup(id)
-		_, err := d.stage(ctx, id, staging, v.readOnly, mounts.CountMounts)
+		_, err := d.stage(ctx, id, staging, v.readOnly, v.ephemeral, mounts.CountMounts)
 		return err
 	case mounts.IsDead(probe):
 		return status.Errorf(codes.FailedPrecondition, "the staging mount of volume %q is dead (%v) and the plugin has no record of it: stage it again", id, probe)
@@ -381,7 +443,7 @@ func sameFilesystem(a, b string) (bool, error) {
 	return sa.Dev == sb.Dev, nil
 }
 
-func (n nodeServer) NodeUnpublishVolume(_ context.Context, req *csi.NodeUnpublishVolumeRequest) (*csi.NodeUnpublishVolumeResponse, error) {
+func (n nodeServer) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublishVolumeRequest) (*csi.NodeUnpublishVolumeResponse, error) {
 	id, target := req.GetVolumeId(), req.GetTargetPath()
 	if err := validateVolumeID(id); err != nil {
 		return nil, err
@@ -413,7 +475,33 @@ func (n nodeServer) NodeUnpublishVolume(_ context.Context, req *csi.NodeUnpublis
 	if layers > 1 {
 		n.d.repairSiblings(id)
 	}
+	// kubelet sends no NodeUnstageVolume for an inline ephemeral volume: its last target takes it along.
+	if err := n.d.unstageEphemeral(ctx, id); err != nil {
+		return nil, err
+	}
 	return &csi.NodeUnpublishVolumeResponse{}, nil
+}
+
+// unstageEphemeral unstages volume id if it is an inline ephemeral volume that no target uses any more. A volume
+// the plugin has no record of (no --state-dir, and restarted) is recognised by its directory in the ephemeral
+// directory, which only the plugin writes to. The caller holds the volume's lock.
+func (d *Driver) unstageEphemeral(ctx context.Context, id string) error {
+	v, known := d.lookup(id)
+	path := v.stagingPath
+	switch {
+	case known && (!v.ephemeral || len(v.targets) > 0):
+		return nil
+	case !known:
+		path = d.ephemeralStagingPath(id)
+		exists, err := mounts.Exists(path)
+		if err != nil {
+			return status.Errorf(codes.Internal, "checking the ephemeral staging path: %v", err)
+		}
+		if !exists || d.stagedAt(path, id) != "" {
+			return nil
+		}
+	}
+	return d.unstage(ctx, id, path)
 }
 
 // repairSiblings re-binds the other targets of volume id that stopped answering. Under shared mount propagation

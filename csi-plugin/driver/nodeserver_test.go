@@ -73,6 +73,11 @@ func TestValidation(t *testing.T) {
 		{"publish without target", &csi.NodePublishVolumeRequest{VolumeId: vol, StagingTargetPath: stg, VolumeCapability: mountCap()}, codes.InvalidArgument, "target_path"},
 		{"publish with relative target", &csi.NodePublishVolumeRequest{VolumeId: vol, StagingTargetPath: stg, TargetPath: "pods/p/mount", VolumeCapability: mountCap()}, codes.InvalidArgument, "target_path"},
 		{"publish without staging path", &csi.NodePublishVolumeRequest{VolumeId: vol, TargetPath: tgt, VolumeCapability: mountCap()}, codes.InvalidArgument, "staging_target_path"},
+		// Only kubelet's ephemeral flag makes an empty staging path acceptable.
+		{"publish without staging path, not ephemeral", &csi.NodePublishVolumeRequest{VolumeId: vol, TargetPath: tgt, VolumeCapability: mountCap(), VolumeContext: map[string]string{"csi.storage.k8s.io/ephemeral": "false"}}, codes.InvalidArgument, "staging_target_path"},
+		{"ephemeral publish without target", &csi.NodePublishVolumeRequest{VolumeId: vol, VolumeCapability: mountCap(), VolumeContext: ephemeralContext("p")}, codes.InvalidArgument, "target_path"},
+		{"ephemeral publish without capability", &csi.NodePublishVolumeRequest{VolumeId: vol, TargetPath: tgt, VolumeContext: ephemeralContext("p")}, codes.InvalidArgument, "volume_capability"},
+		{"ephemeral publish with block access", &csi.NodePublishVolumeRequest{VolumeId: vol, TargetPath: tgt, VolumeCapability: blockCap(), VolumeContext: ephemeralContext("p")}, codes.InvalidArgument, "block"},
 		{"publish without capability", &csi.NodePublishVolumeRequest{VolumeId: vol, StagingTargetPath: stg, TargetPath: tgt}, codes.InvalidArgument, "volume_capability"},
 		{"publish with block access", &csi.NodePublishVolumeRequest{VolumeId: vol, StagingTargetPath: stg, TargetPath: tgt, VolumeCapability: blockCap()}, codes.InvalidArgument, "block"},
 		{"publish on the staging path", &csi.NodePublishVolumeRequest{VolumeId: vol, StagingTargetPath: stg, TargetPath: stg, VolumeCapability: mountCap()}, codes.InvalidArgument, "target_path"},
@@ -107,6 +112,8 @@ func TestPathTraversalVolumeIDs(t *testing.T) {
 		for _, req := range []any{
 			&csi.NodeStageVolumeRequest{VolumeId: id, StagingTargetPath: stg, VolumeCapability: mountCap()},
 			&csi.NodePublishVolumeRequest{VolumeId: id, StagingTargetPath: stg, TargetPath: tgt, VolumeCapability: mountCap()},
+			// Ephemeral: the ID would name the plugin's own staging directory.
+			&csi.NodePublishVolumeRequest{VolumeId: id, TargetPath: tgt, VolumeCapability: mountCap(), VolumeContext: ephemeralContext("p")},
 			&csi.NodeUnpublishVolumeRequest{VolumeId: id, TargetPath: tgt},
 			&csi.NodeUnstageVolumeRequest{VolumeId: id, StagingTargetPath: stg},
 			&csi.NodeGetVolumeStatsRequest{VolumeId: id, VolumePath: tgt},
@@ -128,7 +135,7 @@ func TestPathTraversalVolumeIDs(t *testing.T) {
 	if len(found) > 0 {
 		t.Fatalf("files created by refused calls: %v", found)
 	}
-	for _, p := range []string{stg, tgt} {
+	for _, p := range []string{stg, tgt, h.d.cfg.EphemeralDir} {
 		if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("%s exists after refused calls", p)
 		}

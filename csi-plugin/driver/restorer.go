@@ -28,7 +28,7 @@ func (r restorer) RestoreStage(ctx context.Context, table *mounts.Table, rec sta
 		return "", fmt.Errorf("volume %q is busy", rec.VolumeID)
 	}
 	defer r.d.locks.release(rec.VolumeID)
-	action, err := r.d.stage(ctx, rec.VolumeID, rec.StagingPath, rec.ReadOnly, tableCounter(table))
+	action, err := r.d.stage(ctx, rec.VolumeID, rec.StagingPath, rec.ReadOnly, rec.Ephemeral, tableCounter(table))
 	if err != nil {
 		return "", errors.New(status.Convert(err).Message())
 	}
