@@ -309,6 +309,28 @@ func (e *env) stagePublish(p *plugin, vol string, pods ...string) {
 	}
 }
 
+// ephemeralVolume returns a volume ID shaped like kubelet's for an inline ephemeral volume, and where the plugin
+// stages it by default ("ephemeral" beside the CSI socket).
+func (e *env) ephemeralVolume(name string) (id, staging string) {
+	sum := sha256.Sum256([]byte(name))
+	id = "csi-" + hex.EncodeToString(sum[:])
+	return id, filepath.Join(e.root, "ephemeral", id)
+}
+
+// publishEphemeral does what kubelet does for an inline ephemeral volume: no NodeStageVolume, and a
+// NodePublishVolume with an empty staging path and the ephemeral flag in the volume context.
+func (e *env) publishEphemeral(p *plugin, vol, pod string) {
+	e.t.Helper()
+	if err := os.MkdirAll(filepath.Dir(e.targetPath(vol, pod)), 0o750); err != nil {
+		e.t.Fatal(err)
+	}
+	if _, err := p.node.NodePublishVolume(context.Background(), &csi.NodePublishVolumeRequest{VolumeId: vol,
+		TargetPath: e.targetPath(vol, pod), VolumeCapability: mountCap(), Readonly: true,
+		VolumeContext: map[string]string{"csi.storage.k8s.io/ephemeral": "true"}}); err != nil {
+		e.t.Fatalf("ephemeral NodePublishVolume %s %s: %v", vol, pod, err)
+	}
+}
+
 // unpublish does what kubelet does when one pod of several using vol goes.
 func (e *env) unpublish(p *plugin, vol, pod string) {
 	e.t.Helper()
@@ -369,7 +391,8 @@ func freePort(t testing.TB) int {
 // TestRestoreAfterKill is the plugin's reason to exist, end to end: stage and publish, kill -9 the plugin (its
 // dummy-fuse children die with it and every mount answers ENOTCONN), restart it with --restore-mounts, and
 // check that staging paths and targets answer again, with the dead target mount unmounted (rebind) or still
-// underneath the new one (stack).
+// underneath the new one (stack). An inline ephemeral volume (staged by the plugin itself) comes back too, and
+// its unpublish is its whole teardown.
 func TestRestoreAfterKill(t *testing.T) {
 	for _, tc := range []struct {
 		strategy, propagation string
@@ -384,6 +407,8 @@ func TestRestoreAfterKill(t *testing.T) {
 		t.Run(strategy+"/"+tc.propagation, func(t *testing.T) {
 			e := newEnv(t, tc.flag)
 			volumes := map[string][]string{"vol-a": {"pod-1", "pod-2"}, "vol-b": {"pod-3"}}
+			eph, ephStaging := e.ephemeralVolume("pod-uid-e/scratch")
+			const ephPod = "pod-e"
 			p1 := e.start()
 			for vol, pods := range volumes {
 				e.stagePublish(p1, vol, pods...)
@@ -391,9 +416,11 @@ func TestRestoreAfterKill(t *testing.T) {
 					mustRead(t, e.targetPath(vol, pod))
 				}
 			}
+			e.publishEphemeral(p1, eph, ephPod)
+			mustRead(t, e.targetPath(eph, ephPod))
 			kids := p1.children()
-			if len(kids) != len(volumes) {
-				t.Fatalf("plugin has %d children, want one dummy-fuse per volume (%d)", len(kids), len(volumes))
+			if len(kids) != len(volumes)+1 {
+				t.Fatalf("plugin has %d children, want one dummy-fuse per volume (%d)", len(kids), len(volumes)+1)
 			}
 			for pid, ws := range p1.kill9(kids) {
 				if !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
@@ -406,6 +433,8 @@ func TestRestoreAfterKill(t *testing.T) {
 					waitDead(t, e.targetPath(vol, pod))
 				}
 			}
+			waitDead(t, ephStaging)
+			waitDead(t, e.targetPath(eph, ephPod))
 
 			port := freePort(t)
 			p2 := e.start("--restore-mounts", "--restore-strategy="+strategy, "--health-port="+strconv.Itoa(port))
@@ -423,16 +452,21 @@ func TestRestoreAfterKill(t *testing.T) {
 					}
 				}
 			}
-			if n := len(p2.children()); n != len(volumes) {
-				t.Errorf("restored plugin has %d children, want %d", n, len(volumes))
+			mustRead(t, ephStaging)
+			mustRead(t, e.targetPath(eph, ephPod))
+			if n, _ := mounts.CountMounts(e.targetPath(eph, ephPod)); n != wantLayers {
+				t.Errorf("%d mounts on the ephemeral target after a %s restore, want %d", n, strategy, wantLayers)
+			}
+			if n := len(p2.children()); n != len(volumes)+1 {
+				t.Errorf("restored plugin has %d children, want %d", n, len(volumes)+1)
 			}
 			resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/healthz", port))
 			if err != nil || resp.StatusCode != http.StatusOK {
 				t.Fatalf("/healthz after restore: %v, %v", resp, err)
 			}
 			resp.Body.Close()
-			if got := strings.Count(p2.logs.String(), `"Restored target"`); got != 3 {
-				t.Errorf("%d \"Restored target\" log lines, want 3:\n%s", got, p2.logs.String())
+			if got := strings.Count(p2.logs.String(), `"Restored target"`); got != 4 {
+				t.Errorf("%d \"Restored target\" log lines, want 4:\n%s", got, p2.logs.String())
 			}
 
 			// kubelet tears down pod by pod. With shared propagation the stacked mounts of one volume's targets
@@ -441,6 +475,19 @@ func TestRestoreAfterKill(t *testing.T) {
 			e.unpublish(p2, "vol-a", "pod-1")
 			mustRead(t, e.targetPath("vol-a", "pod-2"))
 			mustRead(t, e.targetPath("vol-b", "pod-3"))
+			// kubelet sends no NodeUnstageVolume for the ephemeral volume: unpublishing it ends it.
+			e.unpublish(p2, eph, ephPod)
+			for _, p := range []string{e.targetPath(eph, ephPod), ephStaging} {
+				if ok, _ := mounts.IsMountPoint(p); ok {
+					t.Errorf("%s still mounted after the ephemeral volume was unpublished", p)
+				}
+				if _, err := os.Lstat(p); !errors.Is(err, os.ErrNotExist) {
+					t.Errorf("%s left behind after the ephemeral volume was unpublished: %v", p, err)
+				}
+			}
+			if n := len(p2.children()); n != len(volumes) {
+				t.Errorf("%d dummy-fuse children after the ephemeral volume was unpublished, want %d", n, len(volumes))
+			}
 			volumes["vol-a"] = []string{"pod-2"}
 			for vol, pods := range volumes {
 				e.teardown(p2, vol, pods...)
