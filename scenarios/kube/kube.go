@@ -319,17 +319,28 @@ func (b *Backend) Start(ctx context.Context, sc *scenarios.Scenario, dir string)
 	if _, err := b.cs.CoreV1().PersistentVolumes().Create(ctx, b.man.persistentVolume(b.n, b.opts.DriverName, labels), metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("create PV: %w", err)
 	}
+	// The PV controller binds a claim when it syncs the claim and finds its volume in its cache; a claim
+	// created before that waits for the controller's periodic resync (15 s). The volume's phase Available
+	// says the controller has seen it.
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, b.opts.SetupTimeout, true, func(ctx context.Context) (bool, error) {
+		v, err := b.cs.CoreV1().PersistentVolumes().Get(ctx, b.n.pv, metav1.GetOptions{})
+		return err == nil && v.Status.Phase == corev1.VolumeAvailable, nil
+	}); err != nil {
+		return fmt.Errorf("PV %s not available: %w", b.n.pv, err)
+	}
+	b.logf("PV %s available", b.n.pv)
 	if _, err := b.cs.CoreV1().PersistentVolumeClaims(b.n.namespace).Create(ctx, b.man.claim(b.n, labels), metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("create PVC: %w", err)
 	}
-	// A pod whose claim is not bound yet is unschedulable, and the scheduler retries it only after its
-	// back-off (about 15 s): create the pod once the claim is bound.
+	// A pod whose claim is not bound yet is unschedulable, and the scheduler retries it only after a
+	// back-off: create the pod once the claim is bound.
 	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, b.opts.SetupTimeout, true, func(ctx context.Context) (bool, error) {
 		c, err := b.cs.CoreV1().PersistentVolumeClaims(b.n.namespace).Get(ctx, b.n.pvc, metav1.GetOptions{})
 		return err == nil && c.Status.Phase == corev1.ClaimBound, nil
 	}); err != nil {
 		return fmt.Errorf("PVC %s not bound to PV %s: %w", b.n.pvc, b.n.pv, err)
 	}
+	b.logf("PVC %s bound", b.n.pvc)
 	pod, err := b.man.workloadPod(sc, b.n, b.opts.Image, b.opts.ReadInterval, labels)
 	if err != nil {
 		return err
