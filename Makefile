@@ -89,3 +89,13 @@ scenarios: build ## run every scenario of the catalog; reports in _output/runs/<
 .PHONY: bench-restore
 bench-restore: ## csi-plugin --restore-mounts after kill -9: start->ready with 1/100/500 volumes, and RSS (root + /dev/fuse)
 	hack/bench-restore.sh
+
+################################################################################
+# Scenarios on a real cluster (scenarios/kube; scenarios/README.md, "Kubernetes backend")
+################################################################################
+.PHONY: test-kube ci-kube
+test-kube: ## the catalog as e2e-framework go tests against $KUBECONFIG's cluster (image loaded: make cluster-up / kind-up)
+	DFC_KUBE_E2E=1 go test -count=1 -timeout 60m -v ./scenarios/kube/e2e/
+
+ci-kube: ## CI: make cluster-up (cold: apt + build from source), test-kube, always cluster-down; prints each step's time
+	hack/ci-kube.sh
