@@ -75,6 +75,10 @@ type env struct {
 	dummyFuse string
 	root      string // short: it holds the unix socket
 	state     string
+	sockDir   string // directory of the CSI socket (default root)
+	// ownMountNS runs the plugin in a mount namespace of its own (unshare, mounts still propagating as they
+	// are set up), as in a container.
+	ownMountNS bool
 }
 
 // newEnv prepares a test's world. Its root directory becomes a mount of its own with the given propagation
@@ -88,7 +92,7 @@ func newEnv(t testing.TB, propagation uintptr) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &env{t: t, plugin: testenv.Build(t, "csi-plugin"), dummyFuse: testenv.Build(t, "dummy-fuse"), root: root, state: filepath.Join(root, "state")}
+	e := &env{t: t, plugin: testenv.Build(t, "csi-plugin"), dummyFuse: testenv.Build(t, "dummy-fuse"), root: root, state: filepath.Join(root, "state"), sockDir: root}
 	// Registered first, so it runs last: after every plugin is gone, no mount may stay.
 	t.Cleanup(func() {
 		if n, err := mounts.UnmountUnder(root); err != nil || n > 1 {
@@ -141,12 +145,17 @@ func (e *env) start(args ...string) *plugin {
 func (e *env) launch(args ...string) *plugin {
 	t := e.t
 	t.Helper()
-	sock := filepath.Join(e.root, "csi.sock")
+	sock := filepath.Join(e.sockDir, "csi.sock")
 	p := &plugin{t: t, logs: &syncBuffer{}, exited: make(chan struct{})}
-	p.cmd = exec.Command(e.plugin, append([]string{
+	argv := append([]string{e.plugin,
 		"--endpoint=unix://" + sock, "--nodeid=test-node", "--state-dir=" + e.state,
 		"--dummy-fuse-path=" + e.dummyFuse, "-v=2",
-	}, args...)...)
+	}, args...)
+	if e.ownMountNS {
+		// unshare execs the plugin: the process (and its PID) stays the plugin's.
+		argv = append([]string{"unshare", "--mount", "--propagation=unchanged", "--"}, argv...)
+	}
+	p.cmd = exec.Command(argv[0], argv[1:]...)
 	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -314,7 +323,7 @@ func (e *env) stagePublish(p *plugin, vol string, pods ...string) {
 func (e *env) ephemeralVolume(name string) (id, staging string) {
 	sum := sha256.Sum256([]byte(name))
 	id = "csi-" + hex.EncodeToString(sum[:])
-	return id, filepath.Join(e.root, "ephemeral", id)
+	return id, filepath.Join(e.sockDir, "ephemeral", id)
 }
 
 // publishEphemeral does what kubelet does for an inline ephemeral volume: no NodeStageVolume, and a
@@ -508,6 +517,65 @@ func TestRestoreAfterKill(t *testing.T) {
 				t.Errorf("records left after teardown: %v %v %v", stages, pubs, errs)
 			}
 		})
+	}
+}
+
+// TestEphemeralVolumeInChartLayout runs the plugin the way the chart does: in a mount namespace of its own, its
+// socket directory (<kubeletDir>/plugins/<driver>, the chart's /csi) mounted without propagation, so that the
+// default ephemeral directory beside the socket is private to the plugin, while the pods directory is shared with
+// the host (Bidirectional). The ephemeral volume must reach the host all the same, come back after kill -9 with
+// --restore-mounts, and go with its unpublish.
+func TestEphemeralVolumeInChartLayout(t *testing.T) {
+	if _, err := exec.LookPath("unshare"); err != nil {
+		testenv.SkipOrFail(t, "unshare(1) is needed to give the plugin a mount namespace: "+err.Error())
+	}
+	e := newEnv(t, unix.MS_SHARED)
+	e.sockDir, e.ownMountNS = filepath.Join(e.root, "plugins", driverName), true
+	if err := os.MkdirAll(e.sockDir, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	// A private bind on the host: the plugin's namespace copies it, and mounts below it stay in that namespace.
+	if err := unix.Mount(e.sockDir, e.sockDir, "", unix.MS_BIND, ""); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = mounts.UnmountLazy(e.sockDir) }) // runs before newEnv's check for leftovers
+	if err := unix.Mount("", e.sockDir, "", unix.MS_PRIVATE, ""); err != nil {
+		t.Fatal(err)
+	}
+	vol, staging := e.ephemeralVolume("pod-uid-chart/scratch")
+	const pod = "pod-e"
+	target := e.targetPath(vol, pod)
+
+	p1 := e.start()
+	e.publishEphemeral(p1, vol, pod)
+	mustRead(t, target) // from the host's namespace
+	if n, _ := mounts.CountMounts(staging); n != 0 {
+		t.Errorf("the host sees %d mounts on the private staging path %s, want 0", n, staging)
+	}
+	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/mountinfo", p1.cmd.Process.Pid)); err != nil || !strings.Contains(string(b), " "+staging+" ") {
+		t.Errorf("the plugin's namespace has no mount on %s (%v)", staging, err)
+	}
+
+	p1.kill9(p1.children())
+	waitDead(t, target)
+	p2 := e.start("--restore-mounts")
+	mustRead(t, target)
+	e.unpublish(p2, vol, pod)
+	if ok, _ := mounts.IsMountPoint(target); ok {
+		t.Errorf("target %s still mounted", target)
+	}
+	if _, err := os.Lstat(staging); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("staging directory %s left behind: %v", staging, err)
+	}
+	if n := len(p2.children()); n != 0 {
+		t.Errorf("%d dummy-fuse children after unpublishing the only volume, want 0", n)
+	}
+	st, err := state.Open(e.state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stages, pubs, errs := st.Load(); len(stages)+len(pubs)+len(errs) != 0 {
+		t.Errorf("records left: %v %v %v", stages, pubs, errs)
 	}
 }
 
