@@ -152,7 +152,12 @@ func (p *childProcess) wait() {
 	stopping := p.stopping
 	p.mu.Unlock()
 	close(p.done)
-	if !stopping {
+	switch {
+	case stopping:
+	case err == nil:
+		// dummy-fuse exits 0 when its mount goes away, which is how unstaging ends it (unmount first).
+		klog.V(2).InfoS("FUSE server exited after its mount was unmounted", "volumeID", p.volumeID, "mountpoint", p.mountpoint, "pid", p.PID())
+	default:
 		// The mount is dead from now on: this is the failure the testbed reproduces; say so loudly.
 		klog.ErrorS(err, "FUSE server exited", "volumeID", p.volumeID, "mountpoint", p.mountpoint, "pid", p.PID(), "output", p.out.String())
 	}
