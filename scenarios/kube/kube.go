@@ -173,6 +173,7 @@ type Backend struct {
 	plugins  map[string]*pluginPod // by pod UID
 	events   map[string]int32      // event UID → count seen
 	kubelet  *kubeletLog
+	unstage  *unstageWatch
 
 	ctx       context.Context // lives from Start to Stop: informers, log streams, probes
 	cancel    context.CancelFunc
@@ -189,7 +190,7 @@ var _ scenarios.Backend = (*Backend)(nil)
 
 // New returns a Kubernetes backend; configuration errors are reported by Start.
 func New(opts Options) *Backend {
-	b := &Backend{opts: opts, plugins: map[string]*pluginPod{}, events: map[string]int32{}}
+	b := &Backend{opts: opts, plugins: map[string]*pluginPod{}, events: map[string]int32{}, unstage: newUnstageWatch()}
 	b.optErr = b.opts.defaults()
 	return b
 }

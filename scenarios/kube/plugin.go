@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -150,21 +149,6 @@ func (b *Backend) waitRegistered(ctx context.Context, node string) error {
 	}
 	b.logf("kubelet on %s registered driver %s", node, b.opts.DriverName)
 	return nil
-}
-
-// volumeInUse reports whether node still has the run's volume mounted (staged), from node.status.volumesInUse
-// ("kubernetes.io/csi/<driver>^<volume handle>").
-func (b *Backend) volumeInUse(ctx context.Context, node, handle string) (bool, error) {
-	n, err := b.cs.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
-	if err != nil {
-		return false, err
-	}
-	for _, v := range n.Status.VolumesInUse {
-		if strings.HasSuffix(string(v), "^"+handle) {
-			return true, nil
-		}
-	}
-	return false, nil
 }
 
 // pluginImageProblem reports a plugin pod that cannot start because its image is not on the node: nothing

@@ -42,7 +42,7 @@ func (b *Backend) Stop(ctx context.Context) error {
 		}
 	}
 	b.dumpState(ctx)
-	errs = append(errs, b.teardown(ctx, b.n, b.node)...)
+	errs = append(errs, b.teardown(ctx, b.n, b.unstage)...)
 	b.stopLoops()
 	if b.local && b.vols != nil {
 		if err := b.checkMounts(); err != nil {
@@ -60,7 +60,7 @@ func (b *Backend) Stop(ctx context.Context) error {
 
 // teardown removes one run's objects (this run's, or a crashed earlier run's) in kubelet's order and waits
 // for each step.
-func (b *Backend) teardown(ctx context.Context, n names, node string) []error {
+func (b *Backend) teardown(ctx context.Context, n names, unstage *unstageWatch) []error {
 	var errs []error
 	pods := b.cs.CoreV1().Pods(n.namespace)
 	// Every pod but the plugin's: the workload (NodeUnpublishVolume) and the probe.
@@ -70,9 +70,6 @@ func (b *Backend) teardown(ctx context.Context, n names, node string) []error {
 	}
 	if list != nil {
 		for _, p := range list.Items {
-			if node == "" {
-				node = p.Spec.NodeName
-			}
 			if err := pods.Delete(ctx, p.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 				errs = append(errs, err)
 			}
@@ -98,16 +95,23 @@ func (b *Backend) teardown(ctx context.Context, n names, node string) []error {
 	}); err != nil {
 		errs = append(errs, err)
 	}
-	if node != "" {
-		// NodeUnstageVolume: kubelet unmounts the staging dir once no pod uses the volume.
-		err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-			inUse, err := b.volumeInUse(ctx, node, n.volumeHandle)
-			return err == nil && !inUse, nil
+	if staging := stagingPath(b.opts.KubeletDir, b.opts.DriverName, n.volumeHandle); unstage == nil && fileExists(filepath.Dir(staging)) {
+		// An earlier run's plugin log is not followed; on the node itself the mount table says it.
+		err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
+			mounted, err := mountinfo.Mounted(staging)
+			return err != nil || !mounted, nil
 		})
 		if err != nil {
-			errs = append(errs, fmt.Errorf("node %s still has volume %s in use (not unstaged): %w", node, n.volumeHandle, err))
+			errs = append(errs, fmt.Errorf("staging dir %s still mounted: %w", staging, err))
+		}
+	}
+	if unstage != nil {
+		// NodeUnstageVolume: kubelet unmounts the staging dir once no pod uses the volume; the plugin must
+		// still serve then, so the release goes only after it.
+		if err := unstage.wait(ctx, 2*time.Minute); err != nil {
+			errs = append(errs, fmt.Errorf("volume %s not unstaged: %w", n.volumeHandle, err))
 		} else {
-			b.logf("teardown: node %s no longer has volume %s in use (unstaged)", node, n.volumeHandle)
+			b.logf("teardown: NodeUnstageVolume of %s succeeded", n.volumeHandle)
 		}
 	}
 	h := &helmRelease{getter: RESTClientGetter(b.opts, n.namespace), name: releaseName, namespace: n.namespace,
@@ -154,7 +158,7 @@ func (b *Backend) removeStale(ctx context.Context) error {
 		if err := b.setPluginOff(ctx, ns.Name, false); err != nil && !apierrors.IsNotFound(errors.Unwrap(err)) {
 			b.logf("%v", err)
 		}
-		if errs := b.teardown(ctx, n, ""); len(errs) > 0 {
+		if errs := b.teardown(ctx, n, nil); len(errs) > 0 {
 			return fmt.Errorf("remove the earlier run in namespace %s: %w", ns.Name, errors.Join(errs...))
 		}
 	}

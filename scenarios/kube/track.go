@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"regexp"
 	"strings"
 	"sync"
 	"time"
@@ -592,6 +593,7 @@ func (b *Backend) onPluginPod(p *corev1.Pod, deleted bool) {
 			if strings.Contains(string(line), `] "Ready"`) {
 				b.pluginEvent(pp, scenarios.KPluginReady, stamp, fmt.Sprintf("pod %s: %s", pp.name, klogMessage(line)))
 			}
+			b.unstage.observe(fmt.Sprintf("%s#%d", pp.name, n), klogMessage(line), b.n.volumeHandle)
 		},
 		end: func(n int, _ instanceInfo, term *corev1.ContainerStateTerminated, gone bool) {
 			msg := "pod " + pp.name
@@ -623,4 +625,70 @@ func klogMessage(line []byte) string {
 		return s[i+2:]
 	}
 	return s
+}
+
+// unstageWatch notices in the plugin's log (GRPC call, request, response lines of -v=5) that NodeUnstageVolume
+// of the run's volume succeeded: the one sign of kubelet's unstage that every cluster shows (a CSI volume
+// without attach is not listed in node.status.volumesInUse).
+type unstageWatch struct {
+	mu      sync.Mutex
+	calls   map[string]bool // "<pod>#<instance>[ID:n]" of NodeUnstageVolume calls
+	ours    map[string]bool // those for the run's volume
+	done    chan struct{}
+	closed  bool
+	lastErr string
+}
+
+func newUnstageWatch() *unstageWatch {
+	return &unstageWatch{calls: map[string]bool{}, ours: map[string]bool{}, done: make(chan struct{})}
+}
+
+var grpcLine = regexp.MustCompile(`^(\[ID:\d+\]) GRPC (call|request|response|error): (.*)$`)
+
+func (u *unstageWatch) observe(who, msg, handle string) {
+	m := grpcLine.FindStringSubmatch(msg)
+	if m == nil {
+		return
+	}
+	key := who + m[1]
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	switch m[2] {
+	case "call":
+		if strings.HasSuffix(m[3], "/NodeUnstageVolume") {
+			u.calls[key] = true
+		}
+	case "request":
+		if u.calls[key] && strings.Contains(m[3], `"volume_id":"`+handle+`"`) {
+			u.ours[key] = true
+		}
+	case "response":
+		if u.ours[key] && !u.closed {
+			u.closed = true
+			close(u.done)
+		}
+	case "error":
+		if u.ours[key] {
+			u.lastErr = m[3]
+		}
+	}
+}
+
+// wait waits until NodeUnstageVolume of the run's volume succeeded.
+func (u *unstageWatch) wait(ctx context.Context, timeout time.Duration) error {
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-u.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		u.mu.Lock()
+		defer u.mu.Unlock()
+		if u.lastErr != "" {
+			return fmt.Errorf("NodeUnstageVolume failed: %s", u.lastErr)
+		}
+		return fmt.Errorf("no successful NodeUnstageVolume in the plugin's log within %s", timeout)
+	}
 }
