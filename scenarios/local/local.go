@@ -39,7 +39,7 @@ const (
 	pvName       = "dummy-fuse-pv"
 	podName      = "workload"
 	podNamespace = "default"
-	volumeName   = "data" // the pod's volume name (volumeMounts[].name)
+	volumeName   = "dummy-fuse" // the pod's volume name (volumeMounts[].name), as in manifests/
 )
 
 // Options configure the local backend.
