@@ -322,7 +322,9 @@ func (b *Backend) Start(ctx context.Context, sc *scenarios.Scenario, dir string)
 	}
 	// The PV controller binds a claim when it syncs the claim and finds its volume in its cache; a claim
 	// created before that waits for the controller's periodic resync (15 s). The volume's phase Available
-	// says the controller has seen it.
+	// says the controller has seen it. Then the claim is usually bound 0.6 s after its creation; sometimes
+	// the controller's update of the claim fails and it is bound only at the resync (kube-controller-manager
+	// v1.33, seen in about a third of the runs).
 	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, b.opts.SetupTimeout, true, func(ctx context.Context) (bool, error) {
 		v, err := b.cs.CoreV1().PersistentVolumes().Get(ctx, b.n.pv, metav1.GetOptions{})
 		return err == nil && v.Status.Phase == corev1.VolumeAvailable, nil

@@ -92,7 +92,8 @@ type names struct {
 }
 
 // persistentVolume is pv.yaml for this run: its own name and volume handle (so that mount records and staging
-// dirs of different runs never meet), the run's driver, pre-bound to the run's claim.
+// dirs of different runs never meet) and the run's driver. The claim names it (pvc.yaml's volumeName), as
+// with manifests/.
 func (m *manifests) persistentVolume(n names, driver string, labels map[string]string) *corev1.PersistentVolume {
 	pv := m.pv.DeepCopy()
 	pv.Name = n.pv
@@ -102,7 +103,7 @@ func (m *manifests) persistentVolume(n names, driver string, labels map[string]s
 	}
 	pv.Spec.CSI.Driver = driver
 	pv.Spec.CSI.VolumeHandle = n.volumeHandle
-	pv.Spec.ClaimRef = &corev1.ObjectReference{Kind: "PersistentVolumeClaim", APIVersion: "v1", Namespace: n.namespace, Name: n.pvc}
+	pv.Spec.ClaimRef = nil
 	return pv
 }
 
