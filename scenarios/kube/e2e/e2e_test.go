@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -171,11 +172,18 @@ func scenarioFeature(sc scenarios.Scenario) features.Feature {
 			o := opts
 			o.Progress = func(s string) { t.Log(s) }
 			b := kube.New(o)
+			// The live timeline streams with -v (a scenario takes a minute or more), else it is logged at the end.
 			var live strings.Builder
-			run := scenarios.Run(ctx, b, sc, scenarios.RunOptions{Dir: dir, Out: &live, Poll: 200 * time.Millisecond,
+			var out io.Writer = &live
+			if testing.Verbose() {
+				out = os.Stdout
+			}
+			run := scenarios.Run(ctx, b, sc, scenarios.RunOptions{Dir: dir, Out: out, Poll: 200 * time.Millisecond,
 				StopTimeout: 10 * time.Minute})
 			outcomes = append(outcomes, run)
-			t.Logf("timeline:\n%s", live.String())
+			if live.Len() > 0 {
+				t.Logf("timeline:\n%s", live.String())
+			}
 			var verdicts strings.Builder
 			scenarios.PrintVerdicts(&verdicts, run)
 			t.Logf("%s", verdicts.String())
