@@ -158,7 +158,7 @@ func (r *runner) step(ctx context.Context, st Step) (timedOut bool, err error) {
 			if time.Now().After(deadline) {
 				return true, nil
 			}
-			if err := sleep(ctx, r.poll); err != nil {
+			if err := Sleep(ctx, r.poll); err != nil {
 				return false, err
 			}
 		}
@@ -170,7 +170,7 @@ func (r *runner) step(ctx context.Context, st Step) (timedOut bool, err error) {
 				return false, err
 			}
 			r.narr.update(ev)
-			if err := sleep(ctx, min(r.poll, time.Until(end))); err != nil {
+			if err := Sleep(ctx, min(r.poll, time.Until(end))); err != nil {
 				return false, err
 			}
 		}
@@ -195,20 +195,6 @@ func (r *runner) snapshot(ctx context.Context) (*Evidence, error) {
 	ev.Events = append(ev.Events, r.own...)
 	ev.Sort()
 	return ev, nil
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }
 
 // ErrCancelled reports whether the run ended because its context was cancelled (e.g. Ctrl-C).

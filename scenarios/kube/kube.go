@@ -155,7 +155,7 @@ type Backend struct {
 	optErr error
 	cs     kubernetes.Interface
 	man    *manifests
-	rec    recorder
+	rec    scenarios.Recorder
 
 	sc    *scenarios.Scenario
 	dir   string
@@ -375,7 +375,7 @@ func (b *Backend) Start(ctx context.Context, sc *scenarios.Scenario, dir string)
 	}); err != nil {
 		return fmt.Errorf("the pod's containers did not start (see kube.log): %w", err)
 	}
-	b.rec.add(scenarios.Event{Source: scenarios.SrcKubelet, Kind: scenarios.KVolumeMounted,
+	b.rec.Add(scenarios.Event{Source: scenarios.SrcKubelet, Kind: scenarios.KVolumeMounted,
 		Message: fmt.Sprintf("kubelet staged and published the volume (NodeStageVolume, NodePublishVolume) on node %s", b.node)})
 	return b.startProbe(ctx)
 }
@@ -430,7 +430,7 @@ func (b *Backend) setPaths(uid string) {
 		scenarios.PathVolume:  filepath.Join(root, "pods", uid, "volumes", "kubernetes.io~csi", b.n.pv, "mount"),
 		scenarios.PathStaging: stagingPath(root, b.opts.DriverName, b.n.volumeHandle),
 	}
-	b.rec.setPaths(b.vols)
+	b.rec.SetPaths(b.vols)
 	b.logf("volume dir %s, staging dir %s", b.vols[scenarios.PathVolume], b.vols[scenarios.PathStaging])
 }
 
@@ -462,7 +462,7 @@ func containerStatus(p *corev1.Pod, name string) (corev1.ContainerStatus, bool) 
 
 // Evidence implements scenarios.Backend: a snapshot of what the watches and log streams delivered so far.
 func (b *Backend) Evidence(context.Context) (*scenarios.Evidence, error) {
-	return b.rec.snapshot(), nil
+	return b.rec.Snapshot(), nil
 }
 
 func (b *Backend) logf(format string, args ...any) {

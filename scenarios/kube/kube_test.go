@@ -237,7 +237,7 @@ func TestEvents(t *testing.T) {
 	b.onEvent(ev("2", "BackOff", "Back-off restarting failed container reader", "workload", 1))
 	b.onEvent(ev("3", "Failed", stat, "other-pod", 1))
 	b.onEvent(ev("4", "Pulled", "already present", "workload", 1))
-	e := b.rec.snapshot()
+	e := b.rec.Snapshot()
 	var kinds []string
 	for _, x := range e.Events {
 		kinds = append(kinds, string(x.Kind))

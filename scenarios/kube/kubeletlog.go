@@ -16,6 +16,8 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
 )
 
 // kubeletLog follows kubelet's own log for the causes kubelet logs but keeps out of events: the cause
@@ -228,7 +230,7 @@ func tailFile(ctx context.Context, fh *os.File, f func(string)) {
 		if !errors.Is(err, io.EOF) {
 			return
 		}
-		if sleepCtx(ctx, 200*time.Millisecond) != nil {
+		if scenarios.Sleep(ctx, 200*time.Millisecond) != nil {
 			return
 		}
 	}

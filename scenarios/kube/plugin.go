@@ -31,7 +31,7 @@ func (b *Backend) KillPlugin(ctx context.Context) error {
 	if err := b.setPluginOff(ctx, b.n.namespace, true); err != nil {
 		return err
 	}
-	b.rec.add(scenarios.Event{Source: scenarios.SrcPlugin, Kind: scenarios.KPluginKilled,
+	b.rec.Add(scenarios.Event{Source: scenarios.SrcPlugin, Kind: scenarios.KPluginKilled,
 		Message: fmt.Sprintf("kubectl delete pod %s --grace-period=0 --force", pp.name)})
 	zero := int64(0)
 	err := b.cs.CoreV1().Pods(b.n.namespace).Delete(ctx, pp.name, metav1.DeleteOptions{
@@ -113,7 +113,7 @@ func (b *Backend) waitPluginReady(ctx context.Context, since time.Time) (string,
 			}
 		}
 		b.mu.Unlock()
-		n := b.rec.count(func(e scenarios.Event) bool { return e.Kind == scenarios.KPluginReady && !e.Time.Before(since) })
+		n := b.rec.Count(func(e scenarios.Event) bool { return e.Kind == scenarios.KPluginReady && !e.Time.Before(since) })
 		if n > 0 {
 			return node, nil
 		}
@@ -123,7 +123,7 @@ func (b *Backend) waitPluginReady(ctx context.Context, since time.Time) (string,
 		if time.Now().After(deadline) {
 			return "", fmt.Errorf("no plugin pod logged \"Ready\" within %s (see plugin.log and kube.log)", b.opts.SetupTimeout)
 		}
-		if err := sleepCtx(ctx, 100*time.Millisecond); err != nil {
+		if err := scenarios.Sleep(ctx, 100*time.Millisecond); err != nil {
 			return "", err
 		}
 	}

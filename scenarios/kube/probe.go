@@ -68,7 +68,7 @@ func (b *Backend) probeResult(last map[string]string, label, state string, t tim
 		return
 	}
 	last[label] = state
-	b.rec.add(scenarios.Event{Time: t, Source: scenarios.SrcProbe, Kind: scenarios.KProbe, Path: label, Errno: state,
+	b.rec.Add(scenarios.Event{Time: t, Source: scenarios.SrcProbe, Kind: scenarios.KProbe, Path: label, Errno: state,
 		Message: how})
 }
 

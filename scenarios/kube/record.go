@@ -10,59 +10,7 @@ import (
 	"time"
 
 	"sigs.k8s.io/yaml"
-
-	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
 )
-
-// recorder collects the evidence of a run.
-type recorder struct {
-	mu     sync.Mutex
-	events []scenarios.Event
-	paths  map[string]string
-}
-
-// add records e, stamping it now when it has no time.
-func (r *recorder) add(e scenarios.Event) {
-	if e.Time.IsZero() {
-		e.Time = time.Now()
-	}
-	r.mu.Lock()
-	r.events = append(r.events, e)
-	r.mu.Unlock()
-}
-
-func (r *recorder) setPaths(p map[string]string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.paths = map[string]string{}
-	for k, v := range p {
-		r.paths[k] = v
-	}
-}
-
-func (r *recorder) snapshot() *scenarios.Evidence {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	ev := &scenarios.Evidence{Until: time.Now(), Paths: map[string]string{}, Events: append([]scenarios.Event(nil), r.events...)}
-	for k, v := range r.paths {
-		ev.Paths[k] = v
-	}
-	ev.Sort()
-	return ev
-}
-
-// count counts the recorded events matching f.
-func (r *recorder) count(f func(scenarios.Event) bool) int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	n := 0
-	for _, e := range r.events {
-		if f(e) {
-			n++
-		}
-	}
-	return n
-}
 
 // lockedWriter serialises lines of several goroutines into one log file.
 type lockedWriter struct {

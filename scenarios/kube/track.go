@@ -211,16 +211,16 @@ func (b *Backend) onEvent(o any) {
 					if cause, ok := b.kubelet.cause(b.ctx, c, string(ev.InvolvedObject.UID), t); ok {
 						e.Detail, e.Errno = cause, errnoIn(cause)
 					}
-					b.rec.add(e)
+					b.rec.Add(e)
 				}()
 				continue
 			}
-			b.rec.add(e)
+			b.rec.Add(e)
 		case "BackOff":
-			b.rec.add(scenarios.Event{Time: t, Source: scenarios.SrcKubelet, Kind: scenarios.KBackOff, Container: c,
+			b.rec.Add(scenarios.Event{Time: t, Source: scenarios.SrcKubelet, Kind: scenarios.KBackOff, Container: c,
 				Instance: b.starts(c), Message: msg})
 		case "FailedMount", "FailedMapVolume", "FailedAttachVolume":
-			b.rec.add(scenarios.Event{Time: t, Source: scenarios.SrcKubelet, Kind: kFailedMount, Message: msg})
+			b.rec.Add(scenarios.Event{Time: t, Source: scenarios.SrcKubelet, Kind: kFailedMount, Message: msg})
 		}
 	}
 }
@@ -238,7 +238,7 @@ func (b *Backend) workloadUID() string {
 
 // starts is the number of recorded starts of container c: the instance number its next start gets.
 func (b *Backend) starts(c string) int {
-	return b.rec.count(func(e scenarios.Event) bool { return e.Container == c && e.Kind == scenarios.KContainerStarted })
+	return b.rec.Count(func(e scenarios.Event) bool { return e.Container == c && e.Kind == scenarios.KContainerStarted })
 }
 
 // instanceInfo is what the pod status says about one instance (0, 1, … = its restart count) of a container.
@@ -380,7 +380,7 @@ func (b *Backend) streamInstance(w *podWatch, pod, container string, n int, info
 		if deleted || p == nil || !stillRunning(p, container, info.id) || attempt > 20 {
 			return
 		}
-		if sleepCtx(b.ctx, time.Second) != nil {
+		if scenarios.Sleep(b.ctx, time.Second) != nil {
 			return
 		}
 	}
@@ -433,17 +433,6 @@ func splitTimestamp(line []byte) (time.Time, []byte) {
 	return t, []byte(s[sp+1:])
 }
 
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
-}
-
 // trackContainer follows the workload container c: its log lines (with their own times) and, from the pod
 // status, each instance's start and exit.
 func (b *Backend) trackContainer(c string) {
@@ -461,7 +450,7 @@ func (b *Backend) trackContainer(c string) {
 		if !first.IsZero() && first.After(info.startedAt) {
 			t = minTime(t, first)
 		}
-		b.rec.add(scenarios.Event{Time: t, Source: scenarios.SrcKubelet, Kind: scenarios.KContainerStarted,
+		b.rec.Add(scenarios.Event{Time: t, Source: scenarios.SrcKubelet, Kind: scenarios.KContainerStarted,
 			Container: c, Instance: n, Message: "container " + shortID(info.id)})
 	}
 	b.wg.Add(1)
@@ -473,12 +462,12 @@ func (b *Backend) trackContainer(c string) {
 			if e.Kind == scenarios.KWorkloadExit {
 				cur.exitAt = e.Time
 			}
-			b.rec.add(e)
+			b.rec.Add(e)
 		},
 		end: func(n int, info instanceInfo, term *corev1.ContainerStateTerminated, gone bool) {
 			defer func() { cur = inst{} }()
 			if info.lost {
-				b.rec.add(scenarios.Event{Source: scenarios.SrcWorkload, Kind: scenarios.KLog, Container: c, Instance: n,
+				b.rec.Add(scenarios.Event{Source: scenarios.SrcWorkload, Kind: scenarios.KLog, Container: c, Instance: n,
 					Message: "(this instance's log is lost: it restarted again before its log was read)"})
 				return
 			}
@@ -494,7 +483,7 @@ func (b *Backend) trackContainer(c string) {
 			if !cur.exitAt.IsZero() {
 				t = cur.exitAt
 			}
-			b.rec.add(scenarios.Event{Time: t, Source: scenarios.SrcKubelet, Kind: scenarios.KContainerExited,
+			b.rec.Add(scenarios.Event{Time: t, Source: scenarios.SrcKubelet, Kind: scenarios.KContainerExited,
 				Container: c, Instance: n, ExitCode: scenarios.IntPtr(int(term.ExitCode)), Message: term.Reason})
 		},
 	})
@@ -615,7 +604,7 @@ func (b *Backend) pluginEvent(pp *pluginPod, kind scenarios.Kind, t time.Time, m
 		b.logf("plugin %s on another node: %s %s", pp.name, kind, msg)
 		return
 	}
-	b.rec.add(scenarios.Event{Time: t, Source: scenarios.SrcPlugin, Kind: kind, Message: msg})
+	b.rec.Add(scenarios.Event{Time: t, Source: scenarios.SrcPlugin, Kind: kind, Message: msg})
 }
 
 // klogMessage strips klog's header ("I1122 04:50:01.123456   1 server.go:158] ") from a line.

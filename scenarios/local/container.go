@@ -55,7 +55,7 @@ func (c *container) waitOutput() {
 
 func (c *container) event(kind scenarios.Kind, e scenarios.Event) {
 	e.Source, e.Kind, e.Container = scenarios.SrcKubelet, kind, c.spec.Name
-	c.b.rec.add(e)
+	c.b.rec.Add(e)
 }
 
 // loop is kubelet's handling of this container for the life of the pod: a sync right after the container
@@ -74,7 +74,7 @@ func (c *container) loop(ctx context.Context) {
 					Message: fmt.Sprintf("Back-off restarting failed container %s (back-off %s)", c.spec.Name, c.bo.delay)})
 				inBackOff = true
 			}
-			if sleepCtx(ctx, c.bo.base) != nil {
+			if scenarios.Sleep(ctx, c.bo.base) != nil {
 				return
 			}
 			continue
@@ -98,7 +98,7 @@ func (c *container) loop(ctx context.Context) {
 				// runc failed after containerd created the container: kubelet sees an exited container.
 				finished, exited = time.Now(), true
 			}
-			if sleepCtx(ctx, c.bo.base) != nil { // the pod worker's next sync
+			if scenarios.Sleep(ctx, c.bo.base) != nil { // the pod worker's next sync
 				return
 			}
 			continue
@@ -229,7 +229,7 @@ func (c *container) start() (*proc, error) {
 		prefix := fmt.Sprintf("%s#%d", c.spec.Name, inst)
 		tailLines(logR, p.done, func(line []byte) {
 			b.workloadLog.WriteLine(prefix, line)
-			b.rec.add(scenarios.ParseWorkloadLine(line, c.spec.Name, inst, time.Now()))
+			b.rec.Add(scenarios.ParseWorkloadLine(line, c.spec.Name, inst, time.Now()))
 		})
 	}()
 	return p, nil
@@ -260,16 +260,5 @@ func tailLines(r io.Reader, done <-chan struct{}, f func([]byte)) {
 			finished = true // one more pass drains what the process wrote before it exited
 		case <-time.After(20 * time.Millisecond):
 		}
-	}
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
 	}
 }

@@ -92,7 +92,7 @@ func (o *Options) defaults() {
 // Backend is the local scenario backend. Use New; one Backend runs one scenario.
 type Backend struct {
 	opts Options
-	rec  recorder
+	rec  scenarios.Recorder
 
 	sc        *scenarios.Scenario
 	dir, root string
@@ -184,9 +184,9 @@ func (b *Backend) Start(ctx context.Context, sc *scenarios.Scenario, dir string)
 			return err
 		}
 	}
-	b.rec.paths = map[string]string{
+	b.rec.SetPaths(map[string]string{
 		scenarios.PathRoot: b.root, scenarios.PathVolume: b.vol.target, scenarios.PathStaging: b.vol.staging,
-	}
+	})
 
 	if err := b.startPlugin(ctx); err != nil {
 		return err
@@ -195,7 +195,7 @@ func (b *Backend) Start(ctx context.Context, sc *scenarios.Scenario, dir string)
 	if err := b.csi.stageAndPublish(ctx, b.vol, mkdir, b.logf); err != nil {
 		return err
 	}
-	b.rec.add(scenarios.Event{Source: scenarios.SrcKubelet, Kind: scenarios.KVolumeMounted,
+	b.rec.Add(scenarios.Event{Source: scenarios.SrcKubelet, Kind: scenarios.KVolumeMounted,
 		Message: "volume staged and published (NodeStageVolume, NodePublishVolume)"})
 
 	loopCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
@@ -225,7 +225,7 @@ func (b *Backend) KillPlugin(ctx context.Context) error {
 	if p == nil || p.exited() {
 		return errors.New("the plugin is not running")
 	}
-	b.rec.add(scenarios.Event{Source: scenarios.SrcPlugin, Kind: scenarios.KPluginKilled,
+	b.rec.Add(scenarios.Event{Source: scenarios.SrcPlugin, Kind: scenarios.KPluginKilled,
 		Message: fmt.Sprintf("SIGKILL pid %d", p.pid())})
 	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		return fmt.Errorf("kill plugin pid %d: %w", p.pid(), err)
@@ -275,12 +275,12 @@ func (b *Backend) startPlugin(ctx context.Context) error {
 	if flags == "" {
 		flags = "no restore flags"
 	}
-	b.rec.add(scenarios.Event{Source: scenarios.SrcPlugin, Kind: scenarios.KPluginStarted,
+	b.rec.Add(scenarios.Event{Source: scenarios.SrcPlugin, Kind: scenarios.KPluginStarted,
 		Message: fmt.Sprintf("pid %d, %s", p.pid(), flags)})
 	b.logf("plugin container start #%d: pid %d", b.pluginStarts, p.pid())
 	go func() {
 		<-p.done
-		b.rec.add(scenarios.Event{Time: p.exitTime, Source: scenarios.SrcPlugin, Kind: scenarios.KPluginExited,
+		b.rec.Add(scenarios.Event{Time: p.exitTime, Source: scenarios.SrcPlugin, Kind: scenarios.KPluginExited,
 			Message: p.state.String()})
 	}()
 
@@ -295,7 +295,7 @@ func (b *Backend) startPlugin(ctx context.Context) error {
 	for {
 		ok, err := b.csi.ready(ctx)
 		if ok {
-			b.rec.add(scenarios.Event{Source: scenarios.SrcPlugin, Kind: scenarios.KPluginReady, Message: "Probe: ready"})
+			b.rec.Add(scenarios.Event{Source: scenarios.SrcPlugin, Kind: scenarios.KPluginReady, Message: "Probe: ready"})
 			return nil
 		}
 		if p.exited() {
@@ -321,7 +321,7 @@ func (b *Backend) deathSig() syscall.Signal {
 
 // Evidence implements scenarios.Backend.
 func (b *Backend) Evidence(context.Context) (*scenarios.Evidence, error) {
-	return b.rec.snapshot(), nil
+	return b.rec.Snapshot(), nil
 }
 
 // probeLoop stats the volume dir and the staging dir and records every change of the result.
@@ -344,7 +344,7 @@ func (b *Backend) probeLoop(ctx context.Context) {
 			}
 			if prev, seen := last[p.label]; !seen || prev != state {
 				last[p.label] = state
-				b.rec.add(scenarios.Event{Source: scenarios.SrcProbe, Kind: scenarios.KProbe, Path: p.label, Errno: state})
+				b.rec.Add(scenarios.Event{Source: scenarios.SrcProbe, Kind: scenarios.KProbe, Path: p.label, Errno: state})
 			}
 		}
 		select {
@@ -481,34 +481,6 @@ func (b *Backend) logLines(prefix string, lines []string) {
 	for _, l := range lines {
 		b.logf("%s%s", prefix, l)
 	}
-}
-
-// recorder collects the evidence of a run.
-type recorder struct {
-	mu     sync.Mutex
-	events []scenarios.Event
-	paths  map[string]string
-}
-
-// add records e, stamping it now when it has no time.
-func (r *recorder) add(e scenarios.Event) {
-	if e.Time.IsZero() {
-		e.Time = time.Now()
-	}
-	r.mu.Lock()
-	r.events = append(r.events, e)
-	r.mu.Unlock()
-}
-
-func (r *recorder) snapshot() *scenarios.Evidence {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	ev := &scenarios.Evidence{Until: time.Now(), Paths: map[string]string{}, Events: append([]scenarios.Event(nil), r.events...)}
-	for k, v := range r.paths {
-		ev.Paths[k] = v
-	}
-	ev.Sort()
-	return ev
 }
 
 // proc is a started process and its exit.

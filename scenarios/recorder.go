@@ -1,0 +1,70 @@
+package scenarios
+
+import (
+	"context"
+	"maps"
+	"sync"
+	"time"
+)
+
+// Recorder collects a backend's evidence of a run; its methods are safe for concurrent use.
+type Recorder struct {
+	mu     sync.Mutex
+	events []Event
+	paths  map[string]string
+}
+
+// Add records e, stamping it now when it has no time.
+func (r *Recorder) Add(e Event) {
+	if e.Time.IsZero() {
+		e.Time = time.Now()
+	}
+	r.mu.Lock()
+	r.events = append(r.events, e)
+	r.mu.Unlock()
+}
+
+// SetPaths replaces the named host paths the evidence refers to (PathRoot, PathVolume, PathStaging).
+func (r *Recorder) SetPaths(p map[string]string) {
+	r.mu.Lock()
+	r.paths = maps.Clone(p)
+	r.mu.Unlock()
+}
+
+// Snapshot returns a sorted copy of everything recorded so far, with Until set to now.
+func (r *Recorder) Snapshot() *Evidence {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ev := &Evidence{Until: time.Now(), Paths: map[string]string{}, Events: append([]Event(nil), r.events...)}
+	maps.Copy(ev.Paths, r.paths)
+	ev.Sort()
+	return ev
+}
+
+// Count counts the recorded events matching f.
+func (r *Recorder) Count(f func(Event) bool) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, e := range r.events {
+		if f(e) {
+			n++
+		}
+	}
+	return n
+}
+
+// Sleep waits for d or until ctx is done, whichever comes first; it returns ctx's error in the latter case.
+func Sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
