@@ -1,15 +1,21 @@
 package driver
 
 import (
+	"context"
+	"net"
 	"path/filepath"
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/kubernetes-csi/csi-test/v5/pkg/sanity"
 	"github.com/onsi/ginkgo/v2"
 	"github.com/onsi/ginkgo/v2/types"
 	"github.com/onsi/gomega"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/testenv"
 )
@@ -37,6 +43,9 @@ func TestSanity(t *testing.T) {
 	cfg.Address = "unix://" + h.d.Socket()
 	cfg.TargetPath = filepath.Join(h.root, "sanity-target")
 	cfg.StagingPath = filepath.Join(h.root, "sanity-staging")
+	creds := slowHandshake{insecure.NewCredentials()}
+	cfg.DialOptions = []grpc.DialOption{grpc.WithTransportCredentials(creds), grpc.WithAuthority("localhost")}
+	cfg.ControllerDialOptions = cfg.DialOptions
 
 	var reports []types.SpecReport
 	ginkgo.ReportAfterSuite("collect", func(r ginkgo.Report) { reports = r.SpecReports })
@@ -83,4 +92,25 @@ func TestSanity(t *testing.T) {
 	if nodeRan == 0 || len(reports) == 0 {
 		t.Fatalf("no Node Service spec ran (reports: %d)", len(reports))
 	}
+}
+
+// slowHandshake works around a race in csi-test v5.4.0's utils.Connect: grpc.Dial starts connecting at once,
+// and when a unix-socket connection is READY before Connect's loop first reads the state, its
+// WaitForStateChange(READY) waits out its whole minute and the first spec fails ("Connection timed out").
+// Delaying the handshake keeps the connection CONNECTING until the loop watches it.
+type slowHandshake struct {
+	credentials.TransportCredentials
+}
+
+func (s slowHandshake) ClientHandshake(ctx context.Context, authority string, c net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	select {
+	case <-time.After(200 * time.Millisecond):
+	case <-ctx.Done():
+		return nil, nil, ctx.Err()
+	}
+	return s.TransportCredentials.ClientHandshake(ctx, authority, c)
+}
+
+func (s slowHandshake) Clone() credentials.TransportCredentials {
+	return slowHandshake{s.TransportCredentials.Clone()}
 }
