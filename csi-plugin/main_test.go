@@ -30,6 +30,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/state"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/csiprobe"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/mounts"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/testenv"
 )
@@ -182,10 +183,8 @@ func (p *plugin) waitReady(timeout time.Duration) {
 	p.t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		resp, err := p.ident.Probe(ctx, &csi.ProbeRequest{})
-		cancel()
-		if err == nil && resp.GetReady().GetValue() {
+		ready, err := csiprobe.Ready(context.Background(), p.ident)
+		if ready {
 			return
 		}
 		select {
@@ -194,7 +193,7 @@ func (p *plugin) waitReady(timeout time.Duration) {
 		default:
 		}
 		if time.Now().After(deadline) {
-			p.t.Fatalf("csi-plugin not ready after %v: %v, %v", timeout, resp, err)
+			p.t.Fatalf("csi-plugin not ready after %v: %v", timeout, err)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/fusemode"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/csiprobe"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/mounts"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/testenv"
 )
@@ -215,10 +216,8 @@ func (h *harness) waitReady(timeout time.Duration) {
 	h.t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		resp, err := h.ident.Probe(ctx, &csi.ProbeRequest{})
-		cancel()
-		if err == nil && resp.GetReady().GetValue() {
+		ready, err := csiprobe.Ready(context.Background(), h.ident)
+		if ready {
 			return
 		}
 		select {
@@ -227,7 +226,7 @@ func (h *harness) waitReady(timeout time.Duration) {
 		default:
 		}
 		if time.Now().After(deadline) {
-			h.t.Fatalf("driver not ready after %v (last probe: %v, %v)", timeout, resp, err)
+			h.t.Fatalf("driver not ready after %v (last probe error: %v)", timeout, err)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}

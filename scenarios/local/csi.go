@@ -11,6 +11,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/csiprobe"
 )
 
 // csiClient talks CSI to the plugin over its unix socket, as kubelet does.
@@ -37,16 +39,8 @@ func dialCSI(sock string) (*csiClient, error) {
 
 func (c *csiClient) Close() error { return c.conn.Close() }
 
-// ready reports whether the plugin answers Probe with ready (or without a readiness value).
-func (c *csiClient) ready(ctx context.Context) (bool, error) {
-	ctx, cancel := context.WithTimeout(ctx, time.Second)
-	defer cancel()
-	resp, err := c.id.Probe(ctx, &csi.ProbeRequest{})
-	if err != nil {
-		return false, err
-	}
-	return resp.GetReady() == nil || resp.GetReady().GetValue(), nil
-}
+// ready reports whether the plugin answers Probe with ready.
+func (c *csiClient) ready(ctx context.Context) (bool, error) { return csiprobe.Ready(ctx, c.id) }
 
 // volume is the one CSI volume of a scenario, as kubelet sees it: a static PV of the driver, used by one pod.
 type volume struct {
