@@ -1,0 +1,37 @@
+// Package kubeletpath is kubelet's on-disk layout of CSI volumes, defined once for the scenario backends and
+// the plugin's tests. The layout is kubelet's, not ours: pkg/volume/csi/csi_attacher.go (makeDeviceMountPath),
+// pkg/volume/csi/csi_mounter.go (GetPath) and pkg/volume/util/subpath/subpath_linux.go (getSubpathBindTarget)
+// in k8s.io/kubernetes.
+package kubeletpath
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"path/filepath"
+	"strconv"
+)
+
+// DefaultRoot is kubelet's --root-dir default.
+const DefaultRoot = "/var/lib/kubelet"
+
+// Staging is the staging dir kubelet passes to NodeStageVolume: <root>/plugins/kubernetes.io/csi/<driver>/
+// <sha256 of the volume handle>/globalmount (the hashed form is used since Kubernetes 1.28).
+func Staging(root, driver, volumeHandle string) string {
+	sum := sha256.Sum256([]byte(volumeHandle))
+	return filepath.Join(root, "plugins", "kubernetes.io", "csi", driver, hex.EncodeToString(sum[:]), "globalmount")
+}
+
+// PodDir is the directory kubelet keeps for a pod.
+func PodDir(root, podUID string) string { return filepath.Join(root, "pods", podUID) }
+
+// Target is the publish target kubelet passes to NodePublishVolume for a pod's CSI volume: <pod dir>/volumes/
+// kubernetes.io~csi/<pv name, or the pod's volume name for an inline volume>/mount.
+func Target(root, podUID, specName string) string {
+	return filepath.Join(PodDir(root, podUID), "volumes", "kubernetes.io~csi", specName, "mount")
+}
+
+// SubPath is the bind target kubelet prepares for a container's subPath volume mount: <pod dir>/
+// volume-subpaths/<pod volume name>/<container name>/<index of the volumeMount in the container>.
+func SubPath(root, podUID, volumeName, container string, index int) string {
+	return filepath.Join(PodDir(root, podUID), "volume-subpaths", volumeName, container, strconv.Itoa(index))
+}
