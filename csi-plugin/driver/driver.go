@@ -228,6 +228,18 @@ func (d *Driver) stagedAt(path, except string) string {
 	return ""
 }
 
+// volumeOfPath returns the volume staged or published at path, if any.
+func (d *Driver) volumeOfPath(path string) string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for id, v := range d.volumes {
+		if _, ok := v.targets[path]; ok || v.stagingPath == path {
+			return id
+		}
+	}
+	return ""
+}
+
 func (d *Driver) setStaged(v *volume) {
 	d.mu.Lock()
 	defer d.mu.Unlock()

@@ -7,7 +7,6 @@ import (
 
 	"google.golang.org/grpc/status"
 
-	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/fusemode"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/restore"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/state"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/mounts"
@@ -28,12 +27,12 @@ func (r restorer) RestoreStage(ctx context.Context, table *mounts.Table, rec sta
 		return "", fmt.Errorf("volume %q is busy", rec.VolumeID)
 	}
 	defer r.d.locks.release(rec.VolumeID)
-	action, err := r.d.stage(ctx, rec.VolumeID, rec.StagingPath, rec.ReadOnly, rec.Ephemeral, tableCounter(table))
+	act, err := r.d.stage(ctx, rec.VolumeID, rec.StagingPath, rec.ReadOnly, rec.Ephemeral, tableCounter(table))
 	if err != nil {
 		return "", errors.New(status.Convert(err).Message())
 	}
 	v, _ := r.d.lookup(rec.VolumeID)
-	return fmt.Sprintf("%s (pid %d)", action, pidOf(v.server)), nil
+	return fmt.Sprintf("%s (pid %d)", act, pidOf(v.server)), nil
 }
 
 func (r restorer) RestorePublish(_ context.Context, table *mounts.Table, rec state.Publish) (string, error) {
@@ -41,12 +40,12 @@ func (r restorer) RestorePublish(_ context.Context, table *mounts.Table, rec sta
 		return "", fmt.Errorf("volume %q is busy", rec.VolumeID)
 	}
 	defer r.d.locks.release(rec.VolumeID)
-	if err := mounts.Answers(rec.StagingPath, fusemode.ServedFile, r.d.cfg.ProbeTimeout); err != nil {
+	if h, err := r.d.probe(rec.StagingPath); h != healthAnswers {
 		return "", fmt.Errorf("staging mount does not answer: %w", err)
 	}
-	action, err := r.d.publish(rec.VolumeID, rec.StagingPath, rec.TargetPath, rec.ReadOnly, tableCounter(table))
+	act, err := r.d.publish(rec.VolumeID, rec.StagingPath, rec.TargetPath, rec.ReadOnly, tableCounter(table))
 	if err != nil {
 		return "", errors.New(status.Convert(err).Message())
 	}
-	return action, nil
+	return string(act), nil
 }
