@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/internal/plugintest"
 )
 
 // BenchmarkRestore measures what --restore-mounts costs as volumes grow: with N volumes staged and published
@@ -55,8 +57,8 @@ func benchRestore(b *testing.B, volumes int) {
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
 		p.kill9(p.children())
-		waitDead(b, e.targetPath(vols[0], "pod"))
-		waitDead(b, e.targetPath(vols[volumes-1], "pod"))
+		plugintest.WaitDead(b, e.targetPath(vols[0], "pod"))
+		plugintest.WaitDead(b, e.targetPath(vols[volumes-1], "pod"))
 		b.StartTimer()
 
 		start := time.Now()
@@ -67,7 +69,7 @@ func benchRestore(b *testing.B, volumes int) {
 
 		b.StopTimer()
 		for _, vol := range vols {
-			mustRead(b, e.targetPath(vol, "pod"))
+			plugintest.MustRead(b, e.targetPath(vol, "pod"))
 		}
 		if n := len(p.children()); n != volumes {
 			b.Fatalf("%d FUSE servers after the restore, want %d", n, volumes)

@@ -7,31 +7,30 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 
 	"k8s.io/klog/v2"
 
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/driver"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/fusemode"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/restore"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/command"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/version"
 )
 
-func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
+func main() { os.Exit(command.Main("csi-plugin", run, os.Args[1:], command.OS())) }
 
-// run is the whole command; it returns the exit code: 0 after SIGTERM/SIGINT, 1 on failure, 2 on a usage error.
-func run(args []string, stdout, stderr io.Writer) int {
+// run is the whole command: it serves until ctx ends (SIGTERM/SIGINT) and returns nil then. Bad flags or a
+// configuration the driver refuses are a *command.UsageError (exit 2); a failure to start or serve is exit 1.
+func run(ctx context.Context, args []string, streams command.Streams) error {
 	var (
 		cfg         driver.Config
 		strategy    string
 		showVersion bool
 	)
 	fl := flag.NewFlagSet("csi-plugin", flag.ContinueOnError)
-	fl.SetOutput(stderr)
+	fl.SetOutput(streams.Err)
 	fl.StringVar(&cfg.Endpoint, "endpoint", "unix:///csi/csi.sock", "CSI endpoint: unix:///path, unix:/path or a path")
 	fl.StringVar(&cfg.NodeID, "nodeid", "", "node ID reported by NodeGetInfo (required)")
 	fl.StringVar(&cfg.DriverName, "drivername", driver.DefaultDriverName, "CSI driver name")
@@ -47,19 +46,15 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fl.StringVar(&cfg.RegistrationDir, "registration-dir", "", "kubelet plugin registration directory (as mounted in this container) where <drivername>-reg.sock is served")
 	fl.BoolVar(&showVersion, "version", false, "print the version and exit")
 	klog.InitFlags(fl)
-	if err := fl.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	if err := command.Parse(fl, args); err != nil {
+		return err
 	}
 	if showVersion {
-		fmt.Fprintln(stdout, version.Version)
-		return 0
+		_, err := fmt.Fprintln(streams.Out, version.Version)
+		return err
 	}
 	if fl.NArg() != 0 {
-		fmt.Fprintf(stderr, "csi-plugin: unexpected arguments: %q\n", fl.Args())
-		return 2
+		return command.Usagef("unexpected arguments: %q", fl.Args())
 	}
 	defer klog.Flush()
 	cfg.RestoreStrategy = restore.Strategy(strategy)
@@ -69,14 +64,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 	d, err := driver.New(cfg)
 	if err != nil {
-		fmt.Fprintf(stderr, "csi-plugin: %v\n", err)
-		return 2
+		var invalid *driver.ConfigError
+		if errors.As(err, &invalid) {
+			return &command.UsageError{Err: err}
+		}
+		return err
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
-	if err := d.Run(ctx); err != nil {
-		klog.ErrorS(err, "csi-plugin failed")
-		return 1
-	}
-	return 0
+	return d.Run(ctx)
 }

@@ -7,10 +7,9 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -29,17 +28,17 @@ import (
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/driver"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/internal/plugintest"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/state"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/command"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/csiprobe"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/mounts"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/testenv"
 )
 
-const (
-	hello      = "Hello world!\n"
-	servedFile = "dummy-file.txt"
-	driverName = "dummy-fuse-csi"
-)
+// bins builds csi-plugin and dummy-fuse once for all the tests of this package.
+var bins testenv.Binaries
 
 // TestMain makes this process a child subreaper: the dummy-fuse children of a killed plugin are re-parented to
 // it instead of to PID 1 (which does not reap them in every container), so the tests can reap them by PID and
@@ -48,7 +47,9 @@ func TestMain(m *testing.M) {
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
 		fmt.Fprintln(os.Stderr, "PR_SET_CHILD_SUBREAPER:", err)
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	bins.Remove()
+	os.Exit(code)
 }
 
 // syncBuffer collects a process's output for the test to read while it runs.
@@ -75,6 +76,7 @@ type env struct {
 	plugin    string // csi-plugin binary
 	dummyFuse string
 	root      string // short: it holds the unix socket
+	kubelet   plugintest.Kubelet
 	state     string
 	sockDir   string // directory of the CSI socket (default root)
 	// ownMountNS runs the plugin in a mount namespace of its own (unshare, mounts still propagating as they
@@ -84,22 +86,20 @@ type env struct {
 
 // newEnv prepares a test's world. Its root directory becomes a mount of its own with the given propagation
 // (unix.MS_PRIVATE or unix.MS_SHARED), so that the outcome does not depend on how this machine's / happens to be
-// mounted: private is what FACTS.md §2 measured, shared is what kubelet's directories are on a real node (and
-// what makes bind mounts of one staging mount peers of each other).
+// mounted: private keeps every mount to itself, shared is what kubelet's directories are on a real node (and
+// what makes bind mounts of one staging mount peers of each other: see docs/fuse-mount-loss.md and the kernel's
+// Documentation/filesystems/sharedsubtree.rst).
 func newEnv(t testing.TB, propagation uintptr) *env {
 	t.Helper()
 	testenv.RequireFUSE(t)
-	root, err := os.MkdirTemp("", "dfc")
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := &env{t: t, plugin: testenv.Build(t, "csi-plugin"), dummyFuse: testenv.Build(t, "dummy-fuse"), root: root, state: filepath.Join(root, "state"), sockDir: root}
-	// Registered first, so it runs last: after every plugin is gone, no mount may stay.
+	root := plugintest.ShortDir(t)
+	e := &env{t: t, plugin: bins.Path(t, "csi-plugin"), dummyFuse: bins.Path(t, "dummy-fuse"), root: root,
+		kubelet: plugintest.Kubelet{Root: root, Driver: driver.DefaultDriverName}, state: filepath.Join(root, "state"), sockDir: root}
+	// Registered before any plugin starts, so it runs after every plugin is gone: no mount may stay.
 	t.Cleanup(func() {
 		if n, err := mounts.UnmountUnder(root); err != nil || n > 1 {
 			t.Logf("cleanup unmounted %d leftover mounts (err %v)", n-1, err)
 		}
-		_ = os.RemoveAll(root)
 	})
 	if err := unix.Mount(root, root, "", unix.MS_BIND, ""); err != nil {
 		t.Fatal(err)
@@ -113,15 +113,8 @@ func newEnv(t testing.TB, propagation uintptr) *env {
 	return e
 }
 
-// stagingPath and targetPath follow kubelet's layout (see CONTRACTS.md).
-func (e *env) stagingPath(vol string) string {
-	sum := sha256.Sum256([]byte(vol))
-	return filepath.Join(e.root, "plugins/kubernetes.io/csi", driverName, hex.EncodeToString(sum[:]), "globalmount")
-}
-
-func (e *env) targetPath(vol, pod string) string {
-	return filepath.Join(e.root, "pods", pod, "volumes/kubernetes.io~csi", "pv-"+vol, "mount")
-}
+func (e *env) stagingPath(vol string) string     { return e.kubelet.Staging(vol) }
+func (e *env) targetPath(vol, pod string) string { return e.kubelet.Target(vol, pod) }
 
 // plugin is one running csi-plugin process.
 type plugin struct {
@@ -289,11 +282,9 @@ func reap(t testing.TB, pids []int) map[int]syscall.WaitStatus {
 	return out
 }
 
+// mountCap is the volume capability of these tests' requests: they publish read-only.
 func mountCap() *csi.VolumeCapability {
-	return &csi.VolumeCapability{
-		AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{}},
-		AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_MULTI_NODE_READER_ONLY},
-	}
+	return plugintest.MountCap(csi.VolumeCapability_AccessMode_MULTI_NODE_READER_ONLY)
 }
 
 // stagePublish does what kubelet does for a pod using vol: NodeStageVolume once, NodePublishVolume per pod.
@@ -320,8 +311,7 @@ func (e *env) stagePublish(p *plugin, vol string, pods ...string) {
 // ephemeralVolume returns a volume ID shaped like kubelet's for an inline ephemeral volume, and where the plugin
 // stages it by default ("ephemeral" beside the CSI socket).
 func (e *env) ephemeralVolume(name string) (id, staging string) {
-	sum := sha256.Sum256([]byte(name))
-	id = "csi-" + hex.EncodeToString(sum[:])
+	id = plugintest.EphemeralID(name)
 	return id, filepath.Join(e.sockDir, "ephemeral", id)
 }
 
@@ -334,7 +324,7 @@ func (e *env) publishEphemeral(p *plugin, vol, pod string) {
 	}
 	if _, err := p.node.NodePublishVolume(context.Background(), &csi.NodePublishVolumeRequest{VolumeId: vol,
 		TargetPath: e.targetPath(vol, pod), VolumeCapability: mountCap(), Readonly: true,
-		VolumeContext: map[string]string{"csi.storage.k8s.io/ephemeral": "true"}}); err != nil {
+		VolumeContext: plugintest.EphemeralContext(pod)}); err != nil {
 		e.t.Fatalf("ephemeral NodePublishVolume %s %s: %v", vol, pod, err)
 	}
 }
@@ -358,31 +348,6 @@ func (e *env) teardown(p *plugin, vol string, pods ...string) {
 	}
 	if _, err := p.node.NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{VolumeId: vol, StagingTargetPath: e.stagingPath(vol)}); err != nil {
 		e.t.Fatalf("NodeUnstageVolume %s: %v", vol, err)
-	}
-}
-
-func mustRead(t testing.TB, dir string) {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join(dir, servedFile))
-	if err != nil || string(b) != hello {
-		t.Fatalf("reading %s: %q, %v; want %q", dir, b, err, hello)
-	}
-}
-
-// waitDead waits until reading dir/dummy-file.txt fails with ENOTCONN: the kernel may answer from its caches for
-// up to the attribute timeout after the server died.
-func waitDead(t testing.TB, dir string) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		_, err := os.ReadFile(filepath.Join(dir, servedFile))
-		if errors.Is(err, syscall.ENOTCONN) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("reading %s: %v; want ENOTCONN", dir, err)
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }
 
@@ -421,11 +386,11 @@ func TestRestoreAfterKill(t *testing.T) {
 			for vol, pods := range volumes {
 				e.stagePublish(p1, vol, pods...)
 				for _, pod := range pods {
-					mustRead(t, e.targetPath(vol, pod))
+					plugintest.MustRead(t, e.targetPath(vol, pod))
 				}
 			}
 			e.publishEphemeral(p1, eph, ephPod)
-			mustRead(t, e.targetPath(eph, ephPod))
+			plugintest.MustRead(t, e.targetPath(eph, ephPod))
 			kids := p1.children()
 			if len(kids) != len(volumes)+1 {
 				t.Fatalf("plugin has %d children, want one dummy-fuse per volume (%d)", len(kids), len(volumes)+1)
@@ -436,32 +401,32 @@ func TestRestoreAfterKill(t *testing.T) {
 				}
 			}
 			for vol, pods := range volumes {
-				waitDead(t, e.stagingPath(vol))
+				plugintest.WaitDead(t, e.stagingPath(vol))
 				for _, pod := range pods {
-					waitDead(t, e.targetPath(vol, pod))
+					plugintest.WaitDead(t, e.targetPath(vol, pod))
 				}
 			}
-			waitDead(t, ephStaging)
-			waitDead(t, e.targetPath(eph, ephPod))
+			plugintest.WaitDead(t, ephStaging)
+			plugintest.WaitDead(t, e.targetPath(eph, ephPod))
 
 			port := freePort(t)
 			p2 := e.start("--restore-mounts", "--restore-strategy="+strategy, "--health-port="+strconv.Itoa(port))
 			wantLayers := map[string]int{"rebind": 1, "stack": 2}[strategy]
 			for vol, pods := range volumes {
-				mustRead(t, e.stagingPath(vol))
+				plugintest.MustRead(t, e.stagingPath(vol))
 				if n, _ := mounts.CountMounts(e.stagingPath(vol)); n != 1 {
 					t.Errorf("%d mounts on the staging path of %s, want 1", n, vol)
 				}
 				for _, pod := range pods {
 					target := e.targetPath(vol, pod)
-					mustRead(t, target)
+					plugintest.MustRead(t, target)
 					if n, _ := mounts.CountMounts(target); n != wantLayers {
 						t.Errorf("%d mounts on %s after a %s restore, want %d", n, target, strategy, wantLayers)
 					}
 				}
 			}
-			mustRead(t, ephStaging)
-			mustRead(t, e.targetPath(eph, ephPod))
+			plugintest.MustRead(t, ephStaging)
+			plugintest.MustRead(t, e.targetPath(eph, ephPod))
 			if n, _ := mounts.CountMounts(e.targetPath(eph, ephPod)); n != wantLayers {
 				t.Errorf("%d mounts on the ephemeral target after a %s restore, want %d", n, strategy, wantLayers)
 			}
@@ -481,8 +446,8 @@ func TestRestoreAfterKill(t *testing.T) {
 			// are peers: unmounting one target's stack takes the others' top layer with it, which the plugin
 			// must notice and repair. Every other target must keep answering.
 			e.unpublish(p2, "vol-a", "pod-1")
-			mustRead(t, e.targetPath("vol-a", "pod-2"))
-			mustRead(t, e.targetPath("vol-b", "pod-3"))
+			plugintest.MustRead(t, e.targetPath("vol-a", "pod-2"))
+			plugintest.MustRead(t, e.targetPath("vol-b", "pod-3"))
 			// kubelet sends no NodeUnstageVolume for the ephemeral volume: unpublishing it ends it.
 			e.unpublish(p2, eph, ephPod)
 			for _, p := range []string{e.targetPath(eph, ephPod), ephStaging} {
@@ -529,7 +494,7 @@ func TestEphemeralVolumeInChartLayout(t *testing.T) {
 		testenv.SkipOrFail(t, "unshare(1) is needed to give the plugin a mount namespace: "+err.Error())
 	}
 	e := newEnv(t, unix.MS_SHARED)
-	e.sockDir, e.ownMountNS = filepath.Join(e.root, "plugins", driverName), true
+	e.sockDir, e.ownMountNS = filepath.Join(e.root, "plugins", driver.DefaultDriverName), true
 	if err := os.MkdirAll(e.sockDir, 0o750); err != nil {
 		t.Fatal(err)
 	}
@@ -547,7 +512,7 @@ func TestEphemeralVolumeInChartLayout(t *testing.T) {
 
 	p1 := e.start()
 	e.publishEphemeral(p1, vol, pod)
-	mustRead(t, target) // from the host's namespace
+	plugintest.MustRead(t, target) // from the host's namespace
 	if n, _ := mounts.CountMounts(staging); n != 0 {
 		t.Errorf("the host sees %d mounts on the private staging path %s, want 0", n, staging)
 	}
@@ -556,9 +521,9 @@ func TestEphemeralVolumeInChartLayout(t *testing.T) {
 	}
 
 	p1.kill9(p1.children())
-	waitDead(t, target)
+	plugintest.WaitDead(t, target)
 	p2 := e.start("--restore-mounts")
-	mustRead(t, target)
+	plugintest.MustRead(t, target)
 	e.unpublish(p2, vol, pod)
 	if ok, _ := mounts.IsMountPoint(target); ok {
 		t.Errorf("target %s still mounted", target)
@@ -586,7 +551,7 @@ func TestRestoreSkipsCorruptRecords(t *testing.T) {
 	p1 := e.start()
 	e.stagePublish(p1, "vol-a", "pod-1")
 	p1.kill9(p1.children())
-	waitDead(t, e.targetPath("vol-a", "pod-1"))
+	plugintest.WaitDead(t, e.targetPath("vol-a", "pod-1"))
 
 	garbage := filepath.Join(e.state, "staged", "garbage.json")
 	truncated := filepath.Join(e.state, "published", strings.Repeat("0", 64)+".json")
@@ -613,7 +578,7 @@ func TestRestoreSkipsCorruptRecords(t *testing.T) {
 	}
 
 	p2 := e.start("--restore-mounts")
-	mustRead(t, e.targetPath("vol-a", "pod-1"))
+	plugintest.MustRead(t, e.targetPath("vol-a", "pod-1"))
 	logs := p2.logs.String()
 	for _, want := range []string{`"Failed to restore staging mount" err=`, `volumeID="vol-blocked"`, `"Not restoring target: its staging mount failed"`, "ok=2 failed=1 skipped=1"} {
 		if !strings.Contains(logs, want) {
@@ -647,7 +612,7 @@ func TestGracefulStopLeavesDeadMounts(t *testing.T) {
 		t.Fatalf("exit code after SIGTERM = %d, want 0\n%s", code, p.logs.String())
 	}
 	reap(t, kids)
-	waitDead(t, e.targetPath("vol-a", "pod-1"))
+	plugintest.WaitDead(t, e.targetPath("vol-a", "pod-1"))
 	if _, err := os.Stat(filepath.Join(e.root, "csi.sock")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("socket left behind after a graceful stop: %v", err)
 	}
@@ -656,6 +621,7 @@ func TestGracefulStopLeavesDeadMounts(t *testing.T) {
 // TestUsageErrors: the command refuses bad flags with exit code 2 before touching anything.
 func TestUsageErrors(t *testing.T) {
 	var stdout, stderr bytes.Buffer
+	streams := command.Streams{In: strings.NewReader(""), Out: &stdout, Err: &stderr}
 	for _, args := range [][]string{
 		{},                                 // no --nodeid
 		{"--nodeid=n", "--restore-mounts"}, // restore without --state-dir
@@ -666,12 +632,31 @@ func TestUsageErrors(t *testing.T) {
 	} {
 		stdout.Reset()
 		stderr.Reset()
-		if code := run(args, &stdout, &stderr); code != 2 {
+		if code := command.Code("csi-plugin", run(context.Background(), args, streams), &stderr); code != 2 {
 			t.Errorf("run(%q) = %d, want 2 (stderr: %s)", args, code, stderr.String())
 		}
 	}
 	stdout.Reset()
-	if code := run([]string{"--version"}, &stdout, &stderr); code != 0 || strings.TrimSpace(stdout.String()) == "" {
+	if code := command.Code("csi-plugin", run(context.Background(), []string{"--version"}, streams), &stderr); code != 0 || strings.TrimSpace(stdout.String()) == "" {
 		t.Errorf("--version: code %d, output %q", code, stdout.String())
+	}
+}
+
+// TestStartupFailureIsNotUsage: valid flags on a machine that cannot run the plugin (dummy-fuse missing, a state
+// directory that cannot be created) end with exit code 1, not as a usage error.
+func TestStartupFailureIsNotUsage(t *testing.T) {
+	blocker := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(blocker, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{"--nodeid=n", "--dummy-fuse-path=/nonexistent/dummy-fuse"},
+		{"--nodeid=n", "--dummy-fuse-path=/bin/true", "--state-dir=" + filepath.Join(blocker, "state")},
+	} {
+		var stderr bytes.Buffer
+		streams := command.Streams{In: strings.NewReader(""), Out: io.Discard, Err: &stderr}
+		if code := command.Code("csi-plugin", run(context.Background(), args, streams), &stderr); code != 1 {
+			t.Errorf("run(%q) = %d, want 1 (stderr: %s)", args, code, stderr.String())
+		}
 	}
 }

@@ -88,53 +88,19 @@ type volume struct {
 
 var driverNameRE = regexp.MustCompile(`^[a-zA-Z0-9]([a-zA-Z0-9._-]{0,61}[a-zA-Z0-9])?$`)
 
-// New validates cfg, opens the state directory and creates the FUSE mode.
-func New(cfg Config) (*Driver, error) {
-	if cfg.DriverName == "" {
-		cfg.DriverName = DefaultDriverName
-	}
-	if !driverNameRE.MatchString(cfg.DriverName) {
-		return nil, fmt.Errorf("driver name %q: must be at most 63 characters of [a-zA-Z0-9._-], starting and ending alphanumeric", cfg.DriverName)
-	}
-	if cfg.NodeID == "" {
-		return nil, errors.New("node ID is required")
-	}
-	socket, err := ParseEndpoint(cfg.Endpoint)
-	if err != nil {
-		return nil, err
-	}
-	if cfg.EphemeralDir == "" {
-		cfg.EphemeralDir = filepath.Join(filepath.Dir(socket), "ephemeral")
-	}
-	// Absolute and clean: staging paths under it are recorded and validated like any other.
-	if cfg.EphemeralDir, err = filepath.Abs(cfg.EphemeralDir); err != nil {
-		return nil, fmt.Errorf("ephemeral directory: %w", err)
-	}
-	if cfg.RestoreStrategy == "" {
-		cfg.RestoreStrategy = restore.Rebind
-	}
-	if _, err := restore.ParseStrategy(string(cfg.RestoreStrategy)); err != nil {
-		return nil, err
-	}
-	if cfg.RestoreMounts && cfg.StateDir == "" {
-		return nil, errors.New("restoring mounts needs a state directory")
-	}
-	if cfg.RestoreWorkers <= 0 {
-		cfg.RestoreWorkers = runtime.GOMAXPROCS(0) * 8
-	}
-	if cfg.HealthPort < 0 || cfg.HealthPort > 65535 {
-		return nil, fmt.Errorf("health port %d out of range", cfg.HealthPort)
-	}
-	if (cfg.KubeletRegistrationPath == "") != (cfg.RegistrationDir == "") {
-		return nil, errors.New("kubelet registration needs both the kubelet registration path and the registration directory")
-	}
-	if cfg.KubeletRegistrationPath != "" && !filepath.IsAbs(cfg.KubeletRegistrationPath) {
-		return nil, fmt.Errorf("kubelet registration path %q must be absolute", cfg.KubeletRegistrationPath)
-	}
-	if cfg.ProbeTimeout <= 0 {
-		cfg.ProbeTimeout = 5 * time.Second
-	}
+// ConfigError is a Config that New refuses: a mistake of whoever filled it in (a flag), as opposed to a failure
+// of the machine (the state directory cannot be created, dummy-fuse is missing).
+type ConfigError struct{ Err error }
 
+func (e *ConfigError) Error() string { return e.Err.Error() }
+func (e *ConfigError) Unwrap() error { return e.Err }
+
+// New validates cfg, opens the state directory and creates the FUSE mode. An invalid cfg is a *ConfigError.
+func New(cfg Config) (*Driver, error) {
+	cfg, socket, err := cfg.complete()
+	if err != nil {
+		return nil, &ConfigError{Err: err}
+	}
 	d := &Driver{cfg: cfg, socket: socket, locks: newVolumeLocks(), volumes: map[string]*volume{}}
 	if cfg.StateDir != "" {
 		if d.store, err = state.Open(cfg.StateDir); err != nil {
@@ -143,16 +109,69 @@ func New(cfg Config) (*Driver, error) {
 	}
 	d.mode = cfg.Mode
 	if d.mode == nil {
-		if cfg.FuseMode == "" {
-			cfg.FuseMode = fusemode.ChildName
-		}
 		if d.mode, err = fusemode.New(cfg.FuseMode, cfg.FuseOptions); err != nil {
 			return nil, err
 		}
 		d.ownMode = true
 	}
-	d.cfg = cfg
 	return d, nil
+}
+
+// complete checks cfg without touching the machine and fills in the defaults; it also returns the socket path.
+func (cfg Config) complete() (Config, string, error) {
+	if cfg.DriverName == "" {
+		cfg.DriverName = DefaultDriverName
+	}
+	if !driverNameRE.MatchString(cfg.DriverName) {
+		return cfg, "", fmt.Errorf("driver name %q: must be at most 63 characters of [a-zA-Z0-9._-], starting and ending alphanumeric", cfg.DriverName)
+	}
+	if cfg.NodeID == "" {
+		return cfg, "", errors.New("node ID is required")
+	}
+	socket, err := ParseEndpoint(cfg.Endpoint)
+	if err != nil {
+		return cfg, "", err
+	}
+	if cfg.EphemeralDir == "" {
+		cfg.EphemeralDir = filepath.Join(filepath.Dir(socket), "ephemeral")
+	}
+	// Absolute and clean: staging paths under it are recorded and validated like any other.
+	if cfg.EphemeralDir, err = filepath.Abs(cfg.EphemeralDir); err != nil {
+		return cfg, "", fmt.Errorf("ephemeral directory: %w", err)
+	}
+	if cfg.RestoreStrategy == "" {
+		cfg.RestoreStrategy = restore.Rebind
+	}
+	if _, err := restore.ParseStrategy(string(cfg.RestoreStrategy)); err != nil {
+		return cfg, "", err
+	}
+	if cfg.RestoreMounts && cfg.StateDir == "" {
+		return cfg, "", errors.New("restoring mounts needs a state directory")
+	}
+	if cfg.RestoreWorkers <= 0 {
+		cfg.RestoreWorkers = runtime.GOMAXPROCS(0) * 8
+	}
+	if cfg.HealthPort < 0 || cfg.HealthPort > 65535 {
+		return cfg, "", fmt.Errorf("health port %d out of range", cfg.HealthPort)
+	}
+	if (cfg.KubeletRegistrationPath == "") != (cfg.RegistrationDir == "") {
+		return cfg, "", errors.New("kubelet registration needs both the kubelet registration path and the registration directory")
+	}
+	if cfg.KubeletRegistrationPath != "" && !filepath.IsAbs(cfg.KubeletRegistrationPath) {
+		return cfg, "", fmt.Errorf("kubelet registration path %q must be absolute", cfg.KubeletRegistrationPath)
+	}
+	if cfg.ProbeTimeout <= 0 {
+		cfg.ProbeTimeout = 5 * time.Second
+	}
+	if cfg.Mode == nil {
+		if cfg.FuseMode == "" {
+			cfg.FuseMode = fusemode.ChildName
+		}
+		if err := fusemode.CheckName(cfg.FuseMode); err != nil {
+			return cfg, "", err
+		}
+	}
+	return cfg, socket, nil
 }
 
 // ephemeralStagingPath is where the plugin stages inline ephemeral volume id (a validated volume ID, so a single

@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc/codes"
 
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/internal/plugintest"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/mounts"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/testenv"
 )
@@ -54,14 +55,14 @@ func wantEphemeralGone(t *testing.T, h *harness, vol, pod string) {
 func TestEphemeralVolumeLifecycle(t *testing.T) {
 	testenv.RequireFUSE(t)
 	h := newHarness(t, true, nil)
-	vol, pod := ephemeralID("pod-uid-1/scratch"), "pod-e"
+	vol, pod := plugintest.EphemeralID("pod-uid-1/scratch"), "pod-e"
 	target, staging := h.targetPath(vol, pod), h.ephemeralStagingPath(vol)
 
 	if err := h.publishEphemeral(vol, pod, true); err != nil {
 		t.Fatalf("NodePublishVolume of an ephemeral volume without staging path: %v", err)
 	}
-	mustRead(t, target)
-	mustRead(t, staging)
+	plugintest.MustRead(t, target)
+	plugintest.MustRead(t, staging)
 	stages, pubs, errs := mustStore(t, h).Load()
 	if len(errs) != 0 || len(stages) != 1 || len(pubs) != 1 {
 		t.Fatalf("records: %+v %+v %v", stages, pubs, errs)
@@ -96,7 +97,7 @@ func TestEphemeralVolumeLifecycle(t *testing.T) {
 
 	// The dead-mount trap applies too: the server dies, stats say so, a repeated publish repairs both mounts.
 	crash(t, h.mode.started()[0])
-	waitDead(t, target)
+	plugintest.WaitDead(t, target)
 	resp, err = h.stats(vol, target)
 	if err != nil || !resp.GetVolumeCondition().GetAbnormal() {
 		t.Fatalf("stats on a dead ephemeral target: %v, %v; want abnormal", resp, err)
@@ -104,8 +105,8 @@ func TestEphemeralVolumeLifecycle(t *testing.T) {
 	if err := h.publishEphemeral(vol, pod, true); err != nil {
 		t.Fatalf("ephemeral NodePublishVolume on dead mounts: %v", err)
 	}
-	mustRead(t, staging)
-	mustRead(t, target)
+	plugintest.MustRead(t, staging)
+	plugintest.MustRead(t, target)
 	if n := len(h.mode.started()); n != 2 {
 		t.Fatalf("%d FUSE servers started, want 2 (the dead one and its replacement)", n)
 	}
@@ -129,7 +130,7 @@ func TestEphemeralVolumeLifecycle(t *testing.T) {
 func TestEphemeralPublishFailureUnstages(t *testing.T) {
 	testenv.RequireFUSE(t)
 	h := newHarness(t, true, nil)
-	vol, pod := ephemeralID("pod-uid-2/scratch"), "pod-f"
+	vol, pod := plugintest.EphemeralID("pod-uid-2/scratch"), "pod-f"
 	target := h.targetPath(vol, pod)
 	if err := os.MkdirAll(target, 0o750); err != nil {
 		t.Fatal(err)
@@ -160,11 +161,11 @@ func TestEphemeralPublishFailureUnstages(t *testing.T) {
 func TestEphemeralUnpublishWithoutRecords(t *testing.T) {
 	testenv.RequireFUSE(t)
 	h := newHarness(t, true, func(c *Config) { c.StateDir = "" })
-	vol, pod := ephemeralID("pod-uid-3/scratch"), "pod-g"
+	vol, pod := plugintest.EphemeralID("pod-uid-3/scratch"), "pod-g"
 	if err := h.publishEphemeral(vol, pod, false); err != nil {
 		t.Fatal(err)
 	}
-	mustRead(t, h.targetPath(vol, pod))
+	plugintest.MustRead(t, h.targetPath(vol, pod))
 	// The harness's mode outlives the driver, so the server keeps running across this restart.
 	h.shutdown()
 	h.start()
@@ -189,7 +190,7 @@ func TestEphemeralAndPersistentDoNotMix(t *testing.T) {
 	}
 	wantCode(t, h.publishEphemeral(persistent, "pod-a", false), codes.InvalidArgument)
 
-	eph := ephemeralID("pod-uid-4/scratch")
+	eph := plugintest.EphemeralID("pod-uid-4/scratch")
 	if err := h.publishEphemeral(eph, "pod-b", false); err != nil {
 		t.Fatal(err)
 	}
@@ -200,7 +201,7 @@ func TestEphemeralAndPersistentDoNotMix(t *testing.T) {
 	wantCode(t, h.publish(eph, "pod-c", false), codes.InvalidArgument) // with a staging path: a persistent publish
 
 	for _, p := range []string{h.stagingPath(persistent), h.targetPath(eph, "pod-b")} {
-		mustRead(t, p)
+		plugintest.MustRead(t, p)
 	}
 	for _, p := range []string{h.targetPath(persistent, "pod-a"), h.targetPath(eph, "pod-c")} {
 		if ok, _ := mounts.IsMountPoint(p); ok {
@@ -221,7 +222,7 @@ func TestEphemeralAndPersistentDoNotMix(t *testing.T) {
 	if err := h.unpublish(persistent, "pod-a"); err != nil {
 		t.Fatal(err)
 	}
-	mustRead(t, h.stagingPath(persistent))
+	plugintest.MustRead(t, h.stagingPath(persistent))
 	if err := h.unstage(persistent); err != nil {
 		t.Fatal(err)
 	}

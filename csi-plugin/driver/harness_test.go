@@ -19,24 +19,10 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/fusemode"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/internal/plugintest"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/csiprobe"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/mounts"
-	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/testenv"
 )
-
-const hello = "Hello world!\n"
-
-// shortDir returns a new directory with a short path (unix socket paths are limited to 107 bytes, and t.TempDir
-// paths carry the test name), removed after the test.
-func shortDir(t testing.TB) string {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "dfc")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	return dir
-}
 
 // trackingMode wraps a real mode and remembers every server it started, so that a test can kill one (a crash)
 // and its cleanup can stop all of them, whatever failed. before, when set, runs before each Start.
@@ -140,30 +126,32 @@ func (testController) DeleteVolume(_ context.Context, req *csi.DeleteVolumeReque
 
 // harness runs a Driver in this process and talks to it over its socket.
 type harness struct {
-	t     *testing.T
-	root  string
-	cfg   Config
-	d     *Driver
-	mode  *trackingMode // nil for unprivileged harnesses
-	conn  *grpc.ClientConn
-	node  csi.NodeClient
-	ident csi.IdentityClient
-	errc  chan error
-	stop  context.CancelFunc
+	t       *testing.T
+	root    string
+	kubelet plugintest.Kubelet
+	cfg     Config
+	d       *Driver
+	mode    *trackingMode // nil for unprivileged harnesses
+	conn    *grpc.ClientConn
+	node    csi.NodeClient
+	ident   csi.IdentityClient
+	errc    chan error
+	stop    context.CancelFunc
 }
 
 // newHarness starts a driver. privileged harnesses run real dummy-fuse children (the test must have called
 // testenv.RequireFUSE); others get a mode that cannot mount. edit adjusts the config before New.
 func newHarness(t *testing.T, privileged bool, edit func(*Config)) *harness {
 	t.Helper()
-	h := &harness{t: t, root: shortDir(t)}
+	h := &harness{t: t, root: plugintest.ShortDir(t)}
+	h.kubelet = plugintest.Kubelet{Root: h.root, Driver: DefaultDriverName}
 	h.cfg = Config{
 		Endpoint: "unix://" + filepath.Join(h.root, "csi.sock"),
 		NodeID:   "test-node",
 		StateDir: filepath.Join(h.root, "state"),
 	}
 	if privileged {
-		child, err := fusemode.NewChild(fusemode.Options{DummyFusePath: testenv.Build(t, "dummy-fuse")})
+		child, err := fusemode.NewChild(fusemode.Options{DummyFusePath: bins.Path(t, "dummy-fuse")})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -245,16 +233,12 @@ func (h *harness) shutdown() {
 	_ = h.conn.Close()
 }
 
-func (h *harness) stagingPath(vol string) string { return filepath.Join(h.root, "staging", vol) }
-func (h *harness) targetPath(vol, pod string) string {
-	return filepath.Join(h.root, "pods", pod, "volumes", vol, "mount")
-}
+func (h *harness) stagingPath(vol string) string     { return h.kubelet.Staging(vol) }
+func (h *harness) targetPath(vol, pod string) string { return h.kubelet.Target(vol, pod) }
 
+// mountCap is the volume capability of these tests' requests.
 func mountCap() *csi.VolumeCapability {
-	return &csi.VolumeCapability{
-		AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{}},
-		AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER},
-	}
+	return plugintest.MountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER)
 }
 
 func (h *harness) stage(vol string) error {
@@ -278,17 +262,6 @@ func (h *harness) publish(vol, pod string, readOnly bool) error {
 	return err
 }
 
-// ephemeralID returns a volume ID shaped like the ones kubelet makes for inline ephemeral volumes.
-func ephemeralID(name string) string {
-	sum := sha256.Sum256([]byte(name))
-	return "csi-" + hex.EncodeToString(sum[:])
-}
-
-// ephemeralContext is the volume context kubelet sends for an inline ephemeral volume (podInfoOnMount).
-func ephemeralContext(pod string) map[string]string {
-	return map[string]string{"csi.storage.k8s.io/ephemeral": "true", "csi.storage.k8s.io/pod.name": pod}
-}
-
 // publishEphemeral does what kubelet does for an inline ephemeral volume: no NodeStageVolume, and a
 // NodePublishVolume with an empty staging_target_path and the ephemeral flag in the volume context.
 func (h *harness) publishEphemeral(vol, pod string, readOnly bool) error {
@@ -297,7 +270,7 @@ func (h *harness) publishEphemeral(vol, pod string, readOnly bool) error {
 	}
 	_, err := h.node.NodePublishVolume(context.Background(), &csi.NodePublishVolumeRequest{
 		VolumeId: vol, TargetPath: h.targetPath(vol, pod), VolumeCapability: mountCap(), Readonly: readOnly,
-		VolumeContext: ephemeralContext(pod),
+		VolumeContext: plugintest.EphemeralContext(pod),
 	})
 	return err
 }
@@ -320,32 +293,6 @@ func (h *harness) unstage(vol string) error {
 
 func (h *harness) stats(vol, path string) (*csi.NodeGetVolumeStatsResponse, error) {
 	return h.node.NodeGetVolumeStats(context.Background(), &csi.NodeGetVolumeStatsRequest{VolumeId: vol, VolumePath: path})
-}
-
-// mustRead fails the test unless path/dummy-file.txt reads "Hello world!\n".
-func mustRead(t testing.TB, dir string) {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join(dir, fusemode.ServedFile))
-	if err != nil || string(b) != hello {
-		t.Fatalf("reading %s: %q, %v; want %q", dir, b, err, hello)
-	}
-}
-
-// waitDead waits until reading path/dummy-file.txt fails with ENOTCONN (the kernel may answer from its caches
-// for up to the attribute timeout after the server died).
-func waitDead(t testing.TB, dir string) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		_, err := os.ReadFile(filepath.Join(dir, fusemode.ServedFile))
-		if errors.Is(err, syscall.ENOTCONN) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("reading %s: %v; want ENOTCONN", dir, err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 func wantCode(t testing.TB, err error, code codes.Code) {

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/fusemode"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/internal/plugintest"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/state"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/mounts"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/testenv"
@@ -75,9 +76,9 @@ func TestValidation(t *testing.T) {
 		{"publish without staging path", &csi.NodePublishVolumeRequest{VolumeId: vol, TargetPath: tgt, VolumeCapability: mountCap()}, codes.InvalidArgument, "staging_target_path"},
 		// Only kubelet's ephemeral flag makes an empty staging path acceptable.
 		{"publish without staging path, not ephemeral", &csi.NodePublishVolumeRequest{VolumeId: vol, TargetPath: tgt, VolumeCapability: mountCap(), VolumeContext: map[string]string{"csi.storage.k8s.io/ephemeral": "false"}}, codes.InvalidArgument, "staging_target_path"},
-		{"ephemeral publish without target", &csi.NodePublishVolumeRequest{VolumeId: vol, VolumeCapability: mountCap(), VolumeContext: ephemeralContext("p")}, codes.InvalidArgument, "target_path"},
-		{"ephemeral publish without capability", &csi.NodePublishVolumeRequest{VolumeId: vol, TargetPath: tgt, VolumeContext: ephemeralContext("p")}, codes.InvalidArgument, "volume_capability"},
-		{"ephemeral publish with block access", &csi.NodePublishVolumeRequest{VolumeId: vol, TargetPath: tgt, VolumeCapability: blockCap(), VolumeContext: ephemeralContext("p")}, codes.InvalidArgument, "block"},
+		{"ephemeral publish without target", &csi.NodePublishVolumeRequest{VolumeId: vol, VolumeCapability: mountCap(), VolumeContext: plugintest.EphemeralContext("p")}, codes.InvalidArgument, "target_path"},
+		{"ephemeral publish without capability", &csi.NodePublishVolumeRequest{VolumeId: vol, TargetPath: tgt, VolumeContext: plugintest.EphemeralContext("p")}, codes.InvalidArgument, "volume_capability"},
+		{"ephemeral publish with block access", &csi.NodePublishVolumeRequest{VolumeId: vol, TargetPath: tgt, VolumeCapability: blockCap(), VolumeContext: plugintest.EphemeralContext("p")}, codes.InvalidArgument, "block"},
 		{"publish without capability", &csi.NodePublishVolumeRequest{VolumeId: vol, StagingTargetPath: stg, TargetPath: tgt}, codes.InvalidArgument, "volume_capability"},
 		{"publish with block access", &csi.NodePublishVolumeRequest{VolumeId: vol, StagingTargetPath: stg, TargetPath: tgt, VolumeCapability: blockCap()}, codes.InvalidArgument, "block"},
 		{"publish on the staging path", &csi.NodePublishVolumeRequest{VolumeId: vol, StagingTargetPath: stg, TargetPath: stg, VolumeCapability: mountCap()}, codes.InvalidArgument, "target_path"},
@@ -113,7 +114,7 @@ func TestPathTraversalVolumeIDs(t *testing.T) {
 			&csi.NodeStageVolumeRequest{VolumeId: id, StagingTargetPath: stg, VolumeCapability: mountCap()},
 			&csi.NodePublishVolumeRequest{VolumeId: id, StagingTargetPath: stg, TargetPath: tgt, VolumeCapability: mountCap()},
 			// Ephemeral: the ID would name the plugin's own staging directory.
-			&csi.NodePublishVolumeRequest{VolumeId: id, TargetPath: tgt, VolumeCapability: mountCap(), VolumeContext: ephemeralContext("p")},
+			&csi.NodePublishVolumeRequest{VolumeId: id, TargetPath: tgt, VolumeCapability: mountCap(), VolumeContext: plugintest.EphemeralContext("p")},
 			&csi.NodeUnpublishVolumeRequest{VolumeId: id, TargetPath: tgt},
 			&csi.NodeUnstageVolumeRequest{VolumeId: id, StagingTargetPath: stg},
 			&csi.NodeGetVolumeStatsRequest{VolumeId: id, VolumePath: tgt},
@@ -156,15 +157,15 @@ func TestDeadMountIsRepaired(t *testing.T) {
 		t.Fatal(err)
 	}
 	target := h.targetPath(vol, "pod-a")
-	mustRead(t, target)
+	plugintest.MustRead(t, target)
 	resp, err := h.stats(vol, target)
 	if err != nil || resp.GetVolumeCondition().GetAbnormal() || len(resp.GetUsage()) == 0 {
 		t.Fatalf("stats on a live mount: %v, %v", resp, err)
 	}
 
 	crash(t, h.mode.started()[0])
-	waitDead(t, target)
-	waitDead(t, h.stagingPath(vol))
+	plugintest.WaitDead(t, target)
+	plugintest.WaitDead(t, h.stagingPath(vol))
 	for _, p := range []string{target, h.stagingPath(vol)} {
 		resp, err := h.stats(vol, p)
 		if err != nil {
@@ -183,28 +184,28 @@ func TestDeadMountIsRepaired(t *testing.T) {
 	if n := len(h.mode.started()); n != 2 {
 		t.Fatalf("%d FUSE servers started, want 2 (the dead one and its replacement)", n)
 	}
-	mustRead(t, h.stagingPath(vol))
+	plugintest.MustRead(t, h.stagingPath(vol))
 	if n, _ := mounts.CountMounts(h.stagingPath(vol)); n != 1 {
 		t.Fatalf("%d mounts on the staging path, want 1 (the dead one lazily unmounted)", n)
 	}
 	// The target is a bind of the dead mount and stays dead until NodePublishVolume repairs it.
-	waitDead(t, target)
+	plugintest.WaitDead(t, target)
 	if err := h.publish(vol, "pod-a", false); err != nil {
 		t.Fatalf("repeated NodePublishVolume on a dead target: %v", err)
 	}
-	mustRead(t, target)
+	plugintest.MustRead(t, target)
 	if n, _ := mounts.CountMounts(target); n != 1 {
 		t.Fatalf("%d mounts on the target, want 1 (rebind strategy)", n)
 	}
 
 	// NodePublishVolume alone repairs a dead staging mount too (from what the plugin knows of the volume).
 	crash(t, h.mode.started()[1])
-	waitDead(t, target)
+	plugintest.WaitDead(t, target)
 	if err := h.publish(vol, "pod-a", false); err != nil {
 		t.Fatalf("NodePublishVolume with a dead staging mount: %v", err)
 	}
-	mustRead(t, h.stagingPath(vol))
-	mustRead(t, target)
+	plugintest.MustRead(t, h.stagingPath(vol))
+	plugintest.MustRead(t, target)
 	if n := len(h.mode.started()); n != 3 {
 		t.Fatalf("%d FUSE servers started, want 3", n)
 	}
@@ -298,7 +299,7 @@ func TestStageCreatesAndRemovesItsDirectory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mustRead(t, path)
+	plugintest.MustRead(t, path)
 	if _, err := h.node.NodeUnstageVolume(context.Background(), &csi.NodeUnstageVolumeRequest{VolumeId: "v", StagingTargetPath: path}); err != nil {
 		t.Fatal(err)
 	}
@@ -334,7 +335,7 @@ func TestConcurrentCallsOnOneVolume(t *testing.T) {
 	if err := <-first; err != nil {
 		t.Fatal(err)
 	}
-	mustRead(t, h.stagingPath("vol-slow"))
+	plugintest.MustRead(t, h.stagingPath("vol-slow"))
 
 	// Eight pods publish the volume at once; Aborted answers are retried like kubelet does.
 	const pods = 8
@@ -363,7 +364,7 @@ func TestConcurrentCallsOnOneVolume(t *testing.T) {
 		if errs[i] != nil {
 			t.Fatalf("pod %d: %v", i, errs[i])
 		}
-		mustRead(t, h.targetPath("vol-slow", "pod-"+string(rune('a'+i))))
+		plugintest.MustRead(t, h.targetPath("vol-slow", "pod-"+string(rune('a'+i))))
 	}
 	_, pubs, _ := mustStore(t, h).Load()
 	if len(pubs) != pods {
@@ -393,7 +394,7 @@ func TestTwoTargetsKeepSeparateRecords(t *testing.T) {
 	if err := h.unpublish(vol, "pod-a"); err != nil {
 		t.Fatal(err)
 	}
-	mustRead(t, h.targetPath(vol, "pod-b"))
+	plugintest.MustRead(t, h.targetPath(vol, "pod-b"))
 	_, pubs, _ = mustStore(t, h).Load()
 	if len(pubs) != 1 || pubs[0].TargetPath != h.targetPath(vol, "pod-b") {
 		t.Fatalf("after unpublishing pod-a: %+v", pubs)

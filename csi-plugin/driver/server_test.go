@@ -24,6 +24,7 @@ import (
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/fusemode"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/internal/plugintest"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/restore"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/mounts"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/testenv"
@@ -52,7 +53,7 @@ func TestParseEndpoint(t *testing.T) {
 }
 
 func TestListenReplacesOnlyStaleSockets(t *testing.T) {
-	dir := shortDir(t)
+	dir := plugintest.ShortDir(t)
 	sock := filepath.Join(dir, "csi.sock")
 	stale, err := net.Listen("unix", sock)
 	if err != nil {
@@ -165,7 +166,7 @@ func TestProbeWaitsForRestore(t *testing.T) {
 	// The plugin "dies": its server stops; in this process the FUSE server must be killed by hand.
 	h.shutdown()
 	crash(t, h.mode.started()[0])
-	waitDead(t, h.targetPath(vol, "pod"))
+	plugintest.WaitDead(t, h.targetPath(vol, "pod"))
 
 	entered, release := make(chan struct{}), make(chan struct{})
 	var once sync.Once
@@ -205,8 +206,8 @@ func TestProbeWaitsForRestore(t *testing.T) {
 	if rec.Code != http.StatusOK {
 		t.Fatalf("/healthz after restore = %d", rec.Code)
 	}
-	mustRead(t, h.stagingPath(vol))
-	mustRead(t, h.targetPath(vol, "pod"))
+	plugintest.MustRead(t, h.stagingPath(vol))
+	plugintest.MustRead(t, h.targetPath(vol, "pod"))
 	if n, _ := mounts.CountMounts(h.targetPath(vol, "pod")); n != 1 {
 		t.Fatalf("%d mounts on the target after a %s restore, want 1", n, restore.Rebind)
 	}
@@ -222,7 +223,7 @@ func TestProbeWaitsForRestore(t *testing.T) {
 
 // TestRegistration plays kubelet's plugin watcher against the built-in registration server.
 func TestRegistration(t *testing.T) {
-	regDir := filepath.Join(shortDir(t), "registry")
+	regDir := filepath.Join(plugintest.ShortDir(t), "registry")
 	const hostSocket = "/var/lib/kubelet/plugins/dummy-fuse-csi/csi.sock"
 	h := newHarness(t, false, func(c *Config) {
 		c.DriverName = "dummy.example.com"

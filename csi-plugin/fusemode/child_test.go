@@ -17,6 +17,15 @@ import (
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/testenv"
 )
 
+// bins builds dummy-fuse once for all the tests of this package.
+var bins testenv.Binaries
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	bins.Remove()
+	os.Exit(code)
+}
+
 func TestServedFileIsDummyFuses(t *testing.T) {
 	if ServedFile != dummyfs.FileName {
 		t.Fatalf("ServedFile = %q, dummy-fuse serves %q", ServedFile, dummyfs.FileName)
@@ -37,7 +46,7 @@ func TestNewRejectsUnknownModeAndMissingBinary(t *testing.T) {
 func newChild(t *testing.T) *Child {
 	t.Helper()
 	testenv.RequireFUSE(t)
-	c, err := NewChild(Options{DummyFusePath: testenv.Build(t, "dummy-fuse"), StartTimeout: 10 * time.Second})
+	c, err := NewChild(Options{DummyFusePath: bins.Path(t, "dummy-fuse"), StartTimeout: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -74,13 +74,20 @@ func Names() []string {
 	return names
 }
 
+// CheckName returns an error unless name is a known mode.
+func CheckName(name string) error {
+	if _, ok := constructors[name]; !ok {
+		return fmt.Errorf("unknown FUSE mode %q (known: %s)", name, strings.Join(Names(), ", "))
+	}
+	return nil
+}
+
 // New returns the mode called name.
 func New(name string, opts Options) (Mode, error) {
-	c, ok := constructors[name]
-	if !ok {
-		return nil, fmt.Errorf("unknown FUSE mode %q (known: %s)", name, strings.Join(Names(), ", "))
+	if err := CheckName(name); err != nil {
+		return nil, err
 	}
-	return c(opts)
+	return constructors[name](opts)
 }
 
 // FindDummyFuse returns the dummy-fuse executable to use when none is configured: the one beside the running

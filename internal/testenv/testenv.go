@@ -61,11 +61,20 @@ func RequireFUSE(t testing.TB) {
 // temporary directory of t and returns the binary's path. The Go build cache keeps repeated builds cheap.
 func Build(t testing.TB, pkgDir string) string {
 	t.Helper()
-	out := filepath.Join(t.TempDir(), filepath.Base(pkgDir))
+	out, err := build(t.TempDir(), pkgDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// build compiles the command at pkgDir into dir.
+func build(dir, pkgDir string) (string, error) {
+	out := filepath.Join(dir, filepath.Base(pkgDir))
 	cmd := exec.Command("go", "build", "-o", out, Module+"/"+strings.TrimPrefix(pkgDir, "./"))
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build %s: %v\n%s", pkgDir, err, b)
+		return "", fmt.Errorf("go build %s: %v\n%s", pkgDir, err, b)
 	}
-	return out
+	return out, nil
 }
