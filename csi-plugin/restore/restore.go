@@ -19,11 +19,14 @@ import (
 type Strategy string
 
 const (
-	// Rebind lazily unmounts the dead target, then bind-mounts the new staging mount: new containers see the
-	// volume, running ones keep the dead mount in their namespace (FACTS.md §2).
+	// Rebind lazily unmounts the dead target, then bind-mounts the new staging mount. New containers see the
+	// volume; a running container keeps the dead mount: its mount namespace holds its own copy of the target,
+	// made when it started, and with kubelet's default propagation (None, i.e. private) no later mount on the
+	// host reaches that copy (docs/fuse-mount-loss.md; the kernel's Documentation/filesystems/sharedsubtree.rst).
 	Rebind Strategy = "rebind"
 	// Stack bind-mounts the new staging mount on top of the dead target mount without unmounting it: with
-	// HostToContainer propagation the new mount reaches running containers, whose new opens then succeed.
+	// HostToContainer propagation (a slave mount) the new mount propagates into running containers on top of
+	// their copy, whose new opens then succeed; files opened before the crash stay dead.
 	Stack Strategy = "stack"
 )
 
