@@ -86,9 +86,9 @@ type env struct {
 
 // newEnv prepares a test's world. Its root directory becomes a mount of its own with the given propagation
 // (unix.MS_PRIVATE or unix.MS_SHARED), so that the outcome does not depend on how this machine's / happens to be
-// mounted: private keeps every mount to itself, shared is what kubelet's directories are on a real node (and
-// what makes bind mounts of one staging mount peers of each other: see docs/fuse-mount-loss.md and the kernel's
-// Documentation/filesystems/sharedsubtree.rst).
+// mounted: private (no mount event crosses it) is the simplest case, shared is what kubelet's directories are on
+// a real node (and what makes bind mounts of one staging mount peers of each other: see docs/fuse-mount-loss.md
+// and the kernel's Documentation/filesystems/sharedsubtree.rst).
 func newEnv(t testing.TB, propagation uintptr) *env {
 	t.Helper()
 	testenv.RequireFUSE(t)

@@ -52,8 +52,9 @@ func MountCap(m csi.VolumeCapability_AccessMode_Mode) *csi.VolumeCapability {
 	}
 }
 
-// EphemeralID returns a volume ID shaped like the ones kubelet makes for inline ephemeral volumes ("csi-" and a
-// sha256 in hex: makeVolumeHandle in pkg/volume/csi/csi_plugin.go of k8s.io/kubernetes).
+// EphemeralID returns a volume ID shaped like the ones kubelet makes for inline ephemeral volumes: "csi-" and a
+// sha256 in hex (kubelet hashes the pod UID and the volume's name: makeVolumeHandle in pkg/volume/csi of
+// k8s.io/kubernetes); here the sha256 of name.
 func EphemeralID(name string) string {
 	sum := sha256.Sum256([]byte(name))
 	return "csi-" + hex.EncodeToString(sum[:])
