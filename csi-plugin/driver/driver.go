@@ -19,10 +19,15 @@ import (
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/fusemode"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/restore"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/state"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/mounts"
 )
 
 // DefaultDriverName is the CSI driver name unless --drivername says otherwise.
 const DefaultDriverName = "dummy-fuse-csi"
+
+// probesPerMount bounds the filesystem calls that may be outstanding on a mount that stopped answering: each
+// keeps an OS thread blocked in the kernel until the FUSE server answers (see mounts.Prober).
+const probesPerMount = 4
 
 // Config is everything the plugin is started with; main fills it from flags.
 type Config struct {
@@ -70,6 +75,7 @@ type Driver struct {
 	store   *state.Store // nil without a state directory
 	ready   atomic.Bool
 	locks   *volumeLocks
+	prober  *mounts.Prober // every filesystem call that may reach a FUSE server goes through it
 	callID  atomic.Uint64
 	mu      sync.Mutex
 	volumes map[string]*volume // by volume ID
@@ -81,9 +87,17 @@ type volume struct {
 	stagingPath string
 	readOnly    bool
 	createdDir  bool
-	ephemeral   bool            // an inline ephemeral volume, staged by the plugin itself
-	server      fusemode.Server // nil when the mount was found alive rather than started by this process
-	targets     map[string]bool // published target path → read-only
+	ephemeral   bool              // an inline ephemeral volume, staged by the plugin itself
+	cap         *state.Capability // what it was staged with; nil in records of older versions
+	server      fusemode.Server   // nil when the mount was found alive rather than started by this process
+	targets     map[string]target // by published target path
+}
+
+// target is what the plugin knows about one published target of a volume.
+type target struct {
+	readOnly   bool
+	createdDir bool              // the plugin created the directory, so unpublishing removes it
+	cap        *state.Capability // nil in records of older versions
 }
 
 var driverNameRE = regexp.MustCompile(`^[a-zA-Z0-9]([a-zA-Z0-9._-]{0,61}[a-zA-Z0-9])?$`)
@@ -101,7 +115,8 @@ func New(cfg Config) (*Driver, error) {
 	if err != nil {
 		return nil, &ConfigError{Err: err}
 	}
-	d := &Driver{cfg: cfg, socket: socket, locks: newVolumeLocks(), volumes: map[string]*volume{}}
+	d := &Driver{cfg: cfg, socket: socket, locks: newVolumeLocks(), volumes: map[string]*volume{},
+		prober: mounts.NewProber(cfg.ProbeTimeout, probesPerMount)}
 	if cfg.StateDir != "" {
 		if d.store, err = state.Open(cfg.StateDir); err != nil {
 			return nil, err
@@ -190,6 +205,13 @@ func (d *Driver) loadRecords(ctx context.Context) {
 	if d.store == nil {
 		return
 	}
+	removed, err := d.store.RemoveTemp()
+	for _, p := range removed {
+		klog.InfoS("Removed the temp file of an interrupted record write", "path", p)
+	}
+	if err != nil {
+		klog.ErrorS(err, "Removing temp files of interrupted record writes")
+	}
 	stages, publishes, errs := d.store.Load()
 	for _, err := range errs {
 		var re *state.RecordError
@@ -201,11 +223,11 @@ func (d *Driver) loadRecords(ctx context.Context) {
 	}
 	d.mu.Lock()
 	for _, s := range stages {
-		d.volumes[s.VolumeID] = &volume{id: s.VolumeID, stagingPath: s.StagingPath, readOnly: s.ReadOnly, createdDir: s.CreatedDir, ephemeral: s.Ephemeral, targets: map[string]bool{}}
+		d.volumes[s.VolumeID] = &volume{id: s.VolumeID, stagingPath: s.StagingPath, readOnly: s.ReadOnly, createdDir: s.CreatedDir, ephemeral: s.Ephemeral, cap: s.Capability, targets: map[string]target{}}
 	}
 	for _, p := range publishes {
 		if v := d.volumes[p.VolumeID]; v != nil {
-			v.targets[p.TargetPath] = p.ReadOnly
+			v.targets[p.TargetPath] = target{readOnly: p.ReadOnly, createdDir: p.CreatedDir, cap: p.Capability}
 		}
 	}
 	d.mu.Unlock()
@@ -228,7 +250,7 @@ func (d *Driver) lookup(id string) (volume, bool) {
 		return volume{}, false
 	}
 	c := *v
-	c.targets = make(map[string]bool, len(v.targets))
+	c.targets = make(map[string]target, len(v.targets))
 	for t, ro := range v.targets {
 		c.targets[t] = ro
 	}
@@ -266,7 +288,7 @@ func (d *Driver) setStaged(v *volume) {
 		v.targets = old.targets
 	}
 	if v.targets == nil {
-		v.targets = map[string]bool{}
+		v.targets = map[string]target{}
 	}
 	d.volumes[v.id] = v
 }
@@ -277,11 +299,11 @@ func (d *Driver) forgetStaged(id string) {
 	delete(d.volumes, id)
 }
 
-func (d *Driver) setPublished(id, target string, readOnly bool) {
+func (d *Driver) setPublished(id, path string, t target) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if v := d.volumes[id]; v != nil {
-		v.targets[target] = readOnly
+		v.targets[path] = t
 	}
 }
 
@@ -293,8 +315,8 @@ func (d *Driver) forgetPublished(id, target string) {
 	}
 }
 
-// volumeLocks lets one operation at a time work on a volume; a concurrent one is answered Aborted, as the CSI
-// spec suggests, and the CO retries it.
+// volumeLocks lets one operation at a time work on a volume and on a path; a concurrent one is answered
+// Aborted, as the CSI spec suggests, and the CO retries it.
 type volumeLocks struct {
 	mu   sync.Mutex
 	held map[string]bool
@@ -302,18 +324,25 @@ type volumeLocks struct {
 
 func newVolumeLocks() *volumeLocks { return &volumeLocks{held: map[string]bool{}} }
 
-func (l *volumeLocks) tryAcquire(id string) bool {
+// tryAcquire takes all keys or none.
+func (l *volumeLocks) tryAcquire(keys ...string) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.held[id] {
-		return false
+	for _, k := range keys {
+		if l.held[k] {
+			return false
+		}
 	}
-	l.held[id] = true
+	for _, k := range keys {
+		l.held[k] = true
+	}
 	return true
 }
 
-func (l *volumeLocks) release(id string) {
+func (l *volumeLocks) release(keys ...string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	delete(l.held, id)
+	for _, k := range keys {
+		delete(l.held, k)
+	}
 }

@@ -242,8 +242,11 @@ func mountCap() *csi.VolumeCapability {
 }
 
 func (h *harness) stage(vol string) error {
-	if err := os.MkdirAll(h.stagingPath(vol), 0o750); err != nil {
-		h.t.Fatal(err)
+	// Like kubelet, create the directory only when it is missing: on a dead mount, MkdirAll fails.
+	if _, err := os.Lstat(h.stagingPath(vol)); errors.Is(err, os.ErrNotExist) {
+		if err := os.MkdirAll(h.stagingPath(vol), 0o750); err != nil {
+			h.t.Fatal(err)
+		}
 	}
 	_, err := h.node.NodeStageVolume(context.Background(), &csi.NodeStageVolumeRequest{
 		VolumeId: vol, StagingTargetPath: h.stagingPath(vol), VolumeCapability: mountCap(),

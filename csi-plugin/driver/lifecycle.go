@@ -33,7 +33,6 @@ type action string
 
 const (
 	actionMounted   action = "mounted"   // stage: a new FUSE server on a path with nothing mounted
-	actionAdopted   action = "adopted"   // stage: a live dummy-fuse mount that this process did not start, kept
 	actionRemounted action = "remounted" // stage: a dead mount unmounted and replaced by a new FUSE server
 	actionBound     action = "bound"     // publish: a new bind mount on a path with nothing mounted
 	actionRebound   action = "rebound"   // publish: a dead target unmounted and bound again
@@ -54,7 +53,7 @@ const (
 // probe asks the mount at path whether it is an answering dummy-fuse filesystem, within Config.ProbeTimeout.
 // The error says why not (nil with healthAnswers).
 func (d *Driver) probe(path string) (health, error) {
-	err := mounts.Answers(path, fusemode.ServedFile, d.cfg.ProbeTimeout)
+	err := d.prober.Answers(path, fusemode.ServedFile)
 	switch {
 	case err == nil:
 		return healthAnswers, nil
@@ -74,8 +73,8 @@ type mountCounter func(path string) (int, error)
 // lazily unmounted and replaced, a missing one is started. It returns what it did. The caller holds the volume's
 // lock. NodeStageVolume, NodePublishVolume (the repair of a dead staging mount, and the staging of an inline
 // ephemeral volume) and the restore all come here.
-func (d *Driver) stage(ctx context.Context, id, path string, readOnly, ephemeral bool, count mountCounter) (action, error) {
-	if other := d.stagedAt(path, id); other != "" {
+func (d *Driver) stage(ctx context.Context, id, path string, readOnly, ephemeral bool, capability *state.Capability, count mountCounter) (action, error) {
+	if other := d.volumeOfPath(path); other != "" && other != id {
 		return "", status.Errorf(codes.AlreadyExists, "staging_target_path %q is in use by volume %q", path, other)
 	}
 	known, isKnown := d.lookup(id)
@@ -85,32 +84,40 @@ func (d *Driver) stage(ctx context.Context, id, path string, readOnly, ephemeral
 	if isKnown && known.ephemeral != ephemeral {
 		return "", status.Errorf(codes.AlreadyExists, "volume %q is already staged as %s volume", id, lifecycle(known.ephemeral))
 	}
-	createdDir := known.createdDir
-	exists, err := mounts.Exists(path)
+	if isKnown && !compatible(known.cap, capability) {
+		return "", status.Errorf(codes.AlreadyExists, "volume %q is already staged with %s, not %s", id, describe(known.cap), describe(capability))
+	}
+	if capability == nil {
+		capability = known.cap
+	}
+	layers, err := count(path)
 	if err != nil {
-		return "", status.Errorf(codes.Internal, "checking staging_target_path: %v", err)
+		return "", status.Errorf(codes.Internal, "%v", err)
+	}
+	if layers > 0 && !isKnown {
+		// Not adopted: a mount this plugin has no record of may be anyone's (another volume's, the host's).
+		return "", status.Errorf(codes.FailedPrecondition, "staging_target_path %q holds a mount that this plugin has no record of", path)
+	}
+	createdDir := known.createdDir
+	exists, err := d.prober.Exists(path)
+	if err != nil {
+		return "", probeStatus("checking staging_target_path", err)
 	}
 	if !exists {
 		if err := os.MkdirAll(path, 0o750); err != nil {
 			return "", status.Errorf(codes.Internal, "creating staging_target_path: %v", err)
 		}
 		createdDir = true
+	} else if layers == 0 {
+		if err := d.wantEmptyDir("staging_target_path", path); err != nil {
+			return "", err
+		}
 	}
 	act := actionMounted
-	layers, err := count(path)
-	if err != nil {
-		return "", status.Errorf(codes.Internal, "%v", err)
-	}
 	if layers > 0 {
 		switch h, perr := d.probe(path); h {
 		case healthAnswers:
-			if isKnown {
-				return actionKept, nil
-			}
-			// A live dummy-fuse mount this process did not start (another plugin instance left it): adopt it;
-			// unstaging unmounts it, which ends its server.
-			klog.InfoS("Adopting an answering staging mount", "volumeID", id, "stagingPath", path)
-			act = actionAdopted
+			return actionKept, nil
 		case healthDead:
 			// The idempotency trap: the mount is in the table (IsLikelyNotMountPoint says "mounted") but its
 			// server is gone. Answering OK here would hand kubelet a dead volume.
@@ -127,24 +134,21 @@ func (d *Driver) stage(ctx context.Context, id, path string, readOnly, ephemeral
 			}
 			act = actionRemounted
 		case healthHung:
-			return "", status.Errorf(codes.Unavailable, "staging mount does not answer: %v", perr)
+			return "", probeStatus("staging mount", perr)
 		default:
 			return "", status.Errorf(codes.FailedPrecondition, "staging_target_path %q holds a mount that is not a dummy-fuse filesystem: %v", path, perr)
 		}
 	}
-	var srv fusemode.Server
-	if act != actionAdopted {
-		srv, err = d.mode.Start(ctx, fusemode.Request{VolumeID: id, Mountpoint: path})
-		if err != nil {
-			if createdDir && !isKnown {
-				_ = os.Remove(path)
-			}
-			return "", status.Errorf(codes.Internal, "starting the FUSE server: %v", err)
+	srv, err := d.mode.Start(ctx, fusemode.Request{VolumeID: id, Mountpoint: path})
+	if err != nil {
+		if createdDir && !isKnown {
+			_ = unix.Rmdir(path)
 		}
+		return "", status.Errorf(codes.Internal, "starting the FUSE server: %v", err)
 	}
-	v := &volume{id: id, stagingPath: path, readOnly: readOnly, createdDir: createdDir, ephemeral: ephemeral, server: srv}
-	if d.store != nil && (!isKnown || known.createdDir != createdDir || known.readOnly != readOnly) {
-		rec := state.Stage{VolumeID: id, StagingPath: path, ReadOnly: readOnly, FuseMode: d.mode.Name(), CreatedDir: createdDir, Ephemeral: ephemeral, Time: time.Now().UTC()}
+	v := &volume{id: id, stagingPath: path, readOnly: readOnly, createdDir: createdDir, ephemeral: ephemeral, cap: capability, server: srv}
+	if d.store != nil && (!isKnown || known.createdDir != createdDir || known.readOnly != readOnly || known.cap == nil) {
+		rec := state.Stage{VolumeID: id, StagingPath: path, ReadOnly: readOnly, FuseMode: d.mode.Name(), CreatedDir: createdDir, Ephemeral: ephemeral, Capability: capability, Time: time.Now().UTC()}
 		if err := d.store.PutStage(rec); err != nil {
 			_ = d.stopAndUnmount(ctx, id, srv, path)
 			return "", status.Errorf(codes.Internal, "recording the stage: %v", err)
@@ -200,7 +204,8 @@ func (d *Driver) unstage(ctx context.Context, id, path string) error {
 		return status.Errorf(codes.Internal, "unmounting staging_target_path: %v", err)
 	}
 	if (known && v.createdDir) || path == d.ephemeralStagingPath(id) {
-		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		// rmdir, not remove: only ever an empty directory, never a file.
+		if err := unix.Rmdir(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return status.Errorf(codes.Internal, "removing staging_target_path: %v", err)
 		}
 	}
@@ -227,124 +232,156 @@ func (d *Driver) dropUnusedEphemeral(ctx context.Context, id string) {
 	}
 }
 
-// ensureStagingAnswers checks the staging mount before binding it; a dead one is repaired from what the plugin
-// knows about the volume (ceph-csi does the same from its saved record).
-func (d *Driver) ensureStagingAnswers(ctx context.Context, id, staging string, known bool) error {
+// ensureStagingAnswers checks the staging mount of a known volume before binding it; a dead (or vanished) one is
+// repaired from what the plugin knows about the volume (ceph-csi does the same from its saved record).
+func (d *Driver) ensureStagingAnswers(ctx context.Context, id, staging string) error {
 	h, err := d.probe(staging)
 	switch {
 	case h == healthAnswers:
 		return nil
-	case h == healthDead && known:
-		klog.InfoS("Staging mount is dead, repairing it before publishing", "volumeID", id, "stagingPath", staging, "err", err)
+	case h == healthDead, errors.Is(err, mounts.ErrNotFUSE):
+		klog.InfoS("Staging mount is dead or gone, repairing it before publishing", "volumeID", id, "stagingPath", staging, "err", err)
 		v, _ := d.lookup(id)
-		_, err := d.stage(ctx, id, staging, v.readOnly, v.ephemeral, mounts.CountMounts)
+		_, err := d.stage(ctx, id, staging, v.readOnly, v.ephemeral, nil, mounts.CountMounts)
 		return err
-	case h == healthDead:
-		return status.Errorf(codes.FailedPrecondition, "the staging mount of volume %q is dead (%v) and the plugin has no record of it: stage it again", id, err)
 	case h == healthHung:
-		return status.Errorf(codes.Unavailable, "staging mount does not answer: %v", err)
+		return probeStatus("staging mount", err)
 	}
 	return status.Errorf(codes.FailedPrecondition, "volume %q is not staged at %q: %v", id, staging, err)
 }
 
 // publish makes target a bind mount of the (answering) staging mount: an answering target is kept, a dead one is
-// repaired by the restore strategy, a missing one is created. The caller holds the volume's lock.
-// NodePublishVolume, the repair of sibling targets and the restore all come here.
-func (d *Driver) publish(id, staging, target string, readOnly bool, count mountCounter) (action, error) {
+// repaired by the restore strategy, a missing one is created. Only a target that is free or recorded as this
+// volume's is touched. The caller holds the volume's and the paths' locks. NodePublishVolume, the repair of
+// sibling targets and the restore all come here.
+func (d *Driver) publish(id, staging, targetPath string, readOnly bool, capability *state.Capability, count mountCounter) (action, error) {
+	if other := d.volumeOfPath(targetPath); other != "" && other != id {
+		return "", status.Errorf(codes.AlreadyExists, "target_path %q is in use by volume %q", targetPath, other)
+	}
+	known, _ := d.lookup(id)
+	if known.stagingPath == targetPath {
+		return "", status.Errorf(codes.InvalidArgument, "target_path %q is the staging path of volume %q", targetPath, id)
+	}
+	rec, mine := known.targets[targetPath]
+	if capability == nil {
+		capability = rec.cap
+	}
 	strategy := d.cfg.RestoreStrategy
-	exists, err := mounts.Exists(target)
-	if err != nil {
-		return "", status.Errorf(codes.Internal, "checking target_path: %v", err)
-	}
-	if !exists {
-		if err := os.MkdirAll(target, 0o750); err != nil {
-			return "", status.Errorf(codes.Internal, "creating target_path: %v", err)
-		}
-	}
-	act := actionBound
-	layers, err := count(target)
+	layers, err := count(targetPath)
 	if err != nil {
 		return "", status.Errorf(codes.Internal, "%v", err)
 	}
+	if layers > 0 && !mine {
+		return "", status.Errorf(codes.AlreadyExists, "target_path %q holds a mount that this plugin has no record of", targetPath)
+	}
+	createdDir := rec.createdDir
+	exists, err := d.prober.Exists(targetPath)
+	if err != nil {
+		return "", probeStatus("checking target_path", err)
+	}
+	if !exists {
+		if err := os.MkdirAll(targetPath, 0o750); err != nil {
+			return "", status.Errorf(codes.Internal, "creating target_path: %v", err)
+		}
+		createdDir = true
+	} else if layers == 0 {
+		if err := d.wantEmptyDir("target_path", targetPath); err != nil {
+			return "", err
+		}
+	}
+	act := actionBound
 	if layers > 0 {
-		switch h, perr := d.probe(target); h {
+		switch h, perr := d.probe(targetPath); h {
 		case healthAnswers:
-			same, err := sameFilesystem(staging, target)
+			same, err := sameMount(staging, targetPath)
 			if err != nil {
 				return "", status.Errorf(codes.Internal, "%v", err)
 			}
 			if !same {
-				return "", status.Errorf(codes.AlreadyExists, "target_path %q holds another mount", target)
+				return "", status.Errorf(codes.AlreadyExists, "target_path %q holds another mount", targetPath)
 			}
 			act = actionKept
 		case healthDead:
-			klog.InfoS("Target mount is dead, repairing it", "volumeID", id, "targetPath", target, "strategy", strategy, "err", perr)
+			klog.InfoS("Target mount is dead, repairing it", "volumeID", id, "targetPath", targetPath, "strategy", strategy, "err", perr)
 			if strategy == restore.Stack {
 				act = actionStacked
 			} else {
-				if _, err := mounts.UnmountAll(target); err != nil {
+				if _, err := mounts.UnmountAll(targetPath); err != nil {
 					return "", status.Errorf(codes.Internal, "unmounting dead target: %v", err)
 				}
 				act = actionRebound
 			}
 		case healthHung:
-			return "", status.Errorf(codes.Unavailable, "target mount does not answer: %v", perr)
+			return "", probeStatus("target mount", perr)
 		default:
-			return "", status.Errorf(codes.AlreadyExists, "target_path %q holds a mount that is not this volume: %v", target, perr)
+			return "", status.Errorf(codes.AlreadyExists, "target_path %q holds a mount that is not this volume: %v", targetPath, perr)
 		}
 	}
 	if act != actionKept {
-		if err := mounts.Bind(staging, target, readOnly); err != nil {
+		if err := mounts.Bind(staging, targetPath, readOnly); err != nil {
 			return "", status.Errorf(codes.Internal, "%v", err)
 		}
-		if h, err := d.probe(target); h != healthAnswers {
-			_ = mounts.UnmountLazy(target)
+		if h, err := d.probe(targetPath); h != healthAnswers {
+			_ = mounts.UnmountLazy(targetPath)
 			return "", status.Errorf(codes.Internal, "the new bind mount does not answer: %v", err)
 		}
 	}
-	known, _ := d.lookup(id)
-	if ro, ok := known.targets[target]; d.store != nil && (!ok || ro != readOnly) {
-		rec := state.Publish{VolumeID: id, StagingPath: staging, TargetPath: target, ReadOnly: readOnly, FuseMode: d.mode.Name(), Time: time.Now().UTC()}
-		if err := d.store.PutPublish(rec); err != nil {
+	t := target{readOnly: readOnly, createdDir: createdDir, cap: capability}
+	if d.store != nil && (!mine || rec.readOnly != readOnly || rec.createdDir != createdDir || rec.cap == nil) {
+		r := state.Publish{VolumeID: id, StagingPath: staging, TargetPath: targetPath, ReadOnly: readOnly, FuseMode: d.mode.Name(), CreatedDir: createdDir, Capability: capability, Time: time.Now().UTC()}
+		if err := d.store.PutPublish(r); err != nil {
 			if act != actionKept {
-				_ = mounts.UnmountLazy(target)
+				_ = mounts.UnmountLazy(targetPath)
 			}
 			return "", status.Errorf(codes.Internal, "recording the publish: %v", err)
 		}
 	}
-	d.setPublished(id, target, readOnly)
+	d.setPublished(id, targetPath, t)
 	return act, nil
 }
 
-// sameFilesystem reports whether a and b are mounts of one filesystem (a bind mount shares the device number).
-func sameFilesystem(a, b string) (bool, error) {
-	var sa, sb unix.Stat_t
-	if err := unix.Stat(a, &sa); err != nil {
-		return false, &os.PathError{Op: "stat", Path: a, Err: err}
+// wantEmptyDir refuses to mount on anything but an empty directory: mounting on a file fails or hides it, and
+// mounting on a directory with entries hides them (and unpublishing could never remove the directory).
+func (d *Driver) wantEmptyDir(field, path string) error {
+	empty, err := d.prober.IsEmptyDir(path)
+	if err != nil {
+		return probeStatus("checking "+field, err)
 	}
-	if err := unix.Stat(b, &sb); err != nil {
-		return false, &os.PathError{Op: "stat", Path: b, Err: err}
+	if !empty {
+		return status.Errorf(codes.FailedPrecondition, "%s %q is not an empty directory", field, path)
 	}
-	return sa.Dev == sb.Dev, nil
+	return nil
 }
 
-// unpublish unmounts every layer stacked on target (the "stack" strategy leaves dead mounts under the live one),
-// removes the directory, deletes the record and forgets the target; it returns how many mounts it unmounted.
-// The caller holds the volume's lock.
-func (d *Driver) unpublish(id, target string) (int, error) {
-	layers, err := mounts.UnmountAll(target)
+// probeStatus turns the error of a bounded filesystem call into a status: Unavailable when the filesystem did not
+// answer in time (the CO retries), Internal otherwise.
+func probeStatus(what string, err error) error {
+	if errors.Is(err, mounts.ErrTimeout) {
+		return status.Errorf(codes.Unavailable, "%s is not responding: %v", what, err)
+	}
+	return status.Errorf(codes.Internal, "%s: %v", what, err)
+}
+
+// unpublish unmounts every layer stacked on path (the "stack" strategy leaves a dead mount under the live one),
+// removes the directory when the plugin created it, deletes the record and forgets the target; it returns how many
+// mounts it unmounted. The caller holds the volume's lock and has found path in the volume's records (rec).
+func (d *Driver) unpublish(id, path string, rec target) (int, error) {
+	layers, err := mounts.UnmountAll(path)
 	if err != nil {
 		return 0, status.Errorf(codes.Internal, "unmounting target_path: %v", err)
 	}
-	if err := os.Remove(target); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return 0, status.Errorf(codes.Internal, "removing target_path: %v", err)
+	if rec.createdDir {
+		// rmdir, not remove: only ever the empty directory the plugin made, never a file.
+		if err := unix.Rmdir(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			klog.ErrorS(err, "Leaving the target directory the plugin created", "volumeID", id, "targetPath", path)
+		}
 	}
 	if d.store != nil {
-		if err := d.store.DeletePublish(target); err != nil {
+		if err := d.store.DeletePublish(path); err != nil {
 			return 0, status.Errorf(codes.Internal, "%v", err)
 		}
 	}
-	d.forgetPublished(id, target)
+	d.forgetPublished(id, path)
 	return layers, nil
 }
 
@@ -359,9 +396,9 @@ func (d *Driver) unstageEphemeral(ctx context.Context, id string) error {
 		return nil
 	case !known:
 		path = d.ephemeralStagingPath(id)
-		exists, err := mounts.Exists(path)
+		exists, err := d.prober.Exists(path)
 		if err != nil {
-			return status.Errorf(codes.Internal, "checking the ephemeral staging path: %v", err)
+			return probeStatus("checking the ephemeral staging path", err)
 		}
 		if !exists || d.stagedAt(path, id) != "" {
 			return nil
@@ -382,13 +419,13 @@ func (d *Driver) repairSiblings(id string) {
 	if h, _ := d.probe(v.stagingPath); h != healthAnswers {
 		return
 	}
-	for target, ro := range v.targets {
-		if h, _ := d.probe(target); h != healthDead {
+	for path, t := range v.targets {
+		if h, _ := d.probe(path); h != healthDead {
 			continue
 		}
-		klog.InfoS("Target lost its mount through mount propagation, repairing it", "volumeID", id, "targetPath", target)
-		if _, err := d.publish(id, v.stagingPath, target, ro, mounts.CountMounts); err != nil {
-			klog.ErrorS(err, "Repairing target", "volumeID", id, "targetPath", target)
+		klog.InfoS("Target lost its mount through mount propagation, repairing it", "volumeID", id, "targetPath", path)
+		if _, err := d.publish(id, v.stagingPath, path, t.readOnly, t.cap, mounts.CountMounts); err != nil {
+			klog.ErrorS(err, "Repairing target", "volumeID", id, "targetPath", path)
 		}
 	}
 }
@@ -396,15 +433,16 @@ func (d *Driver) repairSiblings(id string) {
 // volumeStats reports the usage and condition of the mount at path, within Config.ProbeTimeout. A mount whose
 // server is gone or stuck is an abnormal condition, not an error: kubelet turns it into an event on the pod.
 func (d *Driver) volumeStats(id, path string) (*csi.NodeGetVolumeStatsResponse, error) {
-	st, err := mounts.Statfs(path, d.cfg.ProbeTimeout)
+	st, err := d.prober.Statfs(path)
 	if err != nil {
 		if mounts.IsDead(err) || errors.Is(err, mounts.ErrTimeout) {
+			msg := fmt.Sprintf("FUSE mount of volume %s is not answering: %v", id, err)
+			if errors.Is(err, mounts.ErrTimeout) {
+				msg = fmt.Sprintf("FUSE server of volume %s is not responding: %v", id, err)
+			}
 			return &csi.NodeGetVolumeStatsResponse{
-				Usage: []*csi.VolumeUsage{{Unit: csi.VolumeUsage_BYTES}, {Unit: csi.VolumeUsage_INODES}},
-				VolumeCondition: &csi.VolumeCondition{
-					Abnormal: true,
-					Message:  fmt.Sprintf("FUSE mount of volume %s is not answering: %v", id, err),
-				},
+				Usage:           []*csi.VolumeUsage{{Unit: csi.VolumeUsage_BYTES}, {Unit: csi.VolumeUsage_INODES}},
+				VolumeCondition: &csi.VolumeCondition{Abnormal: true, Message: msg},
 			}, nil
 		}
 		return nil, status.Errorf(codes.Internal, "%v", err)

@@ -3,12 +3,14 @@ package driver
 import (
 	"context"
 	"path/filepath"
+	"strings"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"k8s.io/klog/v2"
 
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/state"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/mounts"
 )
 
@@ -38,19 +40,9 @@ func (n nodeServer) NodeGetCapabilities(context.Context, *csi.NodeGetCapabilitie
 	return &csi.NodeGetCapabilitiesResponse{Capabilities: caps}, nil
 }
 
-// begin checks that start-up has finished and takes the volume's lock; the caller defers the returned release.
-func (d *Driver) begin(volumeID string) (func(), error) {
-	if !d.Ready() {
-		return nil, status.Error(codes.Unavailable, "the plugin is still restoring its mounts; retry later")
-	}
-	if !d.locks.tryAcquire(volumeID) {
-		return nil, status.Errorf(codes.Aborted, "an operation on volume %q is already in progress", volumeID)
-	}
-	return func() { d.locks.release(volumeID) }, nil
-}
-
 func (n nodeServer) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRequest) (*csi.NodeStageVolumeResponse, error) {
-	if err := validateVolumeID(req.GetVolumeId()); err != nil {
+	id := req.GetVolumeId()
+	if err := validateVolumeID(id); err != nil {
 		return nil, err
 	}
 	if err := validatePath("staging_target_path", req.GetStagingTargetPath()); err != nil {
@@ -59,26 +51,37 @@ func (n nodeServer) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolum
 	if err := validateCapability(req.GetVolumeCapability()); err != nil {
 		return nil, err
 	}
-	release, err := n.d.begin(req.GetVolumeId())
+	path, err := n.d.resolve("staging_target_path", req.GetStagingTargetPath())
+	if err != nil {
+		return nil, err
+	}
+	if err := n.d.checkPlace("staging_target_path", path, id); err != nil {
+		return nil, err
+	}
+	release, err := n.d.begin(id, path)
 	if err != nil {
 		return nil, err
 	}
 	defer release()
-	if _, err := n.d.stage(ctx, req.GetVolumeId(), req.GetStagingTargetPath(), readOnlyMode(req.GetVolumeCapability()), false, mounts.CountMounts); err != nil {
+	if _, err := n.d.stage(ctx, id, path, readOnlyMode(req.GetVolumeCapability()), false, capabilityOf(req.GetVolumeCapability()), mounts.CountMounts); err != nil {
 		return nil, err
 	}
 	return &csi.NodeStageVolumeResponse{}, nil
 }
 
 func (n nodeServer) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolumeRequest) (*csi.NodeUnstageVolumeResponse, error) {
-	id, path := req.GetVolumeId(), req.GetStagingTargetPath()
+	id := req.GetVolumeId()
 	if err := validateVolumeID(id); err != nil {
 		return nil, err
 	}
-	if err := validatePath("staging_target_path", path); err != nil {
+	if err := validatePath("staging_target_path", req.GetStagingTargetPath()); err != nil {
 		return nil, err
 	}
-	release, err := n.d.begin(id)
+	path, err := n.d.resolveParent("staging_target_path", req.GetStagingTargetPath())
+	if err != nil {
+		return nil, err
+	}
+	release, err := n.d.begin(id, path)
 	if err != nil {
 		return nil, err
 	}
@@ -87,12 +90,17 @@ func (n nodeServer) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageV
 	v, known := n.d.lookup(id)
 	if known && v.stagingPath != path {
 		// Not where this volume lives: touching path could unmount another volume.
-		return nil, status.Errorf(codes.InvalidArgument, "volume %q is staged at %q, not at staging_target_path %q", id, v.stagingPath, path)
+		return nil, status.Errorf(codes.NotFound, "volume %q is staged at %q, not at staging_target_path %q", id, v.stagingPath, path)
 	}
 	if !known {
-		if other := n.d.stagedAt(path, id); other != "" {
-			return nil, status.Errorf(codes.InvalidArgument, "staging_target_path %q belongs to volume %q, not %q", path, other, id)
+		if other := n.d.volumeOfPath(path); other != "" {
+			return nil, status.Errorf(codes.NotFound, "staging_target_path %q belongs to volume %q, not %q", path, other, id)
 		}
+		// Nothing recorded: either already unstaged (idempotency: OK) or never this plugin's (left alone).
+		if layers, err := mounts.CountMounts(path); err != nil || layers > 0 {
+			return nil, status.Errorf(codes.NotFound, "volume %q is not staged at %q by this plugin; the mount there is left alone", id, path)
+		}
+		return &csi.NodeUnstageVolumeResponse{}, nil
 	}
 	if err := n.d.unstage(ctx, id, path); err != nil {
 		return nil, err
@@ -118,22 +126,38 @@ func (n nodeServer) NodePublishVolume(ctx context.Context, req *csi.NodePublishV
 	if ephemeral {
 		staging = n.d.ephemeralStagingPath(id)
 	}
-	if err := validatePath("staging_target_path", staging); err != nil {
+	if err := validateCapability(req.GetVolumeCapability()); err != nil {
 		return nil, err
 	}
-	if err := validateCapability(req.GetVolumeCapability()); err != nil {
+	if staging == "" {
+		return nil, status.Error(codes.FailedPrecondition, "staging_target_path is empty: the plugin stages volumes (STAGE_UNSTAGE_VOLUME), so NodeStageVolume must come first")
+	}
+	if err := validatePath("staging_target_path", staging); err != nil {
 		return nil, err
 	}
 	if staging == target {
 		return nil, status.Error(codes.InvalidArgument, "target_path must differ from staging_target_path")
 	}
-	release, err := n.d.begin(id)
+	target, err := n.d.resolve("target_path", target)
+	if err != nil {
+		return nil, err
+	}
+	if err := n.d.checkPlace("target_path", target, id); err != nil {
+		return nil, err
+	}
+	if !ephemeral {
+		if staging, err = n.d.resolveParent("staging_target_path", staging); err != nil {
+			return nil, err
+		}
+	}
+	release, err := n.d.begin(id, staging, target)
 	if err != nil {
 		return nil, err
 	}
 	defer release()
 
 	readOnly := req.GetReadonly() || readOnlyMode(req.GetVolumeCapability())
+	capability := capabilityOf(req.GetVolumeCapability())
 	v, known := n.d.lookup(id)
 	if ephemeral && known && v.ephemeral {
 		// Where its record says (the ephemeral directory may have been another one when it was staged).
@@ -142,21 +166,24 @@ func (n nodeServer) NodePublishVolume(ctx context.Context, req *csi.NodePublishV
 	if known && v.ephemeral != ephemeral {
 		return nil, status.Errorf(codes.InvalidArgument, "volume %q is staged as %s volume at %q", id, lifecycle(v.ephemeral), v.stagingPath)
 	}
+	if !ephemeral && !known {
+		return nil, status.Errorf(codes.FailedPrecondition, "volume %q is not staged by this plugin: NodeStageVolume must come first", id)
+	}
 	if known && v.stagingPath != staging {
-		return nil, status.Errorf(codes.InvalidArgument, "volume %q is staged at %q, not at staging_target_path %q", id, v.stagingPath, staging)
+		return nil, status.Errorf(codes.FailedPrecondition, "volume %q is staged at %q, not at staging_target_path %q", id, v.stagingPath, staging)
+	}
+	if t, ok := v.targets[target]; ok && (t.readOnly != readOnly || !compatible(t.cap, capability)) {
+		return nil, status.Errorf(codes.AlreadyExists, "volume %q is already published at %q with readonly=%v and %s", id, target, t.readOnly, describe(t.cap))
 	}
 	if ephemeral {
 		// The NodeStageVolume that kubelet skips, with all its idempotency and dead-mount repair.
-		if _, err := n.d.stage(ctx, id, staging, readOnlyMode(req.GetVolumeCapability()), true, mounts.CountMounts); err != nil {
+		if _, err := n.d.stage(ctx, id, staging, readOnlyMode(req.GetVolumeCapability()), true, capability, mounts.CountMounts); err != nil {
 			return nil, err
 		}
-	} else if err := n.d.ensureStagingAnswers(ctx, id, staging, known); err != nil {
+	} else if err := n.d.ensureStagingAnswers(ctx, id, staging); err != nil {
 		return nil, err
 	}
-	if ro, ok := v.targets[target]; ok && ro != readOnly {
-		return nil, status.Errorf(codes.AlreadyExists, "volume %q is already published at %q with readonly=%v", id, target, ro)
-	}
-	act, err := n.d.publish(id, staging, target, readOnly, mounts.CountMounts)
+	act, err := n.d.publish(id, staging, target, readOnly, capability, mounts.CountMounts)
 	if err != nil {
 		if ephemeral {
 			n.d.dropUnusedEphemeral(ctx, id)
@@ -168,24 +195,49 @@ func (n nodeServer) NodePublishVolume(ctx context.Context, req *csi.NodePublishV
 }
 
 func (n nodeServer) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublishVolumeRequest) (*csi.NodeUnpublishVolumeResponse, error) {
-	id, target := req.GetVolumeId(), req.GetTargetPath()
+	id := req.GetVolumeId()
 	if err := validateVolumeID(id); err != nil {
 		return nil, err
 	}
-	if err := validatePath("target_path", target); err != nil {
+	if err := validatePath("target_path", req.GetTargetPath()); err != nil {
 		return nil, err
 	}
-	release, err := n.d.begin(id)
+	targetPath, err := n.d.resolveParent("target_path", req.GetTargetPath())
+	if err != nil {
+		return nil, err
+	}
+	release, err := n.d.begin(id, targetPath)
 	if err != nil {
 		return nil, err
 	}
 	defer release()
 
-	layers, err := n.d.unpublish(id, target)
+	v, _ := n.d.lookup(id)
+	rec, mine := v.targets[targetPath]
+	if !mine {
+		if other := n.d.volumeOfPath(targetPath); other != "" {
+			return nil, status.Errorf(codes.NotFound, "target_path %q belongs to volume %q, not %q", targetPath, other, id)
+		}
+		if n.d.ephemeralLeftover(id, targetPath) {
+			rec, mine = target{createdDir: true}, true // kubelet creates only the parent: the plugin made the target
+		}
+	}
+	if !mine {
+		// Nothing recorded: either already unpublished (idempotency: OK) or never this plugin's (left alone).
+		if layers, err := mounts.CountMounts(targetPath); err != nil || layers > 0 {
+			return nil, status.Errorf(codes.NotFound, "volume %q is not published at %q by this plugin; the mount there is left alone", id, targetPath)
+		}
+		if err := n.d.unstageEphemeral(ctx, id); err != nil {
+			return nil, err
+		}
+		return &csi.NodeUnpublishVolumeResponse{}, nil
+	}
+
+	layers, err := n.d.unpublish(id, targetPath, rec)
 	if err != nil {
 		return nil, err
 	}
-	klog.V(2).InfoS("Unpublished volume", "volumeID", id, "targetPath", target, "unmounted", layers)
+	klog.V(2).InfoS("Unpublished volume", "volumeID", id, "targetPath", targetPath, "unmounted", layers)
 	if layers > 1 {
 		n.d.repairSiblings(id)
 	}
@@ -204,16 +256,20 @@ func (n nodeServer) NodeGetVolumeStats(_ context.Context, req *csi.NodeGetVolume
 	if path == "" {
 		return nil, status.Error(codes.InvalidArgument, "volume_path is required")
 	}
-	// Any other unusable path (relative, missing, not a mount) is a volume that is not there: NotFound.
-	if !filepath.IsAbs(path) {
-		return nil, status.Errorf(codes.NotFound, "volume_path %q is not an absolute path, so no volume is there", path)
+	// A relative path or "/" is where no volume can be (the spec and csi-sanity want NotFound); other malformed
+	// paths are invalid.
+	if err := validatePath("volume_path", path); err != nil && path != "/" && (filepath.IsAbs(path) || strings.ContainsRune(path, 0) || len(path) > state.MaxPathLen) {
+		return nil, err
 	}
-	exists, err := mounts.Exists(path)
-	if err != nil {
-		return nil, status.Errorf(codes.Internal, "checking volume_path: %v", err)
-	}
-	if !exists {
-		return nil, status.Errorf(codes.NotFound, "volume_path %q does not exist", path)
+	// Only a path the plugin's records give this volume is answered for; anything else (relative, "/", /proc,
+	// another volume's) is a volume that is not there: NotFound. The path itself is never touched before that:
+	// it may be a mount whose server does not answer.
+	if !n.d.hasPath(id, path) {
+		resolved, err := n.d.resolveParent("volume_path", path)
+		if err != nil || !n.d.hasPath(id, resolved) {
+			return nil, status.Errorf(codes.NotFound, "volume %q is neither staged nor published at volume_path %q", id, clip(path))
+		}
+		path = resolved
 	}
 	layers, err := mounts.CountMounts(path)
 	if err != nil {
@@ -222,13 +278,5 @@ func (n nodeServer) NodeGetVolumeStats(_ context.Context, req *csi.NodeGetVolume
 	if layers == 0 {
 		return nil, status.Errorf(codes.NotFound, "volume %q is not mounted at %q", id, path)
 	}
-	if v, ok := n.d.lookup(id); ok {
-		if _, published := v.targets[path]; !published && v.stagingPath != path {
-			return nil, status.Errorf(codes.NotFound, "volume %q is neither staged nor published at %q", id, path)
-		}
-	} else if other := n.d.volumeOfPath(path); other != "" {
-		return nil, status.Errorf(codes.NotFound, "volume_path %q belongs to volume %q, not %q", path, other, id)
-	}
-
 	return n.d.volumeStats(id, path)
 }

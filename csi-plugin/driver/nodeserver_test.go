@@ -73,9 +73,10 @@ func TestValidation(t *testing.T) {
 		{"publish without volume id", &csi.NodePublishVolumeRequest{StagingTargetPath: stg, TargetPath: tgt, VolumeCapability: mountCap()}, codes.InvalidArgument, "volume_id"},
 		{"publish without target", &csi.NodePublishVolumeRequest{VolumeId: vol, StagingTargetPath: stg, VolumeCapability: mountCap()}, codes.InvalidArgument, "target_path"},
 		{"publish with relative target", &csi.NodePublishVolumeRequest{VolumeId: vol, StagingTargetPath: stg, TargetPath: "pods/p/mount", VolumeCapability: mountCap()}, codes.InvalidArgument, "target_path"},
-		{"publish without staging path", &csi.NodePublishVolumeRequest{VolumeId: vol, TargetPath: tgt, VolumeCapability: mountCap()}, codes.InvalidArgument, "staging_target_path"},
+		// The plugin stages volumes: a publish without a staging path means NodeStageVolume did not happen.
+		{"publish without staging path", &csi.NodePublishVolumeRequest{VolumeId: vol, TargetPath: tgt, VolumeCapability: mountCap()}, codes.FailedPrecondition, "staging_target_path"},
 		// Only kubelet's ephemeral flag makes an empty staging path acceptable.
-		{"publish without staging path, not ephemeral", &csi.NodePublishVolumeRequest{VolumeId: vol, TargetPath: tgt, VolumeCapability: mountCap(), VolumeContext: map[string]string{"csi.storage.k8s.io/ephemeral": "false"}}, codes.InvalidArgument, "staging_target_path"},
+		{"publish without staging path, not ephemeral", &csi.NodePublishVolumeRequest{VolumeId: vol, TargetPath: tgt, VolumeCapability: mountCap(), VolumeContext: map[string]string{"csi.storage.k8s.io/ephemeral": "false"}}, codes.FailedPrecondition, "staging_target_path"},
 		{"ephemeral publish without target", &csi.NodePublishVolumeRequest{VolumeId: vol, VolumeCapability: mountCap(), VolumeContext: plugintest.EphemeralContext("p")}, codes.InvalidArgument, "target_path"},
 		{"ephemeral publish without capability", &csi.NodePublishVolumeRequest{VolumeId: vol, TargetPath: tgt, VolumeContext: plugintest.EphemeralContext("p")}, codes.InvalidArgument, "volume_capability"},
 		{"ephemeral publish with block access", &csi.NodePublishVolumeRequest{VolumeId: vol, TargetPath: tgt, VolumeCapability: blockCap(), VolumeContext: plugintest.EphemeralContext("p")}, codes.InvalidArgument, "block"},

@@ -23,11 +23,12 @@ func tableCounter(t *mounts.Table) mountCounter {
 }
 
 func (r restorer) RestoreStage(ctx context.Context, table *mounts.Table, rec state.Stage) (string, error) {
-	if !r.d.locks.tryAcquire(rec.VolumeID) {
-		return "", fmt.Errorf("volume %q is busy", rec.VolumeID)
+	release, err := r.d.lock(rec.VolumeID, rec.StagingPath)
+	if err != nil {
+		return "", errors.New(status.Convert(err).Message())
 	}
-	defer r.d.locks.release(rec.VolumeID)
-	act, err := r.d.stage(ctx, rec.VolumeID, rec.StagingPath, rec.ReadOnly, rec.Ephemeral, tableCounter(table))
+	defer release()
+	act, err := r.d.stage(ctx, rec.VolumeID, rec.StagingPath, rec.ReadOnly, rec.Ephemeral, nil, tableCounter(table))
 	if err != nil {
 		return "", errors.New(status.Convert(err).Message())
 	}
@@ -36,14 +37,15 @@ func (r restorer) RestoreStage(ctx context.Context, table *mounts.Table, rec sta
 }
 
 func (r restorer) RestorePublish(_ context.Context, table *mounts.Table, rec state.Publish) (string, error) {
-	if !r.d.locks.tryAcquire(rec.VolumeID) {
-		return "", fmt.Errorf("volume %q is busy", rec.VolumeID)
+	release, err := r.d.lock(rec.VolumeID, rec.StagingPath, rec.TargetPath)
+	if err != nil {
+		return "", errors.New(status.Convert(err).Message())
 	}
-	defer r.d.locks.release(rec.VolumeID)
+	defer release()
 	if h, err := r.d.probe(rec.StagingPath); h != healthAnswers {
 		return "", fmt.Errorf("staging mount does not answer: %w", err)
 	}
-	act, err := r.d.publish(rec.VolumeID, rec.StagingPath, rec.TargetPath, rec.ReadOnly, tableCounter(table))
+	act, err := r.d.publish(rec.VolumeID, rec.StagingPath, rec.TargetPath, rec.ReadOnly, nil, tableCounter(table))
 	if err != nil {
 		return "", errors.New(status.Convert(err).Message())
 	}

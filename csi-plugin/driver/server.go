@@ -78,17 +78,22 @@ func (d *Driver) logGRPC(ctx context.Context, req any, info *grpc.UnaryServerInf
 		level = 5
 	}
 	klog.V(level).Infof("[ID:%d] GRPC call: %s", id, info.FullMethod)
-	klog.V(5).Infof("[ID:%d] GRPC request: %s", id, protosanitizer.StripSecrets(req))
+	if klog.V(5).Enabled() {
+		// Clipped: a request is untrusted, and a megabyte field would otherwise land in the log as it is.
+		klog.V(5).Infof("[ID:%d] GRPC request: %s", id, clipLine(protosanitizer.StripSecrets(req).String()))
+	}
 	resp, err := handler(ctx, req)
 	if err != nil {
 		if _, ok := status.FromError(err); !ok {
-			klog.Errorf("[ID:%d] BUG: handler returned a non-status error: %v", id, err)
+			klog.Errorf("[ID:%d] BUG: handler returned a non-status error: %s", id, clipLine(err.Error()))
 			err = status.Error(codes.Internal, err.Error())
 		}
-		klog.Errorf("[ID:%d] GRPC error: %v", id, err)
+		klog.Errorf("[ID:%d] GRPC error: %s", id, clipLine(err.Error()))
 		return resp, err
 	}
-	klog.V(5).Infof("[ID:%d] GRPC response: %s", id, protosanitizer.StripSecrets(resp))
+	if klog.V(5).Enabled() {
+		klog.V(5).Infof("[ID:%d] GRPC response: %s", id, clipLine(protosanitizer.StripSecrets(resp).String()))
+	}
 	return resp, nil
 }
 

@@ -11,18 +11,22 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 const (
 	stagedDir    = "staged"
 	publishedDir = "published"
 	suffix       = ".json"
+	tempInfix    = ".tmp" // temp files are <record>.json.tmp<random>
 )
 
 // Stage records one NodeStageVolume that succeeded.
@@ -35,18 +39,31 @@ type Stage struct {
 	CreatedDir bool `json:"createdDir,omitempty"`
 	// Ephemeral marks an inline ephemeral volume: the plugin staged it itself (kubelet never calls
 	// NodeStageVolume for one), so unpublishing its last target also unstages it.
-	Ephemeral bool      `json:"ephemeral,omitempty"`
-	Time      time.Time `json:"time"`
+	Ephemeral bool `json:"ephemeral,omitempty"`
+	// Capability is what the volume was staged with; a repeated call with another one is refused. Absent in
+	// records of older versions (then any capability is accepted).
+	Capability *Capability `json:"capability,omitempty"`
+	Time       time.Time   `json:"time"`
+}
+
+// Capability is the part of a CSI VolumeCapability that makes two calls compatible or not.
+type Capability struct {
+	AccessMode string   `json:"accessMode"`
+	FsType     string   `json:"fsType,omitempty"`
+	MountFlags []string `json:"mountFlags,omitempty"`
 }
 
 // Publish records one NodePublishVolume that succeeded.
 type Publish struct {
-	VolumeID    string    `json:"volumeID"`
-	StagingPath string    `json:"stagingPath"`
-	TargetPath  string    `json:"targetPath"`
-	ReadOnly    bool      `json:"readOnly"`
-	FuseMode    string    `json:"fuseMode"`
-	Time        time.Time `json:"time"`
+	VolumeID    string `json:"volumeID"`
+	StagingPath string `json:"stagingPath"`
+	TargetPath  string `json:"targetPath"`
+	ReadOnly    bool   `json:"readOnly"`
+	FuseMode    string `json:"fuseMode"`
+	// CreatedDir says that the plugin created the target directory, so unpublishing removes it again.
+	CreatedDir bool        `json:"createdDir,omitempty"`
+	Capability *Capability `json:"capability,omitempty"`
+	Time       time.Time   `json:"time"`
 }
 
 // Store reads and writes records below one directory. Its methods are safe for concurrent use on different
@@ -87,6 +104,67 @@ func ValidateFileName(name string) error {
 		return fmt.Errorf("must be at most 128 bytes, not %d", len(name))
 	}
 	return nil
+}
+
+// MaxPathLen is the longest path accepted in a record or a request (PATH_MAX, with its NUL, is 4096).
+const MaxPathLen = 4095
+
+// ValidatePath checks that p can be a staging or target path: absolute, clean (no ".", "..", "//" or trailing
+// "/"), not "/", no NUL, at most MaxPathLen bytes and no element longer than NAME_MAX (255 bytes).
+func ValidatePath(p string) error {
+	switch {
+	case p == "":
+		return errors.New("must not be empty")
+	case strings.ContainsRune(p, 0):
+		return errors.New("must not contain NUL")
+	case len(p) > MaxPathLen:
+		return fmt.Errorf("must be at most %d bytes, not %d", MaxPathLen, len(p))
+	case !filepath.IsAbs(p):
+		return errors.New("must be an absolute path")
+	case filepath.Clean(p) != p:
+		return errors.New("must be a clean path (no '..', '.', '//' or trailing '/')")
+	case p == "/":
+		return errors.New("must not be /")
+	}
+	for _, e := range strings.Split(p[1:], "/") {
+		if len(e) > 255 {
+			return fmt.Errorf("has an element of %d bytes (at most 255)", len(e))
+		}
+	}
+	return nil
+}
+
+// ParseStage decodes and checks one stage record.
+func ParseStage(b []byte) (Stage, error) {
+	var r Stage
+	if err := json.Unmarshal(b, &r); err != nil {
+		return Stage{}, fmt.Errorf("parsing: %w", err)
+	}
+	if err := ValidateFileName(r.VolumeID); err != nil {
+		return Stage{}, fmt.Errorf("volume ID %q: %w", r.VolumeID, err)
+	}
+	if err := ValidatePath(r.StagingPath); err != nil {
+		return Stage{}, fmt.Errorf("staging path %q: %w", r.StagingPath, err)
+	}
+	return r, nil
+}
+
+// ParsePublish decodes and checks one publish record.
+func ParsePublish(b []byte) (Publish, error) {
+	var r Publish
+	if err := json.Unmarshal(b, &r); err != nil {
+		return Publish{}, fmt.Errorf("parsing: %w", err)
+	}
+	if err := ValidateFileName(r.VolumeID); err != nil {
+		return Publish{}, fmt.Errorf("volume ID %q: %w", r.VolumeID, err)
+	}
+	if err := ValidatePath(r.StagingPath); err != nil {
+		return Publish{}, fmt.Errorf("staging path %q: %w", r.StagingPath, err)
+	}
+	if err := ValidatePath(r.TargetPath); err != nil {
+		return Publish{}, fmt.Errorf("target path %q: %w", r.TargetPath, err)
+	}
+	return r, nil
 }
 
 // StagePath returns the file that holds the stage record of volumeID.
@@ -140,10 +218,10 @@ type RecordError struct {
 func (e *RecordError) Error() string { return fmt.Sprintf("mount record %s: %v", e.Path, e.Err) }
 func (e *RecordError) Unwrap() error { return e.Err }
 
-// Load reads every record. Records that cannot be read or parsed, or that contradict their file name, are
-// skipped and returned as RecordErrors for the caller to log: one bad file must never stop the others from
-// being restored. Leftover temp files of an interrupted write are ignored. Results are sorted by volume ID and
-// target path, so restores run in a stable order.
+// Load reads every record. Records that cannot be read or parsed, that are not regular files, or that contradict
+// their file name, are skipped and returned as RecordErrors for the caller to log: one bad file must never stop
+// the others from being restored, nor block the start-up (a FIFO is never opened for a blocking read). Results
+// are sorted by volume ID and target path, so restores run in a stable order.
 func (s *Store) Load() ([]Stage, []Publish, []error) {
 	var (
 		stages    []Stage
@@ -151,26 +229,33 @@ func (s *Store) Load() ([]Stage, []Publish, []error) {
 		errs      []error
 	)
 	for _, f := range s.list(stagedDir, &errs) {
+		b, err := readRecord(f)
 		var r Stage
-		if err := readJSON(f, &r); err != nil {
-			errs = append(errs, &RecordError{Path: f, Err: err})
-			continue
+		if err == nil {
+			r, err = ParseStage(b)
 		}
-		if want, err := s.StagePath(r.VolumeID); err != nil || want != f || !filepath.IsAbs(r.StagingPath) {
-			errs = append(errs, &RecordError{Path: f, Err: fmt.Errorf("invalid stage record (volume ID %q, staging path %q)", r.VolumeID, r.StagingPath)})
+		if err == nil {
+			if want, _ := s.StagePath(r.VolumeID); want != f {
+				err = fmt.Errorf("record of volume %q in the wrong file", r.VolumeID)
+			}
+		}
+		if err != nil {
+			errs = append(errs, &RecordError{Path: f, Err: err})
 			continue
 		}
 		stages = append(stages, r)
 	}
 	for _, f := range s.list(publishedDir, &errs) {
+		b, err := readRecord(f)
 		var r Publish
-		if err := readJSON(f, &r); err != nil {
-			errs = append(errs, &RecordError{Path: f, Err: err})
-			continue
+		if err == nil {
+			r, err = ParsePublish(b)
 		}
-		if ValidateFileName(r.VolumeID) != nil || !filepath.IsAbs(r.TargetPath) || !filepath.IsAbs(r.StagingPath) ||
-			s.PublishPath(r.TargetPath) != f {
-			errs = append(errs, &RecordError{Path: f, Err: fmt.Errorf("invalid publish record (volume ID %q, target %q, staging path %q)", r.VolumeID, r.TargetPath, r.StagingPath)})
+		if err == nil && s.PublishPath(r.TargetPath) != f {
+			err = fmt.Errorf("record of target %q in the wrong file", r.TargetPath)
+		}
+		if err != nil {
+			errs = append(errs, &RecordError{Path: f, Err: err})
 			continue
 		}
 		publishes = append(publishes, r)
@@ -183,6 +268,33 @@ func (s *Store) Load() ([]Stage, []Publish, []error) {
 		return publishes[i].TargetPath < publishes[j].TargetPath
 	})
 	return stages, publishes, errs
+}
+
+// RemoveTemp removes the temp files of writes that a crash cut off (regular files named "<record>.json.tmp*",
+// only ever created by writeJSON) and returns the paths it removed. Call it at start-up, before any write.
+func (s *Store) RemoveTemp() ([]string, error) {
+	var removed []string
+	var errs []error
+	for _, sub := range []string{stagedDir, publishedDir} {
+		dir := filepath.Join(s.dir, sub)
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		for _, e := range entries {
+			if !e.Type().IsRegular() || !strings.Contains(e.Name(), suffix+tempInfix) {
+				continue
+			}
+			p := filepath.Join(dir, e.Name())
+			if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				errs = append(errs, err)
+				continue
+			}
+			removed = append(removed, p)
+		}
+	}
+	return removed, errors.Join(errs...)
 }
 
 // list returns the record files in sub; only names ending in .json count (temp files do not).
@@ -203,15 +315,32 @@ func (s *Store) list(sub string, errs *[]error) []string {
 	return files
 }
 
-func readJSON(path string, v any) error {
-	b, err := os.ReadFile(path)
+// maxRecordSize bounds what is read of one record (real ones are a few hundred bytes).
+const maxRecordSize = 64 << 10
+
+// readRecord reads a record file without following a symlink and without blocking on a FIFO or a device:
+// anything but a regular file of at most maxRecordSize bytes is an error.
+func readRecord(path string) ([]byte, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_NOCTTY, 0)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	if err := json.Unmarshal(b, v); err != nil {
-		return fmt.Errorf("parsing: %w", err)
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
 	}
-	return nil
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("not a regular file (%v)", fi.Mode().Type())
+	}
+	b, err := io.ReadAll(io.LimitReader(f, maxRecordSize+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > maxRecordSize {
+		return nil, fmt.Errorf("larger than %d bytes", maxRecordSize)
+	}
+	return b, nil
 }
 
 // writeJSON replaces path atomically: temp file in the same directory, fsync, rename, fsync of the directory
@@ -222,7 +351,7 @@ func writeJSON(path string, v any) (err error) {
 		return fmt.Errorf("encoding %s: %w", path, err)
 	}
 	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, filepath.Base(path)+".tmp*")
+	f, err := os.CreateTemp(dir, filepath.Base(path)+tempInfix+"*")
 	if err != nil {
 		return fmt.Errorf("writing mount record: %w", err)
 	}

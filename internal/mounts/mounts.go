@@ -13,9 +13,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
+	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
 )
 
@@ -23,37 +25,16 @@ import (
 const FUSESuperMagic = 0x65735546
 
 // ErrTimeout is wrapped by Probe when the filesystem did not answer in time: a FUSE server that is alive but
-// stuck, or a dead server whose /dev/fuse fd is still held by another process (callers then block, see FACTS §1).
+// stuck, or a dead server whose /dev/fuse fd is still held by another process (callers then block until some process serves that fd again).
 var ErrTimeout = errors.New("filesystem did not answer in time")
 
 // ErrNotFUSE is returned by Answers for a path whose filesystem is not FUSE (typically: nothing is mounted).
 var ErrNotFUSE = errors.New("not a FUSE filesystem")
 
-// Statfs runs statfs(2) on path but gives up after timeout. statfs always reaches the FUSE server (the kernel
-// has no cache for it), so a dead server shows as ENOTCONN here even while stat(2) still answers from the
-// attribute cache. A probe that timed out leaves one goroutine blocked in the kernel until the mount goes away.
+// Statfs runs statfs(2) on path but gives up after timeout; see Prober.Statfs. It is for one-off checks: a
+// long-lived caller uses one Prober, which bounds how many calls a stuck mount can hold.
 func Statfs(path string, timeout time.Duration) (unix.Statfs_t, error) {
-	type result struct {
-		st  unix.Statfs_t
-		err error
-	}
-	ch := make(chan result, 1)
-	go func() {
-		var r result
-		r.err = unix.Statfs(path, &r.st)
-		ch <- r
-	}()
-	t := time.NewTimer(timeout)
-	defer t.Stop()
-	select {
-	case r := <-ch:
-		if r.err != nil {
-			return r.st, &os.PathError{Op: "statfs", Path: path, Err: r.err}
-		}
-		return r.st, nil
-	case <-t.C:
-		return unix.Statfs_t{}, &os.PathError{Op: "statfs", Path: path, Err: fmt.Errorf("%w after %v", ErrTimeout, timeout)}
-	}
+	return NewProber(timeout, 1).Statfs(path)
 }
 
 // Probe asks the filesystem at path to answer one request that is never served from a cache. It returns nil when
@@ -75,34 +56,18 @@ func IsDead(err error) bool {
 	return false
 }
 
-// Answers reports whether path is the root of a live FUSE filesystem that serves file (a name inside it): statfs
-// reaches the server and says FUSE, and stat of path/file succeeds. It returns nil when all holds; else ErrNotFUSE
-// (nothing FUSE is mounted), an error wrapping the errno of the failed call, or ErrTimeout.
+// Answers is Prober.Answers for a one-off check.
 func Answers(path, file string, timeout time.Duration) error {
-	st, err := Statfs(path, timeout)
-	if err != nil {
-		return err
-	}
-	if st.Type != FUSESuperMagic {
-		return &os.PathError{Op: "statfs", Path: path, Err: fmt.Errorf("%w (f_type %#x)", ErrNotFUSE, st.Type)}
-	}
-	if file == "" {
-		return nil
-	}
-	var fst unix.Stat_t
-	name := filepath.Join(path, file)
-	if err := unix.Stat(name, &fst); err != nil {
-		return &os.PathError{Op: "stat", Path: name, Err: err}
-	}
-	return nil
+	return NewProber(timeout, 1).Answers(path, file)
 }
 
 // WaitAnswering polls Answers(path, file) until it succeeds, ctx ends, or died is closed (the server exited:
 // no point in waiting further). The returned error carries the last probe result.
 func WaitAnswering(ctx context.Context, path, file string, died <-chan struct{}) error {
 	delay := 2 * time.Millisecond
+	p := NewProber(time.Second, 1) // one outstanding check at a time, however long the server takes
 	for {
-		err := Answers(path, file, time.Second)
+		err := p.Answers(path, file)
 		if err == nil {
 			return nil
 		}
@@ -131,18 +96,21 @@ func Bind(src, target string, readOnly bool) error {
 	if !readOnly {
 		return nil
 	}
-	var st unix.Statfs_t
-	if err := unix.Statfs(target, &st); err != nil {
-		return &os.PathError{Op: "statfs", Path: target, Err: err}
+	// The flags of the new mount come from the mount table, not from statfs: statfs would reach the FUSE server,
+	// which may have stopped answering since the caller checked it.
+	mp := filepath.Clean(target)
+	infos, err := mountinfo.GetMounts(func(in *mountinfo.Info) (bool, bool) { return in.Mountpoint != mp, false })
+	if err != nil || len(infos) == 0 {
+		_ = unix.Unmount(target, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW)
+		return &os.PathError{Op: "remount read-only", Path: target, Err: fmt.Errorf("new bind mount not in the mount table (%v)", err)}
 	}
+	top := infos[len(infos)-1] // stacked mounts: the last one is on top
 	flags := uintptr(unix.MS_BIND | unix.MS_REMOUNT | unix.MS_RDONLY)
-	for stFlag, msFlag := range map[int64]uintptr{
-		unix.ST_NOSUID: unix.MS_NOSUID, unix.ST_NODEV: unix.MS_NODEV, unix.ST_NOEXEC: unix.MS_NOEXEC,
-		unix.ST_NOATIME: unix.MS_NOATIME, unix.ST_NODIRATIME: unix.MS_NODIRATIME, unix.ST_RELATIME: unix.MS_RELATIME,
-	} {
-		if st.Flags&stFlag != 0 {
-			flags |= msFlag
-		}
+	for _, opt := range strings.Split(top.Options, ",") {
+		flags |= map[string]uintptr{
+			"nosuid": unix.MS_NOSUID, "nodev": unix.MS_NODEV, "noexec": unix.MS_NOEXEC,
+			"noatime": unix.MS_NOATIME, "nodiratime": unix.MS_NODIRATIME, "relatime": unix.MS_RELATIME,
+		}[opt]
 	}
 	if err := unix.Mount("", target, "", flags, ""); err != nil {
 		// Do not leave a writable bind behind when read-only was asked for.

@@ -50,7 +50,7 @@ func TestAnswersOnPlainDirectory(t *testing.T) {
 	}
 }
 
-func TestCanonicalResolvesParentSymlinks(t *testing.T) {
+func TestResolveParentSymlinks(t *testing.T) {
 	dir := t.TempDir()
 	real := filepath.Join(dir, "real")
 	if err := os.Mkdir(real, 0o755); err != nil {
@@ -59,10 +59,19 @@ func TestCanonicalResolvesParentSymlinks(t *testing.T) {
 	if err := os.Symlink(real, filepath.Join(dir, "link")); err != nil {
 		t.Fatal(err)
 	}
-	got := Canonical(filepath.Join(dir, "link", "leaf"))
-	want := filepath.Join(Canonical(real), "leaf")
-	if got != want {
-		t.Fatalf("Canonical = %q, want %q", got, want)
+	p := NewProber(time.Second, 1)
+	realDir, err := filepath.EvalSymlinks(real)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for in, want := range map[string]string{
+		filepath.Join(dir, "link", "leaf"):            filepath.Join(realDir, "leaf"),
+		filepath.Join(dir, "link", "new", "sub", "x"): filepath.Join(realDir, "new", "sub", "x"), // parents to create
+		filepath.Join(dir, "link"):                    filepath.Join(filepath.Dir(realDir), "link"), // last element kept
+	} {
+		if got, err := p.Resolve(in); err != nil || got != want {
+			t.Errorf("Resolve(%s) = %q, %v; want %q", in, got, err, want)
+		}
 	}
 }
 
@@ -137,7 +146,7 @@ func TestDeadFUSEMount(t *testing.T) {
 		if ok, err := IsMountPoint(p); err != nil || !ok {
 			t.Errorf("IsMountPoint(%s) on dead mount = %v, %v; want true", p, ok, err)
 		}
-		if ok, err := Exists(p); err != nil || !ok {
+		if ok, err := NewProber(time.Second, 1).Exists(p); err != nil || !ok {
 			t.Errorf("Exists(%s) on dead mount = %v, %v; want true", p, ok, err)
 		}
 	}

@@ -3,7 +3,6 @@ package mounts
 import (
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -31,9 +30,11 @@ func ReadTable() (*Table, error) {
 	return t, nil
 }
 
-// Mounts returns the mounts on path, bottom first (two or more when mounts are stacked), or nil.
+// Mounts returns the mounts on path, bottom first (two or more when mounts are stacked), or nil. Like every
+// function here that reads the mount table, it compares path as the kernel writes mount points (absolute, clean,
+// symlinks resolved: see Prober.Resolve) and never touches the filesystem, so it cannot block on a FUSE server.
 func (t *Table) Mounts(path string) []*mountinfo.Info {
-	return t.byPoint[Canonical(path)]
+	return t.byPoint[filepath.Clean(path)]
 }
 
 // Count returns how many mounts are stacked on path.
@@ -48,7 +49,7 @@ func IsMountPoint(path string) (bool, error) {
 
 // CountMounts returns how many mounts are stacked on path according to /proc/self/mountinfo.
 func CountMounts(path string) (int, error) {
-	p := Canonical(path)
+	p := filepath.Clean(path)
 	// Not mountinfo.SingleEntryFilter: it stops at the first match and would count stacked mounts as one.
 	infos, err := mountinfo.GetMounts(func(in *mountinfo.Info) (skip, stop bool) { return in.Mountpoint != p, false })
 	if err != nil {
@@ -57,42 +58,10 @@ func CountMounts(path string) (int, error) {
 	return len(infos), nil
 }
 
-// Canonical returns path as the kernel writes it in mountinfo: absolute, clean, with symlinks of its parent
-// directories resolved. The last element is deliberately not resolved: it may be a dead FUSE mount, and
-// resolving it would stat it.
-func Canonical(path string) string {
-	p, err := filepath.Abs(path)
-	if err != nil {
-		return filepath.Clean(path)
-	}
-	dir, base := filepath.Split(p)
-	if base == "" {
-		return p
-	}
-	if d, err := filepath.EvalSymlinks(dir); err == nil {
-		return filepath.Join(d, base)
-	}
-	return p
-}
-
-// Exists reports whether path exists, treating a dead mount (lstat fails with ENOTCONN...) as existing.
-func Exists(path string) (bool, error) {
-	_, err := os.Lstat(path)
-	switch {
-	case err == nil:
-		return true, nil
-	case os.IsNotExist(err):
-		return false, nil
-	case IsDead(err):
-		return true, nil
-	}
-	return false, err
-}
-
 // UnmountUnder lazily unmounts every mount on dir or below it, deepest first and every stacked layer, and returns
 // how many it removed. Tests call it in t.Cleanup so that no mount outlives them, whatever failed.
 func UnmountUnder(dir string) (int, error) {
-	root := Canonical(dir)
+	root := filepath.Clean(dir)
 	t, err := ReadTable()
 	if err != nil {
 		return 0, err

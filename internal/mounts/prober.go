@@ -1,0 +1,255 @@
+package mounts
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/moby/sys/mountinfo"
+	"golang.org/x/sys/unix"
+)
+
+// Prober runs the system calls that may reach a FUSE server (statfs, stat, lstat, readdir, symlink resolution)
+// so that no caller ever waits longer than its timeout, whatever the server does.
+//
+// A server that is alive but stuck (SIGSTOP, a deadlock, a dead server whose /dev/fuse fd another process still
+// holds) makes such a call block in the kernel until it answers; the goroutine that made it keeps its OS thread
+// for as long. So the calls run in goroutines of their own, and a Prober bounds how many can pile up:
+//   - one call per operation and path at a time: a caller asking what an outstanding call already asks waits for
+//     that call's result instead of starting another (so a kubelet polling NodeGetVolumeStats every minute on a
+//     stuck mount costs one thread, not one per poll);
+//   - once a call to a mount has outlived the timeout, at most perMount calls to that mount may be outstanding;
+//     further ones fail at once with ErrTimeout. A mount that answers is never refused.
+//
+// The zero value is not usable; create one with NewProber. A Prober is safe for concurrent use.
+type Prober struct {
+	timeout  time.Duration
+	perMount int
+
+	mu    sync.Mutex
+	calls map[callKey]*call
+	mnts  map[string]*mountCalls // by mount point
+}
+
+type callKey struct{ op, path string }
+
+type call struct {
+	done  chan struct{}
+	val   any
+	err   error
+	mount string
+	stuck bool // a waiter timed out on it; guarded by Prober.mu
+}
+
+type mountCalls struct{ outstanding, stuck int }
+
+// NewProber returns a Prober whose calls give up after timeout, allowing perMount outstanding calls per mount
+// once that mount stopped answering.
+func NewProber(timeout time.Duration, perMount int) *Prober {
+	if perMount < 1 {
+		perMount = 1
+	}
+	return &Prober{timeout: timeout, perMount: perMount, calls: map[callKey]*call{}, mnts: map[string]*mountCalls{}}
+}
+
+// Timeout returns how long a call waits.
+func (p *Prober) Timeout() time.Duration { return p.timeout }
+
+// Outstanding returns how many calls have been started and not returned (tests and logs).
+func (p *Prober) Outstanding() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.calls)
+}
+
+// do runs fn as op on path, or joins the outstanding call of op on path, and waits at most p.timeout for it.
+func (p *Prober) do(op, path string, fn func() (any, error)) (any, error) {
+	key := callKey{op, path}
+	p.mu.Lock()
+	c := p.calls[key]
+	if c == nil {
+		p.mu.Unlock()
+		mnt := mountOf(path) // reads the mount table only: never blocks on a server
+		p.mu.Lock()
+		if c = p.calls[key]; c == nil {
+			m := p.mnts[mnt]
+			if m == nil {
+				m = &mountCalls{}
+				p.mnts[mnt] = m
+			}
+			if m.stuck > 0 && m.outstanding >= p.perMount {
+				p.mu.Unlock()
+				return nil, &os.PathError{Op: op, Path: path, Err: fmt.Errorf("%w: %d earlier calls to the mount at %s have not returned", ErrTimeout, m.outstanding, mnt)}
+			}
+			m.outstanding++
+			c = &call{done: make(chan struct{}), mount: mnt}
+			p.calls[key] = c
+			go p.run(key, c, fn)
+		}
+	}
+	p.mu.Unlock()
+
+	t := time.NewTimer(p.timeout)
+	defer t.Stop()
+	select {
+	case <-c.done:
+		return c.val, c.err
+	case <-t.C:
+		p.mu.Lock()
+		if !c.stuck {
+			c.stuck = true
+			p.mnts[c.mount].stuck++
+		}
+		p.mu.Unlock()
+		return nil, &os.PathError{Op: op, Path: path, Err: fmt.Errorf("%w after %v", ErrTimeout, p.timeout)}
+	}
+}
+
+func (p *Prober) run(key callKey, c *call, fn func() (any, error)) {
+	c.val, c.err = fn()
+	p.mu.Lock()
+	delete(p.calls, key)
+	m := p.mnts[c.mount]
+	m.outstanding--
+	if c.stuck {
+		m.stuck--
+	}
+	if m.outstanding == 0 {
+		delete(p.mnts, c.mount)
+	}
+	p.mu.Unlock()
+	close(c.done)
+}
+
+// mountOf returns the mount point that path lies on (the longest mount point that is path or one of its
+// parents), from the mount table alone; "/" when the table cannot be read.
+func mountOf(path string) string {
+	p := filepath.Clean(path)
+	best := "/"
+	_, _ = mountinfo.GetMounts(func(in *mountinfo.Info) (skip, stop bool) {
+		mp := in.Mountpoint
+		if len(mp) > len(best) && (p == mp || strings.HasPrefix(p, mp+"/")) {
+			best = mp
+		}
+		return true, false
+	})
+	return best
+}
+
+// Statfs runs statfs(2) on path. statfs always reaches the FUSE server (the kernel has no cache for it), so a dead
+// server shows as ENOTCONN here even while stat(2) still answers from the attribute cache.
+func (p *Prober) Statfs(path string) (unix.Statfs_t, error) {
+	v, err := p.do("statfs", path, func() (any, error) {
+		var st unix.Statfs_t
+		if err := unix.Statfs(path, &st); err != nil {
+			return st, &os.PathError{Op: "statfs", Path: path, Err: err}
+		}
+		return st, nil
+	})
+	st, _ := v.(unix.Statfs_t)
+	return st, err
+}
+
+// Answers reports whether path is the root of a live FUSE filesystem that serves file (a name inside it): statfs
+// reaches the server and says FUSE, and stat of path/file succeeds. It returns nil when all holds; else ErrNotFUSE
+// (nothing FUSE is mounted), an error wrapping the errno of the failed call, or ErrTimeout.
+func (p *Prober) Answers(path, file string) error {
+	_, err := p.do("answers:"+file, path, func() (any, error) {
+		var st unix.Statfs_t
+		if err := unix.Statfs(path, &st); err != nil {
+			return nil, &os.PathError{Op: "statfs", Path: path, Err: err}
+		}
+		if st.Type != FUSESuperMagic {
+			return nil, &os.PathError{Op: "statfs", Path: path, Err: fmt.Errorf("%w (f_type %#x)", ErrNotFUSE, st.Type)}
+		}
+		if file == "" {
+			return nil, nil
+		}
+		var fst unix.Stat_t
+		name := filepath.Join(path, file)
+		if err := unix.Stat(name, &fst); err != nil {
+			return nil, &os.PathError{Op: "stat", Path: name, Err: err}
+		}
+		return nil, nil
+	})
+	return err
+}
+
+// Lstat is os.Lstat, bounded.
+func (p *Prober) Lstat(path string) (fs.FileInfo, error) {
+	v, err := p.do("lstat", path, func() (any, error) { return os.Lstat(path) })
+	fi, _ := v.(fs.FileInfo)
+	return fi, err
+}
+
+// Exists reports whether path exists, treating a dead mount (lstat fails with ENOTCONN...) as existing.
+func (p *Prober) Exists(path string) (bool, error) {
+	_, err := p.Lstat(path)
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, fs.ErrNotExist):
+		return false, nil
+	case IsDead(err):
+		return true, nil
+	}
+	return false, err
+}
+
+// IsEmptyDir reports whether path is a directory without entries (false for anything else, such as a file).
+func (p *Prober) IsEmptyDir(path string) (bool, error) {
+	v, err := p.do("readdir", path, func() (any, error) {
+		f, err := os.OpenFile(path, os.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
+		if errors.Is(err, unix.ENOTDIR) || errors.Is(err, unix.ELOOP) {
+			return false, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		defer f.Close()
+		_, err = f.Readdirnames(1)
+		if errors.Is(err, io.EOF) {
+			return true, nil
+		}
+		return false, err
+	})
+	empty, _ := v.(bool)
+	return empty, err
+}
+
+// Resolve returns path with the symlinks of its parent directories resolved, as the kernel writes it in
+// mountinfo. Parents that do not exist yet are kept as they are (they will be created as directories). The last
+// element is not resolved: it may be a dead FUSE mount; callers that must not follow it check it with Lstat.
+func (p *Prober) Resolve(path string) (string, error) {
+	path = filepath.Clean(path)
+	dir, base := filepath.Split(path)
+	if base == "" {
+		return path, nil
+	}
+	v, err := p.do("resolve", dir, func() (any, error) {
+		// Walk up to the deepest parent that exists, resolve it, and keep the rest as it is.
+		rest := ""
+		d := filepath.Clean(dir)
+		for {
+			r, err := filepath.EvalSymlinks(d)
+			if err == nil {
+				return filepath.Join(r, rest), nil
+			}
+			if !errors.Is(err, fs.ErrNotExist) || d == "/" {
+				return "", err
+			}
+			rest = filepath.Join(filepath.Base(d), rest)
+			d = filepath.Dir(d)
+		}
+	})
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(v.(string), base), nil
+}

@@ -1,0 +1,51 @@
+package mounts
+
+import (
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// TestProberBoundsStuckCalls: a call that does not return is joined rather than repeated, and once a mount has a
+// stuck call, at most perMount calls to it are outstanding; the others fail at once. When the calls return,
+// nothing stays counted.
+func TestProberBoundsStuckCalls(t *testing.T) {
+	const perMount = 2
+	p := NewProber(50*time.Millisecond, perMount)
+	dir := t.TempDir()
+	release := make(chan struct{})
+	var started atomic.Int32
+	stuck := func() (any, error) { started.Add(1); <-release; return "late", nil }
+
+	for i := 0; i < 5; i++ { // kubelet polling one path: one call, joined
+		if _, err := p.do("statfs", dir, stuck); !errors.Is(err, ErrTimeout) {
+			t.Fatalf("call %d on a stuck path: %v, want ErrTimeout", i, err)
+		}
+	}
+	if n := started.Load(); n != 1 {
+		t.Fatalf("%d calls started for one path, want 1 (the others join it)", n)
+	}
+	if _, err := p.do("lstat", dir, stuck); !errors.Is(err, ErrTimeout) { // second outstanding call: allowed
+		t.Fatalf("second operation: %v, want ErrTimeout", err)
+	}
+	start := time.Now()
+	_, err := p.do("readdir", dir, stuck)
+	if !errors.Is(err, ErrTimeout) || time.Since(start) >= 50*time.Millisecond {
+		t.Fatalf("third operation on a mount with %d stuck calls: %v after %v; want an immediate ErrTimeout", perMount, err, time.Since(start))
+	}
+	if n := started.Load(); n != perMount {
+		t.Fatalf("%d calls started, want %d", n, perMount)
+	}
+	close(release)
+	deadline := time.Now().Add(5 * time.Second)
+	for p.Outstanding() > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d calls still outstanding after they returned", p.Outstanding())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if v, err := p.do("statfs", dir, func() (any, error) { return "ok", nil }); err != nil || v != "ok" {
+		t.Fatalf("after the mount answered again: %v, %v", v, err)
+	}
+}
