@@ -66,7 +66,7 @@ func TestResolveParentSymlinks(t *testing.T) {
 	}
 	for in, want := range map[string]string{
 		filepath.Join(dir, "link", "leaf"):            filepath.Join(realDir, "leaf"),
-		filepath.Join(dir, "link", "new", "sub", "x"): filepath.Join(realDir, "new", "sub", "x"), // parents to create
+		filepath.Join(dir, "link", "new", "sub", "x"): filepath.Join(realDir, "new", "sub", "x"),    // parents to create
 		filepath.Join(dir, "link"):                    filepath.Join(filepath.Dir(realDir), "link"), // last element kept
 	} {
 		if got, err := p.Resolve(in); err != nil || got != want {
