@@ -304,6 +304,13 @@ func (d *Driver) publish(id, staging, targetPath string, readOnly bool, capabili
 		case healthDead:
 			klog.InfoS("Target mount is dead, repairing it", "volumeID", id, "targetPath", targetPath, "strategy", strategy, "err", perr)
 			if strategy == restore.Stack {
+				// Stack on the bottom mount only: the dead layers that earlier restores stacked above it serve no
+				// one (see restore.Stack), and without this every crash would add one.
+				for i := 1; i < layers; i++ {
+					if err := mounts.UnmountLazy(targetPath); err != nil {
+						return "", status.Errorf(codes.Internal, "unmounting a dead stacked layer: %v", err)
+					}
+				}
 				act = actionStacked
 			} else {
 				if _, err := mounts.UnmountAll(targetPath); err != nil {

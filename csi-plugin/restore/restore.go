@@ -26,7 +26,10 @@ const (
 	Rebind Strategy = "rebind"
 	// Stack bind-mounts the new staging mount on top of the dead target mount without unmounting it: with
 	// HostToContainer propagation (a slave mount) the new mount propagates into running containers on top of
-	// their copy, whose new opens then succeed; files opened before the crash stay dead.
+	// their copy, whose new opens then succeed; files opened before the crash stay dead. Only the bottom
+	// (original) mount is kept underneath: the dead binds that earlier restores stacked are detached first (their
+	// unmount propagates to the containers as well), so a target never holds more than two mounts, however often
+	// the plugin crashes.
 	Stack Strategy = "stack"
 )
 
