@@ -200,3 +200,48 @@ func TestWaitAnsweringStopsWhenServerDies(t *testing.T) {
 		t.Fatal("WaitAnswering ignored the died channel")
 	}
 }
+
+// TestUnderOrder: Under lists nested and stacked mounts in an order that unmounts them all, and
+// UnmountUnder removes every one of them.
+func TestUnderOrder(t *testing.T) {
+	if os.Geteuid() != 0 {
+		testenv.SkipOrFail(t, "mounting tmpfs needs root")
+	}
+	root := t.TempDir()
+	t.Cleanup(func() { _, _ = UnmountUnder(root) })
+	outer := filepath.Join(root, "outer")
+	inner := filepath.Join(outer, "inner")
+	if err := os.Mkdir(outer, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	mountTmpfs := func(source, at string) {
+		t.Helper()
+		if err := unix.Mount(source, at, "tmpfs", 0, "size=1m"); err != nil {
+			t.Fatalf("mount tmpfs on %s: %v", at, err)
+		}
+	}
+	mountTmpfs("outer", outer)
+	if err := os.Mkdir(inner, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	mountTmpfs("bottom", inner)
+	mountTmpfs("top", inner)
+
+	infos, err := Under(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, in := range infos {
+		got = append(got, in.Source)
+	}
+	if fmt.Sprint(got) != "[top bottom outer]" {
+		t.Errorf("Under(%s) = %v, want [top bottom outer] (deepest first, topmost first)", root, got)
+	}
+	if n, err := UnmountUnder(root); err != nil || n != 3 {
+		t.Errorf("UnmountUnder = %d, %v; want 3 mounts removed", n, err)
+	}
+	if left, err := Under(root); err != nil || len(left) != 0 {
+		t.Errorf("left after UnmountUnder: %d mounts (%v)", len(left), err)
+	}
+}

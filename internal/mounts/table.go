@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
@@ -58,32 +59,40 @@ func CountMounts(path string) (int, error) {
 	return len(infos), nil
 }
 
+// Under lists the mounts on dir or below it in this mount namespace, in the order they can be unmounted:
+// deepest first and, of mounts stacked on one path, the topmost (latest in mountinfo) first. Like Mounts, it
+// compares dir as the kernel writes mount points and reads the mount table only, so dead FUSE mounts are
+// listed without being touched.
+func Under(dir string) ([]*mountinfo.Info, error) {
+	root := filepath.Clean(dir)
+	infos, err := mountinfo.GetMounts(func(in *mountinfo.Info) (skip, stop bool) {
+		return in.Mountpoint != root && !strings.HasPrefix(in.Mountpoint, root+"/"), false
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reading mount table for %s: %w", dir, err)
+	}
+	slices.Reverse(infos) // mountinfo lists a mount after the one it covers
+	sort.SliceStable(infos, func(i, j int) bool {
+		return strings.Count(infos[i].Mountpoint, "/") > strings.Count(infos[j].Mountpoint, "/")
+	})
+	return infos, nil
+}
+
 // UnmountUnder lazily unmounts every mount on dir or below it, deepest first and every stacked layer, and returns
 // how many it removed. Tests call it in t.Cleanup so that no mount outlives them, whatever failed.
 func UnmountUnder(dir string) (int, error) {
-	root := filepath.Clean(dir)
-	t, err := ReadTable()
+	infos, err := Under(dir)
 	if err != nil {
 		return 0, err
 	}
-	var points []string
-	for p := range t.byPoint {
-		if p == root || strings.HasPrefix(p, root+"/") {
-			points = append(points, p)
-		}
-	}
-	// Deepest first: a mount inside another mount must go before it.
-	sort.Slice(points, func(i, j int) bool { return len(points[i]) > len(points[j]) })
 	n := 0
 	var errs []error
-	for _, p := range points {
-		for range t.byPoint[p] {
-			if err := UnmountLazy(p); err != nil {
-				errs = append(errs, err)
-				break
-			}
-			n++
+	for _, in := range infos {
+		if err := UnmountLazy(in.Mountpoint); err != nil {
+			errs = append(errs, err)
+			continue
 		}
+		n++
 	}
 	return n, errors.Join(errs...)
 }
