@@ -2,52 +2,100 @@ package scenarios
 
 import "context"
 
-// Backend deploys a scenario's setup on some platform, performs the steps' actions and reports Evidence.
+// Backend deploys a scenario's setup on some platform and kills and starts its components when the steps say
+// so; the runner (Run) owns the run directory and the evidence, sequences the steps and judges the outcome
+// from the evidence alone.
 //
 // The local backend (scenarios/local) plays kubelet and the container runtime with real processes, mounts and
-// namespaces; a Kubernetes backend drives a real cluster (helm install of chart/, pods from manifests/,
-// `kubectl delete pod` of the plugin, kubectl logs / events / restart counts). Both run the same Scenario
-// values; the runner (Run) sequences the steps and judges the outcome from the evidence alone.
+// namespaces; the Kubernetes backend (scenarios/kube) drives a real cluster (helm install of chart/, pods from
+// manifests/, deletion of the plugin pod, logs, events, restart counts). Both run the same Scenario values.
 //
-// What the evidence must contain for the catalog's checks (see evidence.go for the kinds):
+// What a backend records into Env.Rec for the catalog's checks (see evidence.go for the kinds):
 //   - every line of every workload container instance's JSON log, parsed with ParseWorkloadLine and tagged
 //     with the container name and instance (restart count of that instance); a Kubernetes backend follows
 //     the logs of each instance as it starts, because `kubectl logs --previous` only keeps the last one;
 //   - KContainerStarted / KContainerExited (with ExitCode) per instance, and KStartFailed for every failed
 //     start attempt with kubelet's event message ("Error: failed to generate container ... failed to stat
 //     \"<volume dir>\": ...") in Message and the errno, when known, in Errno (e.g. from the message text);
-//   - KPluginKilled when the plugin container was killed and KPluginReady when a (new) plugin serves CSI again;
+//   - KKilled when it killed a component, and KStarted, KReady (serves again) and KExited as it sees a
+//     component's lifecycle, each with Event.Component set;
 //   - KProbe events on every change of the result of stat(2) on the host volume dir (Path PathVolume, Errno
-//     "" for success), and Paths[PathVolume] set to that dir; a backend that cannot stat host paths leaves
-//     them out, and the checks that need them fail with "no stat of the volume dir in the evidence".
+//     "" for success; ProbeStates and StatHostPaths do this), and Rec.SetPaths with that dir; a backend that
+//     cannot stat host paths leaves them out, and the checks that need them fail with "no stat of the volume
+//     dir in the evidence".
 //
-// Methods are called from one goroutine, in this order: Timing, Start, then any of KillPlugin, StartPlugin
-// and Evidence, then Stop (always, also after a failed Start or a cancelled context).
+// Methods are called from one goroutine, in this order: Name, Describe and Timing at any time, Setup, then
+// any of Kill and Start, then Stop (always, also after a failed Setup or a cancelled context), then KeepNote.
 type Backend interface {
 	// Name is the backend's name ("local", "kube").
 	Name() string
-	// Timing is the default read interval and the container restart back-off this backend runs with; the
-	// scenarios' waits scale with it.
+	// Describe says in one line how the backend runs (its timing, the image it deploys), for the run's header.
+	Describe() string
+	// Timing is the default read interval and the container restart back-off this backend runs with, and how
+	// long its teardown may take; the scenarios' waits scale with it.
 	Timing() Timing
-	// Start deploys sc's setup, writing every component's logs into dir: the plugin container with sc.Plugin's
-	// flags, the volume staged and published for the pod the way kubelet does it, and the pod's containers.
-	// It returns once every container has had its first start attempt.
-	Start(ctx context.Context, sc *Scenario, dir string) error
-	// KillPlugin kills the plugin container abruptly, as a container kill or `kubectl delete pod` does; the
-	// FUSE servers it runs die with it. It returns once the plugin is gone, and the plugin must stay down
-	// until StartPlugin: the steps in between (e.g. "wait until a start of the container fails") rely on
-	// it. A DaemonSet recreates a deleted pod at once, so a Kubernetes backend keeps it off the node first
-	// (e.g. patch the DaemonSet's nodeSelector to a label no node has, then delete the pod with
-	// --grace-period=0 --force for an abrupt kill) and undoes that in StartPlugin.
-	KillPlugin(ctx context.Context) error
-	// StartPlugin starts the plugin container again with the same flags and state and returns once it serves
-	// CSI (Probe ready). Like kubelet, no backend calls NodeStage/NodePublish again for volumes kubelet
-	// believes mounted: whatever the plugin restores, it restores on its own.
-	StartPlugin(ctx context.Context) error
-	// Evidence returns a snapshot of everything observed so far, with Until set to the snapshot's time.
-	// The runner calls it every ~100 ms while it waits.
-	Evidence(ctx context.Context) (*Evidence, error)
+	// Setup deploys sc's setup, recording evidence into env.Rec and writing its logs with env.Log: the
+	// plugin container with sc.Plugin's flags, the volume staged and published for the pod the way kubelet
+	// does it, and the pod's containers. It returns once every container has had its first start attempt.
+	Setup(ctx context.Context, sc *Scenario, env *Env) error
+	// Kill kills component c abruptly, as a container kill or `kubectl delete pod` does (the plugin's FUSE
+	// servers die with it), and records KKilled. It returns once c is gone, and c must stay down until Start:
+	// the steps in between (e.g. "wait until a start of the container fails") rely on it. A DaemonSet
+	// recreates a deleted pod at once, so a Kubernetes backend keeps it off the node first and undoes that in
+	// Start. A component the backend does not have is an error.
+	Kill(ctx context.Context, c Component) error
+	// Start starts component c again with the same configuration and state and returns once it serves
+	// (KReady). Like kubelet, no backend calls NodeStage/NodePublish again for volumes kubelet believes
+	// mounted: whatever the plugin restores, it restores on its own.
+	Start(ctx context.Context, c Component) error
 	// Stop tears everything down: every process it started is stopped, everything it mounted unmounted, every
 	// object deleted, even after failures. It reports what it could not clean.
 	Stop(ctx context.Context) error
+	// KeepNote says, after Stop of a backend told to keep its setup, what was left and how to remove it; ""
+	// otherwise.
+	KeepNote() string
+}
+
+// Component is a part of a scenario's setup that a step kills or starts.
+//
+// Adding a kind: a constant here with its entry in components, and a case in each backend's Kill and Start.
+type Component string
+
+// The components steps can kill and start.
+const (
+	// PluginContainer is the CSI node plugin container; the FUSE servers it runs die with it.
+	PluginContainer Component = "plugin"
+)
+
+// componentText says how the steps, the timeline and the report describe a component.
+type componentText struct {
+	// noun names it ("plugin container").
+	noun string
+	// kill and start describe the step's action in full.
+	kill, start string
+	// ready says that it serves again.
+	ready string
+}
+
+var components = map[Component]componentText{
+	PluginContainer: {
+		noun:  "plugin container",
+		kill:  "kill the plugin container (SIGKILL; its FUSE servers die with it)",
+		start: "start the plugin container again (same flags, same state dir)",
+		ready: "plugin serves CSI",
+	},
+}
+
+// Known reports whether c is a component kind of the catalog.
+func (c Component) Known() bool {
+	_, ok := components[c]
+	return ok
+}
+
+// Noun names the component ("plugin container").
+func (c Component) Noun() string {
+	if t, ok := components[c]; ok {
+		return t.noun
+	}
+	return string(c)
 }

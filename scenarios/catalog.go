@@ -222,6 +222,27 @@ func Lookup(name string) (Scenario, error) {
 	return Scenario{}, fmt.Errorf("no scenario %q (have: %v)", name, Names())
 }
 
+// Select returns the scenarios named, in the order given; no names, or the name "all", stand for the whole
+// catalog. dfc-scenario's arguments and the e2e tests' DFC_SCENARIOS are such lists.
+func Select(names []string) ([]Scenario, error) {
+	if len(names) == 0 {
+		return Catalog(), nil
+	}
+	var out []Scenario
+	for _, n := range names {
+		if n == "all" {
+			out = append(out, Catalog()...)
+			continue
+		}
+		s, err := Lookup(n)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
+
 // Names lists the catalog's scenario names in catalog order.
 func Names() []string {
 	var out []string

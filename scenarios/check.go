@@ -11,6 +11,8 @@ import (
 type Check interface {
 	// Describe says in one sentence what must hold.
 	Describe() string
+	// Label says it in a few words, for a wait step in the timeline picture ("until reader gets ENOTCONN").
+	Label() string
 	// Eval evaluates the statement against ev, with t to resolve durations that scale with the backend.
 	Eval(ev *Evidence, t Timing) Result
 	// Containers names the containers the check is about (for validation).
@@ -107,6 +109,8 @@ func (c GoodReads) Describe() string {
 	return fmt.Sprintf("%s has read %q %d times", who, Content, c.N)
 }
 
+func (c GoodReads) Label() string { return "warm-up reads" }
+
 func (c GoodReads) Containers() []string { return names(c.C) }
 
 func (c GoodReads) Eval(ev *Evidence, _ Timing) Result {
@@ -157,6 +161,8 @@ func (c FailsWith) Describe() string {
 	return s
 }
 
+func (c FailsWith) Label() string { return "until " + c.C + " gets " + c.Errno }
+
 func (c FailsWith) Containers() []string { return names(c.C) }
 
 func (c FailsWith) Eval(ev *Evidence, t Timing) Result {
@@ -187,6 +193,8 @@ type Exits struct {
 func (c Exits) Describe() string {
 	return fmt.Sprintf("%s exits with code %d after the plugin is killed", c.C, c.Code)
 }
+
+func (c Exits) Label() string { return "until " + c.C + " exits" }
 
 func (c Exits) Containers() []string { return names(c.C) }
 
@@ -245,6 +253,8 @@ func (c StartFails) after() Anchor {
 	}
 	return c.After
 }
+
+func (c StartFails) Label() string { return "until a start fails" }
 
 func (c StartFails) Containers() []string { return names(c.C) }
 
@@ -313,6 +323,8 @@ func (c Recovers) Describe() string {
 	return s
 }
 
+func (c Recovers) Label() string { return "until " + c.C + " reads again" }
+
 func (c Recovers) Containers() []string { return names(c.C) }
 
 func (c Recovers) Eval(ev *Evidence, _ Timing) Result {
@@ -369,6 +381,8 @@ func (c NeverRecovers) Describe() string {
 	return fmt.Sprintf("%s never reads %q again (watched for %s %s)", c.C, Content, c.For, c.After.phrase())
 }
 
+func (c NeverRecovers) Label() string { return "while " + c.C + " reads nothing" }
+
 func (c NeverRecovers) Containers() []string { return names(c.C) }
 
 func (c NeverRecovers) Eval(ev *Evidence, t Timing) Result {
@@ -401,6 +415,8 @@ type KeepsFailing struct {
 func (c KeepsFailing) Describe() string {
 	return fmt.Sprintf("%s: reads keep failing with %s %s", c.C, c.Errno, c.After.phrase())
 }
+
+func (c KeepsFailing) Label() string { return "while " + c.C + " fails" }
 
 func (c KeepsFailing) Containers() []string { return names(c.C) }
 
@@ -437,6 +453,8 @@ func (c Restarts) Describe() string {
 	return fmt.Sprintf("%s is restarted %d to %d times", c.C, c.Min, c.Max)
 }
 
+func (c Restarts) Label() string { return "restarts of " + c.C }
+
 func (c Restarts) Containers() []string { return names(c.C) }
 
 func (c Restarts) Eval(ev *Evidence, _ Timing) Result {
@@ -459,6 +477,13 @@ func (c VolumeDir) Describe() string {
 		return "stat of the host volume dir fails after the kill and succeeds again " + c.After.phrase() + " (mounts restored)"
 	}
 	return fmt.Sprintf("stat of the host volume dir fails with %s %s", c.Errno, c.After.phrase())
+}
+
+func (c VolumeDir) Label() string {
+	if c.Errno != "" {
+		return "until volume dir " + c.Errno
+	}
+	return "until volume dir restored"
 }
 
 func (c VolumeDir) Containers() []string { return nil }

@@ -20,17 +20,17 @@ func restartStory() *Evidence {
 	r(100, 0)
 	r(300, 0)
 	r(500, 0)
-	s.at(1000, Event{Source: SrcPlugin, Kind: KPluginKilled})
-	s.at(1010, Event{Source: SrcPlugin, Kind: KPluginExited})
+	s.at(1000, Event{Source: SrcComponent, Component: PluginContainer, Kind: KKilled})
+	s.at(1010, Event{Source: SrcComponent, Component: PluginContainer, Kind: KExited})
 	r(1200, 0) // still served from the page cache
 	s.at(1500, Event{Source: SrcWorkload, Kind: KReadError, Container: reader, Errno: "ENOTCONN"})
 	s.at(1510, Event{Source: SrcWorkload, Kind: KWorkloadExit, Container: reader, ExitCode: IntPtr(1)})
 	s.at(1520, Event{Source: SrcKubelet, Kind: KContainerExited, Container: reader, ExitCode: IntPtr(1)})
 	s.at(1600, Event{Source: SrcProbe, Kind: KProbe, Path: PathVolume, Errno: "ENOTCONN"})
 	s.at(1700, Event{Source: SrcKubelet, Kind: KStartFailed, Container: reader, Instance: 1, Errno: "ENOTCONN", Message: statMsg})
-	s.at(2000, Event{Source: SrcPlugin, Kind: KPluginStarted})
+	s.at(2000, Event{Source: SrcComponent, Component: PluginContainer, Kind: KStarted})
 	s.at(2250, Event{Source: SrcProbe, Kind: KProbe, Path: PathVolume})
-	s.at(2300, Event{Source: SrcPlugin, Kind: KPluginReady})
+	s.at(2300, Event{Source: SrcComponent, Component: PluginContainer, Kind: KReady})
 	s.at(2700, Event{Source: SrcKubelet, Kind: KContainerStarted, Container: reader, Instance: 1})
 	r(2710, 1)
 	return s.until(3500).ev
@@ -41,12 +41,12 @@ func brokenStory() *Evidence {
 	s := newStory()
 	s.at(0, Event{Source: SrcKubelet, Kind: KContainerStarted, Container: reader})
 	s.at(100, Event{Source: SrcWorkload, Kind: KRead, Container: reader, Content: Content})
-	s.at(1000, Event{Source: SrcPlugin, Kind: KPluginKilled})
+	s.at(1000, Event{Source: SrcComponent, Component: PluginContainer, Kind: KKilled})
 	for ms := 1500; ms <= 5000; ms += 200 {
 		s.at(ms, Event{Source: SrcWorkload, Kind: KReadError, Container: reader, Errno: "ENOTCONN"})
 	}
 	s.at(1600, Event{Source: SrcProbe, Kind: KProbe, Path: PathVolume, Errno: "ENOTCONN"})
-	s.at(2000, Event{Source: SrcPlugin, Kind: KPluginReady})
+	s.at(2000, Event{Source: SrcComponent, Component: PluginContainer, Kind: KReady})
 	return s.until(5000).ev
 }
 
@@ -101,7 +101,7 @@ func TestChecks(t *testing.T) {
 		{"volume restored", restart, VolumeDir{After: AfterPluginBack}, true, "ok since"},
 		{"volume still dead: wrong", restart, VolumeDir{Errno: "ENOTCONN", After: AfterPluginBack}, false, "ok since"},
 		{"volume still dead", broken, VolumeDir{Errno: "ENOTCONN", After: AfterPluginBack}, true, "ENOTCONN since"},
-		{"no probes", &Evidence{Events: []Event{{Kind: KPluginKilled}, {Kind: KPluginReady}}}, VolumeDir{After: AfterPluginBack}, false, "no stat"},
+		{"no probes", &Evidence{Events: []Event{{Kind: KKilled, Component: PluginContainer}, {Kind: KReady, Component: PluginContainer}}}, VolumeDir{After: AfterPluginBack}, false, "no stat"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -146,5 +146,43 @@ func TestDur(t *testing.T) {
 	}
 	if got := (Dur{Fixed: 2 * time.Second}).Explain(tm); got != "2s" {
 		t.Errorf("Explain of a fixed duration = %q", got)
+	}
+}
+
+func TestSelect(t *testing.T) {
+	for _, tc := range []struct {
+		names []string
+		want  string // scenario names, or the error
+	}{
+		{nil, strings.Join(Names(), ",")},
+		{[]string{"all"}, strings.Join(Names(), ",")},
+		{[]string{"subpath", "restart"}, "subpath,restart"},
+		{[]string{"restart", "nope"}, `no scenario "nope"`},
+	} {
+		got, err := Select(tc.names)
+		var s string
+		if err != nil {
+			s = err.Error()
+		} else {
+			var ns []string
+			for _, sc := range got {
+				ns = append(ns, sc.Name)
+			}
+			s = strings.Join(ns, ",")
+		}
+		if !strings.Contains(s, tc.want) {
+			t.Errorf("Select(%q) = %s, want %s", tc.names, s, tc.want)
+		}
+	}
+}
+
+func TestValidateRejectsUnknownComponent(t *testing.T) {
+	sc, err := Lookup("restart")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc.Steps = append(sc.Steps, Kill("fuse-server"))
+	if err := sc.Validate(); err == nil || !strings.Contains(err.Error(), `unknown component "fuse-server"`) {
+		t.Errorf("Validate = %v, want an unknown component error", err)
 	}
 }

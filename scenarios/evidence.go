@@ -2,13 +2,11 @@ package scenarios
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"sort"
-	"syscall"
 	"time"
 
-	"golang.org/x/sys/unix"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/dummy-fuse-workload/workload"
 )
 
 // Source is who observed an event.
@@ -20,8 +18,8 @@ const (
 	SrcWorkload Source = "workload"
 	// SrcKubelet: the kubelet / container runtime (container started, exited, start failed, back-off).
 	SrcKubelet Source = "kubelet"
-	// SrcPlugin: the plugin container's lifecycle (started, ready, killed, exited).
-	SrcPlugin Source = "plugin"
+	// SrcComponent: the lifecycle of a component that steps kill and start (Event.Component: the plugin...).
+	SrcComponent Source = "component"
 	// SrcProbe: stat of a volume path on the host.
 	SrcProbe Source = "probe"
 	// SrcRunner: the scenario runner (steps).
@@ -31,15 +29,15 @@ const (
 // Kind is what happened.
 type Kind string
 
-// Event kinds. The workload kinds are the workload log's "event" values.
+// Event kinds. The workload kinds are the workload log's own event names.
 const (
-	KWorkloadStart Kind = "start"
-	KOpen          Kind = "open"
-	KOpenError     Kind = "open_error"
-	KRead          Kind = "read"
-	KReadError     Kind = "read_error"
-	KClose         Kind = "close"
-	KWorkloadExit  Kind = "exit"
+	KWorkloadStart Kind = workload.EventStart
+	KOpen          Kind = workload.EventOpen
+	KOpenError     Kind = workload.EventOpenError
+	KRead          Kind = workload.EventRead
+	KReadError     Kind = workload.EventReadError
+	KClose         Kind = workload.EventClose
+	KWorkloadExit  Kind = workload.EventExit
 	KLog           Kind = "log" // a workload line that is not JSON
 
 	KContainerStarted Kind = "container_started"
@@ -48,10 +46,11 @@ const (
 	KBackOff          Kind = "back_off"
 	KVolumeMounted    Kind = "volume_mounted"
 
-	KPluginStarted Kind = "plugin_started"
-	KPluginReady   Kind = "plugin_ready"
-	KPluginKilled  Kind = "plugin_killed"
-	KPluginExited  Kind = "plugin_exited"
+	// The lifecycle of a component (Event.Component): started, serving again, killed by a step, exited.
+	KStarted Kind = "started"
+	KReady   Kind = "ready"
+	KKilled  Kind = "killed"
+	KExited  Kind = "exited"
 
 	KProbe Kind = "probe"
 
@@ -70,6 +69,8 @@ type Event struct {
 	Time   time.Time `json:"time"`
 	Source Source    `json:"source"`
 	Kind   Kind      `json:"kind"`
+	// Component is the component of a lifecycle event (KStarted, KReady, KKilled, KExited).
+	Component Component `json:"component,omitempty"`
 	// Container and Instance identify a workload container; Instance counts its starts from 0 (a restart
 	// count), so "reader#1" is the first restart.
 	Container string `json:"container,omitempty"`
@@ -88,10 +89,13 @@ type Event struct {
 	Content string `json:"content,omitempty"`
 }
 
-// Who names the event's container instance ("reader#1") or its source.
+// Who names the event's container instance ("reader#1"), its component or its source.
 func (e Event) Who() string {
-	if e.Container != "" {
+	switch {
+	case e.Container != "":
 		return fmt.Sprintf("%s#%d", e.Container, e.Instance)
+	case e.Component != "":
+		return string(e.Component)
 	}
 	return string(e.Source)
 }
@@ -157,19 +161,23 @@ func (ev *Evidence) Since(t time.Time) string {
 	return fmt.Sprintf("t+%.2fs", t.Sub(ev.Start).Seconds())
 }
 
-// KillTime is when the plugin was first killed.
+// KillTime is when a step first killed a component.
 func (ev *Evidence) KillTime() (time.Time, bool) {
-	e, ok := ev.First(time.Time{}, func(e Event) bool { return e.Kind == KPluginKilled })
+	e, ok := ev.firstKill()
 	return e.Time, ok
 }
 
-// PluginBackTime is when the plugin first served again after the kill.
+func (ev *Evidence) firstKill() (Event, bool) {
+	return ev.First(time.Time{}, func(e Event) bool { return e.Kind == KKilled })
+}
+
+// PluginBackTime is when the component killed first served again after the kill.
 func (ev *Evidence) PluginBackTime() (time.Time, bool) {
-	k, ok := ev.KillTime()
+	k, ok := ev.firstKill()
 	if !ok {
 		return time.Time{}, false
 	}
-	e, ok := ev.First(k, func(e Event) bool { return e.Kind == KPluginReady })
+	e, ok := ev.First(k.Time, func(e Event) bool { return e.Kind == KReady && e.Component == k.Component })
 	return e.Time, ok
 }
 
@@ -262,42 +270,26 @@ func (ev *Evidence) Measure(primary string) Measures {
 	return m
 }
 
-// workloadLine is one line of dummy-fuse-workload's JSON log (see CONTRACTS.md).
-type workloadLine struct {
-	Time      time.Time `json:"time"`
-	Event     string    `json:"event"`
-	File      string    `json:"file"`
-	Errno     string    `json:"errno"`
-	Error     string    `json:"error"`
-	Content   string    `json:"content"`
-	Bytes     *int      `json:"bytes"`
-	Code      *int      `json:"code"`
-	Reason    string    `json:"reason"`
-	KeepOpen  *bool     `json:"keep_open"`
-	ExitOnErr *bool     `json:"exit_on_error"`
-	Interval  string    `json:"interval"`
-}
-
-// ParseWorkloadLine turns one line of the workload's JSON log into an event of container c, instance n.
-// A line that is not a JSON object with a time and an event becomes a KLog event stamped now, so that
-// nothing the workload said is lost.
+// ParseWorkloadLine turns one line of the workload's JSON log (a workload.Record) into an event of container c,
+// instance n. A line that is not a JSON object with a time and an event becomes a KLog event stamped now, so
+// that nothing the workload said is lost.
 func ParseWorkloadLine(line []byte, c string, n int, now time.Time) Event {
-	var l workloadLine
-	if err := json.Unmarshal(line, &l); err != nil || l.Event == "" || l.Time.IsZero() {
+	var r workload.Record
+	if err := json.Unmarshal(line, &r); err != nil || r.Event == "" || r.Time.IsZero() {
 		return Event{Time: now, Source: SrcWorkload, Kind: KLog, Container: c, Instance: n, Message: string(line)}
 	}
 	e := Event{
-		Time: l.Time, Source: SrcWorkload, Kind: Kind(l.Event), Container: c, Instance: n,
-		Errno: l.Errno, Path: l.File, Content: l.Content,
+		Time: r.Time, Source: SrcWorkload, Kind: Kind(r.Event), Container: c, Instance: n,
+		Errno: deref(r.Errno), Path: r.File, Content: deref(r.Content),
 	}
 	switch e.Kind {
 	case KReadError, KOpenError:
-		e.Message = l.Error
+		e.Message = r.Error
 	case KWorkloadExit:
-		e.ExitCode = l.Code
-		e.Message = l.Reason
+		e.ExitCode = r.Code
+		e.Message = r.Reason
 	case KWorkloadStart:
-		e.Message = fmt.Sprintf("keep_open=%v exit_on_error=%v interval=%s", deref(l.KeepOpen), deref(l.ExitOnErr), l.Interval)
+		e.Message = fmt.Sprintf("keep_open=%v exit_on_error=%v interval=%s", deref(r.KeepOpen), deref(r.ExitOnError), r.Interval)
 	}
 	return e
 }
@@ -308,18 +300,6 @@ func deref[T any](p *T) T {
 		return zero
 	}
 	return *p
-}
-
-// ErrnoName returns the symbolic name of the errno inside err ("ENOTCONN"), or "" when err carries none.
-func ErrnoName(err error) string {
-	var errno syscall.Errno
-	if errors.As(err, &errno) {
-		if n := unix.ErrnoName(errno); n != "" {
-			return n
-		}
-		return fmt.Sprintf("errno %d", int(errno))
-	}
-	return ""
 }
 
 // IntPtr returns a pointer to v (for Event.ExitCode).

@@ -1,10 +1,6 @@
 package scenarios
 
 import (
-	"fmt"
-	"io/fs"
-	"os"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -86,29 +82,10 @@ func TestParseWorkloadLine(t *testing.T) {
 	}
 }
 
-func TestErrnoName(t *testing.T) {
-	_, statErr := os.Stat("/definitely/not/here")
-	cases := []struct {
-		err  error
-		want string
-	}{
-		{&fs.PathError{Op: "stat", Path: "/x", Err: syscall.ENOTCONN}, "ENOTCONN"},
-		{fmt.Errorf("wrapped: %w", &fs.PathError{Op: "read", Path: "/x", Err: syscall.ECONNABORTED}), "ECONNABORTED"},
-		{statErr, "ENOENT"},
-		{fmt.Errorf("no errno here"), ""},
-		{nil, ""},
-	}
-	for _, tc := range cases {
-		if got := ErrnoName(tc.err); got != tc.want {
-			t.Errorf("ErrnoName(%v) = %q, want %q", tc.err, got, tc.want)
-		}
-	}
-}
-
 func TestMeasure(t *testing.T) {
 	s := newStory()
 	s.at(0, Event{Source: SrcWorkload, Kind: KRead, Container: "reader", Content: Content})
-	s.at(1000, Event{Source: SrcPlugin, Kind: KPluginKilled})
+	s.at(1000, Event{Source: SrcComponent, Component: PluginContainer, Kind: KKilled})
 	s.at(1200, Event{Source: SrcWorkload, Kind: KRead, Container: "reader", Content: Content}) // from the page cache
 	s.at(1500, Event{Source: SrcProbe, Kind: KProbe, Path: PathVolume, Errno: "ENOTCONN"})
 	s.at(1600, Event{Source: SrcWorkload, Kind: KReadError, Container: "reader", Errno: "ENOTCONN"})

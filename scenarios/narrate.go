@@ -68,7 +68,7 @@ func (n *narrator) describe(e Event) string {
 	switch e.Source {
 	case SrcRunner:
 		return "── " + e.Message
-	case SrcPlugin, SrcKubelet:
+	case SrcComponent, SrcKubelet:
 		return EventText(e)
 	case SrcProbe:
 		state := "ok"
@@ -120,14 +120,17 @@ func EventText(e Event) string {
 		code = fmt.Sprintf(" with code %d", *e.ExitCode)
 	}
 	switch e.Kind {
-	case KPluginStarted:
-		return "plugin container started" + suffix(e.Message)
-	case KPluginReady:
-		return "plugin serves CSI" + suffix(e.Message)
-	case KPluginKilled:
-		return "plugin container killed" + suffix(e.Message)
-	case KPluginExited:
-		return "plugin container exited" + suffix(e.Message)
+	case KStarted:
+		return e.Component.Noun() + " started" + suffix(e.Message)
+	case KReady:
+		if t, ok := components[e.Component]; ok {
+			return t.ready + suffix(e.Message)
+		}
+		return string(e.Component) + " serves again" + suffix(e.Message)
+	case KKilled:
+		return e.Component.Noun() + " killed" + suffix(e.Message)
+	case KExited:
+		return e.Component.Noun() + " exited" + suffix(e.Message)
 	case KContainerStarted:
 		return "container started" + suffix(e.Message)
 	case KContainerExited:

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"text/tabwriter"
 	"time"
 )
 
@@ -41,6 +42,19 @@ func PrintVerdicts(w io.Writer, o *Outcome) {
 	m := o.Measures
 	fmt.Fprintf(w, "measured: kill → first ENOTCONN %s · kill → volume dir restored %s · kill → first good read again %s · wall %s\n",
 		FormatMeasure(m.KillToError), FormatMeasure(m.KillToRestore), FormatMeasure(m.KillToRecovery), m.Wall.Round(10*time.Millisecond))
+}
+
+// PrintSummary prints one line per outcome: its result, the measured intervals and its report.
+func PrintSummary(w io.Writer, outcomes []*Outcome) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "  scenario\tresult\tkill→ENOTCONN\tkill→volume restored\tkill→good read\twall\treport")
+	for _, o := range outcomes {
+		m := o.Measures
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\n", o.Scenario.Name, passFail(o.Passed()),
+			FormatMeasure(m.KillToError), FormatMeasure(m.KillToRestore), FormatMeasure(m.KillToRecovery),
+			m.Wall.Round(10*time.Millisecond), filepath.Join(o.Dir, "report.md"))
+	}
+	tw.Flush()
 }
 
 func shortenFor(o *Outcome, s string) string {

@@ -16,8 +16,6 @@ type RunOptions struct {
 	Out io.Writer
 	// Poll is how often the evidence is polled while waiting (default 100ms).
 	Poll time.Duration
-	// StopTimeout bounds the backend's teardown (default 60s).
-	StopTimeout time.Duration
 }
 
 // Outcome is the result of one run of a scenario.
@@ -26,6 +24,8 @@ type Outcome struct {
 	Backend  string
 	Timing   Timing
 	Dir      string
+	// Artifacts are the files the backend wrote into Dir (its logs), by name; the report adds its own.
+	Artifacts []string
 	// Start and End bound the whole run, setup and teardown included.
 	Start, End time.Time
 	// Evidence is the snapshot taken after the last step, before teardown; the verdicts judge it.
@@ -38,6 +38,8 @@ type Outcome struct {
 	Err error
 	// CleanupErr says what teardown could not clean.
 	CleanupErr error
+	// KeepNote is what the backend left in place (when told to keep it) and how to remove it.
+	KeepNote string
 }
 
 // StepRecord is one executed step.
@@ -64,61 +66,83 @@ func (o *Outcome) Passed() bool {
 // Run runs scenario sc on backend b: setup, steps, verdicts, teardown. It never panics on backend errors;
 // they end up in Outcome.Err or Outcome.CleanupErr, and Passed is then false.
 func Run(ctx context.Context, b Backend, sc Scenario, opts RunOptions) *Outcome {
+	r := NewRunner(b, sc, opts)
+	if r.Setup(ctx) == nil {
+		r.Steps(ctx)
+	}
+	return r.Teardown(ctx)
+}
+
+// Runner runs one scenario on one backend in three phases, Setup, Steps and Teardown, so that a test
+// framework can map them onto its own (scenarios/kube/e2e); Run calls all three. The runner owns the run
+// directory and the evidence: the backend records into it, the runner snapshots and judges it.
+type Runner struct {
+	b    Backend
+	o    *Outcome
+	env  *Env
+	poll time.Duration
+	narr *narrator
+	// own holds the runner's events (steps), merged into every snapshot.
+	own      []Event
+	judged   bool
+	tornDown bool
+}
+
+// NewRunner prepares a run of sc on b.
+func NewRunner(b Backend, sc Scenario, opts RunOptions) *Runner {
 	if opts.Poll <= 0 {
 		opts.Poll = 100 * time.Millisecond
-	}
-	if opts.StopTimeout <= 0 {
-		opts.StopTimeout = 60 * time.Second
 	}
 	if opts.Out == nil {
 		opts.Out = io.Discard
 	}
 	o := &Outcome{Scenario: sc, Backend: b.Name(), Timing: b.Timing(), Dir: opts.Dir, Start: time.Now()}
-	r := &runner{b: b, o: o, poll: opts.Poll, narr: newNarrator(opts.Out, o.Start)}
-	if err := sc.Validate(); err != nil {
-		o.Err = err
-		o.End = time.Now()
-		return o
-	}
-
-	o.Err = r.run(ctx)
-	// The verdicts judge what was observed up to now, before teardown adds its own events.
-	if ev, err := r.snapshot(context.WithoutCancel(ctx)); err == nil {
-		o.Evidence = ev
-		r.narr.update(ev)
-	} else if o.Err == nil {
-		o.Err = fmt.Errorf("collect evidence: %w", err)
-	}
-	if o.Evidence == nil {
-		o.Evidence = &Evidence{Start: o.Start, Until: time.Now()}
-	}
-	o.Verdicts = Evaluate(&o.Scenario, o.Evidence, o.Timing)
-	if len(sc.Pod.Containers) > 0 {
-		o.Measures = o.Evidence.Measure(sc.Pod.Containers[0].Name)
-	}
-
-	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opts.StopTimeout)
-	defer cancel()
-	o.CleanupErr = b.Stop(stopCtx)
-	o.End = time.Now()
-	o.Measures.Wall = o.End.Sub(o.Start)
-	return o
+	return &Runner{b: b, o: o, poll: opts.Poll, narr: newNarrator(opts.Out, o.Start)}
 }
 
-type runner struct {
-	b    Backend
-	o    *Outcome
-	poll time.Duration
-	narr *narrator
-	// own holds the runner's events (steps), merged into every snapshot.
-	own []Event
+// Outcome is the outcome so far: complete after Teardown.
+func (r *Runner) Outcome() *Outcome { return r.o }
+
+// Setup validates the scenario and has the backend deploy it. An error is also kept in Outcome.Err.
+func (r *Runner) Setup(ctx context.Context) error {
+	if err := r.setup(ctx); err != nil {
+		r.o.Err = err
+		return err
+	}
+	return nil
 }
 
-func (r *runner) run(ctx context.Context) error {
-	sc := &r.o.Scenario
-	if err := r.b.Start(ctx, sc, r.o.Dir); err != nil {
+func (r *Runner) setup(ctx context.Context) error {
+	if err := r.o.Scenario.Validate(); err != nil {
+		return err
+	}
+	env, err := NewEnv(r.o.Dir)
+	if err != nil {
+		return fmt.Errorf("run dir: %w", err)
+	}
+	r.env, r.o.Dir = env, env.Dir
+	if err := r.b.Setup(ctx, &r.o.Scenario, env); err != nil {
 		return fmt.Errorf("setup: %w", err)
 	}
+	return nil
+}
+
+// Steps performs the scenario's steps, then judges the evidence observed so far: the verdicts and measures.
+// It returns the error that stopped the steps (also kept in Outcome.Err); a wait that timed out is recorded
+// in the step, not an error.
+func (r *Runner) Steps(ctx context.Context) error {
+	if r.o.Err == nil {
+		r.o.Err = r.steps(ctx)
+	}
+	r.judge()
+	return r.o.Err
+}
+
+func (r *Runner) steps(ctx context.Context) error {
+	if r.env == nil {
+		return errors.New("steps without a successful setup")
+	}
+	sc := &r.o.Scenario
 	for i, st := range sc.Steps {
 		rec := StepRecord{Step: st, Start: time.Now()}
 		r.own = append(r.own, Event{Time: rec.Start, Source: SrcRunner, Kind: KStep,
@@ -131,26 +155,61 @@ func (r *runner) run(ctx context.Context) error {
 				Message: fmt.Sprintf("step %d timed out: %s", i+1, st.Until.Describe())})
 		}
 		if rec.Err != nil {
-			return fmt.Errorf("step %d (%s): %w", i+1, st.Action, rec.Err)
+			return fmt.Errorf("step %d (%s): %w", i+1, st.Label(), rec.Err)
 		}
 	}
 	return nil
 }
 
+// judge evaluates the expectations against what was observed up to now, before teardown adds its own events.
+func (r *Runner) judge() {
+	if r.judged {
+		return
+	}
+	r.judged = true
+	r.o.Evidence = r.snapshot()
+	r.narr.update(r.o.Evidence)
+	r.o.Verdicts = Evaluate(&r.o.Scenario, r.o.Evidence, r.o.Timing)
+	if cs := r.o.Scenario.Pod.Containers; len(cs) > 0 {
+		r.o.Measures = r.o.Evidence.Measure(cs[0].Name)
+	}
+}
+
+// Teardown has the backend stop everything (bounded by Timing.Teardown, also when ctx is cancelled) and
+// completes the outcome. A run whose Steps did not run is judged on what setup observed.
+func (r *Runner) Teardown(ctx context.Context) *Outcome {
+	if r.tornDown {
+		return r.o
+	}
+	r.tornDown = true
+	r.judge()
+	timeout := r.o.Timing.Teardown
+	if timeout <= 0 {
+		timeout = 60 * time.Second
+	}
+	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+	defer cancel()
+	r.o.CleanupErr = r.b.Stop(stopCtx)
+	r.o.KeepNote = r.b.KeepNote()
+	if r.env != nil {
+		r.o.Artifacts = r.env.Artifacts()
+	}
+	r.o.End = time.Now()
+	r.o.Measures.Wall = r.o.End.Sub(r.o.Start)
+	return r.o
+}
+
 // step performs one step; a wait that times out is reported, not an error.
-func (r *runner) step(ctx context.Context, st Step) (timedOut bool, err error) {
+func (r *Runner) step(ctx context.Context, st Step) (timedOut bool, err error) {
 	switch st.Action {
-	case ActKillPlugin:
-		err = r.b.KillPlugin(ctx)
-	case ActStartPlugin:
-		err = r.b.StartPlugin(ctx)
+	case ActKill:
+		err = r.b.Kill(ctx, st.Component)
+	case ActStart:
+		err = r.b.Start(ctx, st.Component)
 	case ActWaitFor:
 		deadline := time.Now().Add(st.Timeout.Resolve(r.o.Timing))
 		for {
-			ev, err := r.snapshot(ctx)
-			if err != nil {
-				return false, err
-			}
+			ev := r.snapshot()
 			r.narr.update(ev)
 			if st.Until.Eval(ev, r.o.Timing).OK {
 				return false, nil
@@ -165,11 +224,7 @@ func (r *runner) step(ctx context.Context, st Step) (timedOut bool, err error) {
 	case ActObserve:
 		end := time.Now().Add(st.For.Resolve(r.o.Timing))
 		for time.Now().Before(end) {
-			ev, err := r.snapshot(ctx)
-			if err != nil {
-				return false, err
-			}
-			r.narr.update(ev)
+			r.narr.update(r.snapshot())
 			if err := Sleep(ctx, min(r.poll, time.Until(end))); err != nil {
 				return false, err
 			}
@@ -178,23 +233,23 @@ func (r *runner) step(ctx context.Context, st Step) (timedOut bool, err error) {
 		err = fmt.Errorf("unknown action %q", st.Action)
 	}
 	if err == nil {
-		if ev, serr := r.snapshot(ctx); serr == nil {
-			r.narr.update(ev)
-		}
+		r.narr.update(r.snapshot())
 	}
 	return false, err
 }
 
-// snapshot is the backend's evidence with the runner's own events merged in.
-func (r *runner) snapshot(ctx context.Context) (*Evidence, error) {
-	ev, err := r.b.Evidence(ctx)
-	if err != nil {
-		return nil, err
+// snapshot is the recorded evidence with the runner's own events merged in.
+func (r *Runner) snapshot() *Evidence {
+	var ev *Evidence
+	if r.env != nil {
+		ev = r.env.Rec.Snapshot()
+	} else {
+		ev = &Evidence{Until: time.Now(), Paths: map[string]string{}}
 	}
 	ev.Start = r.o.Start // t = 0 is the start of the run, for every backend
 	ev.Events = append(ev.Events, r.own...)
 	ev.Sort()
-	return ev, nil
+	return ev
 }
 
 // ErrCancelled reports whether the run ended because its context was cancelled (e.g. Ctrl-C).

@@ -5,11 +5,11 @@ import (
 	"context"
 	"encoding/xml"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 )
@@ -17,8 +17,7 @@ import (
 // fakeBackend scripts the evidence of a successful "restart" run: the runner, the checks and the report can
 // be tested without root. The privileged tests in scenarios/local run the real thing.
 type fakeBackend struct {
-	mu       sync.Mutex
-	events   []Event
+	rec      *Recorder
 	startErr error
 	stopErr  error
 	calls    []string
@@ -28,23 +27,27 @@ type fakeBackend struct {
 
 func (f *fakeBackend) Name() string { return "fake" }
 
+func (f *fakeBackend) Describe() string { return "backend fake" }
+
+func (f *fakeBackend) KeepNote() string { return "" }
+
 func (f *fakeBackend) Timing() Timing {
 	return Timing{ReadInterval: 10 * time.Millisecond, BackoffBase: 20 * time.Millisecond, BackoffMax: 600 * time.Millisecond}
 }
 
-func (f *fakeBackend) add(e Event) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	e.Time = time.Now()
-	f.events = append(f.events, e)
-}
+func (f *fakeBackend) add(e Event) { f.rec.Add(e) }
 
-func (f *fakeBackend) Start(context.Context, *Scenario, string) error {
+func (f *fakeBackend) Setup(_ context.Context, _ *Scenario, env *Env) error {
 	f.calls = append(f.calls, "start")
 	if f.startErr != nil {
 		return f.startErr
 	}
-	f.add(Event{Source: SrcPlugin, Kind: KPluginReady})
+	f.rec = env.Rec
+	f.rec.SetPaths(map[string]string{PathVolume: "/k/v", PathRoot: "/k"})
+	if _, err := env.Log("fake.log"); err != nil {
+		return err
+	}
+	f.add(Event{Source: SrcComponent, Component: PluginContainer, Kind: KReady})
 	f.add(Event{Source: SrcProbe, Kind: KProbe, Path: PathVolume})
 	f.add(Event{Source: SrcKubelet, Kind: KContainerStarted, Container: reader})
 	for range 3 {
@@ -53,9 +56,12 @@ func (f *fakeBackend) Start(context.Context, *Scenario, string) error {
 	return nil
 }
 
-func (f *fakeBackend) KillPlugin(context.Context) error {
+func (f *fakeBackend) Kill(_ context.Context, c Component) error {
+	if c != PluginContainer {
+		return fmt.Errorf("no component %s", c)
+	}
 	f.calls = append(f.calls, "kill")
-	f.add(Event{Source: SrcPlugin, Kind: KPluginKilled})
+	f.add(Event{Source: SrcComponent, Component: PluginContainer, Kind: KKilled})
 	f.add(Event{Source: SrcWorkload, Kind: KReadError, Container: reader, Errno: "ENOTCONN"})
 	f.add(Event{Source: SrcKubelet, Kind: KContainerExited, Container: reader, ExitCode: IntPtr(1)})
 	f.add(Event{Source: SrcProbe, Kind: KProbe, Path: PathVolume, Errno: "ENOTCONN"})
@@ -64,22 +70,18 @@ func (f *fakeBackend) KillPlugin(context.Context) error {
 	return nil
 }
 
-func (f *fakeBackend) StartPlugin(context.Context) error {
+func (f *fakeBackend) Start(_ context.Context, c Component) error {
+	if c != PluginContainer {
+		return fmt.Errorf("no component %s", c)
+	}
 	f.calls = append(f.calls, "start-plugin")
-	f.add(Event{Source: SrcPlugin, Kind: KPluginReady})
+	f.add(Event{Source: SrcComponent, Component: PluginContainer, Kind: KReady})
 	f.add(Event{Source: SrcProbe, Kind: KProbe, Path: PathVolume})
 	if f.restartRecovers {
 		f.add(Event{Source: SrcKubelet, Kind: KContainerStarted, Container: reader, Instance: 1})
 		f.add(Event{Source: SrcWorkload, Kind: KRead, Container: reader, Instance: 1, Content: Content})
 	}
 	return nil
-}
-
-func (f *fakeBackend) Evidence(context.Context) (*Evidence, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return &Evidence{Until: time.Now(), Paths: map[string]string{PathVolume: "/k/v", PathRoot: "/k"},
-		Events: append([]Event(nil), f.events...)}, nil
 }
 
 func (f *fakeBackend) Stop(context.Context) error {
@@ -107,6 +109,16 @@ func TestRunPasses(t *testing.T) {
 	}
 	if got := strings.Join(f.calls, ","); got != "start,kill,start-plugin,stop" {
 		t.Errorf("backend calls = %s", got)
+	}
+	if got := strings.Join(o.Artifacts, ","); got != "fake.log" {
+		t.Errorf("artifacts = %s, want the backend's fake.log", got)
+	}
+	var sum bytes.Buffer
+	PrintSummary(&sum, []*Outcome{o})
+	for _, want := range []string{"kill→ENOTCONN", "restart", "PASS", filepath.Join(o.Dir, "report.md")} {
+		if !strings.Contains(sum.String(), want) {
+			t.Errorf("summary lacks %q:\n%s", want, sum.String())
+		}
 	}
 	if len(o.Steps) != len(o.Scenario.Steps) {
 		t.Errorf("%d steps recorded, scenario has %d", len(o.Steps), len(o.Scenario.Steps))

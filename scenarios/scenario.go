@@ -1,18 +1,24 @@
 // Package scenarios is the catalog of FUSE mount-loss scenarios and the machinery every backend shares.
 //
-// A Scenario is data: its setup (plugin flags, the workload pod), a list of steps (kill the plugin container,
-// wait until the evidence shows X, start the plugin again, observe for a while) and the outcomes it expects.
-// A Backend (the local one in scenarios/local, a Kubernetes one later) deploys the setup, performs the steps'
-// actions and reports Evidence: what the workload logged (with errno names), what the container runtime saw
-// (exits, restarts, start failures with kubelet's messages) and what stat said about the volume paths.
-// Expectations are Checks evaluated against that evidence only, never against what the runner believes it did.
+// A Scenario is data: its setup (plugin flags, the workload pod), a list of steps (kill a component such as
+// the plugin container, wait until the evidence shows X, start it again, observe for a while) and the outcomes
+// it expects. A Backend (scenarios/local on this machine, scenarios/kube on a cluster) deploys the setup and
+// kills and starts components; it records Evidence into the runner's Recorder: what the workload logged (with
+// errno names), what the container runtime saw (exits, restarts, start failures with kubelet's messages) and
+// what stat said about the volume paths. Expectations are Checks evaluated against that evidence only, never
+// against what the runner believes it did. How FUSE mount loss happens is explained in
+// docs/fuse-mount-loss.md.
 package scenarios
 
 import (
 	"fmt"
 	"path"
+	"slices"
 	"strings"
 	"time"
+
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/restore"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/dummy-fuse/dummyfs"
 )
 
 // RestartPolicy is a pod's restartPolicy.
@@ -45,16 +51,16 @@ const (
 	PropagationHostToContainer Propagation = "HostToContainer"
 )
 
-// Restore strategies of the plugin (--restore-strategy).
+// The plugin's restore strategies (--restore-strategy), as the catalog names them.
 const (
-	StrategyRebind = "rebind"
-	StrategyStack  = "stack"
+	StrategyRebind = restore.Rebind
+	StrategyStack  = restore.Stack
 )
 
 // FileName is the file the dummy-fuse filesystem serves at its root, and Content what it holds.
 const (
-	FileName = "dummy-file.txt"
-	Content  = "Hello world!\n"
+	FileName = dummyfs.FileName
+	Content  = dummyfs.Content
 )
 
 // Plugin is how the CSI node plugin runs.
@@ -62,7 +68,7 @@ type Plugin struct {
 	// RestoreMounts passes --restore-mounts: the plugin remounts what its state dir records when it starts.
 	RestoreMounts bool
 	// RestoreStrategy is --restore-strategy (StrategyRebind or StrategyStack); empty means the plugin's default.
-	RestoreStrategy string
+	RestoreStrategy restore.Strategy
 }
 
 // Args returns the plugin's command-line flags for this setup (besides endpoint, node ID and paths).
@@ -72,7 +78,7 @@ func (p Plugin) Args() []string {
 		args = append(args, "--restore-mounts")
 	}
 	if p.RestoreStrategy != "" {
-		args = append(args, "--restore-strategy="+p.RestoreStrategy)
+		args = append(args, "--restore-strategy="+string(p.RestoreStrategy))
 	}
 	return args
 }
@@ -143,10 +149,10 @@ type Action string
 
 // The step actions every backend implements.
 const (
-	// ActKillPlugin kills the plugin container abruptly; its FUSE servers die with it.
-	ActKillPlugin Action = "kill-plugin"
-	// ActStartPlugin starts the plugin container again (same flags, same state dir) and waits until it serves.
-	ActStartPlugin Action = "start-plugin"
+	// ActKill kills the step's Component abruptly (the plugin's FUSE servers die with it).
+	ActKill Action = "kill"
+	// ActStart starts the step's Component again (same configuration, same state) and waits until it serves.
+	ActStart Action = "start"
 	// ActWaitFor polls the evidence until Until holds or Timeout passes (a timeout is recorded, not fatal).
 	ActWaitFor Action = "wait-for"
 	// ActObserve lets time pass (For) while evidence accumulates.
@@ -155,17 +161,24 @@ const (
 
 // Step is one step of a scenario.
 type Step struct {
-	Action  Action
-	Until   Check // ActWaitFor
-	Timeout Dur   // ActWaitFor
-	For     Dur   // ActObserve
+	Action    Action
+	Component Component // ActKill, ActStart
+	Until     Check     // ActWaitFor
+	Timeout   Dur       // ActWaitFor
+	For       Dur       // ActObserve
 }
 
+// Kill returns a step that kills component c.
+func Kill(c Component) Step { return Step{Action: ActKill, Component: c} }
+
+// Start returns a step that starts component c again.
+func Start(c Component) Step { return Step{Action: ActStart, Component: c} }
+
 // KillPlugin returns a step that kills the plugin container.
-func KillPlugin() Step { return Step{Action: ActKillPlugin} }
+func KillPlugin() Step { return Kill(PluginContainer) }
 
 // StartPlugin returns a step that starts the plugin container again.
-func StartPlugin() Step { return Step{Action: ActStartPlugin} }
+func StartPlugin() Step { return Start(PluginContainer) }
 
 // WaitFor returns a step that waits until c holds, at most timeout.
 func WaitFor(c Check, timeout Dur) Step {
@@ -178,10 +191,10 @@ func Observe(d Dur) Step { return Step{Action: ActObserve, For: d} }
 // Describe says what the step does, resolved with t.
 func (s Step) Describe(t Timing) string {
 	switch s.Action {
-	case ActKillPlugin:
-		return "kill the plugin container (SIGKILL; its FUSE servers die with it)"
-	case ActStartPlugin:
-		return "start the plugin container again (same flags, same state dir)"
+	case ActKill:
+		return components[s.Component].kill
+	case ActStart:
+		return components[s.Component].start
 	case ActWaitFor:
 		return fmt.Sprintf("wait until %s (at most %s)", s.Until.Describe(), s.Timeout.Explain(t))
 	case ActObserve:
@@ -190,15 +203,15 @@ func (s Step) Describe(t Timing) string {
 	return string(s.Action)
 }
 
-// Label is a short name for the step, used in the timeline picture.
+// Label is a few words for the step, used in the timeline picture.
 func (s Step) Label() string {
 	switch s.Action {
-	case ActKillPlugin:
-		return "plugin killed"
-	case ActStartPlugin:
-		return "plugin started"
+	case ActKill:
+		return string(s.Component) + " killed"
+	case ActStart:
+		return string(s.Component) + " started"
 	case ActWaitFor:
-		return "wait"
+		return s.Until.Label()
 	case ActObserve:
 		return "observe"
 	}
@@ -208,8 +221,8 @@ func (s Step) Label() string {
 // Expectation is an outcome a scenario expects, checked against the evidence at the end of the run.
 type Expectation struct {
 	Check Check
-	// Source says where the expected outcome comes from when it is not (yet) measured on the real system,
-	// e.g. "derived from kubelet v1.33 code, to be confirmed on a real kubelet".
+	// Source says where the expected outcome comes from when it was derived before it was measured, e.g.
+	// "derived from kubelet v1.33 code, confirmed on kubelet v1.33.13".
 	Source string
 }
 
@@ -235,6 +248,17 @@ func (s *Scenario) Container(name string) (Container, bool) {
 		}
 	}
 	return Container{}, false
+}
+
+// Components lists the components the steps kill or start, in the order the steps first name them.
+func (s *Scenario) Components() []Component {
+	var out []Component
+	for _, st := range s.Steps {
+		if (st.Action == ActKill || st.Action == ActStart) && !slices.Contains(out, st.Component) {
+			out = append(out, st.Component)
+		}
+	}
+	return out
 }
 
 // Validate checks that the scenario is complete and consistent.
@@ -276,9 +300,14 @@ func (s *Scenario) Validate() error {
 	kills := 0
 	for i, st := range s.Steps {
 		switch st.Action {
-		case ActKillPlugin:
-			kills++
-		case ActStartPlugin, ActObserve:
+		case ActKill, ActStart:
+			if !st.Component.Known() {
+				return fmt.Errorf("scenario %s: step %d: unknown component %q", s.Name, i+1, st.Component)
+			}
+			if st.Action == ActKill {
+				kills++
+			}
+		case ActObserve:
 		case ActWaitFor:
 			if st.Until == nil {
 				return fmt.Errorf("scenario %s: step %d waits for nothing", s.Name, i+1)
@@ -291,7 +320,7 @@ func (s *Scenario) Validate() error {
 		}
 	}
 	if kills == 0 {
-		return fmt.Errorf("scenario %s: no step kills the plugin", s.Name)
+		return fmt.Errorf("scenario %s: no step kills anything", s.Name)
 	}
 	if len(s.Expect) == 0 {
 		return fmt.Errorf("scenario %s: expects nothing", s.Name)
@@ -326,6 +355,9 @@ type Timing struct {
 	// BackoffBase and BackoffMax are the container restart back-off (kubelet: 10s doubling up to 5m).
 	BackoffBase time.Duration
 	BackoffMax  time.Duration
+	// Teardown bounds the backend's Stop (default 60s): a cluster waits for kubelet to unmount, helm and the
+	// namespace.
+	Teardown time.Duration
 }
 
 // Dur is a duration that scales with the backend: Fixed + Reads read intervals + Backoffs back-off bases.

@@ -58,7 +58,7 @@ func (b *svgBuf) title(s string) {
 	b.f("</title>")
 }
 
-// TimelineSVG draws the run: the plugin's life, stat of the host volume and staging dirs, and for each
+// TimelineSVG draws the run: the life of each component the steps kill and start, stat of the host volume and staging dirs, and for each
 // container its instances with every read (good / failed), starts, exits and failed starts, against the
 // plugin kill and restart as vertical lines, with the measured intervals and a time axis.
 func TimelineSVG(o *Outcome) []byte {
@@ -76,7 +76,12 @@ func TimelineSVG(o *Outcome) []byte {
 	stepsTop := 82.0
 	top := stepsTop + stepsH
 
-	lanes := []string{"plugin container", "host volume dir", "host staging dir"}
+	comps := o.Scenario.Components()
+	var lanes []string
+	for _, c := range comps {
+		lanes = append(lanes, c.Noun())
+	}
+	lanes = append(lanes, "host volume dir", "host staging dir")
 	for _, c := range o.Scenario.Pod.Containers {
 		lanes = append(lanes, "container "+c.Name)
 	}
@@ -124,11 +129,14 @@ func TimelineSVG(o *Outcome) []byte {
 	b.f(`<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#888888"/>`+"\n", l.left, axisY, l.width-l.right, axisY)
 	b.text(l.left-10, axisY+18, `text-anchor="end" fill="`+colSubtle+`"`, "seconds since start")
 
-	drawPlugin(&b, l, ev, top, laneH)
-	drawProbe(&b, l, ev, PathVolume, top+laneH, laneH)
-	drawProbe(&b, l, ev, PathStaging, top+2*laneH, laneH)
+	for i, c := range comps {
+		drawComponent(&b, l, ev, c, top+float64(i)*laneH, laneH)
+	}
+	first := len(comps)
+	drawProbe(&b, l, ev, PathVolume, top+float64(first)*laneH, laneH)
+	drawProbe(&b, l, ev, PathStaging, top+float64(first+1)*laneH, laneH)
 	for i, c := range o.Scenario.Pod.Containers {
-		drawContainer(&b, l, ev, c.Name, top+float64(3+i)*laneH, laneH)
+		drawContainer(&b, l, ev, c.Name, top+float64(first+2+i)*laneH, laneH)
 	}
 	drawSteps(&b, l, o, stepsTop, stepsH, plotBottom)
 
@@ -180,19 +188,23 @@ func measureArrows(o *Outcome) []measureArrow {
 	return out
 }
 
-func drawPlugin(b *svgBuf, l svgLayout, ev *Evidence, y, h float64) {
+// drawComponent draws the life of component c: starting, serving, down.
+func drawComponent(b *svgBuf, l svgLayout, ev *Evidence, c Component, y, h float64) {
 	type seg struct {
 		from  time.Time
 		state string
 	}
 	var segs []seg
 	for _, e := range ev.Events {
+		if e.Component != c {
+			continue
+		}
 		switch e.Kind {
-		case KPluginStarted:
+		case KStarted:
 			segs = append(segs, seg{e.Time, "starting"})
-		case KPluginReady:
+		case KReady:
 			segs = append(segs, seg{e.Time, "serving"})
-		case KPluginKilled, KPluginExited:
+		case KKilled, KExited:
 			if len(segs) == 0 || segs[len(segs)-1].state != "down" {
 				segs = append(segs, seg{e.Time, "down"})
 			}
@@ -206,7 +218,7 @@ func drawPlugin(b *svgBuf, l svgLayout, ev *Evidence, y, h float64) {
 		}
 		x1, x2 := l.x(s.from), l.x(end)
 		b.f(`<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="%s" rx="2">`, x1, y+12, math.Max(x2-x1, 1), h-24, colors[s.state])
-		b.title(fmt.Sprintf("plugin %s from %s", s.state, ev.Since(s.from)))
+		b.title(fmt.Sprintf("%s %s from %s", c, s.state, ev.Since(s.from)))
 		b.f("</rect>\n")
 		if x2-x1 > textWidth(s.state, 11)+10 {
 			b.text(x1+5, y+h/2+4, `font-size="11" fill="`+colText+`"`, s.state)
@@ -333,9 +345,9 @@ func drawSteps(b *svgBuf, l svgLayout, o *Outcome, y, h, bottom float64) {
 		x1, x2 := l.x(r.Start), l.x(r.End)
 		desc := fmt.Sprintf("step %d: %s", i+1, r.Step.Describe(o.Timing))
 		switch r.Step.Action {
-		case ActKillPlugin, ActStartPlugin:
+		case ActKill, ActStart:
 			col := colKill
-			if r.Step.Action == ActStartPlugin {
+			if r.Step.Action == ActStart {
 				col = colRestart
 			}
 			b.f(`<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s" stroke-width="2" stroke-dasharray="6 4">`, x1, y-4, x1, bottom, col)
@@ -353,7 +365,7 @@ func drawSteps(b *svgBuf, l svgLayout, o *Outcome, y, h, bottom float64) {
 			b.f(`<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="%s" stroke="#ffffff" stroke-width="1">`, x1, y+4, math.Max(x2-x1, 1), h-8, fill)
 			b.title(desc)
 			b.f("</rect>\n")
-			text := fmt.Sprintf("%d %s", i+1, stepShort(r.Step))
+			text := fmt.Sprintf("%d %s", i+1, r.Step.Label())
 			if x2-x1 < textWidth(text, 10)+8 {
 				text = fmt.Sprint(i + 1)
 			}
@@ -372,29 +384,6 @@ func drawSteps(b *svgBuf, l svgLayout, o *Outcome, y, h, bottom float64) {
 		rowEnd[row] = lb.x + textWidth(lb.text, 11) + 8
 		b.text(lb.x+3, y-8-float64(1-row)*13, `font-size="11" font-weight="bold" fill="`+lb.color+`"`, lb.text)
 	}
-}
-
-// stepShort is a few words for a step, to fit in the steps lane.
-func stepShort(st Step) string {
-	switch st.Action {
-	case ActObserve:
-		return "observe"
-	case ActWaitFor:
-		switch c := st.Until.(type) {
-		case GoodReads:
-			return "warm-up reads"
-		case FailsWith:
-			return "until " + c.C + " gets " + c.Errno
-		case StartFails:
-			return "until a start fails"
-		case Recovers:
-			return "until " + c.C + " reads again"
-		case VolumeDir:
-			return "until volume dir restored"
-		}
-		return "wait"
-	}
-	return st.Label()
 }
 
 // textWidth estimates the width of s in pixels at font size px (DejaVu Sans averages ~0.6 em).

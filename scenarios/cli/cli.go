@@ -16,6 +16,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/command"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios/kube"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios/local"
@@ -41,7 +42,7 @@ type config struct {
 	backoffMax   time.Duration
 	keep         bool
 	list         bool
-	names        []string
+	scenarios    []scenarios.Scenario
 	// readIntervalSet: --read-interval was given (the kube backend has its own default).
 	readIntervalSet bool
 	kube            kube.Options
@@ -53,26 +54,28 @@ type stringList []string
 func (l *stringList) String() string     { return strings.Join(*l, ",") }
 func (l *stringList) Set(v string) error { *l = append(*l, v); return nil }
 
-// Main runs the command and returns its exit code.
-func Main(args []string, stdout, stderr io.Writer) int {
-	cfg, code := parse(args, stdout, stderr)
-	if code >= 0 {
-		return code
+// Run is the dfc-scenario command: it runs the named scenarios one after the other and returns an error when
+// any failed (exit 1), a *command.UsageError for bad arguments (exit 2).
+func Run(ctx context.Context, args []string, streams command.Streams) error {
+	cfg, err := parse(args, streams.Err)
+	if err != nil {
+		return err
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	if cfg.list {
+		tw := tabwriter.NewWriter(streams.Out, 0, 4, 2, ' ', 0)
+		for _, s := range scenarios.Catalog() {
+			fmt.Fprintf(tw, "%s\t%s\n", s.Name, s.Title)
+		}
+		return tw.Flush()
+	}
+	// The first Ctrl-C lets the run clean up; a second one kills at once.
+	stop := context.AfterFunc(ctx, func() { signal.Reset(syscall.SIGINT, syscall.SIGTERM) })
 	defer stop()
-	go func() {
-		<-ctx.Done()
-		stop() // a second Ctrl-C kills at once; the first one lets the run clean up
-	}()
-	if err := Run(ctx, cfg, stdout); err != nil {
-		fmt.Fprintf(stderr, "dfc-scenario: %v\n", err)
-		return 1
-	}
-	return 0
+	return runAll(ctx, cfg, streams.Out)
 }
 
-func parse(args []string, stdout, stderr io.Writer) (config, int) {
+// parse reads the command line; --help gives flag.ErrHelp, bad input a *command.UsageError.
+func parse(args []string, stderr io.Writer) (config, error) {
 	var cfg config
 	fl := flag.NewFlagSet("dfc-scenario", flag.ContinueOnError)
 	fl.SetOutput(stderr)
@@ -95,84 +98,50 @@ func parse(args []string, stdout, stderr io.Writer) (config, int) {
 		fmt.Fprintf(fl.Output(), usage, strings.Join(scenarios.Names(), ", "))
 		fl.PrintDefaults()
 	}
-	if err := fl.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return cfg, 0
-		}
-		return cfg, 2
+	if err := command.Parse(fl, args); err != nil {
+		return cfg, err
 	}
 	if cfg.list {
-		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-		for _, s := range scenarios.Catalog() {
-			fmt.Fprintf(tw, "%s\t%s\n", s.Name, s.Title)
-		}
-		tw.Flush()
-		return cfg, 0
+		return cfg, nil
 	}
-	for _, a := range fl.Args() {
-		if a == "all" {
-			cfg.names = append(cfg.names, scenarios.Names()...)
-			continue
-		}
-		if _, err := scenarios.Lookup(a); err != nil {
-			fmt.Fprintf(stderr, "dfc-scenario: %v\n", err)
-			return cfg, 2
-		}
-		cfg.names = append(cfg.names, a)
+	if fl.NArg() == 0 {
+		return cfg, command.Usagef("name at least one scenario (or all)")
 	}
-	if len(cfg.names) == 0 {
-		fmt.Fprintln(stderr, "dfc-scenario: name at least one scenario (or all)")
-		fl.Usage()
-		return cfg, 2
+	var err error
+	if cfg.scenarios, err = scenarios.Select(fl.Args()); err != nil {
+		return cfg, &command.UsageError{Err: err}
 	}
 	fl.Visit(func(f *flag.Flag) { cfg.readIntervalSet = cfg.readIntervalSet || f.Name == "read-interval" })
 	switch cfg.backend {
 	case "local", "kube":
 	default:
-		fmt.Fprintf(stderr, "dfc-scenario: unknown backend %q (local, kube)\n", cfg.backend)
-		return cfg, 2
+		return cfg, command.Usagef("unknown backend %q (local, kube)", cfg.backend)
 	}
 	if cfg.binDir == "" {
 		exe, err := os.Executable()
 		if err != nil {
-			fmt.Fprintf(stderr, "dfc-scenario: find own directory: %v\n", err)
-			return cfg, 1
+			return cfg, fmt.Errorf("find own directory: %w", err) // not a usage error
 		}
 		cfg.binDir = filepath.Dir(exe)
 	}
-	return cfg, -1
+	return cfg, nil
 }
 
-// Run runs the configured scenarios one after the other; it returns an error when any failed.
-func Run(ctx context.Context, cfg config, out io.Writer) error {
+// runAll runs the configured scenarios one after the other; it returns an error when any failed.
+func runAll(ctx context.Context, cfg config, out io.Writer) error {
 	if cfg.backend == "local" && os.Geteuid() != 0 {
 		return errors.New("the local backend needs root (it mounts FUSE filesystems and creates mount namespaces)")
 	}
 	var results []*scenarios.Outcome
-	for _, name := range cfg.names {
-		sc, err := scenarios.Lookup(name)
-		if err != nil {
-			return err
-		}
-		o, err := runOne(ctx, cfg, sc, out)
-		if err != nil {
-			return err
-		}
-		results = append(results, o)
+	for _, sc := range cfg.scenarios {
+		results = append(results, runOne(ctx, cfg, sc, out))
 		if ctx.Err() != nil {
 			break
 		}
 	}
 	if len(results) > 1 {
 		fmt.Fprintln(out, "\nsummary:")
-		tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "  scenario\tresult\tkill→ENOTCONN\tkill→good read\twall\treport")
-		for _, o := range results {
-			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\n", o.Scenario.Name, passFail(o.Passed()),
-				scenarios.FormatMeasure(o.Measures.KillToError), scenarios.FormatMeasure(o.Measures.KillToRecovery),
-				o.Measures.Wall.Round(10*time.Millisecond), filepath.Join(o.Dir, "report.md"))
-		}
-		tw.Flush()
+		scenarios.PrintSummary(out, results)
 	}
 	failed := 0
 	for _, o := range results {
@@ -189,45 +158,27 @@ func Run(ctx context.Context, cfg config, out io.Writer) error {
 	return nil
 }
 
-func runOne(ctx context.Context, cfg config, sc scenarios.Scenario, out io.Writer) (*scenarios.Outcome, error) {
+func runOne(ctx context.Context, cfg config, sc scenarios.Scenario, out io.Writer) *scenarios.Outcome {
 	dir := filepath.Join(cfg.outDir, time.Now().Format("20060102-150405")+"-"+sc.Name)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, err
-	}
-	b, logs, stopTimeout := newBackend(cfg, out)
-	t := b.Timing()
+	b := newBackend(cfg, out)
 	fmt.Fprintf(out, "\n=== %s: %s\n", sc.Name, sc.Title)
-	if kb, ok := b.(*kube.Backend); ok {
-		fmt.Fprintf(out, "    backend kube: read interval %s, kubelet's own restart back-off (%s doubling to %s), image %s\n",
-			t.ReadInterval, t.BackoffBase, t.BackoffMax, kb.Image())
-	} else {
-		fmt.Fprintf(out, "    backend %s: read interval %s, restart back-off %s doubling to %s — shortened for a fast run (kubelet: 10s doubling to 5m)\n",
-			b.Name(), t.ReadInterval, t.BackoffBase, t.BackoffMax)
-	}
+	fmt.Fprintf(out, "    %s\n", b.Describe())
 	fmt.Fprintf(out, "    run dir %s\n", dir)
-	o := scenarios.Run(ctx, b, sc, scenarios.RunOptions{Dir: dir, Out: out, StopTimeout: stopTimeout})
+	o := scenarios.Run(ctx, b, sc, scenarios.RunOptions{Dir: dir, Out: out})
 	scenarios.PrintVerdicts(out, o)
 	if err := scenarios.WriteReport(o); err != nil {
 		fmt.Fprintf(out, "    report: %v\n", err)
 	} else {
-		fmt.Fprintf(out, "    report %s (timeline %s)\n    logs   %s\n", filepath.Join(dir, "report.md"), filepath.Join(dir, "timeline.svg"),
-			strings.Join(logs, " "))
+		fmt.Fprintf(out, "    report %s (timeline %s)\n    logs   %s\n", filepath.Join(o.Dir, "report.md"), filepath.Join(o.Dir, "timeline.svg"),
+			strings.Join(append(o.Artifacts, "events.log"), " "))
 	}
-	if note := b.KeepNote(); note != "" {
-		fmt.Fprint(out, note)
-	}
+	fmt.Fprint(out, o.KeepNote)
 	fmt.Fprintf(out, "RESULT %s: %s\n", sc.Name, passFail(o.Passed()))
-	return o, nil
+	return o
 }
 
-// backend is what runOne needs of a backend.
-type backend interface {
-	scenarios.Backend
-	KeepNote() string
-}
-
-// newBackend returns the configured backend, the logs it writes into the run dir and its teardown bound.
-func newBackend(cfg config, out io.Writer) (backend, []string, time.Duration) {
+// newBackend returns the configured backend.
+func newBackend(cfg config, out io.Writer) scenarios.Backend {
 	if cfg.backend == "kube" {
 		opts := cfg.kube
 		if cfg.readIntervalSet {
@@ -235,13 +186,12 @@ func newBackend(cfg config, out io.Writer) (backend, []string, time.Duration) {
 		}
 		opts.Keep = cfg.keep
 		opts.Progress = func(s string) { fmt.Fprintf(out, "    [kube] %s\n", s) }
-		// Teardown waits for kubelet to unpublish and unstage, for helm and for the namespace.
-		return kube.New(opts), []string{"plugin.log", "workload.log", "kube.log", "kubelet.log", "events.log"}, 10 * time.Minute
+		return kube.New(opts)
 	}
 	opts := local.Options{ReadInterval: cfg.readInterval, BackoffBase: cfg.backoffBase, BackoffMax: cfg.backoffMax,
 		Keep: cfg.keep}
 	opts.BinariesIn(cfg.binDir)
-	return local.New(opts), []string{"plugin.log", "workload.log", "kubelet.log", "events.log"}, 0
+	return local.New(opts)
 }
 
 func passFail(ok bool) string {

@@ -2,16 +2,18 @@ package cli
 
 import (
 	"bytes"
+	"context"
 	"strings"
 	"testing"
 
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/command"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
 )
 
 func TestParse(t *testing.T) {
 	cases := []struct {
 		args  []string
-		code  int // -1: run
+		code  int // exit code of a command that stops after parsing; -1: it runs the scenarios
 		names string
 		out   string // in stdout or stderr
 	}{
@@ -28,16 +30,27 @@ func TestParse(t *testing.T) {
 	}
 	for _, tc := range cases {
 		var stdout, stderr bytes.Buffer
-		cfg, code := parse(tc.args, &stdout, &stderr)
-		if code != tc.code {
-			t.Errorf("%q: code %d, want %d (stderr %s)", tc.args, code, tc.code, stderr.String())
-			continue
-		}
-		if tc.code == -1 && strings.Join(cfg.names, ",") != tc.names {
-			t.Errorf("%q: names %v, want %s", tc.args, cfg.names, tc.names)
-		}
-		if tc.code == -1 && cfg.binDir == "" {
-			t.Errorf("%q: the binaries default to the executable's directory", tc.args)
+		if tc.code >= 0 {
+			err := Run(context.Background(), tc.args, command.Streams{Out: &stdout, Err: &stderr})
+			if code := command.Code("dfc-scenario", err, &stderr); code != tc.code {
+				t.Errorf("%q: exit code %d, want %d (stderr %s)", tc.args, code, tc.code, stderr.String())
+			}
+		} else {
+			cfg, err := parse(tc.args, &stderr)
+			if err != nil {
+				t.Errorf("%q: %v", tc.args, err)
+				continue
+			}
+			var names []string
+			for _, sc := range cfg.scenarios {
+				names = append(names, sc.Name)
+			}
+			if strings.Join(names, ",") != tc.names {
+				t.Errorf("%q: scenarios %v, want %s", tc.args, names, tc.names)
+			}
+			if cfg.binDir == "" {
+				t.Errorf("%q: the binaries default to the executable's directory", tc.args)
+			}
 		}
 		if !strings.Contains(stdout.String()+stderr.String(), tc.out) {
 			t.Errorf("%q: output lacks %q:\n%s%s", tc.args, tc.out, stdout.String(), stderr.String())

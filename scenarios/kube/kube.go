@@ -5,8 +5,8 @@
 //     plugin setup needs (restoreMounts, restoreStrategy) and the image of this build, waits until the
 //     plugin serves and kubelet has registered it, then creates the PV, PVC and workload pod from
 //     manifests/, adjusted to the scenario (workload arguments, restart policy, propagation, subPath).
-//   - KillPlugin keeps the plugin DaemonSet off the node (a nodeSelector no node matches) and deletes the
-//     plugin pod with grace period 0, like the original demo's `kubectl delete pod`; StartPlugin lifts the
+//   - Killing the plugin keeps the plugin DaemonSet off the node (a nodeSelector no node matches) and deletes
+//     the plugin pod with grace period 0, like the original demo's `kubectl delete pod`; starting it lifts the
 //     nodeSelector and waits until the DaemonSet's new pod logs "Ready".
 //   - Evidence comes from watches and log streams, never from polling: the workload containers' logs,
 //     followed per container instance (kubelet keeps only the previous one); the pod's container statuses
@@ -37,6 +37,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/kubeletpath"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
 )
 
@@ -48,7 +49,7 @@ const (
 	// DefaultStateDir is the plugin's mount-record dir on the node for scenario runs.
 	DefaultStateDir = "/var/lib/dummy-fuse-csi-scenario"
 	// DefaultKubeletDir is kubelet's --root-dir.
-	DefaultKubeletDir = "/var/lib/kubelet"
+	DefaultKubeletDir = kubeletpath.DefaultRoot
 	// DefaultReadInterval is the workload's read interval: ten reads per kubelet back-off base.
 	DefaultReadInterval = time.Second
 
@@ -57,7 +58,7 @@ const (
 	managedByLabel = "app.kubernetes.io/managed-by"
 	managedBy      = "dfc-scenario"
 	// pluginOffLabel is the nodeSelector key that keeps the plugin DaemonSet off every node between
-	// KillPlugin and StartPlugin.
+	// killing and starting the plugin.
 	pluginOffLabel  = "dummy-fuse-csi/scenario-plugin-off"
 	pluginContainer = "plugin"
 )
@@ -98,7 +99,7 @@ type Options struct {
 	// KubeletLogCommand prints kubelet's log as it grows, instead of KubeletLog (e.g. docker exec NODE
 	// journalctl -u kubelet -f -o cat -n 0). Default on kind: that command when docker is in $PATH.
 	KubeletLogCommand []string
-	// SetupTimeout bounds each wait of Start and StartPlugin (default 3m).
+	// SetupTimeout bounds each wait of Setup and of starting the plugin (default 3m).
 	SetupTimeout time.Duration
 	// Keep leaves the namespace, the release, the volume and the pod in place at Stop; KeepNote says how to
 	// remove them. The next run removes them too.
@@ -155,17 +156,19 @@ type Backend struct {
 	optErr error
 	cs     kubernetes.Interface
 	man    *manifests
-	rec    scenarios.Recorder
+	rec    *scenarios.Recorder
+	env    *scenarios.Env
 
 	sc    *scenarios.Scenario
 	dir   string
 	n     names
 	helm  *helmRelease
 	vols  map[string]string // path label → host path
+	uid   string            // the workload pod's UID
 	node  string
 	local bool // the node's kubelet dir is on this machine
 
-	kubeLog, pluginLog, workloadLog, kubeletLogOut *lockedWriter
+	kubeLog, pluginLog, workloadLog, kubeletLogOut *scenarios.LogFile
 
 	mu       sync.Mutex
 	workload *podWatch
@@ -199,16 +202,22 @@ func New(opts Options) *Backend {
 func (b *Backend) Name() string { return "kube" }
 
 // Timing implements scenarios.Backend: kubelet's real restart back-off, and a read interval of a tenth of it.
+// Teardown waits for kubelet to unpublish and unstage, for helm and for the namespace.
 func (b *Backend) Timing() scenarios.Timing {
 	iv := b.opts.ReadInterval
 	if iv <= 0 {
 		iv = DefaultReadInterval
 	}
-	return scenarios.Timing{ReadInterval: iv, BackoffBase: kubeletBackoffBase, BackoffMax: kubeletBackoffMax}
+	return scenarios.Timing{ReadInterval: iv, BackoffBase: kubeletBackoffBase, BackoffMax: kubeletBackoffMax,
+		Teardown: 10 * time.Minute}
 }
 
-// Image is the image the backend deploys (after New resolved the default).
-func (b *Backend) Image() string { return b.opts.Image }
+// Describe implements scenarios.Backend.
+func (b *Backend) Describe() string {
+	t := b.Timing()
+	return fmt.Sprintf("backend kube: read interval %s, kubelet's own restart back-off (%s doubling to %s), image %s",
+		t.ReadInterval, t.BackoffBase, t.BackoffMax, b.opts.Image)
+}
 
 // KeepNote says, after Stop with Keep, what was left and how to remove it.
 func (b *Backend) KeepNote() string { return b.keepNote }
@@ -237,28 +246,23 @@ func RESTConfig(opts Options) (*rest.Config, error) {
 	return cfg, nil
 }
 
-// Start implements scenarios.Backend.
-func (b *Backend) Start(ctx context.Context, sc *scenarios.Scenario, dir string) error {
+// Setup implements scenarios.Backend.
+func (b *Backend) Setup(ctx context.Context, sc *scenarios.Scenario, env *scenarios.Env) error {
 	if b.sc != nil {
-		return errors.New("kube backend: Start called twice")
+		return errors.New("kube backend: Setup called twice")
 	}
-	b.sc = sc
+	b.sc, b.env, b.rec, b.dir = sc, env, env.Rec, env.Dir
 	if b.optErr != nil {
 		return b.optErr
 	}
 	var err error
-	if b.dir, err = filepath.Abs(dir); err != nil {
-		return err
-	}
 	for _, l := range []struct {
-		w    **lockedWriter
+		w    **scenarios.LogFile
 		name string
-	}{{&b.kubeLog, "kube.log"}, {&b.pluginLog, "plugin.log"}, {&b.workloadLog, "workload.log"}} {
-		f, err := os.Create(filepath.Join(b.dir, l.name))
-		if err != nil {
+	}{{&b.pluginLog, "plugin.log"}, {&b.workloadLog, "workload.log"}, {&b.kubeLog, "kube.log"}} {
+		if *l.w, err = env.Log(l.name); err != nil {
 			return err
 		}
-		*l.w = &lockedWriter{w: f}
 	}
 	cfg, err := RESTConfig(b.opts)
 	if err != nil {
@@ -396,7 +400,7 @@ func strategyOf(p scenarios.Plugin) string {
 	if p.RestoreStrategy == "" {
 		return "chart default"
 	}
-	return p.RestoreStrategy
+	return string(p.RestoreStrategy)
 }
 
 // chartValues are the chart's values for the scenario's plugin setup.
@@ -404,7 +408,7 @@ func (b *Backend) chartValues() (map[string]any, error) {
 	repo, tag := splitImage(b.opts.Image)
 	plugin := map[string]any{"restoreMounts": b.sc.Plugin.RestoreMounts}
 	if b.sc.Plugin.RestoreStrategy != "" {
-		plugin["restoreStrategy"] = b.sc.Plugin.RestoreStrategy
+		plugin["restoreStrategy"] = string(b.sc.Plugin.RestoreStrategy)
 	}
 	vals := map[string]any{
 		"fullnameOverride": releaseName,
@@ -424,11 +428,12 @@ func (b *Backend) chartValues() (map[string]any, error) {
 
 // setPaths sets the host paths of the pod's volume as kubelet lays them out.
 func (b *Backend) setPaths(uid string) {
+	b.uid = uid
 	root := b.opts.KubeletDir
 	b.vols = map[string]string{
 		scenarios.PathRoot:    root,
-		scenarios.PathVolume:  filepath.Join(root, "pods", uid, "volumes", "kubernetes.io~csi", b.n.pv, "mount"),
-		scenarios.PathStaging: stagingPath(root, b.opts.DriverName, b.n.volumeHandle),
+		scenarios.PathVolume:  kubeletpath.Target(root, uid, b.n.pv),
+		scenarios.PathStaging: kubeletpath.Staging(root, b.opts.DriverName, b.n.volumeHandle),
 	}
 	b.rec.SetPaths(b.vols)
 	b.logf("volume dir %s, staging dir %s", b.vols[scenarios.PathVolume], b.vols[scenarios.PathStaging])
@@ -458,11 +463,6 @@ func containerStatus(p *corev1.Pod, name string) (corev1.ContainerStatus, bool) 
 		}
 	}
 	return corev1.ContainerStatus{}, false
-}
-
-// Evidence implements scenarios.Backend: a snapshot of what the watches and log streams delivered so far.
-func (b *Backend) Evidence(context.Context) (*scenarios.Evidence, error) {
-	return b.rec.Snapshot(), nil
 }
 
 func (b *Backend) logf(format string, args ...any) {

@@ -222,6 +222,7 @@ func TestSplitImage(t *testing.T) {
 func TestEvents(t *testing.T) {
 	b := New(Options{Repo: "/nonexistent", Image: "x:y"})
 	b.n = names{namespace: "ns", pod: "workload"}
+	b.rec = &scenarios.Recorder{}
 	b.workload = newPodWatch()
 	b.workload.set(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "workload", UID: "u1"}}, false)
 	at := metav1.NewTime(time.Now().Add(-time.Minute))

@@ -29,7 +29,7 @@ type kubeletLog struct {
 	used  map[int]bool
 	ch    chan struct{}
 	keep  func(string) bool // which lines concern this run
-	out   *lockedWriter
+	out   *scenarios.LogFile
 }
 
 type kubeletLine struct {
@@ -167,11 +167,10 @@ func (b *Backend) startKubeletLog(ctx context.Context) error {
 		b.logf("kubelet log: none found (causes that kubelet only logs stay unknown)")
 		return nil
 	}
-	f, err := os.Create(filepath.Join(b.dir, "kubelet.log"))
-	if err != nil {
+	var err error
+	if b.kubeletLogOut, err = b.env.Log("kubelet.log"); err != nil {
 		return err
 	}
-	b.kubeletLogOut = &lockedWriter{w: f}
 	uid := b.workloadUID()
 	ns := b.n.namespace
 	k := &kubeletLog{used: map[int]bool{}, ch: make(chan struct{}), out: b.kubeletLogOut,

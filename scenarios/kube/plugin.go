@@ -19,11 +19,30 @@ import (
 
 func dsName() string { return releaseName + "-node" }
 
-// KillPlugin implements scenarios.Backend. A DaemonSet replaces a deleted pod at once, and the scenario needs
-// the plugin down until StartPlugin, so first the DaemonSet gets a nodeSelector that no node matches; then
-// the plugin pod is deleted with grace period 0, like `kubectl delete pod --grace-period=0 --force` (kubelet
-// still sends SIGTERM and SIGKILL 2 s later; the plugin's FUSE servers die with it either way).
-func (b *Backend) KillPlugin(ctx context.Context) error {
+// Kill implements scenarios.Backend.
+func (b *Backend) Kill(ctx context.Context, c scenarios.Component) error {
+	switch c {
+	case scenarios.PluginContainer:
+		return b.killPlugin(ctx)
+	}
+	return fmt.Errorf("kube backend: cannot kill %s", c)
+}
+
+// Start implements scenarios.Backend.
+func (b *Backend) Start(ctx context.Context, c scenarios.Component) error {
+	switch c {
+	case scenarios.PluginContainer:
+		return b.startPlugin(ctx)
+	}
+	return fmt.Errorf("kube backend: cannot start %s", c)
+}
+
+// killPlugin deletes the plugin pod on the workload's node. A DaemonSet replaces a deleted pod at once, and
+// the scenario needs the plugin down until it is started again, so first the DaemonSet gets a nodeSelector
+// that no node matches; then the plugin pod is deleted with grace period 0, like `kubectl delete pod
+// --grace-period=0 --force` (kubelet still sends SIGTERM and SIGKILL 2 s later; the plugin's FUSE servers
+// die with it either way).
+func (b *Backend) killPlugin(ctx context.Context) error {
 	pp, uid := b.servingPlugin()
 	if pp == nil {
 		return fmt.Errorf("no running plugin pod on node %s", b.node)
@@ -31,7 +50,7 @@ func (b *Backend) KillPlugin(ctx context.Context) error {
 	if err := b.setPluginOff(ctx, b.n.namespace, true); err != nil {
 		return err
 	}
-	b.rec.Add(scenarios.Event{Source: scenarios.SrcPlugin, Kind: scenarios.KPluginKilled,
+	b.rec.Add(scenarios.Event{Source: scenarios.SrcComponent, Component: scenarios.PluginContainer, Kind: scenarios.KKilled,
 		Message: fmt.Sprintf("kubectl delete pod %s --grace-period=0 --force", pp.name)})
 	zero := int64(0)
 	err := b.cs.CoreV1().Pods(b.n.namespace).Delete(ctx, pp.name, metav1.DeleteOptions{
@@ -50,9 +69,9 @@ func (b *Backend) KillPlugin(ctx context.Context) error {
 	return nil
 }
 
-// StartPlugin implements scenarios.Backend: the DaemonSet may run on the node again; it returns once the new
-// plugin pod logged "Ready" (its restore is done and Probe answers ready).
-func (b *Backend) StartPlugin(ctx context.Context) error {
+// startPlugin lets the DaemonSet run on the node again; it returns once the new plugin pod logged "Ready"
+// (its restore is done and Probe answers ready).
+func (b *Backend) startPlugin(ctx context.Context) error {
 	since := time.Now()
 	if err := b.setPluginOff(ctx, b.n.namespace, false); err != nil {
 		return err
@@ -113,7 +132,9 @@ func (b *Backend) waitPluginReady(ctx context.Context, since time.Time) (string,
 			}
 		}
 		b.mu.Unlock()
-		n := b.rec.Count(func(e scenarios.Event) bool { return e.Kind == scenarios.KPluginReady && !e.Time.Before(since) })
+		n := b.rec.Count(func(e scenarios.Event) bool {
+			return e.Kind == scenarios.KReady && e.Component == scenarios.PluginContainer && !e.Time.Before(since)
+		})
 		if n > 0 {
 			return node, nil
 		}

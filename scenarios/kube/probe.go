@@ -3,13 +3,12 @@ package kube
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/kubeletpath"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
 )
 
@@ -17,7 +16,7 @@ import (
 // 100 ms, like the local backend), else a probe pod on the node that reads the file through hostPath mounts
 // of the volume and staging dirs' parents with HostToContainer propagation, every 500 ms.
 func (b *Backend) startProbe(ctx context.Context) error {
-	podDir := filepath.Join(b.opts.KubeletDir, "pods", b.workloadUID())
+	podDir := kubeletpath.PodDir(b.opts.KubeletDir, b.workloadUID())
 	b.local = fileExists(podDir)
 	mode := b.opts.Probe
 	if mode == "auto" {
@@ -32,44 +31,13 @@ func (b *Backend) startProbe(ctx context.Context) error {
 	b.logf("probe of the volume paths: %s", mode)
 	if mode == "host" {
 		b.wg.Add(1)
-		go b.hostProbe()
+		go func() {
+			defer b.wg.Done()
+			scenarios.StatHostPaths(b.ctx, b.rec, b.vols, 100*time.Millisecond)
+		}()
 		return nil
 	}
 	return b.podProbe(ctx)
-}
-
-func (b *Backend) hostProbe() {
-	defer b.wg.Done()
-	last := map[string]string{}
-	t := time.NewTicker(100 * time.Millisecond)
-	defer t.Stop()
-	for {
-		for _, label := range []string{scenarios.PathVolume, scenarios.PathStaging} {
-			_, err := os.Stat(b.vols[label])
-			state := ""
-			if err != nil {
-				if state = scenarios.ErrnoName(err); state == "" {
-					state = err.Error()
-				}
-			}
-			b.probeResult(last, label, state, time.Now(), "stat")
-		}
-		select {
-		case <-b.ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
-}
-
-// probeResult records a probe event when the state of a path changed.
-func (b *Backend) probeResult(last map[string]string, label, state string, t time.Time, how string) {
-	if prev, seen := last[label]; seen && prev == state {
-		return
-	}
-	last[label] = state
-	b.rec.Add(scenarios.Event{Time: t, Source: scenarios.SrcProbe, Kind: scenarios.KProbe, Path: label, Errno: state,
-		Message: how})
 }
 
 func (b *Backend) podProbe(ctx context.Context) error {
@@ -78,8 +46,7 @@ func (b *Backend) podProbe(ctx context.Context) error {
 	if _, err := b.cs.CoreV1().Pods(b.n.namespace).Create(ctx, p, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("create probe pod: %w", err)
 	}
-	var mu = make(chan struct{}, 1)
-	last := map[string]string{}
+	states := scenarios.NewProbeStates(b.rec)
 	for _, label := range []string{scenarios.PathVolume, scenarios.PathStaging} {
 		label := label
 		b.wg.Add(1)
@@ -96,9 +63,7 @@ func (b *Backend) podProbe(ctx context.Context) error {
 				default:
 					return
 				}
-				mu <- struct{}{}
-				b.probeResult(last, label, state, e.Time, "read through a probe pod")
-				<-mu
+				states.Observe(label, state, e.Time, "read through a probe pod")
 			},
 			end: func(int, instanceInfo, *corev1.ContainerStateTerminated, bool) {},
 		})

@@ -13,6 +13,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/kubeletpath"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/mounts"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
 )
 
 // Stop implements scenarios.Backend. In kubelet's order, so that nothing stays mounted: the plugin must serve
@@ -37,7 +41,7 @@ func (b *Backend) Stop(ctx context.Context) error {
 	var errs []error
 	if b.pluginOff {
 		b.progress("teardown: bringing the plugin back so that kubelet can unpublish and unstage")
-		if err := b.StartPlugin(ctx); err != nil {
+		if err := b.startPlugin(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("plugin back for teardown: %w", err))
 		}
 	}
@@ -95,7 +99,7 @@ func (b *Backend) teardown(ctx context.Context, n names, unstage *unstageWatch) 
 	}); err != nil {
 		errs = append(errs, err)
 	}
-	if staging := stagingPath(b.opts.KubeletDir, b.opts.DriverName, n.volumeHandle); unstage == nil && fileExists(filepath.Dir(staging)) {
+	if staging := kubeletpath.Staging(b.opts.KubeletDir, b.opts.DriverName, n.volumeHandle); unstage == nil && fileExists(filepath.Dir(staging)) {
 		// An earlier run's plugin log is not followed; on the node itself the mount table says it.
 		err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
 			mounted, err := mountinfo.Mounted(staging)
@@ -180,15 +184,15 @@ func (b *Backend) removeStale(ctx context.Context) error {
 
 // checkMounts verifies, on the node itself, that no mount of this run is left below kubelet's dir.
 func (b *Backend) checkMounts() error {
-	podDir := filepath.Dir(filepath.Dir(filepath.Dir(filepath.Dir(b.vols["volume"]))))
-	staging := filepath.Dir(b.vols["staging"])
-	left, err := mountinfo.GetMounts(func(m *mountinfo.Info) (skip, stop bool) {
-		keep := strings.HasPrefix(m.Mountpoint, podDir+"/") || m.Mountpoint == podDir ||
-			strings.HasPrefix(m.Mountpoint, staging+"/") || m.Mountpoint == staging
-		return !keep, false
-	})
-	if err != nil {
-		return err
+	podDir := kubeletpath.PodDir(b.opts.KubeletDir, b.uid)
+	staging := filepath.Dir(b.vols[scenarios.PathStaging])
+	var left []*mountinfo.Info
+	for _, dir := range []string{podDir, staging} {
+		ms, err := mounts.Under(dir)
+		if err != nil {
+			return err
+		}
+		left = append(left, ms...)
 	}
 	if len(left) > 0 {
 		var ps []string
@@ -251,7 +255,7 @@ func (b *Backend) stopLoops() {
 }
 
 func (b *Backend) closeLogs() {
-	for _, w := range []*lockedWriter{b.workloadLog, b.pluginLog, b.kubeletLogOut, b.kubeLog} {
+	for _, w := range []*scenarios.LogFile{b.workloadLog, b.pluginLog, b.kubeletLogOut, b.kubeLog} {
 		_ = w.Close()
 	}
 }

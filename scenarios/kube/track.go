@@ -572,7 +572,7 @@ func (b *Backend) onPluginPod(p *corev1.Pod, deleted bool) {
 	go b.follow(pp.w, pluginContainer, true, instanceHandler{
 		line: func(n int, info instanceInfo, line []byte, ts time.Time) {
 			if pp.startOnce(n) {
-				b.pluginEvent(pp, scenarios.KPluginStarted, stampTime(info.startedAt, ts), fmt.Sprintf("pod %s on %s", pp.name, pp.node))
+				b.pluginEvent(pp, scenarios.KStarted, stampTime(info.startedAt, ts), fmt.Sprintf("pod %s on %s", pp.name, pp.node))
 			}
 			stamp := ts
 			if stamp.IsZero() {
@@ -580,7 +580,7 @@ func (b *Backend) onPluginPod(p *corev1.Pod, deleted bool) {
 			}
 			b.pluginLog.WriteLine(fmt.Sprintf("%s %s#%d", stamp.UTC().Format("15:04:05.000000"), pp.name, n), line)
 			if strings.Contains(string(line), `] "Ready"`) {
-				b.pluginEvent(pp, scenarios.KPluginReady, stamp, fmt.Sprintf("pod %s: %s", pp.name, klogMessage(line)))
+				b.pluginEvent(pp, scenarios.KReady, stamp, fmt.Sprintf("pod %s: %s", pp.name, klogMessage(line)))
 			}
 			b.unstage.observe(fmt.Sprintf("%s#%d", pp.name, n), klogMessage(line), b.n.volumeHandle)
 		},
@@ -592,7 +592,7 @@ func (b *Backend) onPluginPod(p *corev1.Pod, deleted bool) {
 			case gone:
 				msg += " deleted"
 			}
-			b.pluginEvent(pp, scenarios.KPluginExited, time.Now(), msg)
+			b.pluginEvent(pp, scenarios.KExited, time.Now(), msg)
 			pp.markEnded()
 		},
 	})
@@ -604,7 +604,7 @@ func (b *Backend) pluginEvent(pp *pluginPod, kind scenarios.Kind, t time.Time, m
 		b.logf("plugin %s on another node: %s %s", pp.name, kind, msg)
 		return
 	}
-	b.rec.Add(scenarios.Event{Time: t, Source: scenarios.SrcPlugin, Kind: kind, Message: msg})
+	b.rec.Add(scenarios.Event{Time: t, Source: scenarios.SrcComponent, Component: scenarios.PluginContainer, Kind: kind, Message: msg})
 }
 
 // klogMessage strips klog's header ("I1122 04:50:01.123456   1 server.go:158] ") from a line.

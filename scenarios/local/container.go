@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/dummy-fuse-workload/workload"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
 )
 
@@ -93,7 +94,7 @@ func (c *container) loop(ctx context.Context) {
 			}
 			c.b.logf("container %s: start failed: %s (cause: %v)", c.spec.Name, msg, cause)
 			c.event(scenarios.KStartFailed, scenarios.Event{Instance: c.starts, Message: "Error: " + msg,
-				Errno: scenarios.ErrnoName(cause), Detail: fmt.Sprint(cause)})
+				Errno: workload.ErrnoName(cause), Detail: fmt.Sprint(cause)})
 			if errors.Is(err, errInitFailed) {
 				// runc failed after containerd created the container: kubelet sees an exited container.
 				finished, exited = time.Now(), true
@@ -133,7 +134,7 @@ func (c *container) start() (*proc, error) {
 	id := randomID()
 	src := b.vol.target
 	if c.spec.SubPath != "" {
-		sp := subPath{podDir: b.podDir, volumeName: pvName, container: c.spec.Name, index: 0,
+		sp := subPath{root: b.root, podUID: b.podUID, volumeName: pvName, container: c.spec.Name, index: 0,
 			volumePath: b.vol.target, subPath: c.spec.SubPath, mountName: volumeName}
 		target, err := sp.prepare(func(f string, a ...any) { b.logf("container %s: "+f, append([]any{c.spec.Name}, a...)...) })
 		if err != nil {

@@ -2,7 +2,6 @@ package local
 
 import (
 	"context"
-	"crypto/sha256"
 	"fmt"
 	"path/filepath"
 	"time"
@@ -46,16 +45,6 @@ func (c *csiClient) ready(ctx context.Context) (bool, error) { return csiprobe.R
 type volume struct {
 	driver, handle, pvName, podName, podNamespace, podUID string
 	staging, target                                       string
-}
-
-// stagingPath is kubelet's staging dir of a CSI volume (pkg/volume/csi, 1.28+: sha256 of the volume handle).
-func stagingPath(root, driver, handle string) string {
-	return fmt.Sprintf("%s/plugins/kubernetes.io/csi/%s/%x/globalmount", root, driver, sha256.Sum256([]byte(handle)))
-}
-
-// targetPath is kubelet's publish target of a CSI volume for a pod.
-func targetPath(root, podUID, pvName string) string {
-	return fmt.Sprintf("%s/pods/%s/volumes/kubernetes.io~csi/%s/mount", root, podUID, pvName)
 }
 
 func mountCapability() *csi.VolumeCapability {

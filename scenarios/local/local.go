@@ -29,6 +29,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/kubeletpath"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
 )
 
@@ -92,17 +93,16 @@ func (o *Options) defaults() {
 // Backend is the local scenario backend. Use New; one Backend runs one scenario.
 type Backend struct {
 	opts Options
-	rec  scenarios.Recorder
+	rec  *scenarios.Recorder
 
 	sc        *scenarios.Scenario
 	dir, root string
-	podDir    string
+	podUID    string
 	sock      string
 	stateDir  string
 	vol       volume
 
-	kubeletLog, pluginLog *os.File
-	workloadLog           *lockedWriter
+	kubeletLog, pluginLog, workloadLog *scenarios.LogFile
 
 	plugin       *proc
 	pluginStarts int
@@ -127,41 +127,41 @@ func New(opts Options) *Backend {
 // Name implements scenarios.Backend.
 func (b *Backend) Name() string { return "local" }
 
+// Describe implements scenarios.Backend.
+func (b *Backend) Describe() string {
+	return fmt.Sprintf("backend local: read interval %s, restart back-off %s doubling to %s — shortened for a fast run (kubelet: 10s doubling to 5m)",
+		b.opts.ReadInterval, b.opts.BackoffBase, b.opts.BackoffMax)
+}
+
 // Timing implements scenarios.Backend.
 func (b *Backend) Timing() scenarios.Timing {
 	return scenarios.Timing{ReadInterval: b.opts.ReadInterval, BackoffBase: b.opts.BackoffBase, BackoffMax: b.opts.BackoffMax}
 }
 
-// Start implements scenarios.Backend.
-func (b *Backend) Start(ctx context.Context, sc *scenarios.Scenario, dir string) error {
+// Setup implements scenarios.Backend.
+func (b *Backend) Setup(ctx context.Context, sc *scenarios.Scenario, env *scenarios.Env) error {
 	if b.sc != nil {
-		return errors.New("local backend: Start called twice")
+		return errors.New("local backend: Setup called twice")
 	}
-	b.sc = sc
+	b.sc, b.rec, b.dir = sc, env.Rec, env.Dir
 	for _, p := range []string{b.opts.PluginPath, b.opts.FusePath, b.opts.WorkloadPath} {
 		if _, err := os.Stat(p); err != nil {
 			return fmt.Errorf("binary missing (run make build): %w", err)
 		}
 	}
-	var err error
-	if b.dir, err = filepath.Abs(dir); err != nil {
-		return err
-	}
 	b.root = filepath.Join(b.dir, "root")
 	if err := os.MkdirAll(b.root, 0o755); err != nil {
 		return err
 	}
-	if b.kubeletLog, err = os.Create(filepath.Join(b.dir, "kubelet.log")); err != nil {
-		return err
+	var err error
+	for _, l := range []struct {
+		f    **scenarios.LogFile
+		name string
+	}{{&b.pluginLog, "plugin.log"}, {&b.workloadLog, "workload.log"}, {&b.kubeletLog, "kubelet.log"}} {
+		if *l.f, err = env.Log(l.name); err != nil {
+			return err
+		}
 	}
-	if b.pluginLog, err = os.Create(filepath.Join(b.dir, "plugin.log")); err != nil {
-		return err
-	}
-	wl, err := os.Create(filepath.Join(b.dir, "workload.log"))
-	if err != nil {
-		return err
-	}
-	b.workloadLog = &lockedWriter{w: wl}
 
 	if err := makeRShared(b.root); err != nil {
 		return err
@@ -170,14 +170,14 @@ func (b *Backend) Start(ctx context.Context, sc *scenarios.Scenario, dir string)
 	b.logf("kubelet root %s: bind-mounted onto itself, rshared", b.root)
 
 	uid := newUID()
-	b.podDir = filepath.Join(b.root, "pods", uid)
+	b.podUID = uid
 	b.sock = filepath.Join(b.root, "plugins", b.opts.DriverName, "csi.sock")
 	b.stateDir = filepath.Join(b.dir, "plugin-state")
 	b.vol = volume{
 		driver: b.opts.DriverName, handle: volumeHandle, pvName: pvName,
 		podName: podName, podNamespace: podNamespace, podUID: uid,
-		staging: stagingPath(b.root, b.opts.DriverName, volumeHandle),
-		target:  targetPath(b.root, uid, pvName),
+		staging: kubeletpath.Staging(b.root, b.opts.DriverName, volumeHandle),
+		target:  kubeletpath.Target(b.root, uid, pvName),
 	}
 	for _, d := range []string{filepath.Dir(b.sock), b.stateDir} {
 		if err := os.MkdirAll(d, 0o750); err != nil {
@@ -201,7 +201,11 @@ func (b *Backend) Start(ctx context.Context, sc *scenarios.Scenario, dir string)
 	loopCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	b.cancel = cancel
 	b.wg.Add(1)
-	go b.probeLoop(loopCtx)
+	go func() {
+		defer b.wg.Done()
+		scenarios.StatHostPaths(loopCtx, b.rec, map[string]string{
+			scenarios.PathVolume: b.vol.target, scenarios.PathStaging: b.vol.staging}, b.opts.ProbeInterval)
+	}()
 	for i, spec := range sc.Pod.Containers {
 		c := &container{b: b, spec: spec, index: i, firstAttempt: make(chan struct{}),
 			bo: restartBackoff{base: b.opts.BackoffBase, max: b.opts.BackoffMax}}
@@ -219,14 +223,39 @@ func (b *Backend) Start(ctx context.Context, sc *scenarios.Scenario, dir string)
 	return nil
 }
 
-// KillPlugin implements scenarios.Backend: SIGKILL of the plugin's PID namespace init.
-func (b *Backend) KillPlugin(ctx context.Context) error {
+// Kill implements scenarios.Backend.
+func (b *Backend) Kill(ctx context.Context, c scenarios.Component) error {
+	switch c {
+	case scenarios.PluginContainer:
+		return b.killPlugin(ctx)
+	}
+	return fmt.Errorf("local backend: cannot kill %s", c)
+}
+
+// Start implements scenarios.Backend.
+func (b *Backend) Start(ctx context.Context, c scenarios.Component) error {
+	switch c {
+	case scenarios.PluginContainer:
+		if b.plugin != nil && !b.plugin.exited() {
+			return errors.New("the plugin is still running")
+		}
+		return b.startPlugin(ctx)
+	}
+	return fmt.Errorf("local backend: cannot start %s", c)
+}
+
+// pluginEvent records an event of the plugin container's lifecycle.
+func (b *Backend) pluginEvent(kind scenarios.Kind, t time.Time, msg string) {
+	b.rec.Add(scenarios.Event{Time: t, Source: scenarios.SrcComponent, Component: scenarios.PluginContainer, Kind: kind, Message: msg})
+}
+
+// killPlugin sends SIGKILL to the plugin's PID namespace init.
+func (b *Backend) killPlugin(ctx context.Context) error {
 	p := b.plugin
 	if p == nil || p.exited() {
 		return errors.New("the plugin is not running")
 	}
-	b.rec.Add(scenarios.Event{Source: scenarios.SrcPlugin, Kind: scenarios.KPluginKilled,
-		Message: fmt.Sprintf("SIGKILL pid %d", p.pid())})
+	b.pluginEvent(scenarios.KKilled, time.Time{}, fmt.Sprintf("SIGKILL pid %d", p.pid()))
 	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		return fmt.Errorf("kill plugin pid %d: %w", p.pid(), err)
 	}
@@ -241,14 +270,6 @@ func (b *Backend) KillPlugin(ctx context.Context) error {
 	}
 }
 
-// StartPlugin implements scenarios.Backend.
-func (b *Backend) StartPlugin(ctx context.Context) error {
-	if b.plugin != nil && !b.plugin.exited() {
-		return errors.New("the plugin is still running")
-	}
-	return b.startPlugin(ctx)
-}
-
 func (b *Backend) startPlugin(ctx context.Context) error {
 	args := []string{
 		"--endpoint=unix://" + b.sock,
@@ -260,10 +281,10 @@ func (b *Backend) startPlugin(ctx context.Context) error {
 	}
 	args = append(args, b.sc.Plugin.Args()...)
 	b.pluginStarts++
-	fmt.Fprintf(b.pluginLog, "==== plugin container start #%d at %s: %s %s\n", b.pluginStarts,
+	b.pluginLog.Printf("==== plugin container start #%d at %s: %s %s", b.pluginStarts,
 		time.Now().UTC().Format(time.RFC3339Nano), b.opts.PluginPath, strings.Join(args, " "))
 	cmd := exec.Command(b.opts.PluginPath, args...)
-	cmd.Stdout, cmd.Stderr = b.pluginLog, b.pluginLog
+	cmd.Stdout, cmd.Stderr = b.pluginLog.File(), b.pluginLog.File()
 	// A new PID namespace makes the plugin its init: when it dies, the kernel kills everything in it.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID, Setpgid: true, Pdeathsig: b.deathSig()}
 	if err := cmd.Start(); err != nil {
@@ -275,13 +296,11 @@ func (b *Backend) startPlugin(ctx context.Context) error {
 	if flags == "" {
 		flags = "no restore flags"
 	}
-	b.rec.Add(scenarios.Event{Source: scenarios.SrcPlugin, Kind: scenarios.KPluginStarted,
-		Message: fmt.Sprintf("pid %d, %s", p.pid(), flags)})
+	b.pluginEvent(scenarios.KStarted, time.Time{}, fmt.Sprintf("pid %d, %s", p.pid(), flags))
 	b.logf("plugin container start #%d: pid %d", b.pluginStarts, p.pid())
 	go func() {
 		<-p.done
-		b.rec.Add(scenarios.Event{Time: p.exitTime, Source: scenarios.SrcPlugin, Kind: scenarios.KPluginExited,
-			Message: p.state.String()})
+		b.pluginEvent(scenarios.KExited, p.exitTime, p.state.String())
 	}()
 
 	if b.csi != nil {
@@ -295,7 +314,7 @@ func (b *Backend) startPlugin(ctx context.Context) error {
 	for {
 		ok, err := b.csi.ready(ctx)
 		if ok {
-			b.rec.Add(scenarios.Event{Source: scenarios.SrcPlugin, Kind: scenarios.KPluginReady, Message: "Probe: ready"})
+			b.pluginEvent(scenarios.KReady, time.Time{}, "Probe: ready")
 			return nil
 		}
 		if p.exited() {
@@ -317,42 +336,6 @@ func (b *Backend) deathSig() syscall.Signal {
 		return 0 // --keep: everything outlives the runner
 	}
 	return syscall.SIGKILL // the runner dying (even by SIGKILL) takes its "containers" with it
-}
-
-// Evidence implements scenarios.Backend.
-func (b *Backend) Evidence(context.Context) (*scenarios.Evidence, error) {
-	return b.rec.Snapshot(), nil
-}
-
-// probeLoop stats the volume dir and the staging dir and records every change of the result.
-// A stat that hangs (a FUSE server alive but stuck) would stall the probe, not the run: dummy-fuse never hangs.
-func (b *Backend) probeLoop(ctx context.Context) {
-	defer b.wg.Done()
-	last := map[string]string{}
-	t := time.NewTicker(b.opts.ProbeInterval)
-	defer t.Stop()
-	for {
-		for _, p := range []struct{ label, path string }{
-			{scenarios.PathVolume, b.vol.target}, {scenarios.PathStaging, b.vol.staging},
-		} {
-			_, err := os.Stat(p.path)
-			state := ""
-			if err != nil {
-				if state = scenarios.ErrnoName(err); state == "" {
-					state = err.Error()
-				}
-			}
-			if prev, seen := last[p.label]; !seen || prev != state {
-				last[p.label] = state
-				b.rec.Add(scenarios.Event{Source: scenarios.SrcProbe, Kind: scenarios.KProbe, Path: p.label, Errno: state})
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
 }
 
 // Stop implements scenarios.Backend.
@@ -383,9 +366,9 @@ func (b *Backend) Stop(ctx context.Context) error {
 			c.waitOutput()
 		}
 	}
-	if b.podDir != "" {
+	if b.podUID != "" {
 		// kubelet's CleanSubPaths, before the volume is unpublished.
-		done, err := unmountAll(filepath.Join(b.podDir, subPathDirName))
+		done, err := unmountAll(filepath.Join(kubeletpath.PodDir(b.root, b.podUID), "volume-subpaths"))
 		b.logLines("teardown: ", done)
 		if err != nil {
 			errs = append(errs, err)
@@ -416,7 +399,7 @@ func (b *Backend) Stop(ctx context.Context) error {
 		if left, err := mountsUnder(b.dir); err != nil {
 			errs = append(errs, err)
 		} else if len(left) > 0 {
-			errs = append(errs, fmt.Errorf("%d mounts left under %s, e.g. %s", len(left), b.dir, left[0].MountPoint))
+			errs = append(errs, fmt.Errorf("%d mounts left under %s, e.g. %s", len(left), b.dir, left[0].Mountpoint))
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
@@ -452,29 +435,19 @@ func (b *Backend) printKeep() {
 	}
 	ms, _ := mountsUnder(b.root)
 	for _, m := range ms {
-		fmt.Fprintf(&w, "  umount -l %s\n", m.MountPoint)
+		fmt.Fprintf(&w, "  umount -l %s\n", m.Mountpoint)
 	}
 	b.keepNote = w.String()
 }
 
 func (b *Backend) closeLogs() {
-	if b.workloadLog != nil {
-		b.workloadLog.Close()
-	}
-	if b.pluginLog != nil {
-		b.pluginLog.Close()
-	}
-	if b.kubeletLog != nil {
-		b.kubeletLog.Close()
-		b.kubeletLog = nil
+	for _, l := range []*scenarios.LogFile{b.workloadLog, b.pluginLog, b.kubeletLog} {
+		_ = l.Close()
 	}
 }
 
 func (b *Backend) logf(format string, args ...any) {
-	if b.kubeletLog == nil {
-		return
-	}
-	fmt.Fprintf(b.kubeletLog, "%s %s\n", time.Now().UTC().Format("15:04:05.000000"), fmt.Sprintf(format, args...))
+	b.kubeletLog.WriteLine(time.Now().UTC().Format("15:04:05.000000"), fmt.Appendf(nil, format, args...))
 }
 
 func (b *Backend) logLines(prefix string, lines []string) {
@@ -537,20 +510,6 @@ func (p *proc) stop(grace time.Duration) error {
 		return fmt.Errorf("pid %d survived SIGKILL for 10s", p.pid())
 	}
 }
-
-// lockedWriter serialises writes of several containers into one log.
-type lockedWriter struct {
-	mu sync.Mutex
-	w  *os.File
-}
-
-func (l *lockedWriter) WriteLine(prefix string, line []byte) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	fmt.Fprintf(l.w, "%s %s\n", prefix, line)
-}
-
-func (l *lockedWriter) Close() error { return l.w.Close() }
 
 func newUID() string {
 	var b [16]byte

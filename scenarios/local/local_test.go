@@ -118,6 +118,14 @@ func TestScenarios(t *testing.T) {
 			if !o.Passed() {
 				t.Errorf("scenario %s failed (see the log above); report in %s", sc.Name, dir)
 			}
+			for _, name := range o.Artifacts {
+				if st, err := os.Stat(filepath.Join(o.Dir, name)); err != nil || st.Size() == 0 {
+					t.Errorf("artifact %s: %v (empty or missing)", name, err)
+				}
+			}
+			if got := strings.Join(o.Artifacts, " "); got != "plugin.log workload.log kubelet.log" {
+				t.Errorf("artifacts %q, want the plugin's, the workload's and the local kubelet's logs", got)
+			}
 		})
 	}
 }
@@ -156,8 +164,8 @@ type cancelAfterKill struct {
 	cancel context.CancelFunc
 }
 
-func (c cancelAfterKill) KillPlugin(ctx context.Context) error {
-	err := c.Backend.KillPlugin(ctx)
+func (c cancelAfterKill) Kill(ctx context.Context, comp scenarios.Component) error {
+	err := c.Backend.Kill(ctx, comp)
 	c.cancel()
 	return err
 }
@@ -263,17 +271,6 @@ func TestBackoff(t *testing.T) {
 	}
 }
 
-func TestPaths(t *testing.T) {
-	// kubelet v1.33 names the staging dir by the sha256 of the volume handle.
-	if got, want := stagingPath("/var/lib/kubelet", "dummy-fuse-csi", "vol"),
-		"/var/lib/kubelet/plugins/kubernetes.io/csi/dummy-fuse-csi/b9f6da279ec59af95d121d1e1e502ecf056504e267f2f7dfc747ebd0f3f74298/globalmount"; got != want {
-		t.Errorf("staging path %s, want %s", got, want)
-	}
-	if got := targetPath("/var/lib/kubelet", "uid", "pv"); got != "/var/lib/kubelet/pods/uid/volumes/kubernetes.io~csi/pv/mount" {
-		t.Errorf("target path %s", got)
-	}
-}
-
 // TestRootBindIsolated: mounts below the run's root appear once, below the root bind, even when the host's
 // / is shared (then a plain bind would join /'s peer group and copy every mount onto the host's /).
 func TestRootBindIsolated(t *testing.T) {
@@ -301,7 +298,7 @@ func TestRootBindIsolated(t *testing.T) {
 	}
 	n := 0
 	for _, m := range ms {
-		if m.MountPoint == sub {
+		if m.Mountpoint == sub {
 			n++
 		}
 	}

@@ -2,12 +2,11 @@ package local
 
 import (
 	"fmt"
-	"path/filepath"
-	"sort"
-	"strings"
 
+	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
-	mount "k8s.io/mount-utils"
+
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/mounts"
 )
 
 // makeRShared bind-mounts dir onto itself and makes it rshared, as kubelet's root dir is on a node: mounts
@@ -28,29 +27,8 @@ func makeRShared(dir string) error {
 	return nil
 }
 
-// mountsUnder lists the mount points at or below dir in this mount namespace, deepest first and, at the same
-// path, the most recent (topmost) first: the order in which they can be unmounted.
-func mountsUnder(dir string) ([]mount.MountInfo, error) {
-	infos, err := mount.ParseMountInfo("/proc/self/mountinfo")
-	if err != nil {
-		return nil, fmt.Errorf("read mountinfo: %w", err)
-	}
-	dir = filepath.Clean(dir)
-	var out []mount.MountInfo
-	for _, mi := range infos {
-		if mi.MountPoint == dir || strings.HasPrefix(mi.MountPoint, dir+"/") {
-			out = append(out, mi)
-		}
-	}
-	sort.SliceStable(out, func(i, j int) bool {
-		di, dj := strings.Count(out[i].MountPoint, "/"), strings.Count(out[j].MountPoint, "/")
-		if di != dj {
-			return di > dj
-		}
-		return out[i].ID > out[j].ID
-	})
-	return out, nil
-}
+// mountsUnder lists the mounts at or below dir, in the order they can be unmounted.
+func mountsUnder(dir string) ([]*mountinfo.Info, error) { return mounts.Under(dir) }
 
 // unmountAll unmounts everything at or below dir, deepest first; a mount that is busy (e.g. a dead FUSE mount
 // with an open fd, EBUSY) is detached lazily. It returns what it did, one line per mount, and an error if
@@ -65,15 +43,15 @@ func unmountAll(dir string) ([]string, error) {
 		if len(ms) == 0 {
 			return done, nil
 		}
-		mp := ms[0].MountPoint
+		mp := ms[0].Mountpoint
 		if err := unix.Unmount(mp, 0); err != nil {
 			if derr := unix.Unmount(mp, unix.MNT_DETACH); derr != nil {
 				return done, fmt.Errorf("unmount %s: %w (lazy: %v)", mp, err, derr)
 			}
-			done = append(done, fmt.Sprintf("umount -l %s (%s: %v)", mp, ms[0].FsType, err))
+			done = append(done, fmt.Sprintf("umount -l %s (%s: %v)", mp, ms[0].FSType, err))
 			continue
 		}
-		done = append(done, fmt.Sprintf("umount %s (%s)", mp, ms[0].FsType))
+		done = append(done, fmt.Sprintf("umount %s (%s)", mp, ms[0].FSType))
 	}
 	ms, _ := mountsUnder(dir)
 	return done, fmt.Errorf("%d mounts left under %s", len(ms), dir)

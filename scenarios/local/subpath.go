@@ -6,11 +6,12 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
 	mount "k8s.io/mount-utils"
+
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/kubeletpath"
 )
 
 // This file reproduces what kubelet v1.33 does for a volumeMount with subPath before each container start
@@ -29,18 +30,16 @@ import (
 // The bind is removed only when the volume is unmounted for the pod (CleanSubPaths), never on a container
 // restart: after FUSE mount loss it stays bound to the dead connection.
 
-const subPathDirName = "volume-subpaths"
-
 // subPath identifies one subPath mount of a container.
 type subPath struct {
-	podDir, volumeName, container string
-	index                         int
-	volumePath, subPath           string
-	mountName                     string // the pod's volume name, as in volumeMounts[].name
+	root, podUID, volumeName, container string
+	index                               int
+	volumePath, subPath                 string
+	mountName                           string // the pod's volume name, as in volumeMounts[].name
 }
 
 func (s subPath) bindTarget() string {
-	return filepath.Join(s.podDir, subPathDirName, s.volumeName, s.container, strconv.Itoa(s.index))
+	return kubeletpath.SubPath(s.root, s.podUID, s.volumeName, s.container, s.index)
 }
 
 // startError is a failed container start: Message is what kubelet's event says, Cause what its log says.

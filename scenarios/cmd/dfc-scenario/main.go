@@ -5,11 +5,12 @@ package main
 import (
 	"os"
 
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/command"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios/cli"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios/local"
 )
 
 func main() {
 	local.MaybeInit() // the local backend re-executes this binary as its containers' init
-	os.Exit(cli.Main(os.Args[1:], os.Stdout, os.Stderr))
+	os.Exit(command.Main("dfc-scenario", cli.Run, os.Args[1:], command.OS()))
 }

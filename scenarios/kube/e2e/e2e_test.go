@@ -8,8 +8,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
-	"text/tabwriter"
 	"time"
 
 	"k8s.io/client-go/kubernetes"
@@ -22,17 +22,36 @@ import (
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios/kube"
 )
 
-// optInEnv turns the cluster tests on.
-const optInEnv = "DFC_KUBE_E2E"
+// optInEnv turns the cluster tests on; selectEnv names the scenarios to run (space-separated; empty: all).
+const (
+	optInEnv  = "DFC_KUBE_E2E"
+	selectEnv = "DFC_SCENARIOS"
+)
 
-var (
-	testEnv env.Environment
-	// problem says why the scenarios cannot run (set by the setup); the tests then skip or fail.
-	problem   = optInEnv + "=1 not set: the catalog runs against a cluster only on request (make test-kube)"
+// testEnv is e2e-framework's environment: TestMain's Setup and Finish and every feature run in it. It is the
+// only package-level variable; the suite's state travels in the context.
+var testEnv env.Environment
+
+// suite is what the environment's setup found and what the features add: stored in the context.
+type suite struct {
+	// problem says why the scenarios cannot run; the tests then skip, or fail in CI.
+	problem   string
 	opts      kube.Options
 	artifacts string
-	outcomes  []*scenarios.Outcome
-)
+
+	mu       sync.Mutex
+	outcomes []*scenarios.Outcome
+}
+
+type suiteKey struct{}
+
+func suiteOf(ctx context.Context) *suite {
+	s, _ := ctx.Value(suiteKey{}).(*suite)
+	if s == nil {
+		return &suite{problem: "the environment's setup did not run"}
+	}
+	return s
+}
 
 func TestMain(m *testing.M) {
 	if os.Getenv(optInEnv) != "1" {
@@ -56,26 +75,27 @@ func useCluster(ctx context.Context, cfg *envconf.Config) (context.Context, erro
 	if err != nil {
 		return ctx, err
 	}
-	artifacts = os.Getenv("DFC_KUBE_ARTIFACTS")
-	if artifacts == "" {
-		artifacts = filepath.Join(repo, "_output", "kube-e2e", time.Now().Format("20060102-150405"))
+	s := &suite{artifacts: os.Getenv("DFC_KUBE_ARTIFACTS")}
+	ctx = context.WithValue(ctx, suiteKey{}, s)
+	if s.artifacts == "" {
+		s.artifacts = filepath.Join(repo, "_output", "kube-e2e", time.Now().Format("20060102-150405"))
 	}
-	if err := os.MkdirAll(artifacts, 0o755); err != nil {
+	if err := os.MkdirAll(s.artifacts, 0o755); err != nil {
 		return ctx, err
 	}
-	opts = kube.Options{Kubeconfig: cfg.KubeconfigFile(), Context: cfg.KubeContext(), Repo: repo, Image: os.Getenv("DFC_KUBE_IMAGE")}
-	if s := os.Getenv("DFC_KUBE_SET"); s != "" {
-		opts.ChartValues = strings.Split(s, ",")
+	s.opts = kube.Options{Kubeconfig: cfg.KubeconfigFile(), Context: cfg.KubeContext(), Repo: repo, Image: os.Getenv("DFC_KUBE_IMAGE")}
+	if v := os.Getenv("DFC_KUBE_SET"); v != "" {
+		s.opts.ChartValues = strings.Split(v, ",")
 	}
-	if opts.Image == "" {
-		if opts.Image, err = kube.ImageRef(repo); err != nil {
-			problem = err.Error()
+	if s.opts.Image == "" {
+		if s.opts.Image, err = kube.ImageRef(repo); err != nil {
+			s.problem = err.Error()
 			return ctx, nil
 		}
 	}
-	rc, err := kube.RESTConfig(opts)
+	rc, err := kube.RESTConfig(s.opts)
 	if err != nil {
-		problem = "no cluster: " + err.Error()
+		s.problem = "no cluster: " + err.Error()
 		return ctx, nil
 	}
 	rc.Timeout = 10 * time.Second
@@ -85,11 +105,10 @@ func useCluster(ctx context.Context, cfg *envconf.Config) (context.Context, erro
 	}
 	ver, err := cs.Discovery().ServerVersion()
 	if err != nil {
-		problem = fmt.Sprintf("no cluster reachable at %s: %v (make cluster-up or make kind-up, then KUBECONFIG)", rc.Host, err)
+		s.problem = fmt.Sprintf("no cluster reachable at %s: %v (make cluster-up or make kind-up, then KUBECONFIG)", rc.Host, err)
 		return ctx, nil
 	}
-	problem = ""
-	fmt.Printf("e2e: cluster %s (Kubernetes %s), image %s, run dirs in %s\n", rc.Host, ver.GitVersion, opts.Image, artifacts)
+	fmt.Printf("e2e: cluster %s (Kubernetes %s), image %s, run dirs in %s\n", rc.Host, ver.GitVersion, s.opts.Image, s.artifacts)
 	return ctx, nil
 }
 
@@ -97,11 +116,12 @@ func useCluster(ctx context.Context, cfg *envconf.Config) (context.Context, erro
 // (the from-source cluster imports it itself: make cluster-up / cluster-load-images).
 func loadImage(ctx context.Context, _ *envconf.Config) (context.Context, error) {
 	cluster := os.Getenv("DFC_KIND_CLUSTER")
-	if cluster == "" || problem != "" {
+	s := suiteOf(ctx)
+	if cluster == "" || s.problem != "" {
 		return ctx, nil
 	}
-	_, tag, _ := strings.Cut(opts.Image, ":")
-	archive := filepath.Join(opts.Repo, "_output", "images", "dummy-fuse-csi-"+tag+".tar")
+	_, tag, _ := strings.Cut(s.opts.Image, ":")
+	archive := filepath.Join(s.opts.Repo, "_output", "images", "dummy-fuse-csi-"+tag+".tar")
 	out, err := exec.CommandContext(ctx, "kind", "load", "image-archive", archive, "--name", cluster).CombinedOutput()
 	if err != nil {
 		return ctx, fmt.Errorf("kind load image-archive %s --name %s: %w\n%s", archive, cluster, err, out)
@@ -109,105 +129,94 @@ func loadImage(ctx context.Context, _ *envconf.Config) (context.Context, error) 
 	return ctx, nil
 }
 
-// summarize prints each scenario's result and timings and writes them to summary.md in the artifacts dir.
+// summarize prints each scenario's result and timings and writes them to summary.txt in the artifacts dir.
 func summarize(ctx context.Context, _ *envconf.Config) (context.Context, error) {
-	if len(outcomes) == 0 {
+	s := suiteOf(ctx)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.outcomes) == 0 {
 		return ctx, nil
 	}
 	var b strings.Builder
-	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "scenario\tresult\tkill→ENOTCONN\tkill→volume restored\tkill→good read\twall\trun dir")
-	for _, o := range outcomes {
-		res := "PASS"
-		if !o.Passed() {
-			res = "FAIL"
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", o.Scenario.Name, res, scenarios.FormatMeasure(o.Measures.KillToError),
-			scenarios.FormatMeasure(o.Measures.KillToRestore), scenarios.FormatMeasure(o.Measures.KillToRecovery),
-			o.Measures.Wall.Round(100*time.Millisecond), o.Dir)
-	}
-	tw.Flush()
+	scenarios.PrintSummary(&b, s.outcomes)
 	fmt.Print("\n" + b.String())
-	return ctx, os.WriteFile(filepath.Join(artifacts, "summary.txt"), []byte(b.String()), 0o644)
+	return ctx, os.WriteFile(filepath.Join(s.artifacts, "summary.txt"), []byte(b.String()), 0o644)
 }
 
 // exportKindLogs exports the kind cluster's logs (kubelet, containerd) next to the run dirs.
 func exportKindLogs(ctx context.Context, _ *envconf.Config) (context.Context, error) {
 	cluster := os.Getenv("DFC_KIND_CLUSTER")
-	if cluster == "" || artifacts == "" {
+	s := suiteOf(ctx)
+	if cluster == "" || s.artifacts == "" {
 		return ctx, nil
 	}
-	out, err := exec.CommandContext(ctx, "kind", "export", "logs", filepath.Join(artifacts, "kind-logs"), "--name", cluster).CombinedOutput()
+	out, err := exec.CommandContext(ctx, "kind", "export", "logs", filepath.Join(s.artifacts, "kind-logs"), "--name", cluster).CombinedOutput()
 	if err != nil {
 		return ctx, fmt.Errorf("kind export logs: %w\n%s", err, out)
 	}
 	return ctx, nil
 }
 
-type outcomeKey struct{}
-
-// TestScenarios runs every scenario of the catalog on the cluster: one feature per scenario, whose first
-// assessment runs it (setup, steps, teardown) and whose further assessments are its expected outcomes.
+// TestScenarios runs the scenarios of the catalog that DFC_SCENARIOS names (all when empty) on the cluster,
+// one feature each: Setup deploys it, the first assessment performs its steps, one assessment per expected
+// outcome judges the evidence, Teardown removes everything and writes the report.
 func TestScenarios(t *testing.T) {
-	if problem != "" {
-		if os.Getenv(optInEnv) != "1" {
-			t.Skip(problem) // not requested: never a failure, not even in CI's make test
-		}
-		testenv.SkipOrFail(t, problem)
+	if os.Getenv(optInEnv) != "1" {
+		// Not requested: never a failure, not even in CI's make test.
+		t.Skip(optInEnv + "=1 not set: the catalog runs against a cluster only on request (make test-kube)")
+	}
+	selected, err := scenarios.Select(strings.Fields(os.Getenv(selectEnv)))
+	if err != nil {
+		t.Fatalf("%s: %v", selectEnv, err)
 	}
 	var feats []features.Feature
-	for _, sc := range scenarios.Catalog() {
+	for _, sc := range selected {
 		feats = append(feats, scenarioFeature(sc))
 	}
 	testEnv.Test(t, feats...)
 }
 
+type runnerKey struct{}
+
 func scenarioFeature(sc scenarios.Scenario) features.Feature {
 	f := features.New(sc.Name).WithLabel("scenario", sc.Name).
-		Assess("runs on the cluster and cleans up", func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
-			dir := filepath.Join(artifacts, sc.Name)
-			if err := os.MkdirAll(dir, 0o755); err != nil {
-				t.Fatal(err)
+		Setup(func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
+			s := suiteOf(ctx)
+			if s.problem != "" {
+				testenv.SkipOrFail(t, s.problem)
 			}
-			o := opts
-			o.Progress = func(s string) { t.Log(s) }
-			b := kube.New(o)
+			o := s.opts
+			o.Progress = func(msg string) { t.Log(msg) }
 			// The live timeline streams with -v (a scenario takes a minute or more), else it is logged at the end.
-			var live strings.Builder
-			var out io.Writer = &live
+			var out io.Writer = &strings.Builder{}
 			if testing.Verbose() {
 				out = os.Stdout
 			}
-			run := scenarios.Run(ctx, b, sc, scenarios.RunOptions{Dir: dir, Out: out, Poll: 200 * time.Millisecond,
-				StopTimeout: 10 * time.Minute})
-			outcomes = append(outcomes, run)
-			if live.Len() > 0 {
-				t.Logf("timeline:\n%s", live.String())
+			r := scenarios.NewRunner(kube.New(o), sc, scenarios.RunOptions{Dir: filepath.Join(s.artifacts, sc.Name), Out: out,
+				Poll: 200 * time.Millisecond})
+			// Not t.Fatal: the feature's Teardown must still run to remove what the failed setup created.
+			if err := r.Setup(ctx); err != nil {
+				t.Errorf("%v", err)
 			}
-			var verdicts strings.Builder
-			scenarios.PrintVerdicts(&verdicts, run)
-			t.Logf("%s", verdicts.String())
-			if err := scenarios.WriteReport(run); err != nil {
-				t.Errorf("report: %v", err)
+			return context.WithValue(ctx, runnerKey{}, &run{r: r, live: out})
+		}).
+		Assess("the steps run: "+stepList(sc), func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
+			r := runOf(ctx, t)
+			if err := r.r.Outcome().Err; err != nil {
+				t.Fatalf("setup failed: %v", err)
 			}
-			t.Logf("report %s", filepath.Join(dir, "report.md"))
-			if run.Err != nil {
-				t.Errorf("the run: %v", run.Err)
+			if err := r.r.Steps(ctx); err != nil {
+				t.Fatalf("the steps: %v", err)
 			}
-			if run.CleanupErr != nil {
-				t.Errorf("cleanup: %v", run.CleanupErr)
-			}
-			return context.WithValue(ctx, outcomeKey{}, run)
+			return ctx
 		})
 	for i, e := range sc.Expect {
-		name := e.Check.Describe()
-		f = f.Assess(name, func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
-			run, _ := ctx.Value(outcomeKey{}).(*scenarios.Outcome)
-			if run == nil || len(run.Verdicts) <= i {
-				t.Fatal("the scenario did not run")
+		f = f.Assess(e.Check.Describe(), func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
+			o := runOf(ctx, t).r.Outcome()
+			if len(o.Verdicts) <= i {
+				t.Fatal("the scenario's steps did not run")
 			}
-			v := run.Verdicts[i]
-			if !v.Result.OK {
+			if v := o.Verdicts[i]; !v.Result.OK {
 				t.Errorf("FAIL: %s", v.Result.Why)
 			} else {
 				t.Logf("PASS: %s", v.Result.Why)
@@ -215,5 +224,50 @@ func scenarioFeature(sc scenarios.Scenario) features.Feature {
 			return ctx
 		})
 	}
-	return f.Feature()
+	return f.Teardown(func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
+		r := runOf(ctx, t)
+		o := r.r.Teardown(ctx)
+		if b, ok := r.live.(*strings.Builder); ok && b.Len() > 0 {
+			t.Logf("timeline:\n%s", b.String())
+		}
+		var verdicts strings.Builder
+		scenarios.PrintVerdicts(&verdicts, o)
+		t.Logf("%s", verdicts.String())
+		if err := scenarios.WriteReport(o); err != nil {
+			t.Errorf("report: %v", err)
+		}
+		t.Logf("report %s", filepath.Join(o.Dir, "report.md"))
+		if o.CleanupErr != nil {
+			t.Errorf("cleanup: %v", o.CleanupErr)
+		}
+		s := suiteOf(ctx)
+		s.mu.Lock()
+		s.outcomes = append(s.outcomes, o)
+		s.mu.Unlock()
+		return ctx
+	}).Feature()
+}
+
+// run is one scenario's runner and where its live timeline goes.
+type run struct {
+	r    *scenarios.Runner
+	live io.Writer
+}
+
+func runOf(ctx context.Context, t *testing.T) *run {
+	t.Helper()
+	r, _ := ctx.Value(runnerKey{}).(*run)
+	if r == nil {
+		t.Fatal("the feature's setup did not run")
+	}
+	return r
+}
+
+// stepList names the scenario's steps in a few words each.
+func stepList(sc scenarios.Scenario) string {
+	var ls []string
+	for _, st := range sc.Steps {
+		ls = append(ls, st.Label())
+	}
+	return strings.Join(ls, ", ")
 }
