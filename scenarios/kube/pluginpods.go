@@ -1,0 +1,199 @@
+package kube
+
+// Plugin pods: the plugin DaemonSet's pods, their logs and readiness, and NodeUnstageVolume in their log.
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
+)
+
+// pluginPod is one pod of the plugin DaemonSet.
+type pluginPod struct {
+	w    *podWatch
+	name string
+	node string
+
+	mu      sync.Mutex
+	started int // instances whose start was recorded
+	running bool
+	endCh   chan struct{} // closed and replaced when an instance's log ends
+}
+
+// startOnce reports whether instance n's start is still to be recorded, and marks it recorded.
+func (pp *pluginPod) startOnce(n int) bool {
+	pp.mu.Lock()
+	defer pp.mu.Unlock()
+	pp.running = true
+	if n < pp.started {
+		return false
+	}
+	pp.started = n + 1
+	return true
+}
+
+func (pp *pluginPod) markEnded() {
+	pp.mu.Lock()
+	defer pp.mu.Unlock()
+	pp.running = false
+	close(pp.endCh)
+	pp.endCh = make(chan struct{})
+}
+
+// waitDown waits until no instance of the pod runs (its log stream ended).
+func (pp *pluginPod) waitDown(ctx context.Context, timeout time.Duration) error {
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	for {
+		pp.mu.Lock()
+		running, ch := pp.running, pp.endCh
+		pp.mu.Unlock()
+		if !running {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-deadline.C:
+			return fmt.Errorf("plugin pod %s still logging %s after its deletion", pp.name, timeout)
+		case <-ch:
+		}
+	}
+}
+
+// onPluginPod follows every plugin pod from its first appearance: its log (klog lines with the runtime's
+// timestamps) into plugin.log, "Ready" as KReady of the plugin container, and its start and end.
+func (b *Backend) onPluginPod(p *corev1.Pod, deleted bool) {
+	uid := string(p.UID)
+	b.mu.Lock()
+	pp, known := b.plugins[uid]
+	if !known {
+		pp = &pluginPod{w: newPodWatch(), name: p.Name, node: p.Spec.NodeName, endCh: make(chan struct{})}
+		b.plugins[uid] = pp
+	}
+	pp.node = p.Spec.NodeName
+	b.mu.Unlock()
+	pp.w.set(p, deleted)
+	if known {
+		return
+	}
+	b.wg.Add(1)
+	go b.follow(pp.w, pluginContainer, true, instanceHandler{
+		line: func(n int, info instanceInfo, line []byte, ts time.Time) {
+			if pp.startOnce(n) {
+				b.pluginEvent(pp, scenarios.KStarted, stampTime(info.startedAt, ts), fmt.Sprintf("pod %s on %s", pp.name, pp.node))
+			}
+			stamp := ts
+			if stamp.IsZero() {
+				stamp = time.Now()
+			}
+			b.pluginLog.WriteLine(fmt.Sprintf("%s %s#%d", stamp.UTC().Format("15:04:05.000000"), pp.name, n), line)
+			if strings.Contains(string(line), `] "Ready"`) {
+				b.pluginEvent(pp, scenarios.KReady, stamp, fmt.Sprintf("pod %s: %s", pp.name, klogMessage(line)))
+			}
+			b.unstage.observe(fmt.Sprintf("%s#%d", pp.name, n), klogMessage(line), b.n.volumeHandle)
+		},
+		end: func(n int, _ instanceInfo, term *corev1.ContainerStateTerminated, gone bool) {
+			msg := "pod " + pp.name
+			switch {
+			case term != nil:
+				msg += fmt.Sprintf(" exited with code %d (%s)", term.ExitCode, term.Reason)
+			case gone:
+				msg += " deleted"
+			}
+			b.pluginEvent(pp, scenarios.KExited, time.Now(), msg)
+			pp.markEnded()
+		},
+	})
+}
+
+func (b *Backend) pluginEvent(pp *pluginPod, kind scenarios.Kind, t time.Time, msg string) {
+	// Only the plugin on the workload's node matters to the scenario; the others go to kube.log.
+	if b.node != "" && pp.node != b.node {
+		b.logf("plugin %s on another node: %s %s", pp.name, kind, msg)
+		return
+	}
+	b.rec.Add(scenarios.Event{Time: t, Source: scenarios.SrcComponent, Component: scenarios.PluginContainer, Kind: kind, Message: msg})
+}
+
+// klogMessage strips klog's header ("I1122 04:50:01.123456   1 server.go:158] ") from a line.
+func klogMessage(line []byte) string {
+	s := string(line)
+	if i := strings.Index(s, "] "); i >= 0 && i < 60 {
+		return s[i+2:]
+	}
+	return s
+}
+
+// unstageWatch notices in the plugin's log (GRPC call, request, response lines of -v=5) that NodeUnstageVolume
+// of the run's volume succeeded: the one sign of kubelet's unstage that every cluster shows (a CSI volume
+// without attach is not listed in node.status.volumesInUse).
+type unstageWatch struct {
+	mu      sync.Mutex
+	calls   map[string]bool // "<pod>#<instance>[ID:n]" of NodeUnstageVolume calls
+	ours    map[string]bool // those for the run's volume
+	done    chan struct{}
+	closed  bool
+	lastErr string
+}
+
+func newUnstageWatch() *unstageWatch {
+	return &unstageWatch{calls: map[string]bool{}, ours: map[string]bool{}, done: make(chan struct{})}
+}
+
+var grpcLine = regexp.MustCompile(`^(\[ID:\d+\]) GRPC (call|request|response|error): (.*)$`)
+
+func (u *unstageWatch) observe(who, msg, handle string) {
+	m := grpcLine.FindStringSubmatch(msg)
+	if m == nil {
+		return
+	}
+	key := who + m[1]
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	switch m[2] {
+	case "call":
+		if strings.HasSuffix(m[3], "/NodeUnstageVolume") {
+			u.calls[key] = true
+		}
+	case "request":
+		if u.calls[key] && strings.Contains(m[3], `"volume_id":"`+handle+`"`) {
+			u.ours[key] = true
+		}
+	case "response":
+		if u.ours[key] && !u.closed {
+			u.closed = true
+			close(u.done)
+		}
+	case "error":
+		if u.ours[key] {
+			u.lastErr = m[3]
+		}
+	}
+}
+
+// wait waits until NodeUnstageVolume of the run's volume succeeded.
+func (u *unstageWatch) wait(ctx context.Context, timeout time.Duration) error {
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-u.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		u.mu.Lock()
+		defer u.mu.Unlock()
+		if u.lastErr != "" {
+			return fmt.Errorf("NodeUnstageVolume failed: %s", u.lastErr)
+		}
+		return fmt.Errorf("no successful NodeUnstageVolume in the plugin's log within %s", timeout)
+	}
+}
