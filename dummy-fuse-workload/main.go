@@ -3,17 +3,12 @@
 package main
 
 import (
-	"context"
 	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/dummy-fuse-workload/workload"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/command"
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	code := workload.Main(ctx, os.Args[1:], os.Stdout, os.Stderr, workload.Env{})
-	stop()
-	os.Exit(code)
+	os.Exit(command.Main("dummy-fuse-workload", workload.Command(workload.Env{}), os.Args[1:], command.OS()))
 }

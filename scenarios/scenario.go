@@ -53,8 +53,8 @@ const (
 
 // The plugin's restore strategies (--restore-strategy), as the catalog names them.
 const (
-	StrategyRebind = restore.Rebind
-	StrategyStack  = restore.Stack
+	StrategyRebind = string(restore.Rebind)
+	StrategyStack  = string(restore.Stack)
 )
 
 // FileName is the file the dummy-fuse filesystem serves at its root, and Content what it holds.
@@ -68,7 +68,7 @@ type Plugin struct {
 	// RestoreMounts passes --restore-mounts: the plugin remounts what its state dir records when it starts.
 	RestoreMounts bool
 	// RestoreStrategy is --restore-strategy (StrategyRebind or StrategyStack); empty means the plugin's default.
-	RestoreStrategy restore.Strategy
+	RestoreStrategy string
 }
 
 // Args returns the plugin's command-line flags for this setup (besides endpoint, node ID and paths).
@@ -78,7 +78,7 @@ func (p Plugin) Args() []string {
 		args = append(args, "--restore-mounts")
 	}
 	if p.RestoreStrategy != "" {
-		args = append(args, "--restore-strategy="+string(p.RestoreStrategy))
+		args = append(args, "--restore-strategy="+p.RestoreStrategy)
 	}
 	return args
 }

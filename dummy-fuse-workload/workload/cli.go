@@ -8,6 +8,7 @@ import (
 	"io"
 	"time"
 
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/command"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/version"
 )
 
@@ -19,11 +20,11 @@ Exit codes: 0 on SIGTERM/SIGINT, 1 on the first I/O error with --exit-on-error, 
 Flags:
 `
 
-// errVersion asks Main to print the version.
+// errVersion asks Command to print the version.
 var errVersion = errors.New("version requested")
 
-// ParseArgs turns the command line into a Config. Flag errors and usage go to stderr; flag.ErrHelp means
-// --help was asked for.
+// ParseArgs turns the command line into a Config. The flag package writes its own errors and the usage to
+// stderr; flag.ErrHelp means --help was asked for, and a *command.UsageError is a bad command line.
 func ParseArgs(args []string, stderr io.Writer) (Config, error) {
 	cfg := Config{Interval: 5 * time.Second, KeepOpen: true, Format: FormatText}
 	fl := flag.NewFlagSet("dummy-fuse-workload", flag.ContinueOnError)
@@ -38,40 +39,39 @@ func ParseArgs(args []string, stderr io.Writer) (Config, error) {
 		fmt.Fprint(fl.Output(), usage)
 		fl.PrintDefaults()
 	}
-	if err := fl.Parse(args); err != nil {
+	if err := command.Parse(fl, args); err != nil {
 		return cfg, err
 	}
-	if *showVersion {
-		return cfg, errVersion
-	}
-	var err error
 	switch {
+	case *showVersion:
+		return cfg, errVersion
 	case fl.NArg() > 0:
-		err = fmt.Errorf("unexpected arguments %q", fl.Args())
+		return cfg, command.Usagef("unexpected arguments %q", fl.Args())
 	case cfg.File == "":
-		err = errors.New("--file is required")
+		return cfg, command.Usagef("--file is required")
 	case cfg.Interval <= 0:
-		err = fmt.Errorf("--read-interval must be positive, got %s", cfg.Interval)
+		return cfg, command.Usagef("--read-interval must be positive, got %s", cfg.Interval)
 	}
-	if err != nil {
-		fmt.Fprintf(stderr, "dummy-fuse-workload: %v\n", err)
-		fl.Usage()
-	}
-	return cfg, err
+	return cfg, nil
 }
 
-// Main is the whole command: it parses args and runs until ctx is done. It returns the exit code.
-func Main(ctx context.Context, args []string, stdout, stderr io.Writer, env Env) int {
-	cfg, err := ParseArgs(args, stderr)
-	switch {
-	case errors.Is(err, flag.ErrHelp):
-		return ExitOK
-	case errors.Is(err, errVersion):
-		fmt.Fprintln(stdout, version.Version)
-		return ExitOK
-	case err != nil:
-		return ExitUsage
+// Command returns the dummy-fuse-workload command (the shape of internal/command) with env's dependencies:
+// it reads until ctx is done (nil: exit 0) or, with --exit-on-error, until the first I/O error (an
+// *command.ExitError with code 1; the error is already in the log). Streams.Out receives the log.
+func Command(env Env) command.RunFunc {
+	return func(ctx context.Context, args []string, s command.Streams) error {
+		cfg, err := ParseArgs(args, s.Err)
+		switch {
+		case errors.Is(err, errVersion):
+			fmt.Fprintln(s.Out, version.Version)
+			return nil
+		case err != nil:
+			return err
+		}
+		env.Out = s.Out
+		if code := Run(ctx, cfg, env); code != ExitOK {
+			return &command.ExitError{Code: code}
+		}
+		return nil
 	}
-	env.Out = stdout
-	return Run(ctx, cfg, env)
 }

@@ -7,12 +7,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/command"
 )
 
 const testFile = "/mnt/dummy-file.txt"
@@ -311,6 +314,11 @@ func TestErrnoName(t *testing.T) {
 	}
 }
 
+// mainCode runs the command as main does and returns its exit code.
+func mainCode(ctx context.Context, args []string, stdout, stderr io.Writer, env Env) int {
+	return command.Code("dummy-fuse-workload", Command(env)(ctx, args, command.Streams{Out: stdout, Err: stderr}), stderr)
+}
+
 func TestMainUsage(t *testing.T) {
 	for _, tc := range []struct {
 		args    []string
@@ -328,7 +336,7 @@ func TestMainUsage(t *testing.T) {
 		{args: []string{"--version"}, code: ExitOK, stdoutN: true},
 	} {
 		var stdout, stderr bytes.Buffer
-		code := Main(context.Background(), tc.args, &stdout, &stderr, Env{})
+		code := mainCode(context.Background(), tc.args, &stdout, &stderr, Env{})
 		if code != tc.code {
 			t.Errorf("%q: exit code %d, want %d", tc.args, code, tc.code)
 		}
@@ -350,7 +358,7 @@ func TestMainRealFile(t *testing.T) {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	clk := &fakeClock{now: t0, step: time.Millisecond, rounds: 2, cancel: cancel}
 	var stdout, stderr bytes.Buffer
-	code := Main(ctx, []string{"--file", path, "--log-format=json", "--keep-open=false"}, &stdout, &stderr, Env{Clock: clk})
+	code := mainCode(ctx, []string{"--file", path, "--log-format=json", "--keep-open=false"}, &stdout, &stderr, Env{Clock: clk})
 	if code != ExitOK || stderr.Len() > 0 {
 		t.Fatalf("exit code %d stderr %q", code, stderr.String())
 	}
@@ -363,7 +371,7 @@ func TestMainRealFile(t *testing.T) {
 	}
 
 	var m bytes.Buffer
-	code = Main(context.Background(), []string{"--file", path + ".missing", "--exit-on-error"}, &m, &stderr, Env{Clock: clk})
+	code = mainCode(context.Background(), []string{"--file", path + ".missing", "--exit-on-error"}, &m, &stderr, Env{Clock: clk})
 	if code != ExitError || !strings.Contains(m.String(), "open error: open "+path+".missing: no such file or directory") {
 		t.Errorf("missing file: exit code %d, log:\n%s", code, m.String())
 	}

@@ -400,7 +400,7 @@ func strategyOf(p scenarios.Plugin) string {
 	if p.RestoreStrategy == "" {
 		return "chart default"
 	}
-	return string(p.RestoreStrategy)
+	return p.RestoreStrategy
 }
 
 // chartValues are the chart's values for the scenario's plugin setup.
@@ -408,7 +408,7 @@ func (b *Backend) chartValues() (map[string]any, error) {
 	repo, tag := splitImage(b.opts.Image)
 	plugin := map[string]any{"restoreMounts": b.sc.Plugin.RestoreMounts}
 	if b.sc.Plugin.RestoreStrategy != "" {
-		plugin["restoreStrategy"] = string(b.sc.Plugin.RestoreStrategy)
+		plugin["restoreStrategy"] = b.sc.Plugin.RestoreStrategy
 	}
 	vals := map[string]any{
 		"fullnameOverride": releaseName,
