@@ -5,6 +5,7 @@
 // Why not k8s.io/mount-utils: its IsLikelyNotMountPoint reports "mounted, no error" on a dead FUSE mount without
 // ever reaching the server, and stat(2) may still succeed from the attribute cache. Every check here either reads
 // the mount table (no filesystem access at all) or sends a request the kernel cannot answer from a cache.
+// docs/fuse-mount-loss.md explains the kernel's behaviour and the trap.
 package mounts
 
 import (
@@ -25,7 +26,8 @@ import (
 const FUSESuperMagic = 0x65735546
 
 // ErrTimeout is wrapped by Probe when the filesystem did not answer in time: a FUSE server that is alive but
-// stuck, or a dead server whose /dev/fuse fd is still held by another process (callers then block until some process serves that fd again).
+// stuck, or a dead server whose /dev/fuse fd is still held by another process (callers then block until some
+// process serves that fd again; see docs/fuse-mount-loss.md).
 var ErrTimeout = errors.New("filesystem did not answer in time")
 
 // ErrNotFUSE is returned by Answers for a path whose filesystem is not FUSE (typically: nothing is mounted).
