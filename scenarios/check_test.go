@@ -186,3 +186,25 @@ func TestValidateRejectsUnknownComponent(t *testing.T) {
 		t.Errorf("Validate = %v, want an unknown component error", err)
 	}
 }
+
+// TestLabels: every step of the catalog has a short label for the timeline, a kill or start names its
+// component, and a wait is labelled by its check.
+func TestLabels(t *testing.T) {
+	for _, sc := range Catalog() {
+		for i, st := range sc.Steps {
+			l := st.Label()
+			if l == "" || len(l) > 40 {
+				t.Errorf("%s step %d: label %q (want a few words)", sc.Name, i+1, l)
+			}
+			if st.Action == ActWaitFor && l != st.Until.Label() {
+				t.Errorf("%s step %d: label %q, want its check's %q", sc.Name, i+1, l, st.Until.Label())
+			}
+		}
+	}
+	if l := KillPlugin().Label(); l != "plugin killed" {
+		t.Errorf("KillPlugin().Label() = %q", l)
+	}
+	if l := (VolumeDir{Errno: "ENOTCONN", After: AfterKill}).Label(); l != "until volume dir ENOTCONN" {
+		t.Errorf("a wait for a dead volume dir is labelled %q", l)
+	}
+}

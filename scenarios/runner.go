@@ -120,7 +120,7 @@ func (r *Runner) setup(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("run dir: %w", err)
 	}
-	r.env, r.o.Dir = env, env.Dir
+	r.env = env
 	if err := r.b.Setup(ctx, &r.o.Scenario, env); err != nil {
 		return fmt.Errorf("setup: %w", err)
 	}

@@ -1,9 +1,7 @@
 package kube
 
 import (
-	"bufio"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -190,7 +188,7 @@ func (b *Backend) startKubeletLog(ctx context.Context) error {
 		go func() {
 			defer b.wg.Done()
 			defer fh.Close()
-			tailFile(b.ctx, fh, k.add)
+			scenarios.TailLines(fh, b.ctx.Done(), 200*time.Millisecond, func(l []byte) { k.add(string(l)) })
 		}()
 		return nil
 	}
@@ -212,25 +210,4 @@ func (b *Backend) startKubeletLog(ctx context.Context) error {
 		}
 	}()
 	return nil
-}
-
-// tailFile calls f for every line appended to fh until ctx ends.
-func tailFile(ctx context.Context, fh *os.File, f func(string)) {
-	br := bufio.NewReaderSize(fh, 256*1024)
-	var part []byte
-	for {
-		chunk, err := br.ReadBytes('\n')
-		part = append(part, chunk...)
-		if err == nil {
-			f(strings.TrimRight(string(part), "\r\n"))
-			part = nil
-			continue
-		}
-		if !errors.Is(err, io.EOF) {
-			return
-		}
-		if scenarios.Sleep(ctx, 200*time.Millisecond) != nil {
-			return
-		}
-	}
 }

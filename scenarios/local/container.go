@@ -1,13 +1,10 @@
 package local
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -228,38 +225,10 @@ func (c *container) start() (*proc, error) {
 		defer close(output)
 		defer logR.Close()
 		prefix := fmt.Sprintf("%s#%d", c.spec.Name, inst)
-		tailLines(logR, p.done, func(line []byte) {
+		scenarios.TailLines(logR, p.done, 20*time.Millisecond, func(line []byte) {
 			b.workloadLog.WriteLine(prefix, line)
 			b.rec.Add(scenarios.ParseWorkloadLine(line, c.spec.Name, inst, time.Now()))
 		})
 	}()
 	return p, nil
-}
-
-// tailLines calls f for every line appended to r until done is closed and r is drained; a last line without
-// a newline is passed too.
-func tailLines(r io.Reader, done <-chan struct{}, f func([]byte)) {
-	br := bufio.NewReader(r)
-	var line []byte
-	finished := false
-	for {
-		chunk, err := br.ReadBytes('\n')
-		line = append(line, chunk...)
-		if err == nil {
-			f(bytes.TrimSuffix(line, []byte("\n")))
-			line = nil
-			continue
-		}
-		if err != io.EOF || finished {
-			if len(line) > 0 {
-				f(line)
-			}
-			return
-		}
-		select {
-		case <-done:
-			finished = true // one more pass drains what the process wrote before it exited
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
 }
