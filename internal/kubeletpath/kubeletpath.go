@@ -30,8 +30,14 @@ func Target(root, podUID, specName string) string {
 	return filepath.Join(PodDir(root, podUID), "volumes", "kubernetes.io~csi", specName, "mount")
 }
 
+// SubPaths is the directory of a pod's subPath binds, which kubelet removes (CleanSubPaths) when the pod's
+// volumes are unmounted.
+func SubPaths(root, podUID string) string {
+	return filepath.Join(PodDir(root, podUID), "volume-subpaths")
+}
+
 // SubPath is the bind target kubelet prepares for a container's subPath volume mount: <pod dir>/
 // volume-subpaths/<pod volume name>/<container name>/<index of the volumeMount in the container>.
 func SubPath(root, podUID, volumeName, container string, index int) string {
-	return filepath.Join(PodDir(root, podUID), "volume-subpaths", volumeName, container, strconv.Itoa(index))
+	return filepath.Join(SubPaths(root, podUID), volumeName, container, strconv.Itoa(index))
 }

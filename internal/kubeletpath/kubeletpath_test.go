@@ -9,6 +9,7 @@ func TestLayout(t *testing.T) {
 			"/var/lib/kubelet/plugins/kubernetes.io/csi/dummy-fuse-csi/d2e8363faaac7ae76def3b14091d8eb5755f6b92e9531627aeec833a8731cc49/globalmount"},
 		{Target("/r", "uid-1", "pv-1"), "/r/pods/uid-1/volumes/kubernetes.io~csi/pv-1/mount"},
 		{SubPath("/r", "uid-1", "data", "reader", 0), "/r/pods/uid-1/volume-subpaths/data/reader/0"},
+		{SubPaths("/r", "uid-1"), "/r/pods/uid-1/volume-subpaths"},
 	} {
 		if tc.got != tc.want {
 			t.Errorf("got  %s\nwant %s", tc.got, tc.want)

@@ -368,7 +368,7 @@ func (b *Backend) Stop(ctx context.Context) error {
 	}
 	if b.podUID != "" {
 		// kubelet's CleanSubPaths, before the volume is unpublished.
-		done, err := unmountAll(filepath.Join(kubeletpath.PodDir(b.root, b.podUID), "volume-subpaths"))
+		done, err := unmountAll(kubeletpath.SubPaths(b.root, b.podUID))
 		b.logLines("teardown: ", done)
 		if err != nil {
 			errs = append(errs, err)
