@@ -43,6 +43,18 @@ func (e *Env) Log(name string) (*LogFile, error) {
 	return &LogFile{f: f}, nil
 }
 
+// Logs creates the named logs with Log, in order; on an error the ones created so far stay listed.
+func (e *Env) Logs(names ...string) ([]*LogFile, error) {
+	out := make([]*LogFile, len(names))
+	for i, n := range names {
+		var err error
+		if out[i], err = e.Log(n); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
 // Artifacts are the names of the files the backend wrote into the run directory, in creation order.
 func (e *Env) Artifacts() []string {
 	e.mu.Lock()

@@ -255,15 +255,11 @@ func (b *Backend) Setup(ctx context.Context, sc *scenarios.Scenario, env *scenar
 	if b.optErr != nil {
 		return b.optErr
 	}
-	var err error
-	for _, l := range []struct {
-		w    **scenarios.LogFile
-		name string
-	}{{&b.pluginLog, "plugin.log"}, {&b.workloadLog, "workload.log"}, {&b.kubeLog, "kube.log"}} {
-		if *l.w, err = env.Log(l.name); err != nil {
-			return err
-		}
+	logs, err := env.Logs("plugin.log", "workload.log", "kube.log")
+	if err != nil {
+		return err
 	}
+	b.pluginLog, b.workloadLog, b.kubeLog = logs[0], logs[1], logs[2]
 	cfg, err := RESTConfig(b.opts)
 	if err != nil {
 		return err

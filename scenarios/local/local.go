@@ -153,15 +153,11 @@ func (b *Backend) Setup(ctx context.Context, sc *scenarios.Scenario, env *scenar
 	if err := os.MkdirAll(b.root, 0o755); err != nil {
 		return err
 	}
-	var err error
-	for _, l := range []struct {
-		f    **scenarios.LogFile
-		name string
-	}{{&b.pluginLog, "plugin.log"}, {&b.workloadLog, "workload.log"}, {&b.kubeletLog, "kubelet.log"}} {
-		if *l.f, err = env.Log(l.name); err != nil {
-			return err
-		}
+	logs, err := env.Logs("plugin.log", "workload.log", "kubelet.log")
+	if err != nil {
+		return err
 	}
+	b.pluginLog, b.workloadLog, b.kubeletLog = logs[0], logs[1], logs[2]
 
 	if err := makeRShared(b.root); err != nil {
 		return err
