@@ -21,9 +21,20 @@ const failedToStatVolume = `failed to stat "{volume}"`
 // pkg/kubelet/kubelet_pods.go; the cause is only in kubelet's log).
 const failedToPrepareSubPath = `failed to prepare subPath for volumeMount`
 
-// SubPathSource says where the subpath scenario's outcome comes from: derived from kubelet's code first, then
-// measured on a real kubelet by the Kubernetes backend (scenarios/kube, make test-kube).
-const SubPathSource = "derived from kubelet v1.33 code, confirmed on kubelet v1.33.13 with containerd 1.6"
+// SubPathFixedIn is the first kubelet release whose subPath preparation recovers from a dead FUSE bind:
+// prepareSubpathTarget in pkg/volume/util/subpath/subpath_linux.go unmounts a corrupted bind (mount-utils
+// IsCorruptedMnt: ENOTCONN, ESTALE, EIO, …) and binds the subPath again (kubernetes PR #138856), and lazily
+// unmounts a bind whose inode differs from the source (PR #139275); both merged in May 2026 and first released
+// in v1.37 (v1.36.3 does not have them).
+const SubPathFixedIn = "v1.37"
+
+// Where the subpath scenario's version-dependent outcomes come from.
+const (
+	SubPathSourceBefore = "prepareSubpathTarget fails on the dead bind (pkg/volume/util/subpath/subpath_linux.go, read in " +
+		"v1.36.3); measured on kubelet v1.33.13"
+	SubPathSourceSince = "prepareSubpathTarget unmounts the corrupted bind and binds again (kubernetes PRs #138856 and " +
+		"#139275, read in v1.37.2); measured on kubelet v1.37.2"
+)
 
 // Catalog returns every scenario, in a stable order (restart first).
 func Catalog() []Scenario {
@@ -178,10 +189,11 @@ func Catalog() []Scenario {
 			Name:  "subpath",
 			Title: "Workload mounts a subPath of the volume, plugin restores, workload exits on error",
 			Shows: "kubelet bind-mounts a subPath once, under pods/<uid>/volume-subpaths/, from the FUSE mount of " +
-				"that moment, and reuses that bind on every container restart. After the crash the bind is dead: " +
-				"kubelet's check of it (mount-utils IsNotMountPoint → lstat) fails with ENOTCONN, so every restart " +
-				"fails with \"failed to prepare subPath\" even after the plugin restored the volume dir. Only " +
-				"deleting the pod (which cleans volume-subpaths) helps.",
+				"that moment, and checks that bind before every container start. After the crash the bind is dead, and " +
+				"while the volume dir is dead too every restart fails with \"failed to prepare subPath\". Once the " +
+				"plugin has restored the volume dir, the kubelet version decides: up to v1.36 kubelet's check of the " +
+				"old bind fails with ENOTCONN at every restart, forever (only deleting the pod helps); since v1.37 " +
+				"kubelet unmounts the corrupted bind, binds the restored volume again, and the restarted container reads.",
 			Plugin: Plugin{RestoreMounts: true, RestoreStrategy: StrategyRebind},
 			Pod: Pod{RestartPolicy: RestartAlways, Containers: []Container{
 				{Name: reader, ExitOnError: true, KeepOpen: true, SubPath: FileName, MountPath: "/mnt/" + FileName},
@@ -198,16 +210,27 @@ func Catalog() []Scenario {
 			Expect: []Expectation{
 				{Check: FailsWith{C: reader, Errno: "ENOTCONN", Within: Dur{Fixed: 5 * time.Second, Reads: 2}}},
 				{Check: Exits{C: reader, Code: 1}},
+				{Check: StartFails{C: reader, Contains: failedToPrepareSubPath}},
 				{Check: VolumeDir{After: AfterPluginBack}},
+
 				{Check: StartFails{C: reader, After: AfterVolumeRestored, Contains: failedToPrepareSubPath,
-					Errno: "ENOTCONN", Detail: "volume-subpaths", Min: 2}, Source: SubPathSource},
-				{Check: Restarts{C: reader, Min: 0, Max: 0}, Source: SubPathSource},
-				{Check: NeverRecovers{C: reader, After: AfterVolumeRestored, For: watchStarts}, Source: SubPathSource},
+					Errno: "ENOTCONN", Detail: "volume-subpaths", Min: 2},
+					Kubelet: KubeletBefore(SubPathFixedIn), Source: SubPathSourceBefore},
+				{Check: Restarts{C: reader, Min: 0, Max: 0}, Kubelet: KubeletBefore(SubPathFixedIn), Source: SubPathSourceBefore},
+				{Check: NeverRecovers{C: reader, After: AfterVolumeRestored, For: watchStarts},
+					Kubelet: KubeletBefore(SubPathFixedIn), Source: SubPathSourceBefore},
+
+				{Check: Recovers{C: reader, Instance: NewInstance}, Kubelet: KubeletSince(SubPathFixedIn), Source: SubPathSourceSince},
+				{Check: Restarts{C: reader, Min: 1, Max: 1}, Kubelet: KubeletSince(SubPathFixedIn), Source: SubPathSourceSince},
 			},
-			Note: "The outcome after the restore is " + SubPathSource + ": kubelet's makeMounts → " +
-				"PrepareSafeSubpath → doBindSubPath → prepareSubpathTarget calls mount.IsNotMountPoint on the old " +
-				"bind target; on a dead FUSE bind that returns ENOTCONN, which is not IsNotExist, so the start fails " +
-				"and the stale bind is only removed by CleanSubPaths when the volume is unmounted for the pod.",
+			Note: "What happens after the restore depends on the kubelet version. Before every start kubelet's makeMounts → " +
+				"PrepareSafeSubpath → doBindSubPath → prepareSubpathTarget checks the old bind under volume-subpaths/. " +
+				"Up to v1.36 it calls mount.IsNotMountPoint, which on a dead FUSE bind returns ENOTCONN; that is not " +
+				"IsNotExist, so the start fails, and the stale bind is only removed by CleanSubPaths when the pod's " +
+				"volume is unmounted. Since " + SubPathFixedIn + " (kubernetes PRs #138856 and #139275) it calls " +
+				"mounter.IsMountPoint and, when the error is a corrupted mount (IsCorruptedMnt, which includes ENOTCONN), " +
+				"unmounts the bind and binds the subPath again from the restored volume; a live bind whose inode differs " +
+				"from the source is lazily unmounted and bound again.",
 		},
 	}
 }

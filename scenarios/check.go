@@ -28,6 +28,8 @@ type Result struct {
 
 // Verdict is an expectation with its result.
 type Verdict struct {
+	// Index is the expectation's position in Scenario.Expect.
+	Index       int
 	Expectation Expectation
 	Result      Result
 }
@@ -527,11 +529,18 @@ func names(c string) []string {
 	return []string{c}
 }
 
-// Evaluate checks every expectation of s against ev.
+// Evaluate checks the expectations of s that apply to the kubelet version of ev against ev. An expectation
+// that depends on the version fails when the evidence does not say which kubelet the run was on.
 func Evaluate(s *Scenario, ev *Evidence, t Timing) []Verdict {
 	out := make([]Verdict, 0, len(s.Expect))
-	for _, e := range s.Expect {
-		out = append(out, Verdict{Expectation: e, Result: e.Check.Eval(ev, t)})
+	for i, e := range s.Expect {
+		switch {
+		case !e.Kubelet.All() && !ev.Kubelet.Known():
+			out = append(out, Verdict{Index: i, Expectation: e, Result: Result{
+				Why: "the evidence does not say which kubelet version the run was on, and this outcome depends on it"}})
+		case e.Kubelet.Contains(ev.Kubelet):
+			out = append(out, Verdict{Index: i, Expectation: e, Result: e.Check.Eval(ev, t)})
+		}
 	}
 	return out
 }

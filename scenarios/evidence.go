@@ -116,6 +116,8 @@ type Evidence struct {
 	Start, Until time.Time
 	// Paths maps path labels (PathVolume, PathStaging) to the host paths of this run.
 	Paths map[string]string
+	// Kubelet is the version of the kubelet the run was on (the node's, or the one the local backend models).
+	Kubelet KubeletVersion
 	// Events in time order.
 	Events []Event
 }

@@ -9,9 +9,10 @@ import (
 
 // Recorder collects a backend's evidence of a run; its methods are safe for concurrent use.
 type Recorder struct {
-	mu     sync.Mutex
-	events []Event
-	paths  map[string]string
+	mu      sync.Mutex
+	events  []Event
+	paths   map[string]string
+	kubelet KubeletVersion
 }
 
 // Add records e, stamping it now when it has no time.
@@ -31,11 +32,18 @@ func (r *Recorder) SetPaths(p map[string]string) {
 	r.mu.Unlock()
 }
 
+// SetKubelet records the version of the kubelet the run is on.
+func (r *Recorder) SetKubelet(v KubeletVersion) {
+	r.mu.Lock()
+	r.kubelet = v
+	r.mu.Unlock()
+}
+
 // Snapshot returns a sorted copy of everything recorded so far, with Until set to now.
 func (r *Recorder) Snapshot() *Evidence {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	ev := &Evidence{Until: time.Now(), Paths: map[string]string{}, Events: append([]Event(nil), r.events...)}
+	ev := &Evidence{Until: time.Now(), Paths: map[string]string{}, Kubelet: r.kubelet, Events: append([]Event(nil), r.events...)}
 	maps.Copy(ev.Paths, r.paths)
 	ev.Sort()
 	return ev

@@ -21,7 +21,7 @@ func FormatMeasure(d time.Duration) string {
 
 // PrintVerdicts prints one PASS/FAIL line per expected outcome, the measures, and why a run failed.
 func PrintVerdicts(w io.Writer, o *Outcome) {
-	fmt.Fprintln(w, "verdicts:")
+	fmt.Fprintf(w, "verdicts (kubelet %s):\n", o.Kubelet)
 	for _, v := range o.Verdicts {
 		mark := "PASS"
 		if !v.Result.OK {
@@ -31,7 +31,7 @@ func PrintVerdicts(w io.Writer, o *Outcome) {
 		if v.Expectation.Source != "" {
 			src = " [" + v.Expectation.Source + "]"
 		}
-		fmt.Fprintf(w, "  %s  %s%s\n        %s\n", mark, v.Expectation.Check.Describe(), src, shortenFor(o, v.Result.Why))
+		fmt.Fprintf(w, "  %s  %s%s\n        %s\n", mark, v.Expectation.Describe(), src, shortenFor(o, v.Result.Why))
 	}
 	if o.Err != nil {
 		fmt.Fprintf(w, "  FAIL  the run: %v\n", o.Err)
@@ -100,15 +100,24 @@ func WriteReport(o *Outcome) error {
 func Markdown(o *Outcome) string {
 	var b strings.Builder
 	sc := &o.Scenario
-	fmt.Fprintf(&b, "# Scenario `%s`: %s\n\n", sc.Name, passFail(o.Passed()))
+	fmt.Fprintf(&b, "# Scenario `%s` on kubelet %s: %s\n\n", sc.Name, o.Kubelet, passFail(o.Passed()))
 	fmt.Fprintf(&b, "**%s.** %s\n\n", sc.Title, sc.Shows)
 	t := o.Timing
-	fmt.Fprintf(&b, "Backend `%s`, run %s, read interval %s, restart back-off %s doubling to %s",
+	fmt.Fprintf(&b, "Kubelet %s", o.Kubelet)
+	if o.Backend == "local" {
+		b.WriteString(" (as the local backend models it)")
+	}
+	fmt.Fprintf(&b, ", backend `%s`, run %s, read interval %s, restart back-off %s doubling to %s",
 		o.Backend, o.Start.UTC().Format(time.RFC3339), t.ReadInterval, t.BackoffBase, t.BackoffMax)
 	if o.Backend == "local" {
 		b.WriteString(" (shortened for a fast run; kubelet uses 10s doubling to 5m)")
 	}
-	b.WriteString(".\n\n")
+	b.WriteString(".")
+	if sc.VersionDependent() {
+		fmt.Fprintf(&b, " The expected outcomes of this scenario depend on the kubelet version; %d of its %d apply to %s.",
+			len(sc.ExpectFor(o.Kubelet)), len(sc.Expect), o.Kubelet)
+	}
+	b.WriteString("\n\n")
 	if sc.Note != "" {
 		fmt.Fprintf(&b, "> **Note.** %s\n\n", sc.Note)
 	}
@@ -116,7 +125,7 @@ func Markdown(o *Outcome) string {
 
 	b.WriteString("## Verdicts\n\n| | expected outcome | evidence |\n|---|---|---|\n")
 	for _, v := range o.Verdicts {
-		exp := v.Expectation.Check.Describe()
+		exp := v.Expectation.Describe()
 		if v.Expectation.Source != "" {
 			exp += " *(" + v.Expectation.Source + ")*"
 		}

@@ -22,8 +22,11 @@ type RunOptions struct {
 type Outcome struct {
 	Scenario Scenario
 	Backend  string
-	Timing   Timing
-	Dir      string
+	// Kubelet is the kubelet version the run was on, from the evidence; the verdicts are taken against the
+	// expectations for it.
+	Kubelet KubeletVersion
+	Timing  Timing
+	Dir     string
 	// Artifacts are the files the backend wrote into Dir (its logs), by name; the report adds its own.
 	Artifacts []string
 	// Start and End bound the whole run, setup and teardown included.
@@ -169,6 +172,7 @@ func (r *Runner) judge() {
 	r.judged = true
 	r.o.Evidence = r.snapshot()
 	r.narr.update(r.o.Evidence)
+	r.o.Kubelet = r.o.Evidence.Kubelet
 	r.o.Verdicts = Evaluate(&r.o.Scenario, r.o.Evidence, r.o.Timing)
 	if cs := r.o.Scenario.Pod.Containers; len(cs) > 0 {
 		r.o.Measures = r.o.Evidence.Measure(cs[0].Name)

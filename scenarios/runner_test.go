@@ -44,6 +44,7 @@ func (f *fakeBackend) Setup(_ context.Context, _ *Scenario, env *Env) error {
 	}
 	f.rec = env.Rec
 	f.rec.SetPaths(map[string]string{PathVolume: "/k/v", PathRoot: "/k"})
+	f.rec.SetKubelet(MustKubeletVersion("v1.37.2"))
 	if _, err := env.Log("fake.log"); err != nil {
 		return err
 	}
@@ -228,13 +229,16 @@ func TestReport(t *testing.T) {
 		}
 	}
 	md, _ := os.ReadFile(filepath.Join(dir, "report.md"))
-	for _, want := range []string{"# Scenario `restart`: PASS", "![timeline", "| PASS |", "kill → first ENOTCONN", "## Steps", "csi-plugin --restore-mounts"} {
+	for _, want := range []string{"# Scenario `restart` on kubelet v1.37.2: PASS", "![timeline", "| PASS |", "kill → first ENOTCONN", "## Steps", "csi-plugin --restore-mounts"} {
 		if !strings.Contains(string(md), want) {
 			t.Errorf("report.md lacks %q", want)
 		}
 	}
 	svg, _ := os.ReadFile(filepath.Join(dir, "timeline.svg"))
 	checkSVG(t, svg, map[string]int{"circle": 4 + 1}) // 4 good reads + the legend's
+	if !strings.Contains(string(svg), "kubelet v1.37.2") {
+		t.Error("the timeline's title does not name the kubelet version")
+	}
 }
 
 // checkSVG asserts that svg is well-formed XML with an <svg> root and at least the given element counts.

@@ -221,9 +221,20 @@ func (s Step) Label() string {
 // Expectation is an outcome a scenario expects, checked against the evidence at the end of the run.
 type Expectation struct {
 	Check Check
-	// Source says where the expected outcome comes from when it was derived before it was measured, e.g.
-	// "derived from kubelet v1.33 code, confirmed on kubelet v1.33.13".
+	// Kubelet is the range of kubelet versions the outcome is expected on; the zero range means every version.
+	// A run is judged by the expectations whose range holds the kubelet version it ran on.
+	Kubelet KubeletRange
+	// Source says where the expected outcome comes from: the kubelet code and change behind a version-dependent
+	// outcome, or how sure we are of one not (yet) measured on a real kubelet.
 	Source string
+}
+
+// Describe is the check's sentence, prefixed with the kubelet range when the outcome depends on the version.
+func (e Expectation) Describe() string {
+	if e.Kubelet.All() {
+		return e.Check.Describe()
+	}
+	return e.Kubelet.String() + ": " + e.Check.Describe()
 }
 
 // Scenario is one FUSE mount-loss scenario, defined once and run by any backend.
@@ -238,6 +249,27 @@ type Scenario struct {
 	Expect []Expectation
 	// Note is shown in the report (e.g. how sure we are about an expected outcome).
 	Note string
+}
+
+// VersionDependent reports whether the scenario expects different outcomes on different kubelet versions.
+func (s *Scenario) VersionDependent() bool {
+	for _, e := range s.Expect {
+		if !e.Kubelet.All() {
+			return true
+		}
+	}
+	return false
+}
+
+// ExpectFor returns the expectations that apply to a run on kubelet v.
+func (s *Scenario) ExpectFor(v KubeletVersion) []Expectation {
+	var out []Expectation
+	for _, e := range s.Expect {
+		if e.Kubelet.Contains(v) {
+			out = append(out, e)
+		}
+	}
+	return out
 }
 
 // Container returns the named container of the scenario's pod.
@@ -331,6 +363,9 @@ func (s *Scenario) Validate() error {
 		}
 		if err := checkContainers(s, e.Check); err != nil {
 			return fmt.Errorf("scenario %s: %w", s.Name, err)
+		}
+		if err := e.Kubelet.validate(); err != nil {
+			return fmt.Errorf("scenario %s: %q: %w", s.Name, e.Check.Describe(), err)
 		}
 	}
 	return nil

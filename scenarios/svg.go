@@ -106,7 +106,7 @@ func TimelineSVG(o *Outcome) []byte {
 	b.f(`<text x="16" y="24" font-size="16" font-weight="bold" fill="%s">scenario `, colText)
 	_ = xml.EscapeText(&b.Buffer, []byte(o.Scenario.Name))
 	b.f(`<tspan dx="10" fill="%s">%s</tspan></text>`+"\n", resCol, result)
-	b.text(16, 42, `fill="`+colSubtle+`"`, fmt.Sprintf("%s · backend %s · read interval %s · restart back-off %s", o.Scenario.Title, o.Backend, o.Timing.ReadInterval, o.Timing.BackoffBase))
+	b.text(16, 42, `fill="`+colSubtle+`"`, fmt.Sprintf("%s · kubelet %s · backend %s · read interval %s · restart back-off %s", o.Scenario.Title, o.Kubelet, o.Backend, o.Timing.ReadInterval, o.Timing.BackoffBase))
 
 	// Lanes: labels and zebra background.
 	for i, name := range lanes {

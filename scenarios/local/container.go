@@ -132,7 +132,7 @@ func (c *container) start() (*proc, error) {
 	src := b.vol.target
 	if c.spec.SubPath != "" {
 		sp := subPath{root: b.root, podUID: b.podUID, volumeName: pvName, container: c.spec.Name, index: 0,
-			volumePath: b.vol.target, subPath: c.spec.SubPath, mountName: volumeName}
+			volumePath: b.vol.target, subPath: c.spec.SubPath, mountName: volumeName, kubelet: b.kubelet}
 		target, err := sp.prepare(func(f string, a ...any) { b.logf("container %s: "+f, append([]any{c.spec.Name}, a...)...) })
 		if err != nil {
 			return nil, err

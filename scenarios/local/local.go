@@ -58,6 +58,9 @@ type Options struct {
 	DriverName string
 	// PluginVerbosity is the plugin's klog -v (default 5: every GRPC call with request and response).
 	PluginVerbosity int
+	// KubeletVersion is the kubelet whose behaviour the backend reproduces: one of KubeletVersions or its
+	// minor (default: the newest). Start fails on any other.
+	KubeletVersion string
 	// Keep leaves everything running and mounted at Stop; KeepNote then says how to inspect and clean up.
 	Keep bool
 }
@@ -92,8 +95,9 @@ func (o *Options) defaults() {
 
 // Backend is the local scenario backend. Use New; one Backend runs one scenario.
 type Backend struct {
-	opts Options
-	rec  *scenarios.Recorder
+	opts    Options
+	rec     *scenarios.Recorder
+	kubelet scenarios.KubeletVersion
 
 	sc        *scenarios.Scenario
 	dir, root string
@@ -129,8 +133,12 @@ func (b *Backend) Name() string { return "local" }
 
 // Describe implements scenarios.Backend.
 func (b *Backend) Describe() string {
-	return fmt.Sprintf("backend local: read interval %s, restart back-off %s doubling to %s — shortened for a fast run (kubelet: 10s doubling to 5m)",
-		b.opts.ReadInterval, b.opts.BackoffBase, b.opts.BackoffMax)
+	kubelet := b.opts.KubeletVersion
+	if v, err := ModelledKubelet(kubelet); err == nil {
+		kubelet = v.String()
+	}
+	return fmt.Sprintf("backend local modelling kubelet %s: read interval %s, restart back-off %s doubling to %s — shortened for a fast run (kubelet: 10s doubling to 5m)",
+		kubelet, b.opts.ReadInterval, b.opts.BackoffBase, b.opts.BackoffMax)
 }
 
 // Timing implements scenarios.Backend.
@@ -144,6 +152,11 @@ func (b *Backend) Setup(ctx context.Context, sc *scenarios.Scenario, env *scenar
 		return errors.New("local backend: Setup called twice")
 	}
 	b.sc, b.rec, b.dir = sc, env.Rec, env.Dir
+	var err error
+	if b.kubelet, err = ModelledKubelet(b.opts.KubeletVersion); err != nil {
+		return err
+	}
+	b.rec.SetKubelet(b.kubelet)
 	for _, p := range []string{b.opts.PluginPath, b.opts.FusePath, b.opts.WorkloadPath} {
 		if _, err := os.Stat(p); err != nil {
 			return fmt.Errorf("binary missing (run make build): %w", err)
@@ -163,7 +176,7 @@ func (b *Backend) Setup(ctx context.Context, sc *scenarios.Scenario, env *scenar
 		return err
 	}
 	b.rootBound = true
-	b.logf("kubelet root %s: bind-mounted onto itself, rshared", b.root)
+	b.logf("modelling kubelet %s; kubelet root %s: bind-mounted onto itself, rshared", b.kubelet, b.root)
 
 	uid := newUID()
 	b.podUID = uid

@@ -109,24 +109,52 @@ func run(t *testing.T, ctx context.Context, b *Backend, sc scenarios.Scenario, d
 	return o
 }
 
-// TestScenarios runs every scenario of the catalog on the local backend; each expected outcome must hold.
+// TestScenarios runs every scenario of the catalog on the local backend modelling the newest kubelet, and the
+// scenarios whose outcome depends on the kubelet version on every other modelled kubelet as well; each expected
+// outcome for that kubelet must hold.
 func TestScenarios(t *testing.T) {
-	for _, sc := range scenarios.Catalog() {
-		t.Run(sc.Name, func(t *testing.T) {
-			b, dir := newBackend(t, Options{})
-			o := run(t, context.Background(), b, sc, dir)
-			if !o.Passed() {
-				t.Errorf("scenario %s failed (see the log above); report in %s", sc.Name, dir)
+	for i, kv := range KubeletVersions {
+		for _, sc := range scenarios.Catalog() {
+			if i > 0 && !sc.VersionDependent() {
+				continue
 			}
-			for _, name := range o.Artifacts {
-				if st, err := os.Stat(filepath.Join(o.Dir, name)); err != nil || st.Size() == 0 {
-					t.Errorf("artifact %s: %v (empty or missing)", name, err)
+			t.Run(kv+"/"+sc.Name, func(t *testing.T) {
+				b, dir := newBackend(t, Options{KubeletVersion: kv})
+				o := run(t, context.Background(), b, sc, dir)
+				if o.Kubelet.String() != kv {
+					t.Errorf("the run was judged as kubelet %s, want %s", o.Kubelet, kv)
 				}
-			}
-			if got := strings.Join(o.Artifacts, " "); got != "plugin.log workload.log kubelet.log" {
-				t.Errorf("artifacts %q, want the plugin's, the workload's and the local kubelet's logs", got)
-			}
-		})
+				if want := len(sc.ExpectFor(o.Kubelet)); len(o.Verdicts) != want {
+					t.Errorf("%d verdicts, want the %d expectations for kubelet %s", len(o.Verdicts), want, kv)
+				}
+				if !o.Passed() {
+					t.Errorf("scenario %s on kubelet %s failed (see the log above); report in %s", sc.Name, kv, dir)
+				}
+				for _, name := range o.Artifacts {
+					if st, err := os.Stat(filepath.Join(o.Dir, name)); err != nil || st.Size() == 0 {
+						t.Errorf("artifact %s: %v (empty or missing)", name, err)
+					}
+				}
+				if got := strings.Join(o.Artifacts, " "); got != "plugin.log workload.log kubelet.log" {
+					t.Errorf("artifacts %q, want the plugin's, the workload's and the local kubelet's logs", got)
+				}
+			})
+		}
+	}
+}
+
+func TestModelledKubelet(t *testing.T) {
+	for in, want := range map[string]string{"": KubeletVersions[0], "v1.36": "v1.36.3", "1.36.3": "v1.36.3",
+		"v1.37": "v1.37.2", "v1.37.2": "v1.37.2"} {
+		v, err := ModelledKubelet(in)
+		if err != nil || v.String() != want {
+			t.Errorf("ModelledKubelet(%q) = %s, %v; want %s", in, v, err, want)
+		}
+	}
+	for _, in := range []string{"v1.35.4", "v1.37.1", "v2", "latest"} {
+		if v, err := ModelledKubelet(in); err == nil {
+			t.Errorf("ModelledKubelet(%q) = %s, want an error", in, v)
+		}
 	}
 }
 

@@ -1,0 +1,142 @@
+package scenarios
+
+import (
+	"fmt"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/util/version"
+)
+
+// KubeletVersion is the version of the kubelet a scenario ran on, as the node reports it
+// (Node.status.nodeInfo.kubeletVersion, e.g. "v1.37.2" or a vendor's "v1.36.3-eks-1a2b3c"). The zero value
+// means unknown. Comparisons use the numeric major.minor.patch only (apimachinery's generic version): a
+// vendor suffix or a pre-release does not change which expectations apply.
+type KubeletVersion struct {
+	raw string
+	v   *version.Version
+}
+
+// ParseKubeletVersion parses "v1.37.2", "1.37.2", "v1.37" or a version with a suffix ("v1.36.3-eks-1a2b3c").
+func ParseKubeletVersion(s string) (KubeletVersion, error) {
+	s = strings.TrimSpace(s)
+	v, err := version.ParseGeneric(s)
+	if err != nil {
+		return KubeletVersion{}, fmt.Errorf("kubelet version %q: %w", s, err)
+	}
+	if !strings.HasPrefix(s, "v") {
+		s = "v" + s
+	}
+	return KubeletVersion{raw: s, v: v}, nil
+}
+
+// MustKubeletVersion is ParseKubeletVersion for versions written in the catalog; it panics on a typo.
+func MustKubeletVersion(s string) KubeletVersion {
+	v, err := ParseKubeletVersion(s)
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
+
+// Known reports whether the version is set.
+func (v KubeletVersion) Known() bool { return v.v != nil }
+
+// String is the version as reported ("v1.37.2"), or "unknown".
+func (v KubeletVersion) String() string {
+	if !v.Known() {
+		return "unknown"
+	}
+	return v.raw
+}
+
+// MinorString is "v<major>.<minor>" ("v1.37"), or "unknown".
+func (v KubeletVersion) MinorString() string {
+	if !v.Known() {
+		return "unknown"
+	}
+	return fmt.Sprintf("v%d.%d", v.v.Major(), v.v.Minor())
+}
+
+// AtLeast reports whether v ≥ min (numerically); false when either is unknown.
+func (v KubeletVersion) AtLeast(min KubeletVersion) bool {
+	return v.Known() && min.Known() && v.v.AtLeast(min.v)
+}
+
+// Equal reports whether v and o are the same numeric version.
+func (v KubeletVersion) Equal(o KubeletVersion) bool {
+	return v.Known() && o.Known() && v.v.EqualTo(o.v)
+}
+
+// MarshalText writes the version as reported (events.json).
+func (v KubeletVersion) MarshalText() ([]byte, error) {
+	if !v.Known() {
+		return nil, nil
+	}
+	return []byte(v.raw), nil
+}
+
+// UnmarshalText parses what MarshalText wrote; empty is unknown.
+func (v *KubeletVersion) UnmarshalText(b []byte) error {
+	if len(b) == 0 {
+		*v = KubeletVersion{}
+		return nil
+	}
+	p, err := ParseKubeletVersion(string(b))
+	if err != nil {
+		return err
+	}
+	*v = p
+	return nil
+}
+
+// KubeletRange is a range of kubelet versions, From ≤ v < Before; an unset bound is open, and the zero range
+// holds every version. An expectation with a range applies only to runs on a kubelet in it.
+type KubeletRange struct {
+	From, Before KubeletVersion
+}
+
+// KubeletBefore is the range of kubelets older than v (e.g. KubeletBefore("v1.37"): up to every v1.36.x).
+func KubeletBefore(v string) KubeletRange { return KubeletRange{Before: MustKubeletVersion(v)} }
+
+// KubeletSince is the range of kubelets at v or newer.
+func KubeletSince(v string) KubeletRange { return KubeletRange{From: MustKubeletVersion(v)} }
+
+// All reports whether the range holds every version (no bound).
+func (r KubeletRange) All() bool { return !r.From.Known() && !r.Before.Known() }
+
+// Contains reports whether v is in the range. An unknown version is only in the range of all versions.
+func (r KubeletRange) Contains(v KubeletVersion) bool {
+	if r.All() {
+		return true
+	}
+	if !v.Known() {
+		return false
+	}
+	if r.From.Known() && !v.AtLeast(r.From) {
+		return false
+	}
+	if r.Before.Known() && v.AtLeast(r.Before) {
+		return false
+	}
+	return true
+}
+
+// String says the range in words: "kubelet < v1.37", "kubelet ≥ v1.37", "kubelet v1.35 to < v1.37", "any kubelet".
+func (r KubeletRange) String() string {
+	switch {
+	case r.All():
+		return "any kubelet"
+	case !r.Before.Known():
+		return "kubelet ≥ " + r.From.String()
+	case !r.From.Known():
+		return "kubelet < " + r.Before.String()
+	}
+	return fmt.Sprintf("kubelet %s to < %s", r.From, r.Before)
+}
+
+func (r KubeletRange) validate() error {
+	if r.From.Known() && r.Before.Known() && r.From.AtLeast(r.Before) {
+		return fmt.Errorf("empty kubelet range %s", r)
+	}
+	return nil
+}
