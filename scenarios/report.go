@@ -47,10 +47,10 @@ func PrintVerdicts(w io.Writer, o *Outcome) {
 // PrintSummary prints one line per outcome: its result, the measured intervals and its report.
 func PrintSummary(w io.Writer, outcomes []*Outcome) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "  scenario\tresult\tkill→ENOTCONN\tkill→volume restored\tkill→good read\twall\treport")
+	fmt.Fprintln(tw, "  scenario\tkubelet\tresult\tkill→ENOTCONN\tkill→volume restored\tkill→good read\twall\treport")
 	for _, o := range outcomes {
 		m := o.Measures
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\n", o.Scenario.Name, passFail(o.Passed()),
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", o.Scenario.Name, o.Kubelet, passFail(o.Passed()),
 			FormatMeasure(m.KillToError), FormatMeasure(m.KillToRestore), FormatMeasure(m.KillToRecovery),
 			m.Wall.Round(10*time.Millisecond), filepath.Join(o.Dir, "report.md"))
 	}

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -42,7 +43,11 @@ type config struct {
 	backoffMax   time.Duration
 	keep         bool
 	list         bool
-	scenarios    []scenarios.Scenario
+	// versionDependent: --list shows only the scenarios whose expected outcome depends on the kubelet version.
+	versionDependent bool
+	// kubeletVersion is the kubelet the local backend models.
+	kubeletVersion string
+	scenarios      []scenarios.Scenario
 	// readIntervalSet: --read-interval was given (the kube backend has its own default).
 	readIntervalSet bool
 	kube            kube.Options
@@ -62,11 +67,7 @@ func Run(ctx context.Context, args []string, streams command.Streams) error {
 		return err
 	}
 	if cfg.list {
-		tw := tabwriter.NewWriter(streams.Out, 0, 4, 2, ' ', 0)
-		for _, s := range scenarios.Catalog() {
-			fmt.Fprintf(tw, "%s\t%s\n", s.Name, s.Title)
-		}
-		return tw.Flush()
+		return list(streams.Out, cfg.versionDependent)
 	}
 	// The first Ctrl-C lets the run clean up; a second one kills at once.
 	stop := context.AfterFunc(ctx, func() { signal.Reset(syscall.SIGINT, syscall.SIGTERM) })
@@ -87,6 +88,8 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	fl.DurationVar(&cfg.backoffMax, "backoff-max", 0, "container restart back-off cap (default 30 × base; kubelet: 5m)")
 	fl.BoolVar(&cfg.keep, "keep", false, "leave the plugin, the workload and the mounts up after the run, and print how to clean up")
 	fl.BoolVar(&cfg.list, "list", false, "list the scenarios and exit")
+	fl.BoolVar(&cfg.versionDependent, "version-dependent", false, "with --list: only the names of the scenarios whose expected outcome depends on the kubelet version, one per line (for CI)")
+	fl.StringVar(&cfg.kubeletVersion, "kubelet-version", local.KubeletVersions[0], "local: the kubelet version to model ("+strings.Join(local.KubeletVersions, ", ")+", or its minor); the kube backend judges by the node's kubelet")
 	fl.StringVar(&cfg.kube.Kubeconfig, "kubeconfig", "", "kube: kubeconfig file (default $KUBECONFIG, else ~/.kube/config)")
 	fl.StringVar(&cfg.kube.Context, "context", "", "kube: kubeconfig context (default: the current one)")
 	fl.StringVar(&cfg.kube.Image, "image", "", "kube: dummy-fuse-csi image already on the node (default: the tag of the last make image)")
@@ -103,6 +106,12 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	}
 	if cfg.list {
 		return cfg, nil
+	}
+	if cfg.versionDependent {
+		return cfg, command.Usagef("--version-dependent goes with --list")
+	}
+	if _, err := local.ModelledKubelet(cfg.kubeletVersion); err != nil {
+		return cfg, command.Usagef("--kubelet-version: %v", err)
 	}
 	if fl.NArg() == 0 {
 		return cfg, command.Usagef("name at least one scenario (or all)")
@@ -125,6 +134,35 @@ func parse(args []string, stderr io.Writer) (config, error) {
 		cfg.binDir = filepath.Dir(exe)
 	}
 	return cfg, nil
+}
+
+// list prints the catalog: name, title and, for a scenario whose outcome depends on the kubelet version, the
+// kubelet ranges it distinguishes; with versionDependent only the names of those, one per line.
+func list(w io.Writer, versionDependent bool) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	for _, s := range scenarios.Catalog() {
+		switch {
+		case versionDependent && s.VersionDependent():
+			fmt.Fprintln(tw, s.Name)
+		case versionDependent:
+		case s.VersionDependent():
+			fmt.Fprintf(tw, "%s\t%s\t(outcome depends on the kubelet version: %s)\n", s.Name, s.Title, strings.Join(kubeletRanges(&s), ", "))
+		default:
+			fmt.Fprintf(tw, "%s\t%s\n", s.Name, s.Title)
+		}
+	}
+	return tw.Flush()
+}
+
+// kubeletRanges lists the distinct kubelet ranges of a scenario's expectations.
+func kubeletRanges(s *scenarios.Scenario) []string {
+	var out []string
+	for _, e := range s.Expect {
+		if r := e.Kubelet.String(); !e.Kubelet.All() && !slices.Contains(out, r) {
+			out = append(out, r)
+		}
+	}
+	return out
 }
 
 // runAll runs the configured scenarios one after the other; it returns an error when any failed.
@@ -173,7 +211,7 @@ func runOne(ctx context.Context, cfg config, sc scenarios.Scenario, out io.Write
 			strings.Join(append(o.Artifacts, "events.log"), " "))
 	}
 	fmt.Fprint(out, o.KeepNote)
-	fmt.Fprintf(out, "RESULT %s: %s\n", sc.Name, passFail(o.Passed()))
+	fmt.Fprintf(out, "RESULT %s on kubelet %s: %s\n", sc.Name, o.Kubelet, passFail(o.Passed()))
 	return o
 }
 
@@ -189,7 +227,7 @@ func newBackend(cfg config, out io.Writer) scenarios.Backend {
 		return kube.New(opts)
 	}
 	opts := local.Options{ReadInterval: cfg.readInterval, BackoffBase: cfg.backoffBase, BackoffMax: cfg.backoffMax,
-		Keep: cfg.keep}
+		Keep: cfg.keep, KubeletVersion: cfg.kubeletVersion}
 	opts.BinariesIn(cfg.binDir)
 	return local.New(opts)
 }

@@ -27,6 +27,10 @@ func TestParse(t *testing.T) {
 		{args: []string{"--list"}, code: 0, out: "restart-no-restore"},
 		{args: []string{"--bogus"}, code: 2, out: "flag provided but not defined"},
 		{args: []string{"--help"}, code: 0, out: "Usage: dfc-scenario"},
+		{args: []string{"--list"}, code: 0, out: "depends on the kubelet version: kubelet < v1.37, kubelet ≥ v1.37"},
+		{args: []string{"--kubelet-version=v1.36", "subpath"}, code: -1, names: "subpath"},
+		{args: []string{"--kubelet-version=v1.35.4", "subpath"}, code: 2, out: "does not model kubelet v1.35.4"},
+		{args: []string{"--version-dependent", "subpath"}, code: 2, out: "goes with --list"},
 	}
 	for _, tc := range cases {
 		var stdout, stderr bytes.Buffer
@@ -55,5 +59,23 @@ func TestParse(t *testing.T) {
 		if !strings.Contains(stdout.String()+stderr.String(), tc.out) {
 			t.Errorf("%q: output lacks %q:\n%s%s", tc.args, tc.out, stdout.String(), stderr.String())
 		}
+	}
+}
+
+// TestListVersionDependent: CI reads the names of the scenarios to run on a second kubelet version from
+// --list --version-dependent, one per line and nothing else.
+func TestListVersionDependent(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	if err := Run(context.Background(), []string{"--list", "--version-dependent"}, command.Streams{Out: &stdout, Err: &stderr}); err != nil {
+		t.Fatalf("%v: %s", err, stderr.String())
+	}
+	var want []string
+	for _, sc := range scenarios.Catalog() {
+		if sc.VersionDependent() {
+			want = append(want, sc.Name+"\n")
+		}
+	}
+	if len(want) == 0 || stdout.String() != strings.Join(want, "") {
+		t.Errorf("output %q, want %q", stdout.String(), strings.Join(want, ""))
 	}
 }

@@ -361,6 +361,9 @@ func (b *Backend) Setup(ctx context.Context, sc *scenarios.Scenario, env *scenar
 		return fmt.Errorf("pod %s not scheduled: %w", b.n.pod, err)
 	}
 	b.node = p.Spec.NodeName
+	if err := b.readKubeletVersion(ctx); err != nil {
+		return err
+	}
 	b.setPaths(string(created.UID))
 	if err := b.startKubeletLog(ctx); err != nil {
 		return err
@@ -378,6 +381,22 @@ func (b *Backend) Setup(ctx context.Context, sc *scenarios.Scenario, env *scenar
 	b.rec.Add(scenarios.Event{Source: scenarios.SrcKubelet, Kind: scenarios.KVolumeMounted,
 		Message: fmt.Sprintf("kubelet staged and published the volume (NodeStageVolume, NodePublishVolume) on node %s", b.node)})
 	return b.startProbe(ctx)
+}
+
+// readKubeletVersion records the version of the kubelet on the pod's node (Node.status.nodeInfo.kubeletVersion):
+// the expectations the run is judged by depend on it.
+func (b *Backend) readKubeletVersion(ctx context.Context) error {
+	node, err := b.cs.CoreV1().Nodes().Get(ctx, b.node, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("read the kubelet version of node %s: %w", b.node, err)
+	}
+	v, err := scenarios.ParseKubeletVersion(node.Status.NodeInfo.KubeletVersion)
+	if err != nil {
+		return fmt.Errorf("node %s: %w", b.node, err)
+	}
+	b.rec.SetKubelet(v)
+	b.progress("node %s runs kubelet %s, container runtime %s", b.node, v, node.Status.NodeInfo.ContainerRuntimeVersion)
+	return nil
 }
 
 // runNames are the names of one run: a fresh namespace, and a PV name and volume handle of its own.

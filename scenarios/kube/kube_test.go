@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
 )
@@ -251,5 +252,28 @@ func TestEvents(t *testing.T) {
 	}
 	if want := []string{"start_failed", "start_failed", "start_failed", "back_off"}; !slices.Equal(kinds, want) {
 		t.Errorf("kinds %v, want %v", kinds, want)
+	}
+}
+
+// TestReadKubeletVersion: the run is judged for the kubelet of the pod's node, as the node reports it.
+func TestReadKubeletVersion(t *testing.T) {
+	node := func(name, version string) *corev1.Node {
+		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name},
+			Status: corev1.NodeStatus{NodeInfo: corev1.NodeSystemInfo{KubeletVersion: version}}}
+	}
+	cs := fake.NewClientset(node("old", "v1.36.3"), node("new", "v1.37.2-gke.100"), node("odd", "unknown"))
+	for name, want := range map[string]string{"old": "v1.36.3", "new": "v1.37.2-gke.100", "odd": "", "gone": ""} {
+		b := &Backend{cs: cs, node: name, rec: &scenarios.Recorder{}}
+		err := b.readKubeletVersion(t.Context())
+		got := b.rec.Snapshot().Kubelet
+		if want == "" {
+			if err == nil || got.Known() {
+				t.Errorf("node %s: kubelet %s, error %v; want an error", name, got, err)
+			}
+			continue
+		}
+		if err != nil || got.String() != want {
+			t.Errorf("node %s: kubelet %s, error %v; want %s", name, got, err, want)
+		}
 	}
 }
