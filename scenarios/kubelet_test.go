@@ -2,6 +2,7 @@ package scenarios
 
 import (
 	"encoding/json"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -157,5 +158,35 @@ func TestEvidenceKubeletJSON(t *testing.T) {
 	js, _ = json.Marshal(Evidence{})
 	if err := json.Unmarshal(js, &back); err != nil || back.Kubelet.Known() {
 		t.Errorf("an unknown version round-trips as unknown: %s, %v", js, err)
+	}
+}
+
+// TestReadmeVersions keeps scenarios/README.md's per-version table in step with the catalog: one row per
+// scenario and kubelet minor on either side of the subPath fix.
+func TestReadmeVersions(t *testing.T) {
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := map[string]bool{}
+	section := ""
+	for _, line := range strings.Split(string(readme), "\n") {
+		if strings.HasPrefix(line, "## ") {
+			section = line
+		}
+		if f := strings.Split(line, "|"); section == "## Outcomes per kubelet version" && len(f) > 3 && strings.HasPrefix(f[1], " `") {
+			rows[strings.Trim(strings.TrimSpace(f[1]), "`")+" "+strings.TrimSpace(f[2])] = true
+		}
+	}
+	for _, n := range Names() {
+		for _, v := range []string{"v1.36", SubPathFixedIn} {
+			if !rows[n+" "+v] {
+				t.Errorf("README.md's table of outcomes per kubelet version lacks %s on %s", n, v)
+			}
+			delete(rows, n+" "+v)
+		}
+	}
+	for r := range rows {
+		t.Errorf("README.md's table of outcomes per kubelet version has a row %q that is not in the catalog", r)
 	}
 }
