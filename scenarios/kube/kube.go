@@ -22,6 +22,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -364,6 +365,7 @@ func (b *Backend) Setup(ctx context.Context, sc *scenarios.Scenario, env *scenar
 	if err := b.readKubeletVersion(ctx); err != nil {
 		return err
 	}
+	b.readRestartBackoffMax(ctx)
 	b.setPaths(string(created.UID))
 	if err := b.startKubeletLog(ctx); err != nil {
 		return err
@@ -397,6 +399,48 @@ func (b *Backend) readKubeletVersion(ctx context.Context) error {
 	b.rec.SetKubelet(v)
 	b.progress("node %s runs kubelet %s, container runtime %s", b.node, v, node.Status.NodeInfo.ContainerRuntimeVersion)
 	return nil
+}
+
+// readRestartBackoffMax logs the cap of the node kubelet's container restart back-off. Since v1.35
+// (KubeletCrashLoopBackOffMax, beta and on) it is the kubelet config's crashLoopBackOff.maxContainerRestartPeriod
+// (pkg/kubelet/kubelet.go newCrashLoopBackOff), while Timing assumes the default 5m; the scenarios' waits only
+// scale with the 10 s base, which a cap below it would lower. Best effort: /configz needs nodes/proxy rights.
+func (b *Backend) readRestartBackoffMax(ctx context.Context) {
+	raw, err := b.cs.CoreV1().RESTClient().Get().AbsPath("/api/v1/nodes", b.node, "proxy", "configz").DoRaw(ctx)
+	if err != nil {
+		b.logf("kubelet config of node %s not readable (%v): assuming its restart back-off is %s doubling to %s",
+			b.node, err, kubeletBackoffBase, kubeletBackoffMax)
+		return
+	}
+	limit, set, err := restartBackoffMax(raw)
+	switch {
+	case err != nil:
+		b.logf("kubelet config of node %s: %v", b.node, err)
+	case !set || limit == kubeletBackoffMax:
+		b.logf("kubelet restart back-off on node %s: %s doubling to %s", b.node, kubeletBackoffBase, kubeletBackoffMax)
+	default:
+		b.progress("warning: kubelet on node %s caps its restart back-off at %s (crashLoopBackOff.maxContainerRestartPeriod), "+
+			"not the %s this run's report assumes", b.node, limit, kubeletBackoffMax)
+	}
+}
+
+// restartBackoffMax reads crashLoopBackOff.maxContainerRestartPeriod from kubelet's /configz answer; set is
+// false when the kubelet has no such setting (before v1.32).
+func restartBackoffMax(configz []byte) (limit time.Duration, set bool, err error) {
+	var c struct {
+		KubeletConfig struct {
+			CrashLoopBackOff struct {
+				MaxContainerRestartPeriod *metav1.Duration `json:"maxContainerRestartPeriod"`
+			} `json:"crashLoopBackOff"`
+		} `json:"kubeletconfig"`
+	}
+	if err := json.Unmarshal(configz, &c); err != nil {
+		return 0, false, fmt.Errorf("parse /configz: %w", err)
+	}
+	if d := c.KubeletConfig.CrashLoopBackOff.MaxContainerRestartPeriod; d != nil {
+		return d.Duration, true, nil
+	}
+	return 0, false, nil
 }
 
 // runNames are the names of one run: a fresh namespace, and a PV name and volume handle of its own.

@@ -277,3 +277,22 @@ func TestReadKubeletVersion(t *testing.T) {
 		}
 	}
 }
+
+func TestRestartBackoffMax(t *testing.T) {
+	for raw, want := range map[string]struct {
+		max time.Duration
+		set bool
+	}{
+		`{"kubeletconfig":{"crashLoopBackOff":{"maxContainerRestartPeriod":"5m0s"}}}`: {5 * time.Minute, true},
+		`{"kubeletconfig":{"crashLoopBackOff":{"maxContainerRestartPeriod":"30s"}}}`:  {30 * time.Second, true},
+		`{"kubeletconfig":{"cgroupDriver":"cgroupfs"}}`:                               {0, false},
+	} {
+		limit, set, err := restartBackoffMax([]byte(raw))
+		if err != nil || limit != want.max || set != want.set {
+			t.Errorf("%s: %s %t %v, want %s %t", raw, limit, set, err, want.max, want.set)
+		}
+	}
+	if _, _, err := restartBackoffMax([]byte("<html>")); err == nil {
+		t.Error("a non-JSON answer must be an error")
+	}
+}
