@@ -181,6 +181,11 @@ func (b *Backend) Setup(ctx context.Context, sc *scenarios.Scenario, env *scenar
 	uid := newUID()
 	b.podUID = uid
 	b.sock = filepath.Join(b.root, "plugins", b.opts.DriverName, "csi.sock")
+	// sun_path holds 108 bytes with the terminating NUL (unix(7)); a longer path fails only when the plugin
+	// binds, with a bare "invalid argument".
+	if len(b.sock) > 107 {
+		return fmt.Errorf("the plugin's socket %s would be %d bytes long, more than the 107 a unix socket path allows: choose a shorter run directory (--out)", b.sock, len(b.sock))
+	}
 	b.stateDir = filepath.Join(b.dir, "plugin-state")
 	b.vol = volume{
 		driver: b.opts.DriverName, handle: volumeHandle, pvName: pvName,
