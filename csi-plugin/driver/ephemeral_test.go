@@ -91,7 +91,7 @@ func TestEphemeralVolumeLifecycle(t *testing.T) {
 	wantCode(t, h.publishEphemeral(vol, pod, false), codes.AlreadyExists) // same target, other readonly flag
 
 	resp, err := h.stats(vol, target)
-	if err != nil || resp.GetVolumeCondition().GetAbnormal() || len(resp.GetUsage()) == 0 {
+	if err != nil || condition(resp).Abnormal || len(resp.GetUsage()) == 0 {
 		t.Fatalf("stats on an ephemeral target: %v, %v", resp, err)
 	}
 
@@ -99,7 +99,7 @@ func TestEphemeralVolumeLifecycle(t *testing.T) {
 	crash(t, h.mode.started()[0])
 	plugintest.WaitDead(t, target)
 	resp, err = h.stats(vol, target)
-	if err != nil || !resp.GetVolumeCondition().GetAbnormal() {
+	if err != nil || !condition(resp).Abnormal {
 		t.Fatalf("stats on a dead ephemeral target: %v, %v; want abnormal", resp, err)
 	}
 	if err := h.publishEphemeral(vol, pod, true); err != nil {

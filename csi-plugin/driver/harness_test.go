@@ -20,6 +20,7 @@ import (
 
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/fusemode"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/internal/plugintest"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/volumecondition"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/csiprobe"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/mounts"
 )
@@ -303,4 +304,13 @@ func wantCode(t testing.TB, err error, code codes.Code) {
 	if got := status.Code(err); got != code {
 		t.Fatalf("got %v (%v), want %v", got, err, code)
 	}
+}
+
+// condition is the VolumeCondition that kubelet ≤ v1.36 reads from resp (zero when there is none).
+func condition(resp *csi.NodeGetVolumeStatsResponse) volumecondition.Condition {
+	if resp == nil {
+		return volumecondition.Condition{}
+	}
+	c, _ := volumecondition.Get(resp)
+	return c
 }

@@ -3,12 +3,10 @@ package driver
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io/fs"
 	"os"
 	"time"
 
-	"github.com/container-storage-interface/spec/lib/go/csi"
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -435,35 +433,4 @@ func (d *Driver) repairSiblings(id string) {
 			klog.ErrorS(err, "Repairing target", "volumeID", id, "targetPath", path)
 		}
 	}
-}
-
-// volumeStats reports the usage and condition of the mount at path, within Config.ProbeTimeout. A mount whose
-// server is gone or stuck is an abnormal condition, not an error: kubelet turns it into an event on the pod.
-func (d *Driver) volumeStats(id, path string) (*csi.NodeGetVolumeStatsResponse, error) {
-	st, err := d.prober.Statfs(path)
-	if err != nil {
-		if mounts.IsDead(err) || errors.Is(err, mounts.ErrTimeout) {
-			msg := fmt.Sprintf("FUSE mount of volume %s is not answering: %v", id, err)
-			if errors.Is(err, mounts.ErrTimeout) {
-				msg = fmt.Sprintf("FUSE server of volume %s is not responding: %v", id, err)
-			}
-			return &csi.NodeGetVolumeStatsResponse{
-				Usage:           []*csi.VolumeUsage{{Unit: csi.VolumeUsage_BYTES}, {Unit: csi.VolumeUsage_INODES}},
-				VolumeCondition: &csi.VolumeCondition{Abnormal: true, Message: msg},
-			}, nil
-		}
-		return nil, status.Errorf(codes.Internal, "%v", err)
-	}
-	cond := &csi.VolumeCondition{Message: "FUSE mount answers"}
-	if st.Type != mounts.FUSESuperMagic {
-		cond = &csi.VolumeCondition{Abnormal: true, Message: fmt.Sprintf("%s is not a FUSE mount (f_type %#x)", path, st.Type)}
-	}
-	bs := int64(st.Bsize)
-	return &csi.NodeGetVolumeStatsResponse{
-		Usage: []*csi.VolumeUsage{
-			{Unit: csi.VolumeUsage_BYTES, Total: int64(st.Blocks) * bs, Available: int64(st.Bavail) * bs, Used: int64(st.Blocks-st.Bfree) * bs},
-			{Unit: csi.VolumeUsage_INODES, Total: int64(st.Files), Available: int64(st.Ffree), Used: int64(st.Files - st.Ffree)},
-		},
-		VolumeCondition: cond,
-	}, nil
 }

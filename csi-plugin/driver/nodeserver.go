@@ -11,6 +11,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/state"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/volumecondition"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/mounts"
 )
 
@@ -31,7 +32,9 @@ func (n nodeServer) NodeGetCapabilities(context.Context, *csi.NodeGetCapabilitie
 	for _, t := range []csi.NodeServiceCapability_RPC_Type{
 		csi.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME,
 		csi.NodeServiceCapability_RPC_GET_VOLUME_STATS,
-		csi.NodeServiceCapability_RPC_VOLUME_CONDITION,
+		volumecondition.Capability,                       // kubelet ≤ v1.36 reads VolumeCondition only with it (package volumecondition)
+		csi.NodeServiceCapability_RPC_GET_VOLUME_HEALTH,  // kubelet v1.37 probes NodeGetVolumeHealth only with it
+		csi.NodeServiceCapability_RPC_GET_STORAGE_HEALTH, // and NodeGetStorageHealth
 	} {
 		caps = append(caps, &csi.NodeServiceCapability{
 			Type: &csi.NodeServiceCapability_Rpc{Rpc: &csi.NodeServiceCapability_RPC{Type: t}},

@@ -160,7 +160,7 @@ func TestDeadMountIsRepaired(t *testing.T) {
 	target := h.targetPath(vol, "pod-a")
 	plugintest.MustRead(t, target)
 	resp, err := h.stats(vol, target)
-	if err != nil || resp.GetVolumeCondition().GetAbnormal() || len(resp.GetUsage()) == 0 {
+	if err != nil || condition(resp).Abnormal || len(resp.GetUsage()) == 0 {
 		t.Fatalf("stats on a live mount: %v, %v", resp, err)
 	}
 
@@ -172,8 +172,8 @@ func TestDeadMountIsRepaired(t *testing.T) {
 		if err != nil {
 			t.Fatalf("stats on dead %s: %v", p, err)
 		}
-		cond := resp.GetVolumeCondition()
-		if !cond.GetAbnormal() || !strings.Contains(cond.GetMessage(), syscall.ENOTCONN.Error()) {
+		cond := condition(resp)
+		if !cond.Abnormal || !strings.Contains(cond.Message, syscall.ENOTCONN.Error()) {
 			t.Fatalf("stats on dead %s: condition %v; want abnormal with %q", p, cond, syscall.ENOTCONN.Error())
 		}
 	}
@@ -211,7 +211,7 @@ func TestDeadMountIsRepaired(t *testing.T) {
 		t.Fatalf("%d FUSE servers started, want 3", n)
 	}
 	resp, err = h.stats(vol, target)
-	if err != nil || resp.GetVolumeCondition().GetAbnormal() {
+	if err != nil || condition(resp).Abnormal {
 		t.Fatalf("stats after repair: %v, %v", resp, err)
 	}
 
@@ -405,7 +405,7 @@ func TestTwoTargetsKeepSeparateRecords(t *testing.T) {
 	h.shutdown()
 	h.start()
 	resp, err := h.stats(vol, h.targetPath(vol, "pod-b"))
-	if err != nil || resp.GetVolumeCondition().GetAbnormal() {
+	if err != nil || condition(resp).Abnormal {
 		t.Fatalf("stats after restart: %v, %v", resp, err)
 	}
 	if err := h.unpublish(vol, "pod-b"); err != nil {

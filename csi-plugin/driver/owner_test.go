@@ -361,7 +361,7 @@ func TestUnsafePathsAreRefused(t *testing.T) {
 	if _, pubs, _ := mustStore(t, h).Load(); len(pubs) != 1 || pubs[0].TargetPath != real {
 		t.Errorf("publish records %+v, want one for %s", pubs, real)
 	}
-	if resp, err := h.stats(vol, viaLink); err != nil || resp.GetVolumeCondition().GetAbnormal() {
+	if resp, err := h.stats(vol, viaLink); err != nil || condition(resp).Abnormal {
 		t.Errorf("stats through the link: %v, %v", resp, err)
 	}
 	if _, err := h.node.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: vol, TargetPath: viaLink}); err != nil {

@@ -30,6 +30,8 @@ var notRunnable = map[string]string{
 	`[GroupController`: "the plugin offers no GroupController service",
 	// dummy-fuse is a fixed, read-only hello-world filesystem: nothing to expand.
 	`Node Service NodeExpandVolume`: "NodeExpandVolume is not supported (no EXPAND_VOLUME capability: dummy-fuse has a fixed size)",
+	// csi-test v5.6.0 checks single-writer enforcement only for plugins that advertise SINGLE_NODE_MULTI_WRITER.
+	`Node Service NodePublishVolume with single node multi writer capability`: "no SINGLE_NODE_MULTI_WRITER capability (the plugin does not tell single from multi writers)",
 }
 
 // TestSanity runs csi-sanity against the real plugin with real dummy-fuse mounts: the Identity specs and every
@@ -94,8 +96,8 @@ func TestSanity(t *testing.T) {
 	}
 }
 
-// slowHandshake works around a race in csi-test v5.4.0's utils.Connect: grpc.Dial starts connecting at once,
-// and when a unix-socket connection is READY before Connect's loop first reads the state, its
+// slowHandshake works around a race in csi-test's utils.Connect (v5.4.0 to v5.6.0): the client starts connecting
+// at once, and when a unix-socket connection is READY before Connect's loop first reads the state, its
 // WaitForStateChange(READY) waits out its whole minute and the first spec fails ("Connection timed out").
 // Delaying the handshake keeps the connection CONNECTING until the loop watches it.
 type slowHandshake struct {

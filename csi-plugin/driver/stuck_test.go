@@ -110,8 +110,22 @@ func TestStuckServerDoesNotHangThePlugin(t *testing.T) {
 		if err != nil {
 			t.Fatalf("NodeGetVolumeStats #%d on a stuck mount: %v", i, err)
 		}
-		if c := resp.GetVolumeCondition(); !c.GetAbnormal() || !strings.Contains(c.GetMessage(), "not responding") {
+		if c := condition(resp); !c.Abnormal || !strings.Contains(c.Message, "not responding") {
 			t.Fatalf("NodeGetVolumeStats #%d on a stuck mount: condition %v; want abnormal, not responding", i, c)
+		}
+	}
+	// kubelet v1.37 asks NodeGetVolumeHealth with both paths: one bounded answer, the stuck server named once.
+	for i := 0; i < 5; i++ {
+		var resp *csi.NodeGetVolumeHealthResponse
+		err := bounded("NodeGetVolumeHealth", func(ctx context.Context) (err error) {
+			resp, err = h.node.NodeGetVolumeHealth(ctx, &csi.NodeGetVolumeHealthRequest{VolumeId: vol, StagingTargetPath: staging, VolumePublishPath: target})
+			return err
+		})
+		if err != nil {
+			t.Fatalf("NodeGetVolumeHealth #%d on a stuck mount: %v", i, err)
+		}
+		if e := resp.GetVolumeHealth().GetHealthStatuses(); len(e) != 1 || e[0].GetReason() != ReasonServerNotResponding || e[0].GetStatus() != csi.VolumeHealthErrorType_INACCESSIBLE {
+			t.Fatalf("NodeGetVolumeHealth #%d on a stuck mount: %v; want one INACCESSIBLE %s", i, e, ReasonServerNotResponding)
 		}
 	}
 	for i := 0; i < 5; i++ {
@@ -136,12 +150,12 @@ func TestStuckServerDoesNotHangThePlugin(t *testing.T) {
 	// Each stuck call holds a thread until the server answers: the calls above may leave a few (at most
 	// probesPerMount per mount), never one per call.
 	after := threads(t)
-	t.Logf("threads: %d before %d calls on the stuck mounts, %d after; %d probes outstanding", before, calls+10, after, h.d.prober.Outstanding())
+	t.Logf("threads: %d before %d calls on the stuck mounts, %d after; %d probes outstanding", before, calls+15, after, h.d.prober.Outstanding())
 	if out := h.d.prober.Outstanding(); out > 2*probesPerMount {
 		t.Errorf("%d probes outstanding on two stuck mounts, want at most %d", out, 2*probesPerMount)
 	}
 	if after-before > 2*probesPerMount+4 {
-		t.Errorf("threads grew from %d to %d over %d calls", before, after, calls+10)
+		t.Errorf("threads grew from %d to %d over %d calls", before, after, calls+15)
 	}
 
 	if err := syscall.Kill(srv.PID(), syscall.SIGCONT); err != nil {
@@ -150,7 +164,7 @@ func TestStuckServerDoesNotHangThePlugin(t *testing.T) {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		resp, err := h.stats(vol, target)
-		if err == nil && !resp.GetVolumeCondition().GetAbnormal() {
+		if err == nil && !condition(resp).Abnormal {
 			break
 		}
 		if time.Now().After(deadline) {

@@ -1,0 +1,130 @@
+package driver
+
+import (
+	"context"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/internal/plugintest"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/testenv"
+)
+
+// TestVolumeHealthForEveryKubelet asks the plugin what each kubelet generation asks, over its socket, before and
+// after its FUSE server dies: kubelet ≤ v1.36 (NodeGetCapabilities and NodeGetVolumeStats decoded with CSI spec
+// v1.12's schema, where VolumeCondition still exists) and kubelet v1.37 (NodeGetVolumeHealth with the paths
+// kubelet sends, NodeGetStorageHealth).
+func TestVolumeHealthForEveryKubelet(t *testing.T) {
+	testenv.RequireFUSE(t)
+	h := newHarness(t, true, nil)
+	ctx := context.Background()
+	const vol = "vol-health"
+	if err := h.stage(vol); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.publish(vol, "pod-a", false); err != nil {
+		t.Fatal(err)
+	}
+	staging, target := h.stagingPath(vol), h.targetPath(vol, "pod-a")
+
+	legacy := func() (bool, string) {
+		t.Helper()
+		supported, abnormal, msg, err := plugintest.LegacyVolumeHealth(ctx, h.conn, &csi.NodeGetVolumeStatsRequest{VolumeId: vol, VolumePath: target})
+		if err != nil || !supported {
+			t.Fatalf("kubelet ≤ v1.36 view: supported %v, err %v; want VOLUME_CONDITION advertised and an answer", supported, err)
+		}
+		return abnormal, msg
+	}
+	health := func(publishPath string) []*csi.VolumeHealth_VolumeHealthEntry {
+		t.Helper()
+		resp, err := h.node.NodeGetVolumeHealth(ctx, &csi.NodeGetVolumeHealthRequest{VolumeId: vol, StagingTargetPath: staging, VolumePublishPath: publishPath})
+		if err != nil {
+			t.Fatalf("NodeGetVolumeHealth(%s): %v", publishPath, err)
+		}
+		if got := resp.GetVolumeHealth().GetVolumeId(); got != vol {
+			t.Fatalf("NodeGetVolumeHealth answered for volume %q, want %q", got, vol)
+		}
+		return resp.GetVolumeHealth().GetHealthStatuses()
+	}
+
+	caps, err := h.node.NodeGetCapabilities(ctx, &csi.NodeGetCapabilitiesRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	has := map[csi.NodeServiceCapability_RPC_Type]bool{}
+	for _, c := range caps.GetCapabilities() {
+		has[c.GetRpc().GetType()] = true
+	}
+	if !has[csi.NodeServiceCapability_RPC_GET_VOLUME_HEALTH] || !has[csi.NodeServiceCapability_RPC_GET_STORAGE_HEALTH] {
+		t.Fatalf("capabilities %v lack GET_VOLUME_HEALTH or GET_STORAGE_HEALTH (kubelet v1.37 would never probe)", caps)
+	}
+
+	if abnormal, msg := legacy(); abnormal || msg != "FUSE mount answers" {
+		t.Fatalf("kubelet ≤ v1.36 view of a live volume: abnormal %v, %q", abnormal, msg)
+	}
+	if e := health(target); len(e) != 0 {
+		t.Fatalf("NodeGetVolumeHealth of a live volume: %v, want no condition", e)
+	}
+	if resp, err := h.node.NodeGetStorageHealth(ctx, &csi.NodeGetStorageHealthRequest{}); err != nil || len(resp.GetBackendHealth()) != 0 {
+		t.Fatalf("NodeGetStorageHealth on a ready plugin with /dev/fuse: %v, %v; want no condition", resp, err)
+	}
+
+	crash(t, h.mode.started()[0])
+	plugintest.WaitDead(t, target)
+	if abnormal, msg := legacy(); !abnormal || !strings.Contains(msg, syscall.ENOTCONN.Error()) {
+		t.Fatalf("kubelet ≤ v1.36 view of a dead volume: abnormal %v, %q; want abnormal with %q", abnormal, msg, syscall.ENOTCONN.Error())
+	}
+	e := health(target)
+	if len(e) != 1 || e[0].GetStatus() != csi.VolumeHealthErrorType_INACCESSIBLE || e[0].GetReason() != ReasonServerGone ||
+		!strings.Contains(e[0].GetMessage(), syscall.ENOTCONN.Error()) || !strings.Contains(e[0].GetMessage(), "and 1 more") {
+		t.Fatalf("NodeGetVolumeHealth of a dead volume: %v; want one INACCESSIBLE %s for the staging mount and 1 more", e, ReasonServerGone)
+	}
+	// A publish path the records do not give this volume is not looked at; the staging mount still is.
+	if e := health(h.targetPath(vol, "pod-other")); len(e) != 1 || strings.Contains(e[0].GetMessage(), "more") {
+		t.Fatalf("NodeGetVolumeHealth with a foreign publish path: %v; want the staging mount's condition only", e)
+	}
+	// No paths (csi-sanity): every mount of the volume.
+	if e := health(""); len(e) != 1 || !strings.Contains(e[0].GetMessage(), "and 1 more") {
+		t.Fatalf("NodeGetVolumeHealth without paths: %v", e)
+	}
+
+	// The target's mount gone altogether (unmounted behind the plugin's back) is NotMounted, beside the dead staging.
+	if err := syscall.Unmount(target, syscall.MNT_DETACH); err != nil {
+		t.Fatal(err)
+	}
+	if e := health(target); len(e) != 2 || e[0].GetReason() != ReasonServerGone || e[1].GetReason() != ReasonNotMounted {
+		t.Fatalf("NodeGetVolumeHealth with the target unmounted: %v; want %s then %s", e, ReasonServerGone, ReasonNotMounted)
+	}
+
+	_, err = h.node.NodeGetVolumeHealth(ctx, &csi.NodeGetVolumeHealthRequest{VolumeId: "vol-unknown"})
+	wantCode(t, err, codes.NotFound)
+	_, err = h.node.NodeGetVolumeHealth(ctx, &csi.NodeGetVolumeHealthRequest{})
+	wantCode(t, err, codes.InvalidArgument)
+	_, err = h.node.NodeGetVolumeHealth(ctx, &csi.NodeGetVolumeHealthRequest{VolumeId: vol, VolumePublishPath: "relative/path"})
+	wantCode(t, err, codes.InvalidArgument)
+}
+
+func TestHealthEntriesOnePerReason(t *testing.T) {
+	got := healthEntries([]*problem{
+		nil,
+		{ReasonServerGone, "staging gone"},
+		{ReasonServerGone, "target gone"},
+		{ReasonNotMounted, "nothing at x\xff"},
+		{ReasonServerGone, "other target gone"},
+	})
+	if len(got) != 2 {
+		t.Fatalf("%d entries, want 2: %v", len(got), got)
+	}
+	if got[0].GetReason() != ReasonServerGone || got[0].GetMessage() != "staging gone (and 2 more mounts of the volume)" {
+		t.Errorf("first entry %v", got[0])
+	}
+	if got[1].GetReason() != ReasonNotMounted || got[1].GetMessage() != "nothing at x\uFFFD" {
+		t.Errorf("second entry %v: want the message made valid UTF-8", got[1])
+	}
+	if healthEntries([]*problem{nil, nil}) != nil {
+		t.Error("entries for healthy mounts")
+	}
+}
