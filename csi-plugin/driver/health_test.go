@@ -5,11 +5,13 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/internal/plugintest"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/state"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/testenv"
 )
 
@@ -126,5 +128,49 @@ func TestHealthEntriesOnePerReason(t *testing.T) {
 	}
 	if healthEntries([]*problem{nil, nil}) != nil {
 		t.Error("entries for healthy mounts")
+	}
+}
+
+// TestRepairRenewsPublishTime: the publish record's time is when the target's current mount was made, so a
+// repair renews it (the remediator compares it with container start times) and an idempotent publish does not.
+func TestRepairRenewsPublishTime(t *testing.T) {
+	testenv.RequireFUSE(t)
+	h := newHarness(t, true, nil)
+	const vol = "vol-time"
+	if err := h.stage(vol); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.publish(vol, "pod-a", false); err != nil {
+		t.Fatal(err)
+	}
+	publishTime := func() time.Time {
+		t.Helper()
+		store, err := state.Open(h.cfg.StateDir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, pubs, errs := store.Load()
+		if len(pubs) != 1 || len(errs) != 0 {
+			t.Fatalf("publish records %v, errors %v", pubs, errs)
+		}
+		return pubs[0].Time
+	}
+	first := publishTime()
+	if err := h.publish(vol, "pod-a", false); err != nil {
+		t.Fatal(err)
+	}
+	if again := publishTime(); !again.Equal(first) {
+		t.Errorf("an idempotent publish changed the record's time from %v to %v", first, again)
+	}
+	crash(t, h.mode.started()[0])
+	plugintest.WaitDead(t, h.targetPath(vol, "pod-a"))
+	if err := h.stage(vol); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.publish(vol, "pod-a", false); err != nil {
+		t.Fatal(err)
+	}
+	if repaired := publishTime(); !repaired.After(first) {
+		t.Errorf("the repair left the record's time at %v (first publish %v)", repaired, first)
 	}
 }

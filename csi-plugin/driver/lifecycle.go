@@ -332,7 +332,9 @@ func (d *Driver) publish(id, staging, targetPath string, readOnly bool, capabili
 		}
 	}
 	t := target{readOnly: readOnly, createdDir: createdDir, cap: capability}
-	if d.store != nil && (!mine || rec.readOnly != readOnly || rec.createdDir != createdDir || rec.cap == nil) {
+	// A new mount renews the record's time: the remediator (csi-plugin/remediate) compares it with container
+	// start times, since a container started before a repair still holds the dead mount.
+	if d.store != nil && (act != actionKept || !mine || rec.readOnly != readOnly || rec.createdDir != createdDir || rec.cap == nil) {
 		r := state.Publish{VolumeID: id, StagingPath: staging, TargetPath: targetPath, ReadOnly: readOnly, FuseMode: d.mode.Name(), CreatedDir: createdDir, Capability: capability, Time: time.Now().UTC()}
 		if err := d.store.PutPublish(r); err != nil {
 			if act != actionKept {

@@ -63,7 +63,8 @@ type Publish struct {
 	// CreatedDir says that the plugin created the target directory, so unpublishing removes it again.
 	CreatedDir bool        `json:"createdDir,omitempty"`
 	Capability *Capability `json:"capability,omitempty"`
-	Time       time.Time   `json:"time"`
+	// Time is when the plugin made the target's current mount: a repair (rebind, stack) renews it.
+	Time time.Time `json:"time"`
 }
 
 // Store reads and writes records below one directory. Its methods are safe for concurrent use on different

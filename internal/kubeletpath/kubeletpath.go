@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"path/filepath"
 	"strconv"
+	"strings"
 )
 
 // DefaultRoot is kubelet's --root-dir default.
@@ -34,6 +35,20 @@ func Target(root, podUID, specName string) string {
 // volumes are unmounted.
 func SubPaths(root, podUID string) string {
 	return filepath.Join(PodDir(root, podUID), "volume-subpaths")
+}
+
+// ParseTarget is the inverse of Target: the pod UID and spec name of a publish target under root, or ok false
+// for any other path.
+func ParseTarget(root, target string) (podUID, specName string, ok bool) {
+	rel, err := filepath.Rel(filepath.Join(root, "pods"), filepath.Clean(target))
+	if err != nil {
+		return "", "", false
+	}
+	parts := strings.Split(rel, string(filepath.Separator))
+	if len(parts) != 5 || parts[0] == ".." || parts[1] != "volumes" || parts[2] != "kubernetes.io~csi" || parts[4] != "mount" {
+		return "", "", false
+	}
+	return parts[0], parts[3], true
 }
 
 // SubPath is the bind target kubelet prepares for a container's subPath volume mount: <pod dir>/

@@ -16,3 +16,20 @@ func TestLayout(t *testing.T) {
 		}
 	}
 }
+
+func TestParseTarget(t *testing.T) {
+	if uid, name, ok := ParseTarget("/r", Target("/r", "uid-1", "pv-1")); !ok || uid != "uid-1" || name != "pv-1" {
+		t.Errorf("ParseTarget(Target) = %q, %q, %v", uid, name, ok)
+	}
+	for _, p := range []string{
+		"/r/pods/uid-1/volumes/kubernetes.io~csi/pv-1",
+		"/r/pods/uid-1/volumes/kubernetes.io~nfs/pv-1/mount",
+		"/other/pods/uid-1/volumes/kubernetes.io~csi/pv-1/mount",
+		"/r/pods/../pods/volumes/kubernetes.io~csi/pv-1/mount",
+		Staging("/r", "d", "v"),
+	} {
+		if uid, name, ok := ParseTarget("/r", p); ok {
+			t.Errorf("ParseTarget(%s) = %q, %q; want not a target", p, uid, name)
+		}
+	}
+}
