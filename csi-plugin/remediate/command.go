@@ -1,0 +1,87 @@
+package remediate
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/restore"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/command"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/kubeletpath"
+)
+
+// Command is `csi-plugin remediate`: it runs the remediator until ctx ends.
+func Command(ctx context.Context, args []string, streams command.Streams) error {
+	var (
+		cfg                 Config
+		endpoint, strategy  string
+		kubeconfig          string
+		interval, healthDue time.Duration
+	)
+	fl := flag.NewFlagSet("csi-plugin remediate", flag.ContinueOnError)
+	fl.SetOutput(streams.Err)
+	fl.StringVar(&cfg.NodeName, "node-name", "", "this node's name: only its pods are looked at (required)")
+	fl.StringVar(&cfg.KubeletDir, "kubelet-dir", kubeletpath.DefaultRoot, "kubelet's root directory, as in the plugin's targets")
+	fl.StringVar(&cfg.StateDir, "state-dir", "", "the plugin's --state-dir, read only: which targets are the plugin's and when it last mounted each (required)")
+	fl.StringVar(&endpoint, "endpoint", "unix:///csi/csi.sock", "the plugin's CSI socket, asked NodeGetVolumeHealth per target")
+	fl.StringVar(&strategy, "restore-strategy", string(restore.Rebind), "the plugin's --restore-strategy: with stack, containers whose volume mount propagates from the host see a repaired mount")
+	fl.DurationVar(&cfg.Grace, "grace", defaultGrace, "how long a pod is given to heal on its own before the remediator acts")
+	fl.DurationVar(&cfg.RateLimit, "rate-limit", defaultRateLimit, "least time between two actions on one pod")
+	fl.DurationVar(&interval, "interval", 30*time.Second, "time between two passes")
+	fl.DurationVar(&healthDue, "health-timeout", defaultHealthWait, "bound of one NodeGetVolumeHealth call")
+	fl.BoolVar(&cfg.DryRun, "dry-run", false, "log the decisions, delete nothing and record no event")
+	fl.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file (default: the in-cluster service account)")
+	klog.InitFlags(fl)
+	if err := command.Parse(fl, args); err != nil {
+		return err
+	}
+	if fl.NArg() != 0 {
+		return command.Usagef("unexpected arguments: %q", fl.Args())
+	}
+	if cfg.NodeName == "" || cfg.StateDir == "" {
+		return command.Usagef("--node-name and --state-dir are required")
+	}
+	cfg.Strategy = restore.Strategy(strategy)
+	if cfg.Strategy != restore.Rebind && cfg.Strategy != restore.Stack {
+		return command.Usagef("--restore-strategy must be %s or %s, not %q", restore.Rebind, restore.Stack, strategy)
+	}
+	if interval <= 0 || healthDue <= 0 {
+		return command.Usagef("--interval and --health-timeout must be positive")
+	}
+	defer klog.Flush()
+
+	restCfg, err := rest.InClusterConfig()
+	if kubeconfig != "" || errors.Is(err, rest.ErrNotInCluster) {
+		restCfg, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
+	}
+	if err != nil {
+		return fmt.Errorf("kubernetes client configuration: %w", err)
+	}
+	restCfg.UserAgent = "dummy-fuse-csi-remediator"
+	client, err := kubernetes.NewForConfig(restCfg)
+	if err != nil {
+		return err
+	}
+	conn, err := grpc.NewClient(endpoint, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return &command.UsageError{Err: fmt.Errorf("--endpoint: %w", err)}
+	}
+	defer conn.Close()
+	cfg.Client = client
+	cfg.Health = PluginHealth{Node: csi.NewNodeClient(conn), Timeout: healthDue}
+	r, err := New(cfg)
+	if err != nil {
+		return &command.UsageError{Err: err}
+	}
+	return r.Run(ctx, interval)
+}

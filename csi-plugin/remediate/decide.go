@@ -1,0 +1,132 @@
+package remediate
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/version"
+
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/restore"
+)
+
+// subPathFixed is the first kubelet that re-creates a subPath bind whose source mount was replaced
+// (pkg/volume/util/subpath/subpath_linux.go prepareSubpathTarget; kubernetes PRs #138856 and #139275).
+var subPathFixed = version.MustParseGeneric("1.37.0")
+
+// volumeState is what the remediator knows about one of the plugin's targets in a pod.
+type volumeState struct {
+	VolumeID string
+	Target   string
+	// PodVolumes are the names of the pod's volumes this target backs (the containers refer to those).
+	PodVolumes []string
+	// MountedAt is when the plugin made the target's current mount (its publish record's time).
+	MountedAt time.Time
+	// Problem is the plugin's answer to NodeGetVolumeHealth when the target is not healthy now ("" when it is).
+	Problem string
+	// UnhealthySince is when this remediator first saw the target unhealthy without a healthy answer since.
+	UnhealthySince time.Time
+}
+
+// finding is one reason why nothing will heal a pod: the evidence, and when its condition began (the grace
+// period counts from there).
+type finding struct {
+	Since time.Time
+	Why   string
+}
+
+// findings returns why the volumes of pod will not heal on their own, from the evidence alone:
+//   - a target that is unhealthy now: kubelet mounts a volume once per pod and never again while it runs (unless
+//     the CSIDriver asks for republishing, which the grace period leaves time for);
+//   - a container that started before the plugin re-mounted the target (a repair after its FUSE server died)
+//     still holds the dead mount in its mount namespace; only with the stack strategy and mount propagation
+//     HostToContainer or Bidirectional does the new mount reach it;
+//   - a container with a subPath of a re-mounted volume on a kubelet older than v1.37, which re-uses the subPath
+//     bind of the dead mount for every restart of the container.
+//
+// kubelet is the node's kubelet version, nil when unknown (the subPath rule then does not apply).
+func findings(pod *corev1.Pod, vols []volumeState, kubelet *version.Version, strategy restore.Strategy) []finding {
+	var out []finding
+	statuses := map[string]corev1.ContainerStatus{}
+	for _, s := range pod.Status.ContainerStatuses {
+		statuses[s.Name] = s
+	}
+	oldKubelet := kubelet != nil && kubelet.LessThan(subPathFixed)
+	for _, v := range vols {
+		if v.Problem != "" {
+			out = append(out, finding{Since: v.UnhealthySince, Why: fmt.Sprintf("volume %s at %s is unhealthy since %s: %s",
+				v.VolumeID, v.Target, stamp(v.UnhealthySince), v.Problem)})
+			continue
+		}
+		for _, c := range pod.Spec.Containers {
+			st, ok := statuses[c.Name]
+			if !ok {
+				continue
+			}
+			for _, m := range c.VolumeMounts {
+				if !slices.Contains(v.PodVolumes, m.Name) {
+					continue
+				}
+				running := st.State.Running
+				propagates := m.MountPropagation != nil && (*m.MountPropagation == corev1.MountPropagationHostToContainer || *m.MountPropagation == corev1.MountPropagationBidirectional)
+				if running != nil && running.StartedAt.Time.Before(v.MountedAt) && (strategy != restore.Stack || !propagates) {
+					out = append(out, finding{Since: v.MountedAt, Why: fmt.Sprintf("container %s (started %s) still holds the mount of volume %s that the plugin replaced at %s after its FUSE server died",
+						c.Name, stamp(running.StartedAt.Time), v.VolumeID, stamp(v.MountedAt))})
+				}
+				if (m.SubPath != "" || m.SubPathExpr != "") && oldKubelet {
+					if first := earliestStart(st); !first.IsZero() && first.Before(v.MountedAt) {
+						out = append(out, finding{Since: v.MountedAt, Why: fmt.Sprintf("container %s mounts a subPath of volume %s, whose mount the plugin replaced at %s after the container first started (%s): kubelet %s re-uses the dead subPath bind (fixed in v1.37)",
+							c.Name, v.VolumeID, stamp(v.MountedAt), stamp(first), kubelet)})
+					}
+				}
+			}
+		}
+	}
+	return out
+}
+
+// earliestStart is the earliest start of container s that its status still shows (this run or the last one).
+func earliestStart(s corev1.ContainerStatus) time.Time {
+	var t time.Time
+	for _, st := range []corev1.ContainerState{s.State, s.LastTerminationState} {
+		var at metav1.Time
+		switch {
+		case st.Running != nil:
+			at = st.Running.StartedAt
+		case st.Terminated != nil:
+			at = st.Terminated.StartedAt
+		}
+		if !at.IsZero() && (t.IsZero() || at.Time.Before(t)) {
+			t = at.Time
+		}
+	}
+	return t
+}
+
+// recreatingOwners are the controllers that create a new pod when one of theirs is deleted.
+var recreatingOwners = map[string]string{"ReplicaSet": "apps", "StatefulSet": "apps", "DaemonSet": "apps", "Job": "batch"}
+
+// recreatedBy returns the pod's controller when it recreates deleted pods, and a description of the owner
+// either way (for the log and the event).
+func recreatedBy(pod *corev1.Pod) (ok bool, owner string) {
+	ref := metav1.GetControllerOf(pod)
+	if ref == nil {
+		return false, "no controller owns it"
+	}
+	owner = ref.Kind + "/" + ref.Name
+	gv, err := schema.ParseGroupVersion(ref.APIVersion)
+	if want, known := recreatingOwners[ref.Kind]; known && err == nil && want == gv.Group {
+		return true, owner
+	}
+	return false, owner + " is not a controller known to recreate deleted pods"
+}
+
+func stamp(t time.Time) string {
+	if t.IsZero() {
+		return "an unknown time"
+	}
+	return t.UTC().Format(time.RFC3339)
+}

@@ -1,0 +1,322 @@
+// Package remediate is the opt-in remediator (`csi-plugin remediate`): on its node, it finds pods whose
+// dummy-fuse-csi volume died and that nothing will heal, and deletes those a controller will recreate (the new
+// pod gets a fresh mount); it leaves every other pod alone and says why in a Warning event on it.
+//
+// Its evidence (csi-plugin/README.md, "Remediator"): the plugin's own records (which targets it published, for
+// which volume, and when it last mounted each one), the plugin's NodeGetVolumeHealth answer for each target over
+// its CSI socket, the pods' container start times and the node's kubelet version. It never touches a mount.
+package remediate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/version"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
+
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/restore"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/state"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/kubeletpath"
+)
+
+// Event reasons the remediator records on pods.
+const (
+	ReasonDeleted     = "DeletedForDeadVolume" // Normal: the pod is deleted so that its controller recreates it
+	ReasonLeftAlone   = "VolumeNotRemediated"  // Warning: the pod's volume will not heal and nothing recreates it
+	eventSource       = "dummy-fuse-csi-remediator"
+	defaultGrace      = 2 * time.Minute
+	defaultRateLimit  = 10 * time.Minute
+	defaultHealthWait = 20 * time.Second
+)
+
+// Health asks the plugin about one of its targets.
+type Health interface {
+	// Problem returns "" when the plugin reports target of volumeID healthy, else its conditions in one line; an
+	// error when the plugin could not say (down, restarting): no decision is taken on that.
+	Problem(ctx context.Context, volumeID, target string) (string, error)
+}
+
+// Config is what the remediator runs with.
+type Config struct {
+	Client     kubernetes.Interface
+	NodeName   string
+	KubeletDir string
+	// StateDir is the plugin's --state-dir, read only.
+	StateDir string
+	Health   Health
+	// Strategy is the plugin's --restore-strategy: with stack, containers whose volume mount propagates from
+	// the host see the re-mounted volume.
+	Strategy restore.Strategy
+	// Grace is how long a pod is given to heal on its own (its container exiting and restarting, kubelet
+	// republishing) before the remediator acts. RateLimit is the least time between two actions on one pod.
+	Grace, RateLimit time.Duration
+	// DryRun logs what would be done and changes nothing.
+	DryRun bool
+	// Now is the clock (tests); nil means time.Now.
+	Now func() time.Time
+}
+
+// Remediator remembers, between passes, when it first saw each target unhealthy and when it last acted on each
+// pod. Create it with New.
+type Remediator struct {
+	cfg Config
+
+	mu             sync.Mutex
+	unhealthySince map[string]time.Time    // by target path
+	lastAction     map[types.UID]time.Time // by pod UID
+}
+
+// New checks cfg and returns a Remediator.
+func New(cfg Config) (*Remediator, error) {
+	switch {
+	case cfg.Client == nil || cfg.Health == nil:
+		return nil, errors.New("remediator needs a Kubernetes client and a health source")
+	case cfg.NodeName == "":
+		return nil, errors.New("node name is required")
+	case cfg.StateDir == "":
+		return nil, errors.New("the plugin's state directory is required (its records say which targets are its own)")
+	case cfg.Grace < 0 || cfg.RateLimit < 0:
+		return nil, errors.New("grace period and rate limit must not be negative")
+	}
+	if cfg.KubeletDir == "" {
+		cfg.KubeletDir = kubeletpath.DefaultRoot
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Remediator{cfg: cfg, unhealthySince: map[string]time.Time{}, lastAction: map[types.UID]time.Time{}}, nil
+}
+
+// Run makes a pass every interval until ctx ends. A failed pass is logged; the next one starts afresh.
+func (r *Remediator) Run(ctx context.Context, interval time.Duration) error {
+	klog.InfoS("Starting remediator", "node", r.cfg.NodeName, "interval", interval, "grace", r.cfg.Grace, "rateLimit", r.cfg.RateLimit,
+		"dryRun", r.cfg.DryRun, "strategy", r.cfg.Strategy, "stateDir", r.cfg.StateDir)
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		if err := r.Pass(ctx); err != nil && ctx.Err() == nil {
+			klog.ErrorS(err, "Remediation pass failed")
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// Pass looks at every target the plugin recorded under the kubelet pods dir, once.
+func (r *Remediator) Pass(ctx context.Context) error {
+	store, err := state.Open(r.cfg.StateDir)
+	if err != nil {
+		return fmt.Errorf("opening the plugin's records: %w", err)
+	}
+	_, pubs, bad := store.Load()
+	for _, err := range bad {
+		klog.ErrorS(err, "Skipping unusable mount record")
+	}
+	byPod := map[string][]state.Publish{}
+	for _, p := range pubs {
+		if uid, _, ok := kubeletpath.ParseTarget(r.cfg.KubeletDir, p.TargetPath); ok {
+			byPod[uid] = append(byPod[uid], p)
+		}
+	}
+	r.forgetTargets(pubs)
+	if len(byPod) == 0 {
+		return nil
+	}
+	pods, err := r.cfg.Client.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("spec.nodeName", r.cfg.NodeName).String()})
+	if err != nil {
+		return fmt.Errorf("listing the pods of node %s: %w", r.cfg.NodeName, err)
+	}
+	kubelet := r.kubeletVersion(ctx)
+	var errs []error
+	for i := range pods.Items {
+		pod := &pods.Items[i]
+		recs := byPod[string(pod.UID)]
+		if len(recs) == 0 || pod.Spec.NodeName != r.cfg.NodeName || pod.DeletionTimestamp != nil || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		vols, err := r.volumes(ctx, pod, recs)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if err := r.decide(ctx, pod, vols, kubelet); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// kubeletVersion reads the node's kubelet version; nil (and logged) when it cannot be read or parsed.
+func (r *Remediator) kubeletVersion(ctx context.Context) *version.Version {
+	node, err := r.cfg.Client.CoreV1().Nodes().Get(ctx, r.cfg.NodeName, metav1.GetOptions{})
+	if err != nil {
+		klog.ErrorS(err, "Reading the node's kubelet version; the subPath rule is off for this pass", "node", r.cfg.NodeName)
+		return nil
+	}
+	v, err := version.ParseGeneric(node.Status.NodeInfo.KubeletVersion)
+	if err != nil {
+		klog.ErrorS(err, "Parsing the node's kubelet version; the subPath rule is off for this pass", "node", r.cfg.NodeName)
+		return nil
+	}
+	return v
+}
+
+// volumes gathers the evidence on each of the pod's targets. A target the plugin cannot answer for is left
+// out: the remediator never acts on what it does not know.
+func (r *Remediator) volumes(ctx context.Context, pod *corev1.Pod, recs []state.Publish) ([]volumeState, error) {
+	var out []volumeState
+	for _, rec := range recs {
+		_, specName, _ := kubeletpath.ParseTarget(r.cfg.KubeletDir, rec.TargetPath)
+		names, err := r.podVolumes(ctx, pod, specName)
+		if err != nil {
+			return nil, err
+		}
+		problem, err := r.cfg.Health.Problem(ctx, rec.VolumeID, rec.TargetPath)
+		if err != nil {
+			klog.ErrorS(err, "The plugin did not say whether the volume is healthy; no decision on it this pass", "pod", klog.KObj(pod), "volumeID", rec.VolumeID, "target", rec.TargetPath)
+			continue
+		}
+		v := volumeState{VolumeID: rec.VolumeID, Target: rec.TargetPath, PodVolumes: names, MountedAt: rec.Time, Problem: problem}
+		r.mu.Lock()
+		if problem == "" {
+			delete(r.unhealthySince, rec.TargetPath)
+		} else if _, seen := r.unhealthySince[rec.TargetPath]; !seen {
+			r.unhealthySince[rec.TargetPath] = r.cfg.Now()
+		}
+		v.UnhealthySince = r.unhealthySince[rec.TargetPath]
+		r.mu.Unlock()
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+// podVolumes returns the names of the pod's volumes that kubelet mounts at the target named specName: an inline
+// CSI volume of that name, or a claim (persistent or generic ephemeral) bound to the persistent volume of that
+// name.
+func (r *Remediator) podVolumes(ctx context.Context, pod *corev1.Pod, specName string) ([]string, error) {
+	var names []string
+	for _, v := range pod.Spec.Volumes {
+		claim := ""
+		switch {
+		case v.CSI != nil && v.Name == specName:
+			names = append(names, v.Name)
+		case v.PersistentVolumeClaim != nil:
+			claim = v.PersistentVolumeClaim.ClaimName
+		case v.Ephemeral != nil:
+			claim = pod.Name + "-" + v.Name // pkg/volume/util/ephemeral: <pod name>-<volume name>
+		}
+		if claim == "" {
+			continue
+		}
+		pvc, err := r.cfg.Client.CoreV1().PersistentVolumeClaims(pod.Namespace).Get(ctx, claim, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("reading claim %s/%s of pod %s: %w", pod.Namespace, claim, pod.Name, err)
+		}
+		if pvc.Spec.VolumeName == specName {
+			names = append(names, v.Name)
+		}
+	}
+	return names, nil
+}
+
+// forgetTargets drops the memory of targets the plugin no longer records.
+func (r *Remediator) forgetTargets(pubs []state.Publish) {
+	live := map[string]bool{}
+	for _, p := range pubs {
+		live[p.TargetPath] = true
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for t := range r.unhealthySince {
+		if !live[t] {
+			delete(r.unhealthySince, t)
+		}
+	}
+}
+
+// decide acts on one pod and logs the decision with its evidence.
+func (r *Remediator) decide(ctx context.Context, pod *corev1.Pod, vols []volumeState, kubelet *version.Version) error {
+	found := findings(pod, vols, kubelet, r.cfg.Strategy)
+	if len(found) == 0 {
+		return nil
+	}
+	now := r.cfg.Now()
+	whys := make([]string, len(found))
+	due := false
+	for i, f := range found {
+		whys[i] = f.Why
+		if !now.Before(f.Since.Add(r.cfg.Grace)) {
+			due = true
+		}
+	}
+	why := strings.Join(whys, "; ")
+	recreated, owner := recreatedBy(pod)
+	log := []any{"pod", klog.KObj(pod), "podUID", pod.UID, "owner", owner, "kubelet", kubelet, "evidence", why}
+	if !due {
+		klog.InfoS("Remediation: waiting out the grace period", append(log, "grace", r.cfg.Grace)...)
+		return nil
+	}
+	r.mu.Lock()
+	last, acted := r.lastAction[pod.UID]
+	if acted && now.Sub(last) < r.cfg.RateLimit {
+		r.mu.Unlock()
+		klog.InfoS("Remediation: rate limited", append(log, "lastAction", last, "rateLimit", r.cfg.RateLimit)...)
+		return nil
+	}
+	r.lastAction[pod.UID] = now
+	r.mu.Unlock()
+
+	switch {
+	case recreated && r.cfg.DryRun:
+		klog.InfoS("Remediation: would delete the pod (dry run)", log...)
+	case recreated:
+		klog.InfoS("Remediation: deleting the pod so that its controller recreates it", log...)
+		r.event(ctx, pod, corev1.EventTypeNormal, ReasonDeleted, fmt.Sprintf("Deleting the pod so that %s recreates it with a fresh mount: %s", owner, why))
+		uid := pod.UID
+		err := r.cfg.Client.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			return fmt.Errorf("deleting pod %s/%s: %w", pod.Namespace, pod.Name, err)
+		}
+	case r.cfg.DryRun:
+		klog.InfoS("Remediation: would leave the pod alone and record a warning (dry run)", log...)
+	default:
+		klog.InfoS("Remediation: leaving the pod alone, nothing would recreate it", log...)
+		r.event(ctx, pod, corev1.EventTypeWarning, ReasonLeftAlone, fmt.Sprintf("Left alone: %s, so deleting it would lose it; delete it yourself to get a fresh mount. %s", owner, why))
+	}
+	return nil
+}
+
+// event records an event on pod (core/v1, what `kubectl describe pod` shows). A failure is logged, not fatal.
+func (r *Remediator) event(ctx context.Context, pod *corev1.Pod, typ, reason, msg string) {
+	now := metav1.NewTime(r.cfg.Now())
+	if len(msg) > 1024 { // the API server refuses longer messages
+		msg = strings.ToValidUTF8(msg[:1021], "") + "..."
+	}
+	ev := &corev1.Event{
+		ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s.%x", pod.Name, now.UnixNano()), Namespace: pod.Namespace},
+		InvolvedObject: corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: pod.Namespace, Name: pod.Name,
+			UID: pod.UID, ResourceVersion: pod.ResourceVersion},
+		Reason: reason, Message: msg, Type: typ, Count: 1, FirstTimestamp: now, LastTimestamp: now,
+		Source:              corev1.EventSource{Component: eventSource, Host: r.cfg.NodeName},
+		ReportingController: "dummy-fuse-csi.io/remediator", ReportingInstance: r.cfg.NodeName,
+	}
+	if _, err := r.cfg.Client.CoreV1().Events(pod.Namespace).Create(ctx, ev, metav1.CreateOptions{}); err != nil {
+		klog.ErrorS(err, "Recording an event", "pod", klog.KObj(pod), "reason", reason)
+	}
+}
