@@ -25,6 +25,7 @@ import (
 	"helm.sh/helm/v3/pkg/strvals"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -54,6 +55,11 @@ type objects struct {
 	sa     *corev1.ServiceAccount
 	dsYAML string
 	notes  string
+	// The remediator's objects (remediation.enabled).
+	remDS      *appsv1.DaemonSet
+	remSA      *corev1.ServiceAccount
+	remRole    *rbacv1.ClusterRole
+	remBinding *rbacv1.ClusterRoleBinding
 }
 
 func loadChart(t *testing.T) *chart.Chart {
@@ -114,19 +120,36 @@ func decode(t *testing.T, rendered map[string]string) objects {
 			if err := yaml.Unmarshal([]byte(doc), &tm); err != nil {
 				t.Fatalf("%s: %v", name, err)
 			}
+			var meta struct {
+				Metadata metav1.ObjectMeta `json:"metadata"`
+			}
+			if err := yaml.Unmarshal([]byte(doc), &meta); err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			remediator := meta.Metadata.Labels["app.kubernetes.io/component"] == "remediator"
 			var target any
-			switch tm.APIVersion + "/" + tm.Kind {
-			case "apps/v1/DaemonSet":
+			switch kind := tm.APIVersion + "/" + tm.Kind; {
+			case remediator && kind == "apps/v1/DaemonSet" && o.remDS == nil:
+				o.remDS, target = &appsv1.DaemonSet{}, &o.remDS
+			case remediator && kind == "v1/ServiceAccount" && o.remSA == nil:
+				o.remSA, target = &corev1.ServiceAccount{}, &o.remSA
+			case remediator && kind == "rbac.authorization.k8s.io/v1/ClusterRole" && o.remRole == nil:
+				o.remRole, target = &rbacv1.ClusterRole{}, &o.remRole
+			case remediator && kind == "rbac.authorization.k8s.io/v1/ClusterRoleBinding" && o.remBinding == nil:
+				o.remBinding, target = &rbacv1.ClusterRoleBinding{}, &o.remBinding
+			case remediator:
+				t.Fatalf("%s: unexpected or second remediator object %s", name, kind)
+			case kind == "apps/v1/DaemonSet":
 				if o.ds != nil {
 					t.Fatalf("%s: second DaemonSet", name)
 				}
 				o.ds, o.dsYAML, target = &appsv1.DaemonSet{}, doc, &o.ds
-			case "storage.k8s.io/v1/CSIDriver":
+			case kind == "storage.k8s.io/v1/CSIDriver":
 				if o.driver != nil {
 					t.Fatalf("%s: second CSIDriver", name)
 				}
 				o.driver, target = &storagev1.CSIDriver{}, &o.driver
-			case "v1/ServiceAccount":
+			case kind == "v1/ServiceAccount":
 				if o.sa != nil {
 					t.Fatalf("%s: second ServiceAccount", name)
 				}
@@ -562,6 +585,12 @@ func TestSchemaRejects(t *testing.T) {
 		{"driverName=-bad-", "/driverName", isPattern},
 		{"healthPort=0", "/healthPort", isMinimum},
 		{"csi.plugin.restoreMounts=yes", "/csi/plugin/restoreMounts", isType},
+		{"remediation.enable=true", "/remediation", additional("enable")},
+		{"remediation.enabled=yes", "/remediation/enabled", isType},
+		{"remediation.grace=2 minutes", "/remediation/grace", isPattern},
+		{"remediation.rateLimit=10x", "/remediation/rateLimit", isPattern},
+		{"remediation.rateLimit=10", "/remediation/rateLimit", isType}, // --set makes it a number
+		{"remediation.interval=0s", "/remediation/interval", func(k jsonschema.ErrorKind) bool { _, ok := k.(*kind.Not); return ok }},
 	} {
 		t.Run(tc.set, func(t *testing.T) {
 			vals := userValues(t, tc.set)
@@ -599,7 +628,8 @@ func TestSchemaRejects(t *testing.T) {
 // TestSchemaAcceptsDefaults guards the other direction: the shipped values.yaml and every documented switch
 // pass the schema.
 func TestSchemaAcceptsDefaults(t *testing.T) {
-	for _, sets := range [][]string{nil, sidecarSets, {"csi.plugin.restoreStrategy=stack", "csi.plugin.restoreMounts=false", "csi.plugin.directIO=true"}} {
+	for _, sets := range [][]string{nil, sidecarSets, {"csi.plugin.restoreStrategy=stack", "csi.plugin.restoreMounts=false", "csi.plugin.directIO=true"},
+		{"remediation.enabled=true", "remediation.dryRun=true", "remediation.grace=1h30m", "remediation.interval=500ms"}} {
 		if _, err := renderChart(loadChart(t), userValues(t, sets...)); err != nil {
 			t.Errorf("values %q: %v", sets, err)
 		}
@@ -608,7 +638,7 @@ func TestSchemaAcceptsDefaults(t *testing.T) {
 
 // TestLint runs helm's own linter (what `helm lint` runs) for the default and the sidecar values.
 func TestLint(t *testing.T) {
-	for _, sets := range [][]string{nil, sidecarSets, {"csi.plugin.restoreStrategy=stack"}} {
+	for _, sets := range [][]string{nil, sidecarSets, {"csi.plugin.restoreStrategy=stack"}, {"remediation.enabled=true"}} {
 		linter := lint.All(".", userValues(t, sets...), releaseNamespace, false)
 		for _, m := range linter.Messages {
 			if m.Severity >= support.WarningSev {
@@ -737,4 +767,130 @@ func TestREADME(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestRemediation: the remediator exists only when enabled, as its own unprivileged DaemonSet with its own
+// ServiceAccount and exactly the RBAC it needs, reading the plugin's socket and records where the plugin has
+// them.
+func TestRemediation(t *testing.T) {
+	if o := render(t); o.remDS != nil || o.remSA != nil || o.remRole != nil || o.remBinding != nil {
+		t.Fatal("remediator objects rendered by default")
+	}
+	for _, tc := range []struct {
+		name                         string
+		sets                         []string
+		kubeletDir, driver, stateDir string
+		check                        func(t *testing.T, o objects, c *corev1.Container)
+	}{
+		{"defaults", []string{"remediation.enabled=true"}, defaultKubelet, defaultDriver, "/var/lib/dummy-fuse-csi", func(t *testing.T, o objects, c *corev1.Container) {
+			wantArg(t, c, "--grace", "--grace=2m")
+			wantArg(t, c, "--rate-limit", "--rate-limit=10m")
+			wantArg(t, c, "--interval", "--interval=30s")
+			wantArg(t, c, "--restore-strategy", "--restore-strategy=rebind")
+			wantNoArg(t, c, "--dry-run")
+			if !strings.Contains(o.notes, "component=remediator") || !strings.Contains(o.notes, "reason=VolumeNotRemediated") {
+				t.Errorf("NOTES.txt does not say where the remediator's decisions are:\n%s", o.notes)
+			}
+			if c.Resources.Limits.Memory().IsZero() {
+				t.Errorf("remediator resources %+v, want a memory limit", c.Resources)
+			}
+		}},
+		{"dry run, stack, other paths", []string{"remediation.enabled=true", "remediation.dryRun=true", "remediation.grace=90s", "csi.plugin.restoreStrategy=stack",
+			"kubeletDir=/data/kubelet", "driverName=fuse.example.org", "stateDir=/data/dfc"}, "/data/kubelet", "fuse.example.org", "/data/dfc", func(t *testing.T, o objects, c *corev1.Container) {
+			wantArg(t, c, "--dry-run", "--dry-run")
+			wantArg(t, c, "--grace", "--grace=90s")
+			wantArg(t, c, "--restore-strategy", "--restore-strategy=stack")
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := render(t, tc.sets...)
+			checkInvariants(t, o, tc.kubeletDir, tc.driver, tc.stateDir)
+			if o.remDS == nil || o.remSA == nil || o.remRole == nil || o.remBinding == nil {
+				t.Fatalf("remediator objects missing: %+v", o)
+			}
+			ds := o.remDS
+			spec := ds.Spec.Template.Spec
+			sel, err := metav1.LabelSelectorAsSelector(ds.Spec.Selector)
+			if err != nil || !sel.Matches(labels.Set(ds.Spec.Template.Labels)) {
+				t.Errorf("remediator selector %v does not select its pods %v", ds.Spec.Selector, ds.Spec.Template.Labels)
+			}
+			pluginSel, _ := metav1.LabelSelectorAsSelector(o.ds.Spec.Selector)
+			if pluginSel.Matches(labels.Set(ds.Spec.Template.Labels)) || sel.Matches(labels.Set(o.ds.Spec.Template.Labels)) {
+				t.Errorf("the plugin's and the remediator's selectors overlap: killing the plugin by its labels would kill the remediator")
+			}
+			if ds.Namespace != releaseNamespace || o.remSA.Namespace != releaseNamespace || spec.ServiceAccountName != o.remSA.Name || o.remSA.Name == o.sa.Name {
+				t.Errorf("remediator ServiceAccount %s/%s, pods use %q; want its own in %s", o.remSA.Namespace, o.remSA.Name, spec.ServiceAccountName, releaseNamespace)
+			}
+			if o.remSA.AutomountServiceAccountToken != nil && !*o.remSA.AutomountServiceAccountToken {
+				t.Error("the remediator needs its token")
+			}
+			b := o.remBinding
+			if b.RoleRef.Kind != "ClusterRole" || b.RoleRef.Name != o.remRole.Name || len(b.Subjects) != 1 ||
+				b.Subjects[0].Kind != "ServiceAccount" || b.Subjects[0].Name != o.remSA.Name || b.Subjects[0].Namespace != releaseNamespace {
+				t.Errorf("binding %+v does not bind %s to %s", b, o.remRole.Name, o.remSA.Name)
+			}
+			want := map[string][]string{"pods": {"delete", "get", "list", "watch"}, "events": {"create", "patch"}, "nodes": {"get"}, "persistentvolumeclaims": {"get"}}
+			got := map[string][]string{}
+			for _, r := range o.remRole.Rules {
+				if !slices.Equal(r.APIGroups, []string{""}) || len(r.ResourceNames) != 0 || len(r.NonResourceURLs) != 0 {
+					t.Errorf("rule %+v: want core resources only, by type", r)
+				}
+				for _, res := range r.Resources {
+					got[res] = append(got[res], r.Verbs...)
+				}
+			}
+			for res := range got {
+				slices.Sort(got[res])
+			}
+			if len(got) != len(want) {
+				t.Errorf("RBAC %v, want exactly %v", got, want)
+			}
+			for res, verbs := range want {
+				if !slices.Equal(got[res], verbs) {
+					t.Errorf("RBAC on %s: %v, want %v", res, got[res], verbs)
+				}
+			}
+
+			c := container(t, ds, "remediator")
+			if len(spec.Containers) != 1 || c.Command[0] != "/usr/local/bin/csi-plugin" || len(c.Args) == 0 || c.Args[0] != "remediate" {
+				t.Fatalf("remediator containers %q, command %q args %q", containerNames(ds), c.Command, c.Args)
+			}
+			if c.Image != container(t, o.ds, pluginContainer).Image {
+				t.Errorf("remediator image %q, want the plugin's", c.Image)
+			}
+			wantArg(t, c, "--node-name", "--node-name=$(NODE_NAME)")
+			wantArg(t, c, "--kubelet-dir", "--kubelet-dir="+tc.kubeletDir)
+			wantArg(t, c, "--state-dir", "--state-dir="+tc.stateDir)
+			wantArg(t, c, "--endpoint", "--endpoint=unix:///csi/csi.sock")
+			if len(c.Env) == 0 || c.Env[0].Name != "NODE_NAME" || c.Env[0].ValueFrom == nil || c.Env[0].ValueFrom.FieldRef == nil || c.Env[0].ValueFrom.FieldRef.FieldPath != "spec.nodeName" {
+				t.Errorf("NODE_NAME must come from spec.nodeName: %+v", c.Env)
+			}
+			sc := c.SecurityContext
+			if sc == nil || (sc.Privileged != nil && *sc.Privileged) || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation ||
+				sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) || len(sc.Capabilities.Add) != 0 ||
+				sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem {
+				t.Errorf("remediator securityContext %+v: want no privilege, no capability, a read-only root", sc)
+			}
+			mounts := map[string]string{"socket-dir": "/csi", "state-dir": tc.stateDir}
+			if len(c.VolumeMounts) != len(mounts) {
+				t.Errorf("remediator mounts %+v, want only %v", c.VolumeMounts, mounts)
+			}
+			for _, m := range c.VolumeMounts {
+				if mounts[m.Name] != m.MountPath || !m.ReadOnly || m.MountPropagation != nil {
+					t.Errorf("remediator mount %+v, want %s read-only without propagation", m, mounts[m.Name])
+				}
+				if got, want := volume(t, ds, m.Name).HostPath.Path, volume(t, o.ds, m.Name).HostPath.Path; got != want {
+					t.Errorf("remediator volume %s is host %s, the plugin's is %s", m.Name, got, want)
+				}
+			}
+			if !reflectEqualTolerations(spec.Tolerations, o.ds.Spec.Template.Spec.Tolerations) {
+				t.Errorf("remediator tolerations %v differ from the plugin's %v: it must run wherever the plugin does", spec.Tolerations, o.ds.Spec.Template.Spec.Tolerations)
+			}
+			tc.check(t, o, c)
+		})
+	}
+}
+
+func reflectEqualTolerations(a, b []corev1.Toleration) bool {
+	return slices.EqualFunc(a, b, func(x, y corev1.Toleration) bool { return x.MatchToleration(&y) })
 }
