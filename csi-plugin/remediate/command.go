@@ -10,7 +10,7 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
-	"k8s.io/client-go/kubernetes"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
@@ -68,7 +68,7 @@ func Command(ctx context.Context, args []string, streams command.Streams) error 
 		return fmt.Errorf("kubernetes client configuration: %w", err)
 	}
 	restCfg.UserAgent = "dummy-fuse-csi-remediator"
-	client, err := kubernetes.NewForConfig(restCfg)
+	client, err := corev1client.NewForConfig(restCfg)
 	if err != nil {
 		return err
 	}

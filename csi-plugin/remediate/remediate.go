@@ -21,7 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/version"
-	"k8s.io/client-go/kubernetes"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/klog/v2"
 
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/restore"
@@ -48,7 +48,9 @@ type Health interface {
 
 // Config is what the remediator runs with.
 type Config struct {
-	Client     kubernetes.Interface
+	// Client is the core/v1 API (only that: the whole clientset would add every API group's client to the
+	// plugin's binary).
+	Client     corev1client.CoreV1Interface
 	NodeName   string
 	KubeletDir string
 	// StateDir is the plugin's --state-dir, read only.
@@ -135,7 +137,7 @@ func (r *Remediator) Pass(ctx context.Context) error {
 	if len(byPod) == 0 {
 		return nil
 	}
-	pods, err := r.cfg.Client.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("spec.nodeName", r.cfg.NodeName).String()})
+	pods, err := r.cfg.Client.Pods("").List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("spec.nodeName", r.cfg.NodeName).String()})
 	if err != nil {
 		return fmt.Errorf("listing the pods of node %s: %w", r.cfg.NodeName, err)
 	}
@@ -161,7 +163,7 @@ func (r *Remediator) Pass(ctx context.Context) error {
 
 // kubeletVersion reads the node's kubelet version; nil (and logged) when it cannot be read or parsed.
 func (r *Remediator) kubeletVersion(ctx context.Context) *version.Version {
-	node, err := r.cfg.Client.CoreV1().Nodes().Get(ctx, r.cfg.NodeName, metav1.GetOptions{})
+	node, err := r.cfg.Client.Nodes().Get(ctx, r.cfg.NodeName, metav1.GetOptions{})
 	if err != nil {
 		klog.ErrorS(err, "Reading the node's kubelet version; the subPath rule is off for this pass", "node", r.cfg.NodeName)
 		return nil
@@ -221,7 +223,7 @@ func (r *Remediator) podVolumes(ctx context.Context, pod *corev1.Pod, specName s
 		if claim == "" {
 			continue
 		}
-		pvc, err := r.cfg.Client.CoreV1().PersistentVolumeClaims(pod.Namespace).Get(ctx, claim, metav1.GetOptions{})
+		pvc, err := r.cfg.Client.PersistentVolumeClaims(pod.Namespace).Get(ctx, claim, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			continue
 		}
@@ -289,7 +291,7 @@ func (r *Remediator) decide(ctx context.Context, pod *corev1.Pod, vols []volumeS
 		klog.InfoS("Remediation: deleting the pod so that its controller recreates it", log...)
 		r.event(ctx, pod, corev1.EventTypeNormal, ReasonDeleted, fmt.Sprintf("Deleting the pod so that %s recreates it with a fresh mount: %s", owner, why))
 		uid := pod.UID
-		err := r.cfg.Client.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+		err := r.cfg.Client.Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
 		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 			return fmt.Errorf("deleting pod %s/%s: %w", pod.Namespace, pod.Name, err)
 		}
@@ -316,7 +318,7 @@ func (r *Remediator) event(ctx context.Context, pod *corev1.Pod, typ, reason, ms
 		Source:              corev1.EventSource{Component: eventSource, Host: r.cfg.NodeName},
 		ReportingController: "dummy-fuse-csi.io/remediator", ReportingInstance: r.cfg.NodeName,
 	}
-	if _, err := r.cfg.Client.CoreV1().Events(pod.Namespace).Create(ctx, ev, metav1.CreateOptions{}); err != nil {
+	if _, err := r.cfg.Client.Events(pod.Namespace).Create(ctx, ev, metav1.CreateOptions{}); err != nil {
 		klog.ErrorS(err, "Recording an event", "pod", klog.KObj(pod), "reason", reason)
 	}
 }

@@ -64,7 +64,7 @@ func newWorld(t *testing.T, kubeletVersion string, edit func(*Config), objs ...*
 	if w.store, err = state.Open(dir); err != nil {
 		t.Fatal(err)
 	}
-	cfg := Config{Client: w.client, NodeName: node, KubeletDir: kubelet, StateDir: dir, Health: w.health, Strategy: restore.Rebind,
+	cfg := Config{Client: w.client.CoreV1(), NodeName: node, KubeletDir: kubelet, StateDir: dir, Health: w.health, Strategy: restore.Rebind,
 		Grace: grace, RateLimit: limit, Now: func() time.Time { return w.now }}
 	if edit != nil {
 		edit(&cfg)
@@ -358,7 +358,7 @@ func TestClaimVolumes(t *testing.T) {
 }
 
 func TestNewRefusesIncompleteConfig(t *testing.T) {
-	good := Config{Client: fake.NewClientset(), NodeName: node, StateDir: "/x", Health: &fakeHealth{}}
+	good := Config{Client: fake.NewClientset().CoreV1(), NodeName: node, StateDir: "/x", Health: &fakeHealth{}}
 	for name, edit := range map[string]func(*Config){
 		"no node":        func(c *Config) { c.NodeName = "" },
 		"no state":       func(c *Config) { c.StateDir = "" },
