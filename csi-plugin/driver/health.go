@@ -161,7 +161,7 @@ func healthEntries(problems []*problem) []*csi.VolumeHealth_VolumeHealthEntry {
 	}
 	for _, e := range entries {
 		if n := more[e.Reason] - 1; n > 0 {
-			e.Message = fmt.Sprintf("%s (and %d more mounts of the volume)", e.Message, n)
+			e.Message = fmt.Sprintf("%s (same for %d more of the volume's mounts)", e.Message, n)
 		}
 		e.Message = strings.ToValidUTF8(e.Message, "\uFFFD")
 	}

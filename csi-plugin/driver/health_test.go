@@ -81,7 +81,7 @@ func TestVolumeHealthForEveryKubelet(t *testing.T) {
 	}
 	e := health(target)
 	if len(e) != 1 || e[0].GetStatus() != csi.VolumeHealthErrorType_INACCESSIBLE || e[0].GetReason() != ReasonServerGone ||
-		!strings.Contains(e[0].GetMessage(), syscall.ENOTCONN.Error()) || !strings.Contains(e[0].GetMessage(), "and 1 more") {
+		!strings.Contains(e[0].GetMessage(), syscall.ENOTCONN.Error()) || !strings.Contains(e[0].GetMessage(), "1 more of the volume's mounts") {
 		t.Fatalf("NodeGetVolumeHealth of a dead volume: %v; want one INACCESSIBLE %s for the staging mount and 1 more", e, ReasonServerGone)
 	}
 	// A publish path the records do not give this volume is not looked at; the staging mount still is.
@@ -89,7 +89,7 @@ func TestVolumeHealthForEveryKubelet(t *testing.T) {
 		t.Fatalf("NodeGetVolumeHealth with a foreign publish path: %v; want the staging mount's condition only", e)
 	}
 	// No paths (csi-sanity): every mount of the volume.
-	if e := health(""); len(e) != 1 || !strings.Contains(e[0].GetMessage(), "and 1 more") {
+	if e := health(""); len(e) != 1 || !strings.Contains(e[0].GetMessage(), "1 more of the volume's mounts") {
 		t.Fatalf("NodeGetVolumeHealth without paths: %v", e)
 	}
 
@@ -120,7 +120,7 @@ func TestHealthEntriesOnePerReason(t *testing.T) {
 	if len(got) != 2 {
 		t.Fatalf("%d entries, want 2: %v", len(got), got)
 	}
-	if got[0].GetReason() != ReasonServerGone || got[0].GetMessage() != "staging gone (and 2 more mounts of the volume)" {
+	if got[0].GetReason() != ReasonServerGone || got[0].GetMessage() != "staging gone (same for 2 more of the volume's mounts)" {
 		t.Errorf("first entry %v", got[0])
 	}
 	if got[1].GetReason() != ReasonNotMounted || got[1].GetMessage() != "nothing at x\uFFFD" {

@@ -72,12 +72,12 @@ func findings(pod *corev1.Pod, vols []volumeState, kubelet *version.Version, str
 				}
 				running := st.State.Running
 				propagates := m.MountPropagation != nil && (*m.MountPropagation == corev1.MountPropagationHostToContainer || *m.MountPropagation == corev1.MountPropagationBidirectional)
-				if running != nil && running.StartedAt.Time.Before(v.MountedAt) && (strategy != restore.Stack || !propagates) {
+				if running != nil && startedBefore(running.StartedAt.Time, v.MountedAt) && (strategy != restore.Stack || !propagates) {
 					out = append(out, finding{Since: v.MountedAt, Why: fmt.Sprintf("container %s (started %s) still holds the mount of volume %s that the plugin replaced at %s after its FUSE server died",
 						c.Name, stamp(running.StartedAt.Time), v.VolumeID, stamp(v.MountedAt))})
 				}
 				if (m.SubPath != "" || m.SubPathExpr != "") && oldKubelet {
-					if first := earliestStart(st); !first.IsZero() && first.Before(v.MountedAt) {
+					if first := earliestStart(st); !first.IsZero() && startedBefore(first, v.MountedAt) {
 						out = append(out, finding{Since: v.MountedAt, Why: fmt.Sprintf("container %s mounts a subPath of volume %s, whose mount the plugin replaced at %s after the container first started (%s): kubelet %s re-uses the dead subPath bind (fixed in v1.37)",
 							c.Name, v.VolumeID, stamp(v.MountedAt), stamp(first), kubelet)})
 					}
@@ -87,6 +87,10 @@ func findings(pod *corev1.Pod, vols []volumeState, kubelet *version.Version, str
 	}
 	return out
 }
+
+// startedBefore says whether a container whose status says it started at started surely started before t: the
+// API keeps start times to the second (RFC 3339), so it may have started up to a second later.
+func startedBefore(started, t time.Time) bool { return !started.Add(time.Second).After(t) }
 
 // earliestStart is the earliest start of container s that its status still shows (this run or the last one).
 func earliestStart(s corev1.ContainerStatus) time.Time {

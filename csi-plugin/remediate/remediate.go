@@ -269,7 +269,11 @@ func (r *Remediator) decide(ctx context.Context, pod *corev1.Pod, vols []volumeS
 	}
 	why := strings.Join(whys, "; ")
 	recreated, owner := recreatedBy(pod)
-	log := []any{"pod", klog.KObj(pod), "podUID", pod.UID, "owner", owner, "kubelet", kubelet, "evidence", why}
+	kubeletVersion := "unknown"
+	if kubelet != nil {
+		kubeletVersion = kubelet.String()
+	}
+	log := []any{"pod", klog.KObj(pod), "podUID", pod.UID, "owner", owner, "kubelet", kubeletVersion, "evidence", why}
 	if !due {
 		klog.InfoS("Remediation: waiting out the grace period", append(log, "grace", r.cfg.Grace)...)
 		return nil
