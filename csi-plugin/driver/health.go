@@ -82,11 +82,16 @@ func (d *Driver) volumeStats(id, path string) (*csi.NodeGetVolumeStatsResponse, 
 // volume_publish_path if the records give it to this volume (another path is not touched), or all its targets
 // when none is named (csi-sanity asks so). kubelet's staging_target_path is not needed: the records have it.
 // Each problem reason is reported once (the spec forbids repeating a status and reason), with the first
-// message and how many more paths have it. A volume the plugin has no record of is NotFound.
+// message and how many more paths have it. A volume the plugin has no record of is NotFound. During the restore
+// at start-up the answer is Unavailable: the mounts are dead until it repairs them, and kubelet keeps the
+// conditions it had on an error (volumehealth/manager.go) instead of reporting that passing state.
 func (n nodeServer) NodeGetVolumeHealth(_ context.Context, req *csi.NodeGetVolumeHealthRequest) (*csi.NodeGetVolumeHealthResponse, error) {
 	id := req.GetVolumeId()
 	if err := validateVolumeID(id); err != nil {
 		return nil, err
+	}
+	if !n.d.Ready() {
+		return nil, status.Error(codes.Unavailable, "the plugin is still restoring its mounts; retry later")
 	}
 	v, ok := n.d.lookup(id)
 	if !ok {

@@ -193,6 +193,13 @@ func TestProbeWaitsForRestore(t *testing.T) {
 		t.Fatalf("Probe during restore = %v, %v; want not ready", resp, err)
 	}
 	wantCode(t, h.stage("vol-other"), codes.Unavailable)
+	// Volume health is not reported on mounts the restore is about to repair; storage health says why.
+	_, err = h.node.NodeGetVolumeHealth(context.Background(), &csi.NodeGetVolumeHealthRequest{VolumeId: vol, VolumePublishPath: h.targetPath(vol, "pod")})
+	wantCode(t, err, codes.Unavailable)
+	sh, err := h.node.NodeGetStorageHealth(context.Background(), &csi.NodeGetStorageHealthRequest{})
+	if b := sh.GetBackendHealth(); err != nil || len(b) != 1 || b[0].GetReason() != "RestoringMounts" || b[0].GetStatus() != csi.StorageHealthErrorType_STORAGE_DEGRADED {
+		t.Fatalf("NodeGetStorageHealth during restore = %v, %v; want STORAGE_DEGRADED RestoringMounts", sh, err)
+	}
 	rec := httptest.NewRecorder()
 	d.HealthHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/healthz", nil))
 	if rec.Code != http.StatusServiceUnavailable {
@@ -210,6 +217,10 @@ func TestProbeWaitsForRestore(t *testing.T) {
 	plugintest.MustRead(t, h.targetPath(vol, "pod"))
 	if n, _ := mounts.CountMounts(h.targetPath(vol, "pod")); n != 1 {
 		t.Fatalf("%d mounts on the target after a %s restore, want 1", n, restore.Rebind)
+	}
+	hr, err := h.node.NodeGetVolumeHealth(context.Background(), &csi.NodeGetVolumeHealthRequest{VolumeId: vol, VolumePublishPath: h.targetPath(vol, "pod")})
+	if err != nil || len(hr.GetVolumeHealth().GetHealthStatuses()) != 0 {
+		t.Fatalf("NodeGetVolumeHealth after the restore = %v, %v; want healthy", hr, err)
 	}
 	// The restored server belongs to the new plugin: unstaging stops it.
 	if err := h.unpublish(vol, "pod"); err != nil {
