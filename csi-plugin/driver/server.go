@@ -21,6 +21,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/registration"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/volumecondition"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/version"
 )
 
@@ -93,6 +94,12 @@ func (d *Driver) logGRPC(ctx context.Context, req any, info *grpc.UnaryServerInf
 	}
 	if klog.V(5).Enabled() {
 		klog.V(5).Infof("[ID:%d] GRPC response: %s", id, clipLine(protosanitizer.StripSecrets(resp).String()))
+		// The spec ≤ v1.12 condition travels as an unknown field, which the line above does not show.
+		if stats, ok := resp.(*csi.NodeGetVolumeStatsResponse); ok {
+			if c, ok := volumecondition.Get(stats); ok {
+				klog.V(5).Infof("[ID:%d] GRPC response volume_condition (field 2, CSI spec <= v1.12): abnormal=%v message=%s", id, c.Abnormal, clipLine(strconv.Quote(c.Message)))
+			}
+		}
 	}
 	return resp, nil
 }
