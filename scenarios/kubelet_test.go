@@ -2,7 +2,6 @@ package scenarios
 
 import (
 	"encoding/json"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -164,19 +163,9 @@ func TestEvidenceKubeletJSON(t *testing.T) {
 // TestReadmeVersions keeps scenarios/README.md's per-version table in step with the catalog: one row per
 // scenario and kubelet minor on either side of the subPath fix.
 func TestReadmeVersions(t *testing.T) {
-	readme, err := os.ReadFile("README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
 	rows := map[string]bool{}
-	section := ""
-	for _, line := range strings.Split(string(readme), "\n") {
-		if strings.HasPrefix(line, "## ") {
-			section = line
-		}
-		if f := strings.Split(line, "|"); section == "## Outcomes per kubelet version" && len(f) > 3 && strings.HasPrefix(f[1], " `") {
-			rows[strings.Trim(strings.TrimSpace(f[1]), "`")+" "+strings.TrimSpace(f[2])] = true
-		}
+	for _, cells := range readmeTable(t, "## Outcomes per kubelet version") {
+		rows[cells[0]+" "+cells[1]] = true
 	}
 	for _, n := range Names() {
 		for _, v := range []string{"v1.36", SubPathFixedIn} {

@@ -318,19 +318,9 @@ func TestCatalog(t *testing.T) {
 
 // TestReadmeCatalog keeps the README's catalog table in step with the catalog.
 func TestReadmeCatalog(t *testing.T) {
-	readme, err := os.ReadFile("README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
 	rows := map[string]bool{}
-	section := ""
-	for _, line := range strings.Split(string(readme), "\n") {
-		if strings.HasPrefix(line, "## ") {
-			section = line
-		}
-		if section == "## The catalog" && strings.HasPrefix(line, "| `") {
-			rows[strings.Trim(strings.Fields(line)[1], "`")] = true
-		}
+	for _, cells := range readmeTable(t, "## The catalog") {
+		rows[cells[0]] = true
 	}
 	for _, n := range Names() {
 		if !rows[n] {
@@ -341,6 +331,36 @@ func TestReadmeCatalog(t *testing.T) {
 	for n := range rows {
 		t.Errorf("README.md's catalog table names %s, which is not in the catalog", n)
 	}
+}
+
+// readmeTable returns the rows of README.md's tables under the heading section whose first cell names a
+// scenario (`name`), as trimmed cells with the backquotes of the first one removed.
+func readmeTable(t *testing.T, section string) [][]string {
+	t.Helper()
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rows [][]string
+	in := false
+	for _, line := range strings.Split(string(readme), "\n") {
+		if strings.HasPrefix(line, "## ") {
+			in = line == section
+		}
+		if !in || !strings.HasPrefix(line, "| `") {
+			continue
+		}
+		cells := strings.Split(strings.Trim(line, "|"), "|")
+		for i := range cells {
+			cells[i] = strings.TrimSpace(cells[i])
+		}
+		cells[0] = strings.Trim(cells[0], "`")
+		rows = append(rows, cells)
+	}
+	if len(rows) == 0 {
+		t.Fatalf("README.md has no scenario table under %q", section)
+	}
+	return rows
 }
 
 func TestValidateRejects(t *testing.T) {
