@@ -1,0 +1,166 @@
+// Package fdpass hands one open file descriptor, with a small JSON document beside it, from one process to
+// another over a unix stream socket (SCM_RIGHTS, unix(7)). The privileged CSI plugin uses it to give an
+// unprivileged FUSE server the /dev/fuse descriptor of a mount it made, as the GCS FUSE CSI driver does
+// (pkg/util/fdchannel.go in GoogleCloudPlatform/gcs-fuse-csi-driver).
+//
+// One message carries the descriptor in its control data and the JSON in its data. The receiver takes exactly
+// one descriptor: a message with none, with two or more, or with anything but SCM_RIGHTS is refused and every
+// descriptor it brought is closed. Every wait has a deadline.
+package fdpass
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// MaxConfig bounds the JSON sent beside the descriptor: a larger message is refused by the receiver.
+const MaxConfig = 4096
+
+// maxFDs is how many descriptors the receiver makes room for, so that a message with more than one is seen
+// whole (and all of them closed) instead of being cut off by the kernel with MSG_CTRUNC.
+const maxFDs = 8
+
+// Send writes f's descriptor and config (marshalled as JSON) as one message on conn before deadline. The
+// caller keeps f: closing it is its own decision (the kernel has already duplicated it into the message).
+func Send(conn *net.UnixConn, f *os.File, config any, deadline time.Time) error {
+	data, err := json.Marshal(config)
+	if err != nil {
+		return fmt.Errorf("encoding the config: %w", err)
+	}
+	if len(data) > MaxConfig {
+		return fmt.Errorf("config of %d bytes exceeds %d", len(data), MaxConfig)
+	}
+	if err := conn.SetWriteDeadline(deadline); err != nil {
+		return fmt.Errorf("setting the write deadline: %w", err)
+	}
+	n, oobn, err := conn.WriteMsgUnix(data, unix.UnixRights(int(f.Fd())), nil)
+	if err != nil {
+		return fmt.Errorf("sending descriptor %d: %w", f.Fd(), err)
+	}
+	if n != len(data) || oobn == 0 {
+		return fmt.Errorf("sending descriptor %d: short write (%d of %d bytes, %d control bytes)", f.Fd(), n, len(data), oobn)
+	}
+	return nil
+}
+
+// Receive reads one message from conn before deadline: the one descriptor it carries (close-on-exec, as
+// net.UnixConn.ReadMsgUnix receives with MSG_CMSG_CLOEXEC on Linux) and its config, decoded from JSON into
+// config. On any error no descriptor is left open.
+func Receive(conn *net.UnixConn, config any, deadline time.Time) (*os.File, error) {
+	if err := conn.SetReadDeadline(deadline); err != nil {
+		return nil, fmt.Errorf("setting the read deadline: %w", err)
+	}
+	buf := make([]byte, MaxConfig+1)
+	oob := make([]byte, unix.CmsgSpace(maxFDs*4))
+	n, oobn, flags, _, err := conn.ReadMsgUnix(buf, oob)
+	fds, perr := rights(oob[:oobn])
+	if err == nil {
+		err = perr
+	}
+	switch {
+	case errors.Is(err, io.EOF):
+		err = errors.New("the peer closed the connection without sending a descriptor")
+	case err != nil:
+	case flags&unix.MSG_CTRUNC != 0:
+		err = fmt.Errorf("more than %d descriptors or other control data in one message", maxFDs)
+	case n == 0 && len(fds) == 0:
+		err = errors.New("the peer closed the connection without sending a descriptor")
+	case n > MaxConfig || flags&unix.MSG_TRUNC != 0:
+		err = fmt.Errorf("message larger than %d bytes", MaxConfig)
+	case len(fds) != 1:
+		err = fmt.Errorf("message carries %d descriptors, want exactly 1", len(fds))
+	}
+	if err == nil {
+		if jerr := json.Unmarshal(buf[:n], config); jerr != nil {
+			err = fmt.Errorf("decoding the config %q: %w", clip(buf[:n]), jerr)
+		}
+	}
+	if err != nil {
+		for _, fd := range fds {
+			_ = unix.Close(fd)
+		}
+		return nil, fmt.Errorf("receiving a descriptor: %w", err)
+	}
+	return os.NewFile(uintptr(fds[0]), "fdpass"), nil
+}
+
+// rights returns every descriptor in the control messages of oob; anything but SCM_RIGHTS is an error (the
+// descriptors found are returned all the same, for the caller to close).
+func rights(oob []byte) ([]int, error) {
+	if len(oob) == 0 {
+		return nil, nil
+	}
+	msgs, err := unix.ParseSocketControlMessage(oob)
+	if err != nil {
+		return nil, fmt.Errorf("parsing control data: %w", err)
+	}
+	var fds []int
+	var bad error
+	for _, m := range msgs {
+		if m.Header.Level != unix.SOL_SOCKET || m.Header.Type != unix.SCM_RIGHTS {
+			bad = fmt.Errorf("unexpected control message (level %d, type %d)", m.Header.Level, m.Header.Type)
+			continue
+		}
+		got, err := unix.ParseUnixRights(&m)
+		if err != nil {
+			bad = fmt.Errorf("parsing SCM_RIGHTS: %w", err)
+			continue
+		}
+		fds = append(fds, got...)
+	}
+	return fds, bad
+}
+
+func clip(b []byte) string {
+	const max = 64
+	if len(b) > max {
+		return string(b[:max]) + "…"
+	}
+	return string(b)
+}
+
+// Dial connects to the unix socket at path, retrying every interval while it does not exist yet or nobody
+// listens (the sender may create it later), until ctx ends.
+func Dial(ctx context.Context, path string, interval time.Duration) (*net.UnixConn, error) {
+	addr := &net.UnixAddr{Name: path, Net: "unix"}
+	for {
+		var d net.Dialer
+		c, err := d.DialContext(ctx, "unix", addr.String())
+		if err == nil {
+			return c.(*net.UnixConn), nil
+		}
+		if !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.ECONNREFUSED) {
+			return nil, fmt.Errorf("connecting to %s: %w", path, err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("connecting to %s: %w (last: %v)", path, ctx.Err(), err)
+		case <-time.After(interval):
+		}
+	}
+}
+
+// SendOnce waits on ln for ONE connection until ctx ends, sends f and config on it within timeout, and
+// closes the connection and ln. It does not close f.
+func SendOnce(ctx context.Context, ln *net.UnixListener, f *os.File, config any, timeout time.Duration) error {
+	stop := context.AfterFunc(ctx, func() { _ = ln.Close() })
+	defer stop()
+	conn, err := ln.AcceptUnix()
+	_ = ln.Close()
+	if err != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("waiting for the receiver: %w", ctx.Err())
+		}
+		return fmt.Errorf("waiting for the receiver: %w", err)
+	}
+	defer conn.Close()
+	return Send(conn, f, config, time.Now().Add(timeout))
+}

@@ -1,0 +1,228 @@
+package fdpass
+
+import (
+	"context"
+	"errors"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+type config struct {
+	VolumeID string `json:"volumeID"`
+}
+
+// pair returns the two ends of a connected unix stream socket.
+func pair(t *testing.T) (*net.UnixConn, *net.UnixConn) {
+	t.Helper()
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn := func(fd int) *net.UnixConn {
+		f := os.NewFile(uintptr(fd), "socketpair")
+		defer f.Close()
+		c, err := net.FileConn(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c.(*net.UnixConn)
+	}
+	return conn(fds[0]), conn(fds[1])
+}
+
+// openFDs counts this process's open descriptors, to catch a leak.
+func openFDs(t *testing.T) int {
+	t.Helper()
+	entries, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(entries)
+}
+
+func pipe(t *testing.T) (*os.File, *os.File) {
+	t.Helper()
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close(); w.Close() })
+	return r, w
+}
+
+func TestRoundTrip(t *testing.T) {
+	a, b := pair(t)
+	r, w := pipe(t)
+	if err := Send(a, w, config{VolumeID: "vol-1"}, time.Now().Add(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	var got config
+	f, err := Receive(b, &got, time.Now().Add(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if got.VolumeID != "vol-1" {
+		t.Errorf("config %+v, want volumeID vol-1", got)
+	}
+	flags, err := unix.FcntlInt(f.Fd(), unix.F_GETFD, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if flags&unix.FD_CLOEXEC == 0 {
+		t.Error("received descriptor is not close-on-exec")
+	}
+	// The received descriptor is the pipe's write end: what is written through it comes out of r.
+	if _, err := f.Write([]byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 1)
+	if _, err := r.Read(buf); err != nil || buf[0] != 'x' {
+		t.Fatalf("read %q, %v through the passed descriptor", buf, err)
+	}
+}
+
+// TestBadMessages sends what a confused or hostile peer could: every one is refused with a clear error, and
+// no descriptor it carried stays open in the receiver.
+func TestBadMessages(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		data    string
+		fds     int
+		wantErr string
+	}{
+		{"no descriptor", `{"volumeID":"v"}`, 0, "carries 0 descriptors, want exactly 1"},
+		{"two descriptors", `{"volumeID":"v"}`, 2, "carries 2 descriptors, want exactly 1"},
+		{"too many descriptors", `{"volumeID":"v"}`, maxFDs + 1, "more than 8 descriptors"},
+		{"garbage", "\x00\xffnot json", 1, "decoding the config"},
+		{"no config", "", 1, "decoding the config"},
+		{"oversized", strings.Repeat("a", MaxConfig+10), 1, "larger than 4096 bytes"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a, b := pair(t)
+			_, w := pipe(t)
+			var fds []int
+			for i := 0; i < tc.fds; i++ {
+				fds = append(fds, int(w.Fd()))
+			}
+			var oob []byte
+			if len(fds) > 0 {
+				oob = unix.UnixRights(fds...)
+			}
+			before := openFDs(t)
+			if _, _, err := a.WriteMsgUnix([]byte(tc.data), oob, nil); err != nil {
+				t.Fatal(err)
+			}
+			var got config
+			f, err := Receive(b, &got, time.Now().Add(time.Second))
+			if err == nil {
+				f.Close()
+				t.Fatalf("Receive accepted the message")
+			}
+			if !strings.Contains(err.Error(), tc.wantErr) {
+				t.Errorf("error %q, want it to contain %q", err, tc.wantErr)
+			}
+			if after := openFDs(t); after != before {
+				t.Errorf("%d descriptors open after the refused message, %d before: received ones leaked", after, before)
+			}
+		})
+	}
+}
+
+func TestPeerClosesWithoutSending(t *testing.T) {
+	a, b := pair(t)
+	a.Close()
+	var got config
+	if _, err := Receive(b, &got, time.Now().Add(time.Second)); err == nil || !strings.Contains(err.Error(), "without sending") {
+		t.Fatalf("Receive from a closed peer: %v", err)
+	}
+}
+
+func TestReceiveDeadline(t *testing.T) {
+	_, b := pair(t)
+	start := time.Now()
+	var got config
+	_, err := Receive(b, &got, start.Add(100*time.Millisecond))
+	if !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("Receive from a silent peer: %v, want a deadline error", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("Receive returned after %v", d)
+	}
+}
+
+// TestSendOnce hands a descriptor to one receiver that connects before the listener exists (Dial retries), and
+// checks that the listener takes no second connection.
+func TestSendOnce(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "socket")
+	_, w := pipe(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	type result struct {
+		f   *os.File
+		cfg config
+		err error
+	}
+	got := make(chan result, 1)
+	go func() {
+		var r result
+		c, err := Dial(ctx, sock, 10*time.Millisecond)
+		if err != nil {
+			got <- result{err: err}
+			return
+		}
+		defer c.Close()
+		r.f, r.err = Receive(c, &r.cfg, time.Now().Add(5*time.Second))
+		got <- r
+	}()
+	time.Sleep(50 * time.Millisecond) // let Dial find nothing at first
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := SendOnce(ctx, ln, w, config{VolumeID: "v"}, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	r := <-got
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	r.f.Close()
+	if r.cfg.VolumeID != "v" {
+		t.Errorf("config %+v", r.cfg)
+	}
+	if c, err := net.Dial("unix", sock); err == nil {
+		c.Close()
+		t.Error("the listener still accepts after sending once")
+	}
+}
+
+func TestSendOnceEndsWithContext(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "socket")
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, w := pipe(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if err := SendOnce(ctx, ln, w, config{}, time.Second); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("SendOnce without a receiver: %v, want the context's deadline", err)
+	}
+}
+
+func TestDialGivesUp(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if _, err := Dial(ctx, filepath.Join(t.TempDir(), "absent"), 10*time.Millisecond); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Dial of an absent socket: %v", err)
+	}
+}
