@@ -9,7 +9,6 @@ import (
 	"encoding/hex"
 	"path/filepath"
 	"strconv"
-	"strings"
 )
 
 // DefaultRoot is kubelet's --root-dir default.
@@ -31,6 +30,30 @@ func Target(root, podUID, specName string) string {
 	return filepath.Join(PodDir(root, podUID), "volumes", "kubernetes.io~csi", specName, "mount")
 }
 
+// SplitTarget splits a publish target made by Target into kubelet's root directory, the pod's UID and the
+// volume's spec name, for a caller that does not know kubelet's root (the plugin); ok is false for any other
+// path.
+func SplitTarget(target string) (root, podUID, specName string, ok bool) {
+	target = filepath.Clean(target)
+	volDir, mount := filepath.Split(target)
+	csiDir, specName := filepath.Split(filepath.Clean(volDir))
+	volumesDir, plugin := filepath.Split(filepath.Clean(csiDir))
+	podDir, volumes := filepath.Split(filepath.Clean(volumesDir))
+	podsDir, podUID := filepath.Split(filepath.Clean(podDir))
+	root, pods := filepath.Split(filepath.Clean(podsDir))
+	if mount != "mount" || plugin != "kubernetes.io~csi" || volumes != "volumes" || pods != "pods" ||
+		specName == "" || podUID == "" || root == "" || !filepath.IsAbs(target) {
+		return "", "", "", false
+	}
+	return filepath.Clean(root), podUID, specName, true
+}
+
+// EmptyDirIn is where an emptyDir volume called name lives, relative to its pod's directory (PodDir):
+// volumes/kubernetes.io~empty-dir/<name> (pkg/volume/emptydir/empty_dir.go, GetPath).
+func EmptyDirIn(name string) string {
+	return filepath.Join("volumes", "kubernetes.io~empty-dir", name)
+}
+
 // SubPaths is the directory of a pod's subPath binds, which kubelet removes (CleanSubPaths) when the pod's
 // volumes are unmounted.
 func SubPaths(root, podUID string) string {
@@ -40,15 +63,11 @@ func SubPaths(root, podUID string) string {
 // ParseTarget is the inverse of Target: the pod UID and spec name of a publish target under root, or ok false
 // for any other path.
 func ParseTarget(root, target string) (podUID, specName string, ok bool) {
-	rel, err := filepath.Rel(filepath.Join(root, "pods"), filepath.Clean(target))
-	if err != nil {
+	r, podUID, specName, ok := SplitTarget(target)
+	if !ok || r != filepath.Clean(root) {
 		return "", "", false
 	}
-	parts := strings.Split(rel, string(filepath.Separator))
-	if len(parts) != 5 || parts[0] == ".." || parts[1] != "volumes" || parts[2] != "kubernetes.io~csi" || parts[4] != "mount" {
-		return "", "", false
-	}
-	return parts[0], parts[3], true
+	return podUID, specName, true
 }
 
 // SubPath is the bind target kubelet prepares for a container's subPath volume mount: <pod dir>/

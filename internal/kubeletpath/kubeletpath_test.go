@@ -33,3 +33,24 @@ func TestParseTarget(t *testing.T) {
 		}
 	}
 }
+
+func TestSplitTarget(t *testing.T) {
+	target := Target("/var/lib/kubelet", "uid-1", "pv-a")
+	root, uid, spec, ok := SplitTarget(target)
+	if !ok || root != "/var/lib/kubelet" || uid != "uid-1" || spec != "pv-a" {
+		t.Errorf("SplitTarget(%q) = %q, %q, %q, %v", target, root, uid, spec, ok)
+	}
+	for _, bad := range []string{
+		"/var/lib/kubelet/pods/uid-1/volumes/kubernetes.io~csi/pv-a",
+		"/var/lib/kubelet/pods/uid-1/volumes/kubernetes.io~nfs/pv-a/mount",
+		"/var/lib/kubelet/pod/uid-1/volumes/kubernetes.io~csi/pv-a/mount",
+		"pods/uid-1/volumes/kubernetes.io~csi/pv-a/mount",
+		"/pods/uid-1/volumes/kubernetes.io~csi/pv-a/mount/x",
+		"/r/pods/../pods/volumes/kubernetes.io~csi/pv-1/mount",
+		"/",
+	} {
+		if _, _, _, ok := SplitTarget(bad); ok {
+			t.Errorf("SplitTarget(%q) accepted", bad)
+		}
+	}
+}
