@@ -137,12 +137,14 @@ func (d *Driver) stage(ctx context.Context, id, path string, readOnly, ephemeral
 			return "", status.Errorf(codes.FailedPrecondition, "staging_target_path %q holds a mount that is not a dummy-fuse filesystem: %v", path, perr)
 		}
 	}
-	srv, err := d.mode.Start(ctx, fusemode.Request{VolumeID: id, Mountpoint: path})
-	if err != nil {
-		if createdDir && !isKnown {
-			_ = unix.Rmdir(path)
+	var srv fusemode.Server
+	if d.targetMounter() == nil { // a mode that mounts the targets itself only records the stage
+		if srv, err = d.mode.Start(ctx, fusemode.Request{VolumeID: id, Mountpoint: path}); err != nil {
+			if createdDir && !isKnown {
+				_ = unix.Rmdir(path)
+			}
+			return "", status.Errorf(codes.Internal, "starting the FUSE server: %v", err)
 		}
-		return "", status.Errorf(codes.Internal, "starting the FUSE server: %v", err)
 	}
 	v := &volume{id: id, stagingPath: path, readOnly: readOnly, createdDir: createdDir, ephemeral: ephemeral, cap: capability, server: srv}
 	if d.store != nil && (!isKnown || known.createdDir != createdDir || known.readOnly != readOnly || known.cap == nil) {
@@ -233,6 +235,9 @@ func (d *Driver) dropUnusedEphemeral(ctx context.Context, id string) {
 // ensureStagingAnswers checks the staging mount of a known volume before binding it; a dead (or vanished) one is
 // repaired from what the plugin knows about the volume (ceph-csi does the same from its saved record).
 func (d *Driver) ensureStagingAnswers(ctx context.Context, id, staging string) error {
+	if d.targetMounter() != nil {
+		return nil // nothing is mounted on the staging path: the targets get their own mounts
+	}
 	h, err := d.probe(staging)
 	switch {
 	case h == healthAnswers:
@@ -373,6 +378,9 @@ func probeStatus(what string, err error) error {
 // removes the directory when the plugin created it, deletes the record and forgets the target; it returns how many
 // mounts it unmounted. The caller holds the volume's lock and has found path in the volume's records (rec).
 func (d *Driver) unpublish(id, path string, rec target) (int, error) {
+	if tm := d.targetMounter(); tm != nil {
+		tm.Release(path) // a descriptor still waiting for the pod's sidecar is closed: no one will serve it now
+	}
 	layers, err := mounts.UnmountAll(path)
 	if err != nil {
 		return 0, status.Errorf(codes.Internal, "unmounting target_path: %v", err)

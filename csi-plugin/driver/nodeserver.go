@@ -186,7 +186,12 @@ func (n nodeServer) NodePublishVolume(ctx context.Context, req *csi.NodePublishV
 	} else if err := n.d.ensureStagingAnswers(ctx, id, staging); err != nil {
 		return nil, err
 	}
-	act, err := n.d.publish(id, staging, target, readOnly, capability, mounts.CountMounts)
+	var act action
+	if tm := n.d.targetMounter(); tm != nil {
+		act, err = n.d.publishSidecar(ctx, tm, id, staging, target, readOnly, capability, req.GetVolumeContext())
+	} else {
+		act, err = n.d.publish(id, staging, target, readOnly, capability, mounts.CountMounts)
+	}
 	if err != nil {
 		if ephemeral {
 			n.d.dropUnusedEphemeral(ctx, id)

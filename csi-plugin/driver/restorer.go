@@ -42,6 +42,11 @@ func (r restorer) RestorePublish(_ context.Context, table *mounts.Table, rec sta
 		return "", errors.New(status.Convert(err).Message())
 	}
 	defer release()
+	if r.d.targetMounter() != nil {
+		// The target's mount is the pod's sidecar's: the plugin's restart did not touch it, and the plugin has
+		// no descriptor to repair it with. Its record (loaded already) is all the plugin needs to unpublish it.
+		return "kept (served by the pod's sidecar)", nil
+	}
 	if h, err := r.d.probe(rec.StagingPath); h != healthAnswers {
 		return "", fmt.Errorf("staging mount does not answer: %w", err)
 	}

@@ -1,7 +1,8 @@
 // Package fusemode decides where the FUSE server of a staged volume lives. NodeStageVolume asks a Mode to
 // Start a server on the staging path and NodeUnstageVolume asks the returned Server to Stop; nothing else in the
 // plugin knows whether the server is a child process, a process that outlives the plugin, a sidecar that got a
-// /dev/fuse descriptor, or a descriptor kept across a server restart. Only the "child" mode exists today.
+// /dev/fuse descriptor, or a descriptor kept across a server restart. A mode that mounts publish targets itself
+// (the sidecar mode) is a TargetMounter.
 package fusemode
 
 import (
@@ -57,11 +58,14 @@ type Options struct {
 	DirectIO bool
 	// StartTimeout bounds how long Start waits for a new mount to answer (default 10s).
 	StartTimeout time.Duration
+	// SendTimeout bounds the sending of a descriptor to a sidecar that connected (sidecar mode, default 10s).
+	SendTimeout time.Duration
 }
 
 // constructors lists the modes; adding one is adding a line here.
 var constructors = map[string]func(Options) (Mode, error){
-	ChildName: func(o Options) (Mode, error) { return NewChild(o) },
+	ChildName:   func(o Options) (Mode, error) { return NewChild(o) },
+	SidecarName: func(o Options) (Mode, error) { return NewSidecar(o) },
 }
 
 // Names lists the known modes, sorted.

@@ -1,0 +1,284 @@
+package fusemode
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+	"k8s.io/klog/v2"
+
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/fdpass"
+)
+
+// SidecarName is the mode of the GCS FUSE CSI driver (pkg/csi_mounter/csi_mounter.go in
+// GoogleCloudPlatform/gcs-fuse-csi-driver): no FUSE server runs on the node. NodePublishVolume opens /dev/fuse,
+// mounts the target with fd=N and hands the descriptor over a unix socket, inside a volume of the pod, to an
+// unprivileged sidecar container of the workload pod, which serves it. The plugin closes its own copy once it is
+// sent, so the mount lives and dies with the sidecar, not with the plugin.
+const SidecarName = "sidecar"
+
+const (
+	// SidecarVolume is the emptyDir volume that a pod using the sidecar mode must have, mounted in its sidecar
+	// container: the plugin puts each CSI volume's socket in <SidecarVolume>/<volume spec name>/<SocketName>
+	// (the PV's name, or the pod's volume name for an inline volume), as GCS puts it in its gke-gcsfuse-tmp
+	// emptyDir.
+	SidecarVolume = "dfc-sidecar"
+	// SocketName is the name of the socket in the directory of TargetRequest.SocketDir.
+	SocketName = "socket"
+)
+
+// TargetMounter is a Mode that mounts every published target itself instead of serving the staging path:
+// staging then only records the volume.
+type TargetMounter interface {
+	Mode
+	// MountTarget mounts req.Target and starts handing the FUSE connection to the one server that connects to
+	// the socket; it returns once the target is mounted. Until a server takes the connection and answers the
+	// kernel's INIT, every access to the mount blocks: nobody may touch it unbounded.
+	MountTarget(ctx context.Context, req TargetRequest) error
+	// Release ends a handover of target still waiting for its server (closing the plugin's copy of the
+	// descriptor, so the mount dies) and removes its socket. It does not unmount anything.
+	Release(target string)
+	// Pending reports whether target's descriptor is still waiting for its server.
+	Pending(target string) bool
+}
+
+// TargetRequest describes one target to mount.
+type TargetRequest struct {
+	VolumeID string
+	// Target is the publish target: an existing empty directory with nothing mounted on it.
+	Target   string
+	ReadOnly bool
+	// PodDir is the pod's directory, which the plugin trusts; SocketDir is relative to it and lies in a volume
+	// the pod can write to, so it is opened without following any symlink and without leaving PodDir.
+	PodDir, SocketDir string
+}
+
+// Handover is the JSON sent beside the descriptor.
+type Handover struct {
+	VolumeID string `json:"volumeID"`
+	ReadOnly bool   `json:"readOnly"`
+}
+
+// Sidecar is the sidecar mode.
+type Sidecar struct {
+	opts    Options
+	mu      sync.Mutex
+	pending map[string]*handover // by target
+}
+
+type handover struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// NewSidecar returns the sidecar mode. It needs no dummy-fuse on the node: the sidecar runs it.
+func NewSidecar(opts Options) (*Sidecar, error) {
+	if opts.SendTimeout <= 0 {
+		opts.SendTimeout = 10 * time.Second
+	}
+	return &Sidecar{opts: opts, pending: map[string]*handover{}}, nil
+}
+
+// Name implements Mode.
+func (s *Sidecar) Name() string { return SidecarName }
+
+// Start implements Mode: the sidecar mode serves nothing on staging paths.
+func (s *Sidecar) Start(context.Context, Request) (Server, error) {
+	return nil, errors.New("sidecar mode mounts publish targets, not staging paths")
+}
+
+// Close ends every handover still waiting (as the plugin's exit would): their mounts die.
+func (s *Sidecar) Close() error {
+	s.mu.Lock()
+	targets := make([]string, 0, len(s.pending))
+	for t := range s.pending {
+		targets = append(targets, t)
+	}
+	s.mu.Unlock()
+	for _, t := range targets {
+		s.Release(t)
+	}
+	return nil
+}
+
+// MountOptions returns the mount(2) flags and data for a FUSE mount of the descriptor fd: those of the GCS FUSE
+// CSI driver (nosuid, nodev, allow_other so the workload's user reaches it, default_permissions so the kernel
+// checks modes, and ro for read-only volumes).
+func MountOptions(fd uintptr, readOnly bool) (uintptr, string) {
+	flags := uintptr(unix.MS_NOSUID | unix.MS_NODEV)
+	if readOnly {
+		flags |= unix.MS_RDONLY
+	}
+	return flags, fmt.Sprintf("fd=%d,rootmode=40000,user_id=%d,group_id=%d,allow_other,default_permissions", fd, os.Getuid(), os.Getgid())
+}
+
+// MountTarget implements TargetMounter.
+func (s *Sidecar) MountTarget(_ context.Context, req TargetRequest) (err error) {
+	s.mu.Lock()
+	_, busy := s.pending[req.Target]
+	s.mu.Unlock()
+	if busy {
+		return fmt.Errorf("a handover of %s is already waiting", req.Target)
+	}
+	dir, err := openSocketDir(req.PodDir, req.SocketDir)
+	if err != nil {
+		return err
+	}
+	defer dir.Close()
+	ln, err := listenIn(dir, SocketName)
+	if err != nil {
+		return fmt.Errorf("socket in %s: %w", filepath.Join(req.PodDir, req.SocketDir), err)
+	}
+	dev, err := os.OpenFile("/dev/fuse", os.O_RDWR, 0)
+	if err != nil {
+		_ = ln.Close()
+		_ = removeSocket(dir)
+		return err
+	}
+	flags, data := MountOptions(dev.Fd(), req.ReadOnly)
+	if err := unix.Mount("dummy-fuse", req.Target, "fuse.dummy-fuse", flags, data); err != nil {
+		_ = dev.Close()
+		_ = ln.Close()
+		_ = removeSocket(dir)
+		return &os.PathError{Op: "mount fuse.dummy-fuse (" + data + ") on", Path: req.Target, Err: err}
+	}
+	// The directory descriptor outlives this call: the socket is removed through it once the handover ends.
+	keep, err := unix.Dup(int(dir.Fd()))
+	if err != nil {
+		_ = unix.Unmount(req.Target, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW)
+		_ = dev.Close()
+		_ = ln.Close()
+		_ = removeSocket(dir)
+		return fmt.Errorf("keeping the socket directory: %w", err)
+	}
+	unix.CloseOnExec(keep)
+	sockDir := os.NewFile(uintptr(keep), dir.Name())
+
+	ctx, cancel := context.WithCancel(context.Background())
+	h := &handover{cancel: cancel, done: make(chan struct{})}
+	s.mu.Lock()
+	s.pending[req.Target] = h
+	s.mu.Unlock()
+	go func() {
+		defer close(h.done)
+		err := fdpass.SendOnce(ctx, ln, dev, Handover{VolumeID: req.VolumeID, ReadOnly: req.ReadOnly}, s.opts.SendTimeout)
+		// Closed in every case, as GCS does: from now on the mount lives only as long as its server.
+		_ = dev.Close()
+		_ = removeSocket(sockDir)
+		_ = sockDir.Close()
+		s.mu.Lock()
+		if s.pending[req.Target] == h {
+			delete(s.pending, req.Target)
+		}
+		s.mu.Unlock()
+		if err != nil {
+			klog.ErrorS(err, "FUSE descriptor not handed to a sidecar; the mount is dead", "volumeID", req.VolumeID, "target", req.Target)
+			return
+		}
+		klog.V(2).InfoS("FUSE descriptor handed to the sidecar", "volumeID", req.VolumeID, "target", req.Target)
+	}()
+	klog.V(4).InfoS("Target mounted, waiting for the sidecar", "volumeID", req.VolumeID, "target", req.Target, "socket", filepath.Join(req.PodDir, req.SocketDir, SocketName))
+	return nil
+}
+
+// Release implements TargetMounter.
+func (s *Sidecar) Release(target string) {
+	s.mu.Lock()
+	h := s.pending[target]
+	s.mu.Unlock()
+	if h == nil {
+		return
+	}
+	h.cancel()
+	<-h.done
+}
+
+// Pending implements TargetMounter.
+func (s *Sidecar) Pending(target string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.pending[target]
+	return ok
+}
+
+// openSocketDir opens (creating its last element) podDir/rel without following symlinks and without leaving
+// podDir: rel lies in a volume that the pod's containers can write to, and the plugin is root. The last element
+// is created by the plugin (mode 0755), so nobody else can put anything in it; one that exists must be a
+// directory of the plugin's user.
+func openSocketDir(podDir, rel string) (*os.File, error) {
+	if !filepath.IsLocal(rel) {
+		return nil, fmt.Errorf("socket directory %q is not inside the pod directory", rel)
+	}
+	root, err := os.OpenFile(podDir, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer root.Close()
+	how := &unix.OpenHow{Flags: unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC, Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS}
+	parentRel, name := filepath.Dir(rel), filepath.Base(rel)
+	parent, err := unix.Openat2(int(root.Fd()), parentRel, how)
+	if errors.Is(err, unix.ENOENT) {
+		return nil, fmt.Errorf("%s does not exist: the pod needs an emptyDir volume called %s (mounted in its sidecar), or kubelet has not set it up yet", filepath.Join(podDir, parentRel), SidecarVolume)
+	}
+	if err != nil {
+		return nil, &os.PathError{Op: "open (no symlinks)", Path: filepath.Join(podDir, parentRel), Err: err}
+	}
+	defer unix.Close(parent)
+	if err := unix.Mkdirat(parent, name, 0o755); err != nil && !errors.Is(err, unix.EEXIST) {
+		return nil, &os.PathError{Op: "mkdir", Path: filepath.Join(podDir, rel), Err: err}
+	}
+	fd, err := unix.Openat2(parent, name, &unix.OpenHow{Flags: unix.O_RDONLY | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC, Resolve: how.Resolve})
+	if err != nil {
+		return nil, &os.PathError{Op: "open (no symlinks)", Path: filepath.Join(podDir, rel), Err: err}
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil || int(st.Uid) != os.Getuid() || st.Mode&0o022 != 0 {
+		unix.Close(fd)
+		return nil, fmt.Errorf("socket directory %s is not the plugin's own (uid %d, mode %#o): refusing to use it", filepath.Join(podDir, rel), st.Uid, st.Mode&0o7777)
+	}
+	return os.NewFile(uintptr(fd), filepath.Join(podDir, rel)), nil
+}
+
+// listenIn listens on a socket called name in dir, replacing a socket left by an earlier handover. The address
+// goes through /proc/self/fd: short whatever dir's path (sun_path holds 108 bytes; GCS symlinks a short path
+// for the same reason), and no symlink on the way can move it.
+func listenIn(dir *os.File, name string) (*net.UnixListener, error) {
+	if err := removeSocket(dir); err != nil {
+		return nil, err
+	}
+	addr := fmt.Sprintf("/proc/self/fd/%d/%s", dir.Fd(), name)
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: addr, Net: "unix"})
+	if err != nil {
+		return nil, err
+	}
+	ln.SetUnlinkOnClose(false) // the address is only valid while dir is open: removeSocket does it
+	// Any user in the pod may connect (the sidecar runs as non-root): the first one gets the descriptor.
+	if err := unix.Fchmodat(int(dir.Fd()), name, 0o666, 0); err != nil {
+		_ = ln.Close()
+		_ = removeSocket(dir)
+		return nil, fmt.Errorf("chmod socket: %w", err)
+	}
+	return ln, nil
+}
+
+// removeSocket removes the socket of a handover from dir; anything else there is left alone.
+func removeSocket(dir *os.File) error {
+	var st unix.Stat_t
+	err := unix.Fstatat(int(dir.Fd()), SocketName, &st, unix.AT_SYMLINK_NOFOLLOW)
+	if errors.Is(err, unix.ENOENT) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFSOCK {
+		return fmt.Errorf("%s/%s exists and is not a socket: left alone", dir.Name(), SocketName)
+	}
+	return unix.Unlinkat(int(dir.Fd()), SocketName, 0)
+}

@@ -1,0 +1,145 @@
+// Package sidecar is `csi-plugin sidecar`: the unprivileged container that the sidecar FUSE mode puts in the
+// workload's pod. It connects to the socket the plugin serves for one volume, receives the /dev/fuse descriptor
+// of the mount the plugin made, and runs dummy-fuse on it (as /dev/fd/3), as the GCS FUSE CSI driver's sidecar
+// runs gcsfuse on /dev/fd/3 (pkg/sidecar_mounter in GoogleCloudPlatform/gcs-fuse-csi-driver). It needs neither
+// root nor any capability: the mount exists already, the server only reads and writes the descriptor.
+package sidecar
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"runtime"
+	"syscall"
+	"time"
+
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/fusemode"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/command"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/fdpass"
+)
+
+// Config is the sidecar's command line.
+type Config struct {
+	// Socket is where the plugin serves the volume's descriptor: <SidecarVolume mount>/<volume name>/socket.
+	Socket string
+	// DummyFusePath is the dummy-fuse executable.
+	DummyFusePath string
+	// Delay holds the sidecar back before it connects.
+	Delay time.Duration
+	// Wait bounds the wait for the socket to accept a connection; ReceiveTimeout the wait for the descriptor.
+	Wait, ReceiveTimeout time.Duration
+	// DirectIO passes --direct-io to dummy-fuse.
+	DirectIO bool
+}
+
+// ParseArgs parses the subcommand's arguments (without "sidecar"); errors are *command.UsageError, and -h is
+// flag.ErrHelp. The manifests' tests use it to check the sidecar containers' args.
+func ParseArgs(args []string, stderr io.Writer) (Config, error) {
+	var c Config
+	fl := flag.NewFlagSet("csi-plugin sidecar", flag.ContinueOnError)
+	fl.SetOutput(stderr)
+	fl.StringVar(&c.Socket, "socket", "", "socket the plugin serves the volume's descriptor on: <"+fusemode.SidecarVolume+" volume>/<volume name>/"+fusemode.SocketName+" (required)")
+	fl.StringVar(&c.DummyFusePath, "dummy-fuse-path", "", "dummy-fuse executable (default: beside this executable, else in $PATH)")
+	fl.DurationVar(&c.Delay, "delay", 0, "wait this long before connecting (holds the sidecar back, to show that the mount blocks until it serves)")
+	fl.DurationVar(&c.Wait, "wait", 5*time.Minute, "give up when the socket does not accept a connection within this time")
+	fl.DurationVar(&c.ReceiveTimeout, "receive-timeout", 10*time.Second, "give up when the plugin sends no descriptor within this time after connecting")
+	fl.BoolVar(&c.DirectIO, "direct-io", false, "pass --direct-io to dummy-fuse")
+	if err := command.Parse(fl, args); err != nil {
+		return c, err
+	}
+	switch {
+	case fl.NArg() != 0:
+		return c, command.Usagef("unexpected arguments: %q", fl.Args())
+	case c.Socket == "":
+		return c, command.Usagef("--socket is required")
+	case c.Delay < 0 || c.Wait <= 0 || c.ReceiveTimeout <= 0:
+		return c, command.Usagef("--delay must not be negative, --wait and --receive-timeout must be positive")
+	}
+	return c, nil
+}
+
+// Run is the subcommand. It returns when dummy-fuse exits (its exit code becomes the command's) or, after
+// SIGTERM/SIGINT, once dummy-fuse stopped.
+func Run(ctx context.Context, args []string, streams command.Streams) error {
+	c, err := ParseArgs(args, streams.Err)
+	if err != nil {
+		return err
+	}
+	socket, dummyFuse, directIO := c.Socket, c.DummyFusePath, c.DirectIO
+	if dummyFuse == "" {
+		if dummyFuse = fusemode.FindDummyFuse(); dummyFuse == "" {
+			return errors.New("dummy-fuse not found beside this executable nor in $PATH")
+		}
+	}
+	select {
+	case <-ctx.Done():
+		return nil
+	case <-time.After(c.Delay):
+	}
+	dev, cfg, err := receive(ctx, socket, c.Wait, c.ReceiveTimeout)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(streams.Err, "csi-plugin sidecar: received the FUSE descriptor of volume %s (readOnly=%v) from %s\n", cfg.VolumeID, cfg.ReadOnly, socket)
+
+	cmdArgs := []string{"/dev/fd/3"}
+	if directIO {
+		cmdArgs = append([]string{"--direct-io"}, cmdArgs...)
+	}
+	cmd := exec.Command(dummyFuse, cmdArgs...)
+	cmd.ExtraFiles = []*os.File{dev} // fd 3 in dummy-fuse
+	cmd.Stdout, cmd.Stderr = streams.Out, streams.Err
+	// dummy-fuse dies with this process, as it would with the container: the kernel sends the parent-death
+	// signal when the forking thread exits (golang/go#27505), so that thread stays locked until the end.
+	runtime.LockOSThread()
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	err = cmd.Start()
+	dev.Close() // dummy-fuse holds the connection now; this process keeps no copy
+	if err != nil {
+		return fmt.Errorf("starting dummy-fuse: %w", err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err = <-done:
+	case <-ctx.Done():
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		err = <-done
+	}
+	var exit *exec.ExitError
+	if errors.As(err, &exit) {
+		return &command.ExitError{Code: exitCode(exit), Err: fmt.Errorf("dummy-fuse: %w", err)}
+	}
+	return err
+}
+
+// receive connects to socket within wait and receives the descriptor within recvTimeout.
+func receive(ctx context.Context, socket string, wait, recvTimeout time.Duration) (*os.File, fusemode.Handover, error) {
+	var cfg fusemode.Handover
+	dctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	conn, err := fdpass.Dial(dctx, socket, 100*time.Millisecond)
+	if err != nil {
+		return nil, cfg, err
+	}
+	defer conn.Close()
+	dev, err := fdpass.Receive(conn, &cfg, time.Now().Add(recvTimeout))
+	if err != nil {
+		return nil, cfg, fmt.Errorf("%s: %w", socket, err)
+	}
+	return dev, cfg, nil
+}
+
+func exitCode(e *exec.ExitError) int {
+	if ws, ok := e.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return 128 + int(ws.Signal())
+	}
+	if c := e.ExitCode(); c > 0 {
+		return c
+	}
+	return 1
+}
