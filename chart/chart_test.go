@@ -432,6 +432,12 @@ func TestValueSets(t *testing.T) {
 				t.Errorf("containerPort %d", p.Ports[0].ContainerPort)
 			}
 		}},
+		{"fuseMode=sidecar", []string{"csi.plugin.fuseMode=sidecar"}, func(t *testing.T, o objects) {
+			wantArg(t, container(t, o.ds, pluginContainer), "--fuse-mode", "--fuse-mode=sidecar")
+			if !*o.driver.Spec.PodInfoOnMount {
+				t.Error("podInfoOnMount is off: the sidecar mode cannot find the pod")
+			}
+		}},
 		{"csiDriver", []string{"csiDriver.requiresRepublish=true", "csiDriver.podInfoOnMount=false"}, func(t *testing.T, o objects) {
 			d := o.driver.Spec
 			if !*d.RequiresRepublish || *d.PodInfoOnMount {
@@ -893,4 +899,13 @@ func TestRemediation(t *testing.T) {
 
 func reflectEqualTolerations(a, b []corev1.Toleration) bool {
 	return slices.EqualFunc(a, b, func(x, y corev1.Toleration) bool { return x.MatchToleration(&y) })
+}
+
+// TestFuseModeSidecarNeedsPodInfo: the sidecar FUSE mode finds the pod's socket volume by the pod UID that
+// kubelet only sends with podInfoOnMount; the chart refuses the combination that cannot work.
+func TestFuseModeSidecarNeedsPodInfo(t *testing.T) {
+	_, err := renderChart(loadChart(t), userValues(t, "csi.plugin.fuseMode=sidecar", "csiDriver.podInfoOnMount=false"))
+	if err == nil || !strings.Contains(err.Error(), "podInfoOnMount") {
+		t.Fatalf("fuseMode=sidecar without podInfoOnMount: %v, want a refusal naming podInfoOnMount", err)
+	}
 }
