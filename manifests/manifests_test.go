@@ -20,6 +20,8 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/yaml"
 
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/fusemode"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/sidecar"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/dummy-fuse-workload/workload"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
 )
@@ -256,10 +258,18 @@ func TestWorkloads(t *testing.T) {
 			if spec.RestartPolicy != corev1.RestartPolicyAlways {
 				t.Errorf("restartPolicy %q, want Always (the container restarts that the scenarios observe)", spec.RestartPolicy)
 			}
-			if len(spec.Volumes) != 1 {
-				t.Fatalf("want one volume, got %+v", spec.Volumes)
+			// A pod of the sidecar FUSE mode has the emptyDir of the plugin's socket besides the volume.
+			volumes := slices.DeleteFunc(slices.Clone(spec.Volumes), func(v corev1.Volume) bool { return v.Name == fusemode.SidecarVolume })
+			if hasSocketVolume := len(volumes) < len(spec.Volumes); hasSocketVolume != (len(spec.InitContainers) > 0) {
+				t.Errorf("volume %s without a sidecar, or a sidecar without it: volumes %+v", fusemode.SidecarVolume, spec.Volumes)
 			}
-			vol := spec.Volumes[0]
+			if len(volumes) != 1 {
+				t.Fatalf("want one volume (besides %s), got %+v", fusemode.SidecarVolume, spec.Volumes)
+			}
+			vol := volumes[0]
+			for _, c := range spec.InitContainers {
+				checkFuseSidecar(t, c, spec, def, s)
+			}
 			switch {
 			case vol.PersistentVolumeClaim != nil:
 				if vol.PersistentVolumeClaim.ClaimName != pvc.Name {
@@ -458,4 +468,48 @@ func sameSet(a, b []string) bool {
 	slices.Sort(a)
 	slices.Sort(b)
 	return slices.Equal(a, b)
+}
+
+// checkFuseSidecar checks an init container as the FUSE sidecar of the sidecar FUSE mode: a native sidecar
+// (restartPolicy Always) running `csi-plugin sidecar` without privileges, whose --socket is where the plugin
+// puts the socket of the pod's volume: <the socket emptyDir's mount>/<PV name, or the inline volume's name>/socket.
+func checkFuseSidecar(t *testing.T, c corev1.Container, spec corev1.PodSpec, def chartDefaults, s set) {
+	t.Helper()
+	if c.RestartPolicy == nil || *c.RestartPolicy != corev1.ContainerRestartPolicyAlways {
+		t.Errorf("init container %s: not a native sidecar (restartPolicy Always)", c.Name)
+	}
+	if c.Image != def.image || c.ImagePullPolicy != corev1.PullIfNotPresent {
+		t.Errorf("init container %s: image %q %q, want %q IfNotPresent", c.Name, c.Image, c.ImagePullPolicy, def.image)
+	}
+	if !slices.Equal(c.Command, []string{"/usr/local/bin/csi-plugin"}) || len(c.Args) == 0 || c.Args[0] != "sidecar" {
+		t.Fatalf("init container %s: %q %q, want csi-plugin sidecar", c.Name, c.Command, c.Args)
+	}
+	cfg, err := sidecar.ParseArgs(c.Args[1:], io.Discard)
+	if err != nil {
+		t.Fatalf("init container %s: args %q: %v", c.Name, c.Args, err)
+	}
+	sc := c.SecurityContext
+	if sc == nil || sc.RunAsNonRoot == nil || !*sc.RunAsNonRoot || sc.RunAsUser == nil || *sc.RunAsUser == 0 ||
+		sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation || sc.Capabilities == nil ||
+		!slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) || len(sc.Capabilities.Add) != 0 ||
+		(sc.Privileged != nil && *sc.Privileged) {
+		t.Errorf("init container %s: securityContext %+v, want non-root, no privilege escalation, all capabilities dropped", c.Name, sc)
+	}
+	if len(c.VolumeMounts) != 1 || c.VolumeMounts[0].Name != fusemode.SidecarVolume {
+		t.Fatalf("init container %s: mounts %+v, want only %s", c.Name, c.VolumeMounts, fusemode.SidecarVolume)
+	}
+	var specName string // the volume's spec name in kubelet's target path
+	for _, v := range spec.Volumes {
+		switch {
+		case v.PersistentVolumeClaim != nil:
+			for _, pv := range s.pvs {
+				specName = pv.Name
+			}
+		case v.CSI != nil:
+			specName = v.Name
+		}
+	}
+	if want := path.Join(c.VolumeMounts[0].MountPath, specName, fusemode.SocketName); cfg.Socket != want {
+		t.Errorf("init container %s: --socket %q, want %q (where the plugin puts the socket)", c.Name, cfg.Socket, want)
+	}
 }
