@@ -626,7 +626,7 @@ func TestUsageErrors(t *testing.T) {
 		{},                                 // no --nodeid
 		{"--nodeid=n", "--restore-mounts"}, // restore without --state-dir
 		{"--nodeid=n", "--restore-strategy=glue", "--dummy-fuse-path=/bin/true"},
-		{"--nodeid=n", "--fuse-mode=sidecar"},
+		{"--nodeid=n", "--fuse-mode=daemon"},
 		{"--nodeid=n", "extra-argument"},
 		{"--no-such-flag"},
 		{"remediate"}, // no --node-name, no --state-dir

@@ -90,7 +90,7 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		"registration path only":     func(c *Config) { c.KubeletRegistrationPath = "/var/lib/kubelet/plugins/x/csi.sock" },
 		"relative registration path": func(c *Config) { c.KubeletRegistrationPath, c.RegistrationDir = "csi.sock", "/reg" },
 		"health port out of range":   func(c *Config) { c.HealthPort = 70000 },
-		"unknown FUSE mode":          func(c *Config) { c.Mode, c.FuseMode = nil, "sidecar" },
+		"unknown FUSE mode":          func(c *Config) { c.Mode, c.FuseMode = nil, "daemon" },
 		"missing dummy-fuse":         func(c *Config) { c.Mode, c.FuseOptions.DummyFusePath = nil, "/nonexistent/dummy-fuse" },
 	} {
 		c := good

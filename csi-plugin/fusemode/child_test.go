@@ -33,7 +33,7 @@ func TestServedFileIsDummyFuses(t *testing.T) {
 }
 
 func TestNewRejectsUnknownModeAndMissingBinary(t *testing.T) {
-	if _, err := New("sidecar", Options{DummyFusePath: "/bin/true"}); err == nil {
+	if _, err := New("daemon", Options{DummyFusePath: "/bin/true"}); err == nil {
 		t.Error("New accepted an unknown mode")
 	}
 	for _, p := range []string{"", "/nonexistent/dummy-fuse", t.TempDir()} {
@@ -181,5 +181,18 @@ func TestClosedModeRefusesStart(t *testing.T) {
 	_ = c.Close()
 	if _, err := c.Start(context.Background(), Request{VolumeID: "v", Mountpoint: t.TempDir()}); err == nil {
 		t.Fatal("Start after Close succeeded")
+	}
+}
+
+func TestSidecarModeNeedsNoDummyFuse(t *testing.T) {
+	m, err := New(SidecarName, Options{})
+	if err != nil {
+		t.Fatalf("New(%s) without dummy-fuse: %v (the sidecar runs dummy-fuse, not the plugin)", SidecarName, err)
+	}
+	if _, ok := m.(TargetMounter); !ok || m.Name() != SidecarName {
+		t.Errorf("mode %T named %q is not the target-mounting sidecar mode", m, m.Name())
+	}
+	if _, err := m.Start(context.Background(), Request{VolumeID: "v", Mountpoint: t.TempDir()}); err == nil {
+		t.Error("the sidecar mode started a server on a staging path")
 	}
 }
