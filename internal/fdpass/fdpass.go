@@ -16,6 +16,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"path/filepath"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -127,15 +128,17 @@ func clip(b []byte) string {
 	return string(b)
 }
 
+// maxSunPath is the longest path a unix socket address holds (sun_path is 108 bytes with its NUL, unix(7)).
+const maxSunPath = 107
+
 // Dial connects to the unix socket at path, retrying every interval while it does not exist yet or nobody
-// listens (the sender may create it later), until ctx ends.
+// listens (the sender may create it later), until ctx ends. A path too long for a socket address is reached
+// through its directory's descriptor (/proc/self/fd/N/name).
 func Dial(ctx context.Context, path string, interval time.Duration) (*net.UnixConn, error) {
-	addr := &net.UnixAddr{Name: path, Net: "unix"}
 	for {
-		var d net.Dialer
-		c, err := d.DialContext(ctx, "unix", addr.String())
+		c, err := dialOnce(ctx, path)
 		if err == nil {
-			return c.(*net.UnixConn), nil
+			return c, nil
 		}
 		if !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.ECONNREFUSED) {
 			return nil, fmt.Errorf("connecting to %s: %w", path, err)
@@ -146,6 +149,24 @@ func Dial(ctx context.Context, path string, interval time.Duration) (*net.UnixCo
 		case <-time.After(interval):
 		}
 	}
+}
+
+func dialOnce(ctx context.Context, path string) (*net.UnixConn, error) {
+	addr := path
+	if len(path) > maxSunPath {
+		dir, err := os.OpenFile(filepath.Dir(path), unix.O_PATH|unix.O_DIRECTORY, 0)
+		if err != nil {
+			return nil, err
+		}
+		defer dir.Close()
+		addr = fmt.Sprintf("/proc/self/fd/%d/%s", dir.Fd(), filepath.Base(path))
+	}
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "unix", addr)
+	if err != nil {
+		return nil, err
+	}
+	return c.(*net.UnixConn), nil
 }
 
 // SendOnce waits on ln for ONE connection until ctx ends, sends f and config on it within timeout, and

@@ -3,6 +3,7 @@ package fdpass
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -225,4 +226,34 @@ func TestDialGivesUp(t *testing.T) {
 	if _, err := Dial(ctx, filepath.Join(t.TempDir(), "absent"), 10*time.Millisecond); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Dial of an absent socket: %v", err)
 	}
+}
+
+// TestLongSocketPath reaches a socket whose path does not fit in a socket address (kubelet's pod directories
+// are long: the plugin listens through its directory's descriptor, the receiver dials through it).
+func TestLongSocketPath(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), strings.Repeat("d", 100))
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(dir, "socket")
+	if len(sock) <= maxSunPath {
+		t.Fatalf("test path %q is short enough to dial directly", sock)
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: fmt.Sprintf("/proc/self/fd/%d/socket", d.Fd()), Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, err := Dial(ctx, sock, 10*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
 }
