@@ -39,6 +39,7 @@ func sidecarHarness(t *testing.T) *harness {
 		c.Mode = m
 		c.ProbeTimeout = 500 * time.Millisecond
 	})
+	bins.Path(t, "csi-plugin") // built now, so that starting a sidecar later takes the time of a start
 	// The sidecar runs as nobody: it must reach the socket (and the binaries) through these directories.
 	if err := os.Chmod(h.root, 0o755); err != nil {
 		t.Fatal(err)
@@ -206,6 +207,11 @@ func TestSidecarMode(t *testing.T) {
 		t.Fatal("the blocked stat did not return after the sidecar started")
 	}
 	plugintest.MustRead(t, target)
+	// The staging path holds no mount in this mode: volume health looks at the targets only.
+	vh, err := h.node.NodeGetVolumeHealth(context.Background(), &csi.NodeGetVolumeHealthRequest{VolumeId: vol, StagingTargetPath: h.stagingPath(vol), VolumePublishPath: target})
+	if err != nil || len(vh.GetVolumeHealth().GetHealthStatuses()) != 0 {
+		t.Errorf("NodeGetVolumeHealth of a served sidecar mount: %v, %v; want no problem", vh, err)
+	}
 	if c := capEff(t, sidecar.Process.Pid); c != "0000000000000000" {
 		t.Errorf("sidecar CapEff %s, want none", c)
 	}
@@ -219,6 +225,10 @@ func TestSidecarMode(t *testing.T) {
 		t.Fatal(err)
 	}
 	plugintest.WaitDead(t, target)
+	vh, err = h.node.NodeGetVolumeHealth(context.Background(), &csi.NodeGetVolumeHealthRequest{VolumeId: vol, StagingTargetPath: h.stagingPath(vol), VolumePublishPath: target})
+	if err != nil || len(vh.GetVolumeHealth().GetHealthStatuses()) != 1 {
+		t.Errorf("NodeGetVolumeHealth after the sidecar died: %v, %v; want the dead target", vh, err)
+	}
 
 	if err := h.unpublish(vol, pod); err != nil {
 		t.Fatal(err)
@@ -380,5 +390,39 @@ func TestSidecarRefuses(t *testing.T) {
 	}
 	if n, err := mounts.UnmountUnder(h.root); err != nil || n != 0 {
 		t.Errorf("refused publishes left %d mounts (%v)", n, err)
+	}
+}
+
+// TestSidecarEphemeral: an inline ephemeral volume in sidecar mode is staged by the plugin (a record and a
+// directory, no mount), its target gets the pod's FUSE mount, and unpublishing it takes the staging along.
+func TestSidecarEphemeral(t *testing.T) {
+	h := sidecarHarness(t)
+	vol, pod := plugintest.EphemeralID("inline"), "pod-1"
+	h.podSocketVolume(pod)
+	if err := os.MkdirAll(filepath.Dir(h.targetPath(vol, pod)), 0o750); err != nil {
+		t.Fatal(err)
+	}
+	volumeContext := plugintest.EphemeralContext(pod)
+	volumeContext[podUIDContextKey] = pod
+	if _, err := h.node.NodePublishVolume(context.Background(), &csi.NodePublishVolumeRequest{
+		VolumeId: vol, TargetPath: h.targetPath(vol, pod), VolumeCapability: mountCap(), VolumeContext: volumeContext,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	target := h.targetPath(vol, pod)
+	if n, _ := mounts.CountMounts(h.ephemeralStagingPath(vol)); n != 0 {
+		t.Errorf("%d mounts on the ephemeral staging path, want none", n)
+	}
+	h.startSidecar(vol, pod)
+	waitGone(t, h.socketPath(vol, pod))
+	plugintest.MustRead(t, target)
+	if err := h.unpublish(vol, pod); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := mounts.CountMounts(target); n != 0 {
+		t.Errorf("%d mounts left on the target", n)
+	}
+	if _, err := os.Stat(h.ephemeralStagingPath(vol)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("ephemeral staging dir left after the last unpublish: %v", err)
 	}
 }
