@@ -82,6 +82,8 @@ func (d *Driver) publishSidecar(ctx context.Context, tm fusemode.TargetMounter, 
 	if err != nil {
 		return "", err
 	}
+	// A handover still waiting for a target that is no longer mounted serves nothing: replace it.
+	tm.Release(targetPath)
 	req := fusemode.TargetRequest{VolumeID: id, Target: targetPath, ReadOnly: readOnly, PodDir: podDir, SocketDir: socketDir}
 	if err := tm.MountTarget(ctx, req); err != nil {
 		if createdDir && !mine {

@@ -314,6 +314,19 @@ func TestSidecarUnpublishBeforeServed(t *testing.T) {
 	target := h.targetPath(vol, pod)
 	blocked := statAside(target)
 	time.Sleep(100 * time.Millisecond)
+	// Someone unmounts the target behind the plugin's back: a repeated publish mounts it again, with a new
+	// descriptor, and the handover waiting for the old one is replaced.
+	if err := mounts.UnmountLazy(target); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.publishForPod(vol, pod, podContext(pod)); err != nil {
+		t.Fatalf("publish after the target lost its mount: %v", err)
+	}
+	if n, _ := mounts.CountMounts(target); n != 1 || !h.d.targetMounter().Pending(target) {
+		t.Fatalf("after the repeated publish: %d mounts, pending %v; want 1, true", n, h.d.targetMounter().Pending(target))
+	}
+	blocked = statAside(target)
+	time.Sleep(100 * time.Millisecond)
 	if err := h.unpublish(vol, pod); err != nil {
 		t.Fatal(err)
 	}
