@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -78,14 +79,15 @@ func (h *harness) publishForPod(vol, pod string, volumeContext map[string]string
 func podContext(pod string) map[string]string { return map[string]string{podUIDContextKey: pod} }
 
 // startSidecar runs `csi-plugin sidecar` for vol of pod as nobody, without capabilities; it is killed at the end.
-func (h *harness) startSidecar(vol, pod string) *exec.Cmd {
+func (h *harness) startSidecar(vol, pod string, extra ...string) *exec.Cmd {
 	t := h.t
 	t.Helper()
 	plugin, dummyFuse := bins.Path(t, "csi-plugin"), bins.Path(t, "dummy-fuse")
 	if err := os.Chmod(filepath.Dir(plugin), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(plugin, "sidecar", "--socket", h.socketPath(vol, pod), "--dummy-fuse-path", dummyFuse, "--wait", "20s")
+	args := append([]string{"sidecar", "--socket", h.socketPath(vol, pod), "--dummy-fuse-path", dummyFuse, "--wait", "20s"}, extra...)
+	cmd := exec.Command(plugin, args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobody, Gid: nobody}}
 	var out strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &out
@@ -437,5 +439,45 @@ func TestSidecarEphemeral(t *testing.T) {
 	}
 	if _, err := os.Stat(h.ephemeralStagingPath(vol)); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("ephemeral staging dir left after the last unpublish: %v", err)
+	}
+}
+
+// TestSidecarLate holds the sidecar back with --delay, as the sidecar-late scenario does: a stat of the mount
+// issued before the sidecar starts blocks at least for the delay and succeeds once it serves, with no error.
+// How much longer than the delay it takes is logged (a report, not asserted).
+func TestSidecarLate(t *testing.T) {
+	h := sidecarHarness(t)
+	for i, delay := range []time.Duration{300 * time.Millisecond, time.Second} {
+		vol, pod := fmt.Sprintf("v%d", i), fmt.Sprintf("pod-%d", i)
+		if err := h.stage(vol); err != nil {
+			t.Fatal(err)
+		}
+		h.podSocketVolume(pod)
+		if err := h.publishForPod(vol, pod, podContext(pod)); err != nil {
+			t.Fatal(err)
+		}
+		target := h.targetPath(vol, pod)
+		start := time.Now()
+		blocked := statAside(target)
+		h.startSidecar(vol, pod, "--delay", delay.String())
+		select {
+		case err := <-blocked:
+			hang := time.Since(start)
+			if err != nil {
+				t.Fatalf("delay %v: stat returned %v after %v, want success once the sidecar serves", delay, err, hang)
+			}
+			if hang < delay {
+				t.Errorf("delay %v: stat returned after %v, before the sidecar could serve", delay, hang)
+			}
+			t.Logf("sidecar delay %v: stat blocked %v (%v beyond the delay)", delay, hang.Round(time.Millisecond), (hang - delay).Round(time.Millisecond))
+		case <-time.After(delay + 20*time.Second):
+			t.Fatalf("delay %v: stat still blocked", delay)
+		}
+		if err := h.unpublish(vol, pod); err != nil {
+			t.Fatal(err)
+		}
+		if err := h.unstage(vol); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
