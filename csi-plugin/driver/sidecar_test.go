@@ -314,7 +314,7 @@ func TestSidecarUnpublishBeforeServed(t *testing.T) {
 		t.Fatal(err)
 	}
 	target := h.targetPath(vol, pod)
-	blocked := statAside(target)
+	stale := statAside(target)
 	time.Sleep(100 * time.Millisecond)
 	// Someone unmounts the target behind the plugin's back: a repeated publish mounts it again, with a new
 	// descriptor, and the handover waiting for the old one is replaced.
@@ -327,7 +327,16 @@ func TestSidecarUnpublishBeforeServed(t *testing.T) {
 	if n, _ := mounts.CountMounts(target); n != 1 || !h.d.targetMounter().Pending(target) {
 		t.Fatalf("after the repeated publish: %d mounts, pending %v; want 1, true", n, h.d.targetMounter().Pending(target))
 	}
-	blocked = statAside(target)
+	// The stat blocked in the detached mount ends with the old handover: its descriptor was closed.
+	select {
+	case err := <-stale:
+		if !errors.Is(err, syscall.ENOTCONN) {
+			t.Errorf("the stat blocked in the replaced mount returned %v, want ENOTCONN", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the stat blocked in the replaced mount still hangs")
+	}
+	blocked := statAside(target)
 	time.Sleep(100 * time.Millisecond)
 	if err := h.unpublish(vol, pod); err != nil {
 		t.Fatal(err)
