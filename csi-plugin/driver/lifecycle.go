@@ -253,21 +253,32 @@ func (d *Driver) ensureStagingAnswers(ctx context.Context, id, staging string) e
 	return status.Errorf(codes.FailedPrecondition, "volume %q is not staged at %q: %v", id, staging, err)
 }
 
+// claimTarget checks that targetPath may be published for volume id: it is neither another volume's path nor
+// this volume's staging path. It returns the volume's record of the target (mine: there is one) and the
+// capability to record, the recorded one when the caller has none.
+func (d *Driver) claimTarget(id, targetPath string, capability *state.Capability) (rec target, mine bool, _ *state.Capability, _ error) {
+	if other := d.volumeOfPath(targetPath); other != "" && other != id {
+		return target{}, false, nil, status.Errorf(codes.AlreadyExists, "target_path %q is in use by volume %q", targetPath, other)
+	}
+	known, _ := d.lookup(id)
+	if known.stagingPath == targetPath {
+		return target{}, false, nil, status.Errorf(codes.InvalidArgument, "target_path %q is the staging path of volume %q", targetPath, id)
+	}
+	rec, mine = known.targets[targetPath]
+	if capability == nil {
+		capability = rec.cap
+	}
+	return rec, mine, capability, nil
+}
+
 // publish makes target a bind mount of the (answering) staging mount: an answering target is kept, a dead one is
 // repaired by the restore strategy, a missing one is created. Only a target that is free or recorded as this
 // volume's is touched. The caller holds the volume's and the paths' locks. NodePublishVolume, the repair of
 // sibling targets and the restore all come here.
 func (d *Driver) publish(id, staging, targetPath string, readOnly bool, capability *state.Capability, count mountCounter) (action, error) {
-	if other := d.volumeOfPath(targetPath); other != "" && other != id {
-		return "", status.Errorf(codes.AlreadyExists, "target_path %q is in use by volume %q", targetPath, other)
-	}
-	known, _ := d.lookup(id)
-	if known.stagingPath == targetPath {
-		return "", status.Errorf(codes.InvalidArgument, "target_path %q is the staging path of volume %q", targetPath, id)
-	}
-	rec, mine := known.targets[targetPath]
-	if capability == nil {
-		capability = rec.cap
+	rec, mine, capability, err := d.claimTarget(id, targetPath, capability)
+	if err != nil {
+		return "", err
 	}
 	strategy := d.cfg.RestoreStrategy
 	layers, err := count(targetPath)

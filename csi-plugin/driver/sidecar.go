@@ -53,16 +53,9 @@ func sidecarSocketDir(target string, volumeContext map[string]string) (string, s
 // any access would block, and once it has, the mount is the sidecar's and the plugin could not repair it (its
 // copy of the descriptor is closed). The caller holds the volume's and the paths' locks.
 func (d *Driver) publishSidecar(ctx context.Context, tm fusemode.TargetMounter, id, staging, targetPath string, readOnly bool, capability *state.Capability, volumeContext map[string]string) (action, error) {
-	if other := d.volumeOfPath(targetPath); other != "" && other != id {
-		return "", status.Errorf(codes.AlreadyExists, "target_path %q is in use by volume %q", targetPath, other)
-	}
-	known, _ := d.lookup(id)
-	if known.stagingPath == targetPath {
-		return "", status.Errorf(codes.InvalidArgument, "target_path %q is the staging path of volume %q", targetPath, id)
-	}
-	rec, mine := known.targets[targetPath]
-	if capability == nil {
-		capability = rec.cap
+	rec, mine, capability, err := d.claimTarget(id, targetPath, capability)
+	if err != nil {
+		return "", err
 	}
 	layers, err := mounts.CountMounts(targetPath)
 	if err != nil {
