@@ -37,10 +37,12 @@ const (
 // kindConfig is the subset of kind's v1alpha4 Cluster config this repository may use; decoding strictly into
 // it catches a misspelt field without depending on kind's Go module.
 type kindConfig struct {
-	Kind                    string   `json:"kind"`
-	APIVersion              string   `json:"apiVersion"`
-	Name                    string   `json:"name"`
-	ContainerdConfigPatches []string `json:"containerdConfigPatches,omitempty"`
+	Kind                    string          `json:"kind"`
+	APIVersion              string          `json:"apiVersion"`
+	Name                    string          `json:"name"`
+	ContainerdConfigPatches []string        `json:"containerdConfigPatches,omitempty"`
+	FeatureGates            map[string]bool `json:"featureGates,omitempty"`
+	KubeadmConfigPatches    []string        `json:"kubeadmConfigPatches,omitempty"`
 	Nodes                   []struct {
 		Role        string `json:"role"`
 		Image       string `json:"image,omitempty"`
@@ -411,6 +413,21 @@ func TestKindConfig(t *testing.T) {
 	}
 	if len(k.Nodes) != 1 || k.Nodes[0].Role != "control-plane" {
 		t.Errorf("nodes %+v, want a single control-plane node (which kind makes schedulable)", k.Nodes)
+	}
+	if !k.FeatureGates["CSIVolumeHealth"] {
+		t.Errorf("featureGates %v: CSIVolumeHealth must be on, or kubelet reports no volume health", k.FeatureGates)
+	}
+	var period struct {
+		Kind                 string `json:"kind"`
+		VolumeStatsAggPeriod string `json:"volumeStatsAggPeriod"`
+	}
+	for _, p := range k.KubeadmConfigPatches {
+		if err := yaml.UnmarshalStrict([]byte(p), &period); err != nil {
+			t.Errorf("kubeadmConfigPatches: %v", err)
+		}
+	}
+	if period.Kind != "KubeletConfiguration" || period.VolumeStatsAggPeriod == "" {
+		t.Errorf("no KubeletConfiguration patch setting volumeStatsAggPeriod: %+v", period)
 	}
 	script, err := os.ReadFile("../hack/kind-up.sh")
 	if err != nil {
