@@ -2,12 +2,16 @@ package main
 
 import (
 	"bufio"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -17,33 +21,84 @@ import (
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/testenv"
 )
 
-// The benchmarks measure dummy-fuse as users run it: the binary (DUMMY_FUSE_BIN, as built by `make build`;
-// else built for the test) serving a real mount in a separate process. They report numbers, they assert
-// none: reads/s, p50/p99 latency of one operation in µs, and the server's peak RSS (VmHWM) after the load.
+// The benchmarks measure dummy-fuse as users run it: the binary serving a real mount in a separate process,
+// side by side with a C reference of the same filesystem (dummy-fuse/bench/cref, libfuse3). They report
+// numbers, they assert none: reads/s, p50/p99 latency of one operation in µs, the server's CPU per operation
+// and its peak RSS (VmHWM) after the load.
 //
-//	go test -run '^$' -bench . ./dummy-fuse/   (hack/bench.sh runs it several times and summarises)
+// BENCH_SERVERS lists the servers, in the order each benchmark runs them: "go=PATH,c=PATH" (hack/bench.sh
+// builds both and swaps the order every round). Without it only dummy-fuse runs, built for the test:
+//
+//	go test -run '^$' -bench . ./dummy-fuse/
 
-func benchBinary(b *testing.B) string {
-	b.Helper()
-	if bin := os.Getenv("DUMMY_FUSE_BIN"); bin != "" {
-		return bin
-	}
-	return testenv.Build(b, "dummy-fuse")
+// benchServer is a FUSE server program under test.
+type benchServer struct {
+	name, bin string
 }
 
-// benchServer starts the dummy-fuse binary on a new mount and returns its PID and the mount point; both
-// go away when the benchmark ends.
-func benchServer(b *testing.B, args ...string) (int, string) {
+// args returns the command line that serves mnt with the given read mode and latency.
+func (s benchServer) args(mnt string, direct bool, latency time.Duration) []string {
+	var a []string
+	switch s.name {
+	case "c":
+		// -f: foreground; libfuse's multi-threaded loop, with as many threads as dummy-fuse's workers.
+		a = []string{"-f", "-o", "ro,allow_other,max_threads=16,fsname=dummy-fuse-c,subtype=dummy-fuse"}
+		if direct {
+			a = append(a, "--direct-io")
+		}
+		if latency > 0 {
+			a = append(a, fmt.Sprintf("--read-latency-us=%d", latency.Microseconds()))
+		}
+	default:
+		if direct {
+			a = append(a, "--direct-io")
+		}
+		if latency > 0 {
+			a = append(a, "--read-latency", latency.String())
+		}
+	}
+	return append(a, mnt)
+}
+
+func benchServers(b *testing.B) []benchServer {
+	b.Helper()
+	spec := os.Getenv("BENCH_SERVERS")
+	if spec == "" {
+		return []benchServer{{"go", testenv.Build(b, "dummy-fuse")}}
+	}
+	var servers []benchServer
+	for _, kv := range strings.Split(spec, ",") {
+		name, bin, ok := strings.Cut(kv, "=")
+		if !ok || (name != "go" && name != "c") || bin == "" {
+			b.Fatalf("BENCH_SERVERS: %q is not go=PATH or c=PATH", kv)
+		}
+		servers = append(servers, benchServer{name, bin})
+	}
+	return servers
+}
+
+// eachServer runs body as a sub-benchmark per server.
+func eachServer(b *testing.B, body func(b *testing.B, s benchServer)) {
+	for _, s := range benchServers(b) {
+		b.Run(s.name, func(b *testing.B) { body(b, s) })
+	}
+}
+
+// serve starts server s on a new mount and returns its PID and the mount point; both go away when the
+// benchmark ends.
+func (s benchServer) serve(b *testing.B, direct bool, latency time.Duration) (int, string) {
 	b.Helper()
 	testenv.RequireFUSE(b)
-	bin := benchBinary(b)
 	mnt := b.TempDir()
 	b.Cleanup(func() {
-		if mountType(b, mnt) != "" {
-			_ = unix.Unmount(mnt, unix.MNT_DETACH)
+		for mountType(b, mnt) != "" {
+			if err := unix.Unmount(mnt, unix.MNT_DETACH); err != nil {
+				b.Errorf("unmount %s: %v", mnt, err)
+				return
+			}
 		}
 	})
-	cmd := exec.Command(bin, append(args, mnt)...)
+	cmd := exec.Command(s.bin, s.args(mnt, direct, latency)...)
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		b.Fatal(err)
@@ -59,7 +114,7 @@ func benchServer(b *testing.B, args ...string) (int, string) {
 			<-done
 		}
 	})
-	poll(b, "dummy-fuse to mount "+mnt, func() bool { return mountType(b, mnt) == "fuse.dummy-fuse" })
+	poll(b, s.name+" server to mount "+mnt, func() bool { return mountType(b, mnt) == "fuse.dummy-fuse" })
 	return cmd.Process.Pid, mnt
 }
 
@@ -123,58 +178,103 @@ func vmHWM(b *testing.B, pid int) int {
 	return 0
 }
 
-// BenchmarkDirectIORead re-reads an open file with pread; with --direct-io every read is a FUSE READ
+// BenchmarkDirectIORead re-reads an open file with pread; with direct I/O every read is a FUSE READ
 // request answered by the server.
 func BenchmarkDirectIORead(b *testing.B) {
-	pid, mnt := benchServer(b, "--direct-io")
-	f, err := os.Open(filepath.Join(mnt, fileName))
-	if err != nil {
-		b.Fatal(err)
+	eachServer(b, func(b *testing.B, s benchServer) {
+		pid, mnt := s.serve(b, true, 0)
+		preadLoad(b, pid, filepath.Join(mnt, fileName), 1)
+	})
+}
+
+// BenchmarkParallelDirectIORead is BenchmarkDirectIORead with 8 readers at once, each on its own descriptor:
+// a server that answers requests strictly in turn cannot use the second core.
+func BenchmarkParallelDirectIORead(b *testing.B) {
+	eachServer(b, func(b *testing.B, s benchServer) {
+		pid, mnt := s.serve(b, true, 0)
+		preadLoad(b, pid, filepath.Join(mnt, fileName), 8)
+	})
+}
+
+// BenchmarkSlowRead reads with 16 readers at once from a server whose reads take 10 ms, like a remote
+// backend: ideally 16 / 10 ms = 1,600 reads/s; a server that answers in turn gets 100.
+func BenchmarkSlowRead(b *testing.B) {
+	eachServer(b, func(b *testing.B, s benchServer) {
+		pid, mnt := s.serve(b, true, 10*time.Millisecond)
+		preadLoad(b, pid, filepath.Join(mnt, fileName), 16)
+	})
+}
+
+// preadLoad runs b.N preads of file, spread over readers threads with a descriptor each, and reports.
+func preadLoad(b *testing.B, pid int, file string, readers int) {
+	fds := make([]int, readers)
+	for i := range fds {
+		fd, err := unix.Open(file, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer unix.Close(fd)
+		fds[i] = fd
 	}
-	defer f.Close()
-	fd := int(f.Fd())
-	buf := make([]byte, 4096)
 	lat := make([]time.Duration, b.N)
+	var next atomic.Int64
+	errs := make(chan error, readers)
 	cpu0 := cpuTime(b, pid)
 	b.ResetTimer()
 	start := time.Now()
-	for i := range b.N {
-		t := time.Now()
-		if n, err := unix.Pread(fd, buf, 0); err != nil || n != 13 {
-			b.Fatalf("pread = %d, %v", n, err)
-		}
-		lat[i] = time.Since(t)
+	var wg sync.WaitGroup
+	for _, fd := range fds {
+		wg.Go(func() {
+			runtime.LockOSThread() // each reader a thread of its own, as separate processes would be
+			buf := make([]byte, 4096)
+			for i := next.Add(1) - 1; i < int64(b.N); i = next.Add(1) - 1 {
+				t := time.Now()
+				if n, err := unix.Pread(fd, buf, 0); err != nil || n != 13 {
+					errs <- fmt.Errorf("pread = %d, %v", n, err)
+					return
+				}
+				lat[i] = time.Since(t)
+			}
+		})
 	}
+	wg.Wait()
 	elapsed := time.Since(start)
 	b.StopTimer()
+	close(errs)
+	if err := <-errs; err != nil {
+		b.Fatal(err)
+	}
 	report(b, elapsed, lat, pid, cpuTime(b, pid)-cpu0)
 }
 
 // BenchmarkOpenReadClose opens, reads and closes the file each time in page-cache mode: one FUSE OPEN per
-// operation (plus an asynchronous RELEASE); the read itself comes from the page cache.
+// operation (plus an asynchronous RELEASE, and a GETATTR or LOOKUP whenever the 1 s caches expire); the read
+// itself comes from the page cache.
 func BenchmarkOpenReadClose(b *testing.B) {
-	pid, mnt := benchServer(b)
-	path := filepath.Join(mnt, fileName)
-	buf := make([]byte, 4096)
-	lat := make([]time.Duration, b.N)
-	cpu0 := cpuTime(b, pid)
-	b.ResetTimer()
-	start := time.Now()
-	for i := range b.N {
-		t := time.Now()
-		fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			b.Fatal(err)
+	eachServer(b, func(b *testing.B, s benchServer) {
+		pid, mnt := s.serve(b, false, 0)
+		path := filepath.Join(mnt, fileName)
+		buf := make([]byte, 4096)
+		lat := make([]time.Duration, b.N)
+		cpu0 := cpuTime(b, pid)
+		b.ResetTimer()
+		start := time.Now()
+		for i := range b.N {
+			t := time.Now()
+			fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if n, err := unix.Pread(fd, buf, 0); err != nil || n != 13 {
+				b.Fatalf("pread = %d, %v", n, err)
+			}
+			if err := unix.Close(fd); err != nil {
+				b.Fatal(err)
+			}
+			lat[i] = time.Since(t)
 		}
-		if n, err := unix.Pread(fd, buf, 0); err != nil || n != 13 {
-			b.Fatalf("pread = %d, %v", n, err)
-		}
-		if err := unix.Close(fd); err != nil {
-			b.Fatal(err)
-		}
-		lat[i] = time.Since(t)
-	}
-	elapsed := time.Since(start)
-	b.StopTimer()
-	report(b, elapsed, lat, pid, cpuTime(b, pid)-cpu0)
+		elapsed := time.Since(start)
+		b.StopTimer()
+		report(b, elapsed, lat, pid, cpuTime(b, pid)-cpu0)
+	})
 }

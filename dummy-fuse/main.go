@@ -1,76 +1,87 @@
 // Command dummy-fuse mounts a read-only hello-world FUSE filesystem (dummy-file.txt = "Hello world!\n") and
-// serves it in the foreground until SIGTERM or SIGINT, which unmount it.
+// serves it in the foreground until SIGTERM or SIGINT, which unmount it. It can also take over a connection
+// whose server died while another process kept its /dev/fuse descriptor (--takeover).
 package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"os"
-	"os/signal"
 	"runtime/debug"
-	"syscall"
 
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/dummy-fuse/dummyfs"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/command"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/version"
 )
 
-func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
+func main() { os.Exit(command.Main("dummy-fuse", run, os.Args[1:], command.OS())) }
 
 const usage = `Usage: dummy-fuse [flags] MOUNTPOINT
 
 Mounts a read-only FUSE filesystem holding dummy-file.txt ("Hello world!\n") at MOUNTPOINT and serves it
 until SIGTERM or SIGINT. MOUNTPOINT may be /dev/fd/N: a /dev/fuse descriptor already mounted by a parent.
 
+Handover: with --save-init FILE the server writes what a successor needs once the kernel's INIT is
+answered. If the server dies while another process keeps a copy of the /dev/fuse descriptor, the mount
+stays and its callers wait; "dummy-fuse --takeover FILE /dev/fd/N" given that descriptor serves them on,
+after asking the kernel to resend the requests the dead server had read.
+
 Flags:
 `
 
-// run is the whole command; it returns the exit code: 0 after a clean stop, 1 when mounting or unmounting
-// fails, 2 for a usage error.
-func run(args []string, stdout, stderr io.Writer) int {
+// run is the whole command: nil after a clean stop; a mount or handover failure is an error (exit 1).
+func run(ctx context.Context, args []string, s command.Streams) error {
 	opts := dummyfs.DefaultOptions()
+	var h dummyfs.Handover
 	fl := flag.NewFlagSet("dummy-fuse", flag.ContinueOnError)
-	fl.SetOutput(stderr)
+	fl.SetOutput(s.Err)
 	fl.BoolVar(&opts.Debug, "debug", false, "log every FUSE request and reply to stderr")
 	fl.BoolVar(&opts.DirectIO, "direct-io", false, "bypass the page cache: every read reaches the server (and fails at once when it is gone)")
 	fl.DurationVar(&opts.AttrTimeout, "attr-timeout", opts.AttrTimeout, "how long the kernel caches attributes")
 	fl.DurationVar(&opts.EntryTimeout, "entry-timeout", opts.EntryTimeout, "how long the kernel caches name lookups")
 	fl.StringVar(&opts.FsName, "fsname", opts.FsName, "mount source shown in the mount table")
 	fl.BoolVar(&opts.AllowOther, "allow-other", opts.AllowOther, "let other users (e.g. containers running as non-root) access the mount")
+	fl.DurationVar(&opts.ReadLatency, "read-latency", 0, "delay every read request by this long, like a remote backend")
+	fl.IntVar(&opts.Workers, "workers", dummyfs.DefaultWorkers, "requests handled at once (threads reading /dev/fuse)")
+	fl.StringVar(&h.SaveInit, "save-init", "", "write the handover record (the kernel's INIT and our reply) to this file, or /dev/fd/N, once mounted")
+	takeover := fl.String("takeover", "", "take over the initialised connection MOUNTPOINT=/dev/fd/N, given the record its previous server saved with --save-init")
 	showVersion := fl.Bool("version", false, "print the version and exit")
 	fl.Usage = func() {
 		fmt.Fprint(fl.Output(), usage)
 		fl.PrintDefaults()
 	}
 
-	if err := fl.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fl.SetOutput(stdout)
+	if err := command.Parse(fl, args); err != nil {
+		if err == flag.ErrHelp {
+			fl.SetOutput(s.Out)
 			fl.Usage()
-			return 0
 		}
-		return 2
+		return err
 	}
-	if *showVersion {
-		fmt.Fprintln(stdout, version.Version)
-		return 0
+	switch {
+	case *showVersion:
+		fmt.Fprintln(s.Out, version.Version)
+		return nil
+	case fl.NArg() != 1:
+		return command.Usagef("expected exactly one MOUNTPOINT, got %d arguments", fl.NArg())
+	case opts.Workers < 1:
+		return command.Usagef("--workers must be at least 1, got %d", opts.Workers)
+	case opts.ReadLatency < 0:
+		return command.Usagef("--read-latency must not be negative, got %s", opts.ReadLatency)
+	case *takeover != "" && !dummyfs.IsMagicMountpoint(fl.Arg(0)):
+		return command.Usagef("--takeover needs MOUNTPOINT /dev/fd/N (the inherited connection), got %s", fl.Arg(0))
 	}
-	if fl.NArg() != 1 {
-		fmt.Fprintf(stderr, "dummy-fuse: expected exactly one MOUNTPOINT, got %d arguments\n", fl.NArg())
-		fl.Usage()
-		return 2
+	if *takeover != "" {
+		rec, err := dummyfs.ReadInitRecord(*takeover)
+		if err != nil {
+			return err
+		}
+		h.Record = rec
 	}
 
 	tuneGC()
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
-	if err := dummyfs.Run(ctx, fl.Arg(0), opts, stderr); err != nil {
-		fmt.Fprintf(stderr, "dummy-fuse: %v\n", err)
-		return 1
-	}
-	return 0
+	return dummyfs.Run(ctx, fl.Arg(0), opts, h, s.Err)
 }
 
 // tuneGC trades a little GC work for memory: go-fuse allocates about 1 KiB of garbage per request, and
@@ -79,6 +90,6 @@ func run(args []string, stdout, stderr io.Writer) int {
 // dummy-fuse processes (one per volume) run on a node. A GOGC in the environment still wins.
 func tuneGC() {
 	if os.Getenv("GOGC") == "" {
-		debug.SetGCPercent(50)
+		debug.SetGCPercent(25)
 	}
 }

@@ -3,13 +3,16 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -17,6 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/dummy-fuse-workload/workload"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/command"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/testenv"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/version"
 )
@@ -39,9 +43,14 @@ func TestRunFlags(t *testing.T) {
 		{[]string{"a", "b"}, 2, "", "got 2 arguments"},
 		{[]string{"--attr-timeout", "long", "/mnt"}, 2, "", "invalid value"},
 		{[]string{"--no-such-flag", "/mnt"}, 2, "", "flag provided but not defined"},
+		{[]string{"--workers", "0", "/mnt"}, 2, "", "--workers must be at least 1"},
+		{[]string{"--read-latency", "-1s", "/mnt"}, 2, "", "--read-latency must not be negative"},
+		{[]string{"--takeover", "rec", "/mnt"}, 2, "", "--takeover needs MOUNTPOINT /dev/fd/N"},
+		{[]string{"--takeover", "/nonexistent/rec", "/dev/fd/3"}, 1, "", "read the handover record: open /nonexistent/rec: no such file"},
 	} {
 		var stdout, stderr bytes.Buffer
-		if code := run(tc.args, &stdout, &stderr); code != tc.code {
+		err := run(context.Background(), tc.args, command.Streams{Out: &stdout, Err: &stderr})
+		if code := command.Code("dummy-fuse", err, &stderr); code != tc.code {
 			t.Errorf("%q: exit code %d, want %d", tc.args, code, tc.code)
 		}
 		if !strings.Contains(stdout.String(), tc.stdout) || !strings.Contains(stderr.String(), tc.stderr) {
@@ -54,14 +63,34 @@ func TestRunFlags(t *testing.T) {
 type proc struct {
 	cmd    *exec.Cmd
 	out    string // file with its stdout
-	stderr *bytes.Buffer
+	stderr *syncBuffer
 	done   chan struct{}
 	err    error
 }
 
+// syncBuffer is a bytes.Buffer that a test may read while the process writes it.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+func (p *proc) stderrString() string { return p.stderr.String() }
+
 func start(t *testing.T, cmd *exec.Cmd) *proc {
 	t.Helper()
-	p := &proc{cmd: cmd, out: filepath.Join(t.TempDir(), filepath.Base(cmd.Path)+".out"), stderr: &bytes.Buffer{}, done: make(chan struct{})}
+	p := &proc{cmd: cmd, out: filepath.Join(t.TempDir(), filepath.Base(cmd.Path)+".out"), stderr: &syncBuffer{}, done: make(chan struct{})}
 	out, err := os.Create(p.out)
 	if err != nil {
 		t.Fatal(err)
@@ -440,4 +469,166 @@ func TestSIGTERMWithBindMountExits(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(bind, fileName)); !errors.Is(err, syscall.ENOTCONN) {
 		t.Errorf("stat through the bind after the server stopped: %v, want ENOTCONN", err)
 	}
+}
+
+// TestTakeover plays the keeper of a FUSE connection: it opens /dev/fuse, mounts it and keeps its copy of
+// the descriptor while a dummy-fuse child serves it. The child is killed with SIGKILL while a slow read is
+// inside it; a successor started with the same descriptor and the saved INIT takes over. The workloads
+// (other processes, as in real life: a process that forks while it holds files of a dead FUSE server blocks
+// in the FLUSH its child's exec sends for them) must see no failed read: the read that was inside the dead
+// server completes with the content (the kernel resent it), the descriptor opened before the crash keeps
+// reading, new opens work, and the mount was never remounted.
+func TestTakeover(t *testing.T) {
+	testenv.RequireFUSE(t)
+	bin := testenv.Build(t, "dummy-fuse")
+	wlBin := testenv.Build(t, "dummy-fuse-workload")
+	mnt := t.TempDir()
+	cleanupMount(t, mnt)
+	dev, err := os.OpenFile("/dev/fuse", os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := fmt.Sprintf("fd=%d,rootmode=40000,user_id=0,group_id=0", dev.Fd())
+	if err := unix.Mount("dummy-fuse", mnt, "fuse.dummy-fuse", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_RDONLY, data); err != nil {
+		t.Fatalf("mount %s: %v", mnt, err)
+	}
+	record := filepath.Join(t.TempDir(), "init")
+	file := filepath.Join(mnt, fileName)
+
+	first := exec.Command(bin, "--direct-io", "--read-latency", "300ms", "--debug", "--save-init", record, "/dev/fd/3")
+	first.ExtraFiles = []*os.File{dev}
+	a := start(t, first)
+	poll(t, "the first server to save the handover record", func() bool {
+		if a.exited() {
+			t.Fatalf("first server exited: %v\n%s", a.err, a.stderr)
+		}
+		_, err := os.Stat(record)
+		return err == nil
+	})
+
+	wlArgs := []string{"--file", file, "--log-format", "json", "--read-interval", "20ms"}
+	keep := start(t, exec.Command(wlBin, wlArgs...))
+	reopen := start(t, exec.Command(wlBin, append(wlArgs, "--keep-open=false")...))
+	var succ *exec.Cmd
+	// Registered after the workloads, so it runs before their cleanups: a request that a dead server had
+	// read blocks its caller even against SIGKILL ("wait it out" in request_wait_answer, fs/fuse/dev.c)
+	// until the connection ends, which happens when the servers are gone and our copy is closed.
+	t.Cleanup(func() {
+		for _, cmd := range []*exec.Cmd{first, succ} {
+			if cmd != nil {
+				_ = cmd.Process.Kill() // by its pidfd: a no-op for a process already reaped
+			}
+		}
+		dev.Close()
+	})
+	for _, w := range []*proc{keep, reopen} {
+		poll(t, "a first successful read", func() bool { return find(readLog(t, w.out), workload.EventRead, "") != nil })
+	}
+	// go-fuse's debug log shows each request as read ("rx UNIQUE: READ ...") and answered ("tx UNIQUE: ...").
+	poll(t, "a READ inside the first server", func() bool { return len(unanswered(a.stderrString(), "READ")) > 0 })
+	if err := unix.Kill(first.Process.Pid, unix.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	a.wait(t)
+	inside := unanswered(a.stderrString(), "READ")
+	if len(inside) == 0 {
+		t.Fatal("no READ was left unanswered by the killed server")
+	}
+
+	succ = exec.Command(bin, "--direct-io", "--debug", "--takeover", record, "/dev/fd/3")
+	succ.ExtraFiles = []*os.File{dev}
+	b := start(t, succ)
+	// The kernel resends a request with bit 63 of its unique ID set (FUSE_UNIQUE_RESEND).
+	for _, u := range inside {
+		resent := fmt.Sprintf("tx %d:", u|1<<63)
+		poll(t, "the successor to answer the resent "+resent, func() bool { return strings.Contains(b.stderrString(), resent) })
+	}
+	if !strings.Contains(b.stderrString(), "asked the kernel to resend") {
+		t.Errorf("successor did not report the resend: %q", b.stderrString())
+	}
+	for _, w := range []*proc{keep, reopen} {
+		n := len(readLog(t, w.out))
+		poll(t, "two more workload records after the takeover", func() bool { return len(readLog(t, w.out)) >= n+2 })
+	}
+	if typ := mountType(t, mnt); typ != "fuse.dummy-fuse" {
+		t.Errorf("mount type %q after the takeover", typ)
+	}
+	for _, w := range []*proc{keep, reopen} {
+		if err := w.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		w.wait(t)
+		reads := 0
+		for _, r := range readLog(t, w.out) {
+			switch {
+			case r.Event == workload.EventRead && *r.Content != "Hello world!\n":
+				t.Errorf("read record with content %q", *r.Content)
+			case r.Event == workload.EventRead:
+				reads++
+			case r.Event == workload.EventReadError, r.Event == workload.EventOpenError:
+				t.Errorf("workload saw a failure: %+v", r)
+			}
+		}
+		if reads < 3 {
+			t.Errorf("workload read %d times, want at least 3", reads)
+		}
+	}
+	// The keep-open workload never reopened: its descriptor from before the crash served every read.
+	if n := strings.Count(readLogRaw(t, keep.out), `"event":"open"`); n != 1 {
+		t.Errorf("keep-open workload opened %d times, want 1", n)
+	}
+
+	// A successor that would negotiate other settings refuses: here a record whose reply differs in one byte.
+	rec, err := os.ReadFile(record)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := filepath.Join(t.TempDir(), "init")
+	rec[len(rec)-1] ^= 0xff
+	if err := os.WriteFile(bad, rec, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	refused := exec.Command(bin, "--direct-io", "--takeover", bad, "/dev/fd/3")
+	refused.ExtraFiles = []*os.File{dev}
+	r := start(t, refused)
+	if code := r.wait(t); code != 1 || !strings.Contains(r.stderrString(), "cannot take over the FUSE connection") {
+		t.Errorf("takeover with a mismatching record: exit %d, stderr %q; want 1 and a refusal", code, r.stderrString())
+	}
+
+	if err := succ.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := b.wait(t); code != 0 {
+		t.Errorf("successor exit code %d after SIGTERM", code)
+	}
+}
+
+// unanswered returns the unique IDs of the requests of opcode op that go-fuse's debug log shows as received
+// ("rx 12: READ ...") and not answered ("tx 12: ...").
+func unanswered(log, op string) []uint64 {
+	open := map[uint64]bool{}
+	for _, line := range strings.Split(log, "\n") {
+		// "2026/11/23 08:10:39 rx 656: READ n2 {...}" (the log package's timestamp first)
+		f := strings.Fields(line)
+		for i := 0; i+1 < len(f); i++ {
+			if f[i] != "rx" && f[i] != "tx" {
+				continue
+			}
+			u, err := strconv.ParseUint(strings.TrimSuffix(f[i+1], ":"), 10, 64)
+			if err != nil {
+				break
+			}
+			if f[i] == "tx" {
+				delete(open, u)
+			} else if i+2 < len(f) && f[i+2] == op {
+				open[u] = true
+			}
+			break
+		}
+	}
+	var ids []uint64
+	for u := range open {
+		ids = append(ids, u)
+	}
+	return ids
 }

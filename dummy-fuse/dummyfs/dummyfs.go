@@ -57,6 +57,10 @@ type Options struct {
 	AllowOther bool
 	// UID and GID own both nodes.
 	UID, GID uint32
+	// ReadLatency delays every READ, like a remote backend would.
+	ReadLatency time.Duration
+	// Workers bounds how many requests are handled at once (DefaultWorkers when 0).
+	Workers int
 }
 
 // DefaultOptions returns the options the dummy-fuse command uses without flags.
@@ -185,11 +189,15 @@ func (fs *FS) Open(_ <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.S
 	return fuse.OK
 }
 
-// Read returns the requested range of the content, clamped to its length.
+// Read returns the requested range of the content, clamped to its length, after Options.ReadLatency.
 func (fs *FS) Read(_ <-chan struct{}, in *fuse.ReadIn, _ []byte) (fuse.ReadResult, fuse.Status) {
 	if in.NodeId != FileID {
 		return nil, fuse.Status(syscall.EISDIR)
 	}
+	// The delay ignores INTERRUPT (cancel), as libfuse filesystems do unless mounted with -o intr: Go
+	// programs get a signal (SIGURG, for preemption) every few milliseconds, and a read that honoured it
+	// would fail with EINTR, which their read calls do not retry.
+	time.Sleep(fs.opts.ReadLatency)
 	off := min(in.Offset, uint64(len(fs.content)))
 	end := min(off+uint64(in.Size), uint64(len(fs.content)))
 	return fuse.ReadResultData(fs.content[off:end]), fuse.OK

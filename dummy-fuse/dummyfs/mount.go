@@ -57,6 +57,7 @@ type Server struct {
 	conn       *Conn
 	done       chan struct{}
 	err        error
+	resent     bool
 }
 
 // Mount mounts the filesystem at mountpoint with mount(2) (root; there is no fusermount on the target
@@ -66,6 +67,9 @@ func Mount(mountpoint string, opts Options) (*Server, error) {
 	mo := MountOptions(opts)
 	fd := magicFD(mountpoint)
 	if fd >= 0 {
+		if err := checkFuseDevice(fd); err != nil {
+			return nil, err
+		}
 		unix.CloseOnExec(fd) // ours now, not for children
 	} else {
 		var err error
@@ -73,17 +77,69 @@ func Mount(mountpoint string, opts Options) (*Server, error) {
 			return nil, err
 		}
 	}
-	s := &Server{mountpoint: mountpoint, fd: fd, conn: NewConn(fd, New(opts), mo), done: make(chan struct{})}
+	s := newServer(mountpoint, fd, opts, mo)
 	if err := s.conn.Init(); err != nil {
 		s.abort()
 		return nil, err
 	}
+	s.start()
+	return s, nil
+}
+
+// Takeover serves fd, a /dev/fuse descriptor of a connection that another server already initialised (and
+// that some other process kept open when that server died), given the handover record that server saved
+// (Server.InitRecord). It replays the INIT into its protocol server without replying, refuses a record it
+// does not understand or would not negotiate identically (*HandoverError), asks the kernel to queue again
+// the requests its predecessor had read but not answered (FUSE_NOTIFY_RESEND, when the kernel offers it;
+// Server.Resent tells), and serves in the background. Like a /dev/fd/N mount, the descriptor is the
+// server's from then on and closed when it stops.
+//
+// Without FUSE_NOTIFY_RESEND (Linux < 6.9) nothing can answer the requests the predecessor had read: the
+// kernel matches replies by an ID only it and the dead process knew. Their callers stay blocked until the
+// connection is aborted (/sys/fs/fuse/connections/N/abort); everything else is served.
+func Takeover(fd int, record []byte, opts Options) (*Server, error) {
+	if err := checkFuseDevice(fd); err != nil {
+		return nil, err
+	}
+	mountpoint := fmt.Sprintf("/dev/fd/%d", fd)
+	s := newServer(mountpoint, fd, opts, MountOptions(opts))
+	if err := s.conn.replayInit(record); err != nil {
+		return nil, err
+	}
+	resent, err := s.conn.resend()
+	if err != nil {
+		return nil, fmt.Errorf("take over %s: %w", mountpoint, err)
+	}
+	unix.CloseOnExec(fd)
+	s.resent = resent
+	s.start()
+	return s, nil
+}
+
+// checkFuseDevice makes sure fd is open on /dev/fuse (character device 10:229, Documentation/admin-guide/
+// devices.txt), so that a wrong descriptor gets a clear error instead of garbage requests.
+func checkFuseDevice(fd int) error {
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return fmt.Errorf("descriptor %d: %w", fd, err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFCHR || unix.Major(st.Rdev) != 10 || unix.Minor(st.Rdev) != 229 {
+		return fmt.Errorf("descriptor %d is not /dev/fuse", fd)
+	}
+	return nil
+}
+
+func newServer(mountpoint string, fd int, opts Options, mo *fuse.MountOptions) *Server {
+	return &Server{mountpoint: mountpoint, fd: fd, conn: NewConn(fd, New(opts), mo, opts.Workers), done: make(chan struct{})}
+}
+
+// start serves the connection in the background.
+func (s *Server) start() {
 	go func() {
 		s.err = s.conn.Serve()
 		unix.Close(s.fd)
 		close(s.done)
 	}()
-	return s, nil
 }
 
 // mountDev opens /dev/fuse and mounts it at mountpoint; it returns the descriptor to serve.
@@ -140,6 +196,9 @@ func (s *Server) Unmount() error {
 	return s.Wait()
 }
 
-// InitRequest returns the kernel's INIT request as read from the connection, for a successor that takes
-// the connection over and must negotiate the same settings.
-func (s *Server) InitRequest() []byte { return s.conn.InitRequest() }
+// InitRecord returns the handover record a successor needs to take the connection over (Takeover): the
+// kernel's INIT request and this server's reply, as they crossed the device.
+func (s *Server) InitRecord() []byte { return s.conn.InitRecord() }
+
+// Resent reports whether Takeover asked the kernel to resend the requests the predecessor had read.
+func (s *Server) Resent() bool { return s.resent }

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
 
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/testenv"
@@ -281,6 +282,106 @@ func TestMountErrors(t *testing.T) {
 				_ = srv.Unmount()
 			}
 			t.Errorf("Mount(%s) = %v, want %v", mp, err, want)
+		}
+	}
+}
+
+// gatedFS holds every READ until the test lets it go.
+type gatedFS struct {
+	*FS
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (g *gatedFS) Read(cancel <-chan struct{}, in *fuse.ReadIn, buf []byte) (fuse.ReadResult, fuse.Status) {
+	g.entered <- struct{}{}
+	<-g.release
+	return g.FS.Read(cancel, in, buf)
+}
+
+// TestSlowReadDoesNotBlockOthers: while reads are held inside the filesystem, other requests (stat, readdir,
+// further reads) are still served, up to the worker bound.
+func TestSlowReadDoesNotBlockOthers(t *testing.T) {
+	testenv.RequireFUSE(t)
+	mnt := t.TempDir()
+	opts := DefaultOptions()
+	opts.DirectIO = true
+	mo := MountOptions(opts)
+	fd, err := mountDev(mnt, mo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &gatedFS{FS: New(opts), entered: make(chan struct{}, 8), release: make(chan struct{})}
+	c := NewConn(fd, g, mo, 4)
+	served := make(chan error, 1)
+	if err := c.Init(); err != nil {
+		unix.Close(fd)
+		t.Fatal(err)
+	}
+	go func() { served <- c.Serve() }()
+	t.Cleanup(func() {
+		close(g.release)
+		if err := unix.Unmount(mnt, unix.MNT_DETACH); err != nil {
+			t.Errorf("unmount %s: %v", mnt, err)
+		}
+		if err := <-served; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+		unix.Close(fd)
+	})
+
+	// Raw system calls: os.Open would register the file with Go's netpoller, whose epoll_ctl asks the FUSE
+	// server (POLL) without releasing its P; with the server in this very process, two such opens at once
+	// can take every P and starve the server.
+	file := filepath.Join(mnt, FileName)
+	reads := make(chan error, 3)
+	for range 3 {
+		go func() {
+			fd, err := unix.Open(file, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+			if err != nil {
+				reads <- err
+				return
+			}
+			defer unix.Close(fd)
+			b := make([]byte, 64)
+			n, err := unix.Pread(fd, b, 0)
+			if err == nil && string(b[:n]) != Content {
+				err = fmt.Errorf("read %q", b[:n])
+			}
+			reads <- err
+		}()
+	}
+	for i := range 3 {
+		select {
+		case <-g.entered:
+		case <-time.After(20 * time.Second):
+			t.Fatalf("only %d of 3 reads reached the filesystem at once (workers 4)", i)
+		}
+	}
+	// Three workers hold a read each; the fourth serves the rest.
+	statted := make(chan error, 1)
+	go func() {
+		var st unix.Stat_t
+		err := unix.Stat(file, &st)
+		if err == nil {
+			_, err = os.ReadDir(mnt) // directories have no poll: no POLL request
+		}
+		statted <- err
+	}()
+	select {
+	case err := <-statted:
+		if err != nil {
+			t.Errorf("readdir/stat while reads are held: %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("readdir/stat blocked behind the held reads")
+	}
+	for range 3 {
+		g.release <- struct{}{}
+	}
+	for range 3 {
+		if err := <-reads; err != nil {
+			t.Errorf("held read: %v", err)
 		}
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -19,12 +21,24 @@ type MountError struct {
 func (e *MountError) Error() string { return fmt.Sprintf("mount %s: %v", e.Mountpoint, e.Err) }
 func (e *MountError) Unwrap() error { return e.Err }
 
-// Run mounts the filesystem at mountpoint and serves it until ctx is done (then it unmounts) or until the
-// mount goes away from outside (umount). Notes about the shutdown go to logw.
-func Run(ctx context.Context, mountpoint string, opts Options, logw io.Writer) error {
-	srv, err := Mount(mountpoint, opts)
+// Handover is Run's part in handing a FUSE connection from one server process to the next.
+type Handover struct {
+	// SaveInit, when set, is the file that receives the handover record (Server.InitRecord) once the
+	// connection is initialised; a successor needs it. It is written atomically, or, for /dev/fd/N, written
+	// to that descriptor.
+	SaveInit string
+	// Record, when set, is the record of a predecessor: Run takes the connection over (Takeover) instead
+	// of mounting; the mountpoint must then be /dev/fd/N, the inherited descriptor.
+	Record []byte
+}
+
+// Run mounts the filesystem at mountpoint, or takes an inherited connection over, and serves it until ctx is
+// done (then it unmounts what it mounted) or until the mount goes away from outside (umount). Notes about the
+// handover and the shutdown go to logw.
+func Run(ctx context.Context, mountpoint string, opts Options, h Handover, logw io.Writer) error {
+	srv, err := start(mountpoint, opts, h, logw)
 	if err != nil {
-		return &MountError{Mountpoint: mountpoint, Err: err}
+		return err
 	}
 	select {
 	case <-srv.Done():
@@ -58,3 +72,93 @@ func Run(ctx context.Context, mountpoint string, opts Options, logw io.Writer) e
 
 // stopGrace is how long Run waits for the connection to end after unmounting.
 const stopGrace = 2 * time.Second
+
+// start mounts or takes over mountpoint as Run describes and saves the handover record.
+func start(mountpoint string, opts Options, h Handover, logw io.Writer) (*Server, error) {
+	var srv *Server
+	if h.Record == nil {
+		var err error
+		if srv, err = Mount(mountpoint, opts); err != nil {
+			return nil, &MountError{Mountpoint: mountpoint, Err: err}
+		}
+	} else {
+		fd := magicFD(mountpoint)
+		if fd < 0 {
+			return nil, fmt.Errorf("take over %s: a handover needs the inherited descriptor as /dev/fd/N", mountpoint)
+		}
+		var err error
+		if srv, err = Takeover(fd, h.Record, opts); err != nil {
+			return nil, err
+		}
+		if srv.Resent() {
+			fmt.Fprintf(logw, "dummy-fuse: took over %s; asked the kernel to resend the requests the predecessor had read\n", mountpoint)
+		} else {
+			fmt.Fprintf(logw, "dummy-fuse: took over %s; this kernel cannot resend requests (no FUSE_HAS_RESEND): those the predecessor had read stay unanswered until the connection is aborted\n", mountpoint)
+		}
+	}
+	if h.SaveInit != "" {
+		if err := WriteInitRecord(h.SaveInit, srv.InitRecord()); err != nil {
+			// Serving without a record would make this server impossible to replace: give up.
+			if !IsMagicMountpoint(mountpoint) {
+				_ = unix.Unmount(mountpoint, unix.MNT_DETACH)
+			}
+			return nil, err
+		}
+	}
+	return srv, nil
+}
+
+// WriteInitRecord saves a handover record to path: for /dev/fd/N straight into that descriptor, otherwise
+// atomically (a temporary file, fsync, rename), so that a reader never sees half a record.
+func WriteInitRecord(path string, rec []byte) error {
+	if IsMagicMountpoint(path) {
+		f, err := os.OpenFile(path, os.O_WRONLY, 0)
+		if err != nil {
+			return fmt.Errorf("save the handover record: %w", err)
+		}
+		_, err = f.Write(rec)
+		return errors.Join(wrapSave(err), wrapSave(f.Close()))
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
+	if err != nil {
+		return fmt.Errorf("save the handover record: %w", err)
+	}
+	defer os.Remove(tmp.Name()) // after a successful rename there is nothing left to remove
+	if _, err := tmp.Write(rec); err != nil {
+		tmp.Close()
+		return wrapSave(err)
+	}
+	if err := errors.Join(tmp.Sync(), tmp.Close()); err != nil {
+		return wrapSave(err)
+	}
+	return wrapSave(os.Rename(tmp.Name(), path))
+}
+
+func wrapSave(err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("save the handover record: %w", err)
+}
+
+// MaxInitRecord bounds a handover record: an INIT request and reply are a few hundred bytes.
+const MaxInitRecord = 4096
+
+// ReadInitRecord reads a handover record from path (a file or /dev/fd/N).
+func ReadInitRecord(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("read the handover record: %w", err)
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, MaxInitRecord+1))
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("read the handover record %s: %w", path, err)
+	case len(b) > MaxInitRecord:
+		return nil, refuse("handover record %s is larger than %d bytes", path, MaxInitRecord)
+	case len(b) == 0:
+		return nil, refuse("handover record %s is empty", path)
+	}
+	return b, nil
+}

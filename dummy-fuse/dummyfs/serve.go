@@ -4,44 +4,89 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
 )
 
-// Conn serves one /dev/fuse connection with a plain loop on one OS thread: read a request, let go-fuse's
-// ProtocolServer call the filesystem, write the reply. Our handlers never block, so doing requests in turn
-// costs nothing, and it halves the latency of go-fuse's Server, which starts a goroutine for the next read
-// on every request (hack/bench.sh: p50 of a direct-I/O read 15 µs instead of 27 µs). It is also the loop a
-// successor process runs on an inherited, already initialised connection (FACTS.md §3).
+// Conn serves one /dev/fuse connection with a bounded pool of workers. A worker is a plain loop: read a
+// request from the device, let go-fuse's ProtocolServer call the filesystem, write the reply.
+//
+// Normally one worker does all the work: every extra thread blocked in read(2) makes things slower, because
+// the kernel wakes the readers of a connection in turn (they wait on its input queue as exclusive waiters,
+// first come first served: fuse_dev_do_read in the kernel's fs/fuse/dev.c), so each request would land on a
+// thread whose caches are cold, and Go's scheduler has to find a P for each of them. A second worker only
+// starts reading when the request being handled is slow: the worker that takes a request while no other
+// worker is reading arms a timer (slowAfter), and if the timer fires before the reply is written, a parked
+// worker is woken, or a new one started, up to the bound. A worker that finishes while another one is
+// reading parks. So a slow backend (Options.ReadLatency) gets one worker per request in flight, and fast
+// requests keep the one-thread loop.
+//
+// All workers read the one descriptor Conn was given, never a clone of it (FUSE_DEV_IOC_CLONE): the kernel
+// keeps the requests a reader has taken but not answered on the processing queue of the device file it was
+// read from, and ends them with ECONNABORTED when that file is closed (fuse_dev_release in fs/fuse/dev.c).
+// On the shared descriptor they survive the death of this process as long as another process holds a dup of
+// it, and a successor can ask the kernel to queue them again (see Takeover).
 type Conn struct {
-	fd   int
-	ps   *fuse.ProtocolServer
-	in   []byte
-	out  []byte
-	init []byte // the kernel's INIT request, as read
+	fd      int
+	ps      *fuse.ProtocolServer
+	bufSize int
+	max     int
+
+	// init is the handover record: the kernel's INIT request as read from the device, then our reply.
+	init []byte
+
+	reading atomic.Int32 // workers in (or about to enter) read(2)
+
+	mu      sync.Mutex
+	started int         // workers started so far (at most max)
+	parked  []chan bool // parked workers; a send wakes one: true to work, false to quit
+	ended   bool        // the connection ended: workers quit
+	err     error       // the first device error
+	wg      sync.WaitGroup
 }
 
-// Request opcodes Conn looks at.
+// Request and reply layout (include/uapi/linux/fuse.h).
 const (
-	opInit      = 26 // FUSE_INIT
-	inHeaderLen = 40 // sizeof(struct fuse_in_header)
+	opInit       = 26 // FUSE_INIT
+	inHeaderLen  = 40 // sizeof(struct fuse_in_header)
+	outHeaderLen = 16 // sizeof(struct fuse_out_header)
 )
 
-// NewConn wraps fd, a /dev/fuse descriptor (Conn does not close it), to serve fs negotiating mo.
-func NewConn(fd int, fs fuse.RawFileSystem, mo *fuse.MountOptions) *Conn {
-	// The kernel refuses reads shorter than max_write plus headers, and than 8 KiB.
+// DefaultWorkers bounds the requests a server handles at once unless told otherwise: enough that 16 readers
+// of a slow backend (Options.ReadLatency) are all served at once. Workers are started when needed.
+const DefaultWorkers = 16
+
+// slowAfter is how long a request may keep the only reading worker busy before another one starts reading.
+// Go's timers are coarse at this scale (up to about a millisecond when the process is idle), which is fine:
+// fast requests take microseconds, a remote backend milliseconds.
+const slowAfter = 200 * time.Microsecond
+
+// NewConn wraps fd, a /dev/fuse descriptor (Conn does not close it), to serve fs negotiating mo with up to
+// workers requests at once (DefaultWorkers when workers <= 0).
+func NewConn(fd int, fs fuse.RawFileSystem, mo *fuse.MountOptions, workers int) *Conn {
+	if workers <= 0 {
+		workers = DefaultWorkers
+	}
+	// The kernel refuses reads shorter than max_write plus headers, and than 8 KiB. Of a worker's buffers
+	// only the pages that requests and replies touch become resident.
 	size := max(mo.MaxWrite, 8192) + 4096
-	return &Conn{fd: fd, ps: fuse.NewProtocolServer(fs, mo), in: make([]byte, size), out: make([]byte, size)}
+	return &Conn{fd: fd, ps: fuse.NewProtocolServer(fs, mo), bufSize: size, max: workers}
 }
 
-// InitRequest returns the kernel's INIT request once it was handled (nil before).
-func (c *Conn) InitRequest() []byte { return c.init }
+// InitRecord returns the handover record once INIT was answered (nil before): the kernel's INIT request as
+// read from the device followed by the reply this server wrote. A successor passes it to Takeover.
+func (c *Conn) InitRecord() []byte { return c.init }
 
 // Init answers the first request, which on a new connection is the kernel's INIT.
 func (c *Conn) Init() error {
-	done, err := c.serveOne()
+	w := c.newWorker()
+	defer w.free()
+	c.reading.Add(1)
+	done, err := w.serveOne()
 	switch {
 	case err != nil:
 		return fmt.Errorf("FUSE INIT: %w", err)
@@ -54,20 +99,125 @@ func (c *Conn) Init() error {
 }
 
 // Serve answers requests until the connection ends: nil when the filesystem was unmounted (ENODEV),
-// otherwise the device's error.
+// otherwise the first device error.
 func (c *Conn) Serve() error {
-	runtime.LockOSThread() // a blocking read per request; keep it off the scheduler's shared threads
-	defer runtime.UnlockOSThread()
+	c.mu.Lock()
+	c.startLocked()
+	c.mu.Unlock()
+	c.wg.Wait()
+	return c.err
+}
+
+// startLocked starts a worker; c.mu is held and c.started < c.max.
+func (c *Conn) startLocked() {
+	c.started++
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		c.newWorker().serve()
+	}()
+}
+
+// grow lets one more worker read, unless one is reading already or all are busy.
+func (c *Conn) grow() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case c.ended || c.reading.Load() > 0:
+	case len(c.parked) > 0:
+		wake := c.parked[len(c.parked)-1]
+		c.parked = c.parked[:len(c.parked)-1]
+		wake <- true
+	case c.started < c.max:
+		c.startLocked()
+	}
+}
+
+// park waits, unless the connection ended, until grow needs this worker again; false means quit.
+func (c *Conn) park(wake chan bool) bool {
+	c.mu.Lock()
+	if c.ended {
+		c.mu.Unlock()
+		return false
+	}
+	if c.reading.Load() == 0 {
+		c.mu.Unlock()
+		return true // nobody reads: this worker is needed right away
+	}
+	c.parked = append(c.parked, wake)
+	c.mu.Unlock()
+	return <-wake
+}
+
+// end records why the connection ended and releases every parked worker.
+func (c *Conn) end(err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.ended {
+		c.ended, c.err = true, err
+	}
+	for _, wake := range c.parked {
+		wake <- false
+	}
+	c.parked = nil
+}
+
+// worker is one request loop with its own buffers.
+type worker struct {
+	c       *Conn
+	in, out []byte
+	slow    *time.Timer // fires grow when a request keeps the only reader busy
+	wake    chan bool
+	mapping []byte // in and out when they were mapped (free unmaps it)
+}
+
+// newWorker returns a worker with buffers mapped outside the Go heap: they are large (the kernel wants room
+// for a max_write WRITE and a READ of max_pages), but nearly all requests and replies fit in their first
+// page, and untouched pages of an anonymous mapping take no memory. On the Go heap they would count towards
+// the GC's goal and memory limit as if full.
+func (c *Conn) newWorker() *worker {
+	buf, err := unix.Mmap(-1, 0, 2*c.bufSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	mapped := err == nil
+	if !mapped {
+		buf = make([]byte, 2*c.bufSize) // out of address space is unlikely; the heap does as well
+	}
+	w := &worker{c: c, in: buf[:c.bufSize:c.bufSize], out: buf[c.bufSize:]}
+	if mapped {
+		w.mapping = buf
+	}
+	return w
+}
+
+// free unmaps the worker's buffers; the worker must not be used afterwards.
+func (w *worker) free() {
+	if w.mapping != nil {
+		_ = unix.Munmap(w.mapping)
+	}
+}
+
+func (w *worker) serve() {
+	defer w.free()
+	w.slow = time.AfterFunc(time.Hour, w.c.grow)
+	w.slow.Stop()
+	w.wake = make(chan bool, 1)
 	for {
-		if done, err := c.serveOne(); done || err != nil {
-			return err
+		w.c.reading.Add(1)
+		done, err := w.serveOne()
+		if done || err != nil {
+			w.c.end(err)
+			return
+		}
+		if w.c.reading.Load() > 0 && !w.c.park(w.wake) {
+			return
 		}
 	}
 }
 
-// serveOne reads and answers one request; done reports the end of the connection.
-func (c *Conn) serveOne() (done bool, err error) {
-	n, err := unix.Read(c.fd, c.in)
+// serveOne reads and answers one request; done reports the end of the connection. The caller counted this
+// worker in c.reading; serveOne uncounts it once the read returned.
+func (w *worker) serveOne() (done bool, err error) {
+	n, err := unix.Read(w.c.fd, w.in)
+	last := w.c.reading.Add(-1) == 0
 	switch {
 	case err == nil:
 	case errors.Is(err, unix.EINTR), errors.Is(err, unix.ENOENT):
@@ -77,16 +227,35 @@ func (c *Conn) serveOne() (done bool, err error) {
 	default:
 		return true, fmt.Errorf("read /dev/fuse: %w", err)
 	}
-	req := c.in[:n]
-	if c.init == nil && n >= inHeaderLen && binary.NativeEndian.Uint32(req[4:8]) == opInit {
-		c.init = append([]byte(nil), req...)
+	if last && w.slow != nil {
+		w.slow.Reset(slowAfter)
+		defer w.slow.Stop()
 	}
-	m, st := c.ps.HandleRequest([][]byte{req}, [][]byte{c.out})
-	if !st.Ok() || m == 0 {
-		return false, nil // FORGET and friends have no reply; go-fuse logged a malformed request
+	req := w.in[:n]
+	isInit := n >= inHeaderLen && binary.NativeEndian.Uint32(req[4:8]) == opInit
+	m, st := w.c.ps.HandleRequest([][]byte{req}, [][]byte{w.out})
+	if !st.Ok() && n >= inHeaderLen {
+		// go-fuse could not handle it (and logged why): answer EIO rather than leave the caller waiting
+		// forever. A request without a reply (FORGET) never fails this way.
+		m = outHeaderLen
+		binary.NativeEndian.PutUint32(w.out[0:4], outHeaderLen)
+		eio := -int32(unix.EIO)
+		binary.NativeEndian.PutUint32(w.out[4:8], uint32(eio))
+		copy(w.out[8:16], req[8:16]) // unique
 	}
+	if m == 0 {
+		return false, nil // FORGET and friends have no reply
+	}
+	if isInit && w.c.init == nil { // only Init, before the workers start, sees INIT
+		w.c.init = append(append(make([]byte, 0, n+m), req...), w.out[:m]...)
+	}
+	return writeReply(w.c.fd, w.out[:m])
+}
+
+// writeReply writes a reply or notification to the device; done reports the end of the connection.
+func writeReply(fd int, b []byte) (done bool, err error) {
 	for {
-		_, err = unix.Write(c.fd, c.out[:m])
+		_, err = unix.Write(fd, b)
 		switch {
 		case err == nil, errors.Is(err, unix.ENOENT):
 			return false, nil // ENOENT: nobody waits for this reply any more (interrupted request)
