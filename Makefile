@@ -27,7 +27,7 @@ test: ## run all tests; privileged ones need root + /dev/fuse (mandatory with DF
 lint: ## gofmt, go vet and staticcheck (installed into bin/tools)
 	hack/lint.sh
 
-bench: build ## benchmarks through real FUSE mounts (root + /dev/fuse)
+bench: build ## dummy-fuse side by side with a C libfuse3 reference through real mounts, ratio per round (root + /dev/fuse)
 	hack/bench.sh
 
 clean: ## remove build output
