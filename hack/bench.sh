@@ -27,7 +27,7 @@ gcc -O2 -Wall -o "$cref" dummy-fuse/bench/cref/hello.c $(pkg-config --cflags --l
 
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
-echo "dummy-fuse $($BIN/dummy-fuse --version) vs C libfuse3 $(pkg-config --modversion fuse3); $ROUNDS rounds x $BENCHTIME; load average $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "dummy-fuse $("$BIN/dummy-fuse" --version) vs C libfuse3 $(pkg-config --modversion fuse3); $ROUNDS rounds x $BENCHTIME; load average $(cut -d' ' -f1-3 /proc/loadavg)"
 go test -c -o "$out.test" ./dummy-fuse/
 for round in $(seq 1 "$ROUNDS"); do
   if [ $((round % 2)) = 1 ]; then order="go=$BIN/dummy-fuse,c=$cref"; else order="c=$cref,go=$BIN/dummy-fuse"; fi
