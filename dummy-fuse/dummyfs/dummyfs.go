@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
 )
 
 const (
@@ -196,8 +197,14 @@ func (fs *FS) Read(_ <-chan struct{}, in *fuse.ReadIn, _ []byte) (fuse.ReadResul
 	}
 	// The delay ignores INTERRUPT (cancel), as libfuse filesystems do unless mounted with -o intr: Go
 	// programs get a signal (SIGURG, for preemption) every few milliseconds, and a read that honoured it
-	// would fail with EINTR, which their read calls do not retry.
-	time.Sleep(fs.opts.ReadLatency)
+	// would fail with EINTR, which their read calls do not retry. It blocks the worker's thread in
+	// nanosleep(2), like a backend call would; Go's timers overshoot a 10 ms sleep by about 0.5 ms on a
+	// busy machine.
+	if d := fs.opts.ReadLatency; d > 0 {
+		ts := unix.NsecToTimespec(d.Nanoseconds())
+		for unix.Nanosleep(&ts, &ts) == unix.EINTR {
+		}
+	}
 	off := min(in.Offset, uint64(len(fs.content)))
 	end := min(off+uint64(in.Size), uint64(len(fs.content)))
 	return fuse.ReadResultData(fs.content[off:end]), fuse.OK
