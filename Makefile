@@ -24,7 +24,7 @@ build: ## build static binaries into bin/ (version from git)
 test: ## run all tests; privileged ones need root + /dev/fuse (mandatory with DFC_REQUIRE_PRIVILEGED=1)
 	hack/test.sh
 
-lint: ## gofmt, go vet and staticcheck (installed into bin/tools)
+lint: ## gofmt, go vet, staticcheck (built into bin/tools) and shellcheck (from Debian when missing)
 	hack/lint.sh
 
 bench: build ## dummy-fuse side by side with a C libfuse3 reference through real mounts, ratio per round (root + /dev/fuse)
@@ -58,11 +58,8 @@ cluster-smoke: ## prove the running cluster: static pod + kubectl logs, FUSE mou
 ################################################################################
 # Kubernetes: chart (Helm chart, manifests, kind for users with Docker)
 ################################################################################
-.PHONY: helm-lint chart-test kind-up kind-down
-helm-lint: ## helm lint --strict chart/ (helm v3.22.0 built into bin/tools when missing)
-	hack/helm-lint.sh
-
-chart-test: ## render the chart with the helm library and check it and manifests/ (no cluster needed)
+.PHONY: chart-test kind-up kind-down
+chart-test: ## lint (helm's linter) and render the chart with the helm library, check it and manifests/ (no cluster)
 	go test -count=1 ./chart/... ./manifests/...
 
 kind-up: ## kind cluster from manifests/kind-config.yaml, image loaded, chart installed (needs Docker, kind, helm, kubectl)

@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 CLUSTER=${KIND_CLUSTER_NAME:-dummy-fuse-csi}
 
 # shellcheck source=hack/kind-lib.sh
-. hack/kind-lib.sh
+source hack/kind-lib.sh
 require_kind_tools kind-down
 
 if "$KIND" get clusters 2>/dev/null | grep -qxF "$CLUSTER"; then

@@ -1,6 +1,8 @@
 # shellcheck shell=bash
 # Sourced by hack/kind-up.sh and hack/kind-down.sh: finds the commands they need and says clearly what is
 # missing, before anything is created.
+# shellcheck source=hack/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 # require_kind_tools NAME TOOL...: sets KIND, DOCKER and the variable of each TOOL (helm → HELM, kubectl →
 # KUBECTL, make → MAKE), honouring values already set; checks that each is runnable and that a Docker engine
@@ -21,14 +23,9 @@ require_kind_tools() {
   for tool in "$@"; do
     case $tool in
     helm)
-      if [ -z "${HELM:-}" ]; then
-        HELM=helm
-        if ! command -v helm >/dev/null 2>&1 && [ -x bin/tools/helm ]; then
-          HELM=$PWD/bin/tools/helm
-        fi
-      fi
+      HELM=${HELM:-helm}
       command -v "$HELM" >/dev/null 2>&1 ||
-        missing+=("helm ($HELM): install Helm v3, or run \`make helm-lint\`, which builds it into bin/tools")
+        missing+=("helm ($HELM): install Helm v3, or: go install helm.sh/helm/v3/cmd/helm@$(gomod_version helm.sh/helm/v3)")
       ;;
     kubectl)
       KUBECTL=${KUBECTL:-kubectl}

@@ -22,13 +22,8 @@ IMAGE_OUTPUT=${IMAGE_OUTPUT:-$PWD/_output/images}
 export IMAGE_OUTPUT
 TIMEOUT=${KIND_UP_TIMEOUT:-180s}
 
-die() {
-  echo "kind-up: $*" >&2
-  exit 1
-}
-
 # shellcheck source=hack/kind-lib.sh
-. hack/kind-lib.sh
+source hack/kind-lib.sh
 require_kind_tools kind-up helm kubectl make
 
 APP_VERSION=$(sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\} *$/\1/p' chart/Chart.yaml)

@@ -9,6 +9,7 @@ set -o errexit -o nounset -o pipefail
 source "$(dirname "$0")/lib.sh"
 
 export CGO_ENABLED=0 GOWORK=off GOTOOLCHAIN=local GOFLAGS=-mod=mod
+HELM_VERSION=$(gomod_version helm.sh/helm/v3)
 STAMP="$K8S_BIN/.built"
 WANT="kubernetes=$K8S_VERSION etcd=$ETCD_VERSION helm=$HELM_VERSION"
 BINARIES=(kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl etcd helm)
@@ -62,9 +63,7 @@ printf 'module dummy-fuse-csi.local/etcd-build\n\ngo 1.24\n' >"$etcdsrc/go.mod"
   go build -trimpath -ldflags "-s -w" -o "$K8S_BIN/etcd" go.etcd.io/etcd/server/v3)
 
 # --- helm --------------------------------------------------------------------------------------------------
-step "compiling helm $HELM_VERSION"
-GOBIN=$K8S_BIN GOFLAGS='' go install -trimpath -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION" \
-  "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
+install_helm "$K8S_BIN"
 
 echo "$WANT" >"$STAMP"
 step "built ${BINARIES[*]} into $K8S_BIN"

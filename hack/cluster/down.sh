@@ -8,7 +8,7 @@ set -o errexit -o nounset -o pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 # shellcheck source=hack/cluster/lib.sh
 source "$ROOT/hack/cluster/lib.sh"
-need_root
+need_root "it stops the cluster's daemons and unmounts"
 lock_cluster
 RUN_DIR=$(dirname "$CONTAINERD_SOCK")
 

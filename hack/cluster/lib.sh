@@ -2,11 +2,12 @@
 # shellcheck disable=SC2034 # the variables are used by the scripts that source this file
 # Shared settings of the from-source cluster scripts (sourced, not run).
 # Every path can be overridden from the environment; see hack/cluster/README.md.
+# shellcheck source=hack/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 
 K8S_VERSION=${K8S_VERSION:-v1.33.13}
 K8S_STAGING_VERSION=v0.${K8S_VERSION#v1.}       # k8s.io/api etc. are tagged v0.<minor>.<patch>
 ETCD_VERSION=${ETCD_VERSION:-v3.5.21}
-HELM_VERSION=${HELM_VERSION:-v3.22.0}
 
 DFC_CACHE_DIR=${DFC_CACHE_DIR:-$HOME/.cache/dummy-fuse-csi}
 # Built binaries (kube-*, kubelet, kubectl, etcd, helm) and the copied Kubernetes source.
@@ -31,10 +32,6 @@ CNI_BIN_DIR=${CNI_BIN_DIR:-/usr/lib/cni}
 # The daemons in start order; cluster-down stops them in reverse.
 DAEMONS=(containerd etcd kube-apiserver kube-controller-manager kube-scheduler kubelet)
 
-# step MESSAGE: progress line with the seconds elapsed since the script started.
-step() { printf '[%4ds] %s\n' "$SECONDS" "$*"; }
-die() { printf '[%4ds] ERROR: %s\n' "$SECONDS" "$*" >&2; exit 1; }
-
 # lock_cluster: one cluster-up/cluster-down at a time (several people and CI share a machine). up.sh calls
 # down.sh while holding the lock; DFC_CLUSTER_LOCKED tells the child it already has it.
 lock_cluster() {
@@ -48,7 +45,6 @@ lock_cluster() {
   export DFC_CLUSTER_LOCKED=1
 }
 
-need_root() { [ "$(id -u)" = 0 ] || die "must run as root (it starts containerd and kubelet and mounts)"; }
 
 # daemon_pid NAME: prints the PID recorded for NAME if that process still runs the recorded binary
 # (so a recycled PID is never mistaken for the daemon); fails otherwise.

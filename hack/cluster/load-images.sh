@@ -6,7 +6,7 @@ set -o errexit -o nounset -o pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 # shellcheck source=hack/cluster/lib.sh
 source "$ROOT/hack/cluster/lib.sh"
-need_root
+need_root "it talks to the cluster's containerd"
 daemon_pid containerd >/dev/null || die "the cluster's containerd is not running: make cluster-up"
 if [ $# -eq 0 ]; then
   mapfile -t tars < <(current_image_tars "$ROOT/_output/images")

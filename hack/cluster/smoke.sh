@@ -9,7 +9,7 @@ set -o errexit -o nounset -o pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 # shellcheck source=hack/cluster/lib.sh
 source "$ROOT/hack/cluster/lib.sh"
-need_root
+need_root "it looks at the host's mounts"
 IMAGE=${IMAGE:-$(cat "$ROOT/_output/images/dummy-fuse-csi.ref" 2>/dev/null)} || die "no image: make image"
 NS=dfc-smoke
 MNT=$KUBELET_ROOT_DIR/plugins/dfc-smoke/mnt

@@ -13,7 +13,7 @@ PKI=$DFC_CLUSTER_DIR/pki
 CONTAINERD_STATE=$(dirname "$CONTAINERD_SOCK")/state
 API_PORT=${API_PORT:-6443}
 
-need_root
+need_root "it starts containerd and kubelet and mounts"
 lock_cluster
 on_exit() {
   local rc=$?
