@@ -14,6 +14,14 @@ STAMP="$K8S_BIN/.built"
 WANT="kubernetes=$K8S_VERSION etcd=$ETCD_VERSION helm=$HELM_VERSION"
 BINARIES=(kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl etcd helm)
 
+# One build per version at a time (two would delete each other's source copy); other versions build beside.
+mkdir -p "$DFC_K8S_CACHE"
+exec 8>"$DFC_K8S_CACHE/build.lock"
+if ! flock -n 8; then
+  step "waiting for another build of Kubernetes $K8S_VERSION to finish"
+  flock 8
+fi
+
 cached() {
   [ "$(cat "$STAMP" 2>/dev/null)" = "$WANT" ] || return 1
   for b in "${BINARIES[@]}"; do [ -x "$K8S_BIN/$b" ] || return 1; done

@@ -1,13 +1,28 @@
 # shellcheck shell=bash
 # shellcheck disable=SC2034 # the variables are used by the scripts that source this file
 # Shared settings of the from-source cluster scripts (sourced, not run).
-# Every path can be overridden from the environment; see hack/cluster/README.md.
+# Every setting can be overridden from the environment; see hack/cluster/README.md.
 # shellcheck source=hack/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 
-K8S_VERSION=${K8S_VERSION:-v1.33.13}
+# The newest Kubernetes release whose modules the Go module proxy serves (go list -m -versions
+# k8s.io/kubernetes); `make cluster-up K8S_VERSION=v1.36.3` runs another one. Each version is built once and
+# cached beside the others.
+K8S_DEFAULT_VERSION=v1.37.2
+K8S_VERSION=${K8S_VERSION:-$K8S_DEFAULT_VERSION}
+[[ $K8S_VERSION =~ ^v1\.[0-9]+\.[0-9]+$ ]] || die "K8S_VERSION=$K8S_VERSION: want a release such as $K8S_DEFAULT_VERSION"
 K8S_STAGING_VERSION=v0.${K8S_VERSION#v1.}       # k8s.io/api etc. are tagged v0.<minor>.<patch>
 ETCD_VERSION=${ETCD_VERSION:-v3.5.21}
+# Feature gates for kube-apiserver, kube-controller-manager, kube-scheduler and kubelet, as
+# "Name=true,Other=false" (e.g. CSIVolumeHealth=true: kubelet and the API server both need it); default none.
+FEATURE_GATES=${FEATURE_GATES:-}
+[[ -z $FEATURE_GATES || $FEATURE_GATES =~ ^[A-Za-z0-9]+=(true|false)(,[A-Za-z0-9]+=(true|false))*$ ]] ||
+  die "FEATURE_GATES=$FEATURE_GATES: want Name=true|false[,Name=true|false...]"
+# kubelet's volumeStatsAggPeriod (how often it gathers volume stats and, with CSIVolumeHealth, volume health),
+# e.g. 10s; default: kubelet's own (1m).
+VOLUME_STATS_AGG_PERIOD=${VOLUME_STATS_AGG_PERIOD:-}
+[[ -z $VOLUME_STATS_AGG_PERIOD || $VOLUME_STATS_AGG_PERIOD =~ ^([0-9]+(ms|s|m|h))+$ ]] ||
+  die "VOLUME_STATS_AGG_PERIOD=$VOLUME_STATS_AGG_PERIOD: want a duration such as 10s or 1m30s"
 
 DFC_CACHE_DIR=${DFC_CACHE_DIR:-$HOME/.cache/dummy-fuse-csi}
 # Built binaries (kube-*, kubelet, kubectl, etcd, helm) and the copied Kubernetes source.
@@ -29,6 +44,10 @@ CONTAINERD_ROOT=$DFC_CLUSTER_DIR/containerd
 CONTAINERD_SOCK=/run/dummy-fuse-csi/containerd/containerd.sock
 CNI_CONF_DIR=$DFC_CLUSTER_DIR/cni/net.d
 CNI_BIN_DIR=${CNI_BIN_DIR:-/usr/lib/cni}
+# What the cluster runs on, as WHAT:DEBIAN_PACKAGE for ensure_packages (cluster-up installs what is missing).
+CLUSTER_PACKAGES=(containerd:containerd containerd-shim-runc-v2:containerd ctr:containerd runc:runc
+  "$CNI_BIN_DIR/bridge:containernetworking-plugins" "$CNI_BIN_DIR/host-local:containernetworking-plugins"
+  iptables:iptables conntrack:conntrack openssl:openssl ip:iproute2 ss:iproute2 setsid:util-linux flock:util-linux)
 # The daemons in start order; cluster-down stops them in reverse.
 DAEMONS=(containerd etcd kube-apiserver kube-controller-manager kube-scheduler kubelet)
 

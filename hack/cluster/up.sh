@@ -20,18 +20,18 @@ on_exit() {
   [ "$rc" = 0 ] || echo "cluster-up failed (exit $rc): daemon logs in $CLUSTER_LOGS; make cluster-down cleans up" >&2
 }
 trap on_exit EXIT
-for c in containerd containerd-shim-runc-v2 runc ctr iptables openssl ip setsid; do
-  command -v "$c" >/dev/null || die "$c not found: apt-get install containerd runc containernetworking-plugins iptables conntrack openssl iproute2"
-done
+ensure_packages "${CLUSTER_PACKAGES[@]}"
 if [ ! -x "$CNI_BIN_DIR/bridge" ] || [ ! -x "$CNI_BIN_DIR/host-local" ]; then
   die "CNI plugins not in $CNI_BIN_DIR: apt-get install containernetworking-plugins (or set CNI_BIN_DIR)"
 fi
 [ -f "$IMAGES_DIR/pause-3.10.tar" ] || die "$IMAGES_DIR/pause-3.10.tar missing: run make image first"
+# What this cluster is; a running cluster with other settings is not silently reused.
+SETTINGS="kubernetes=$K8S_VERSION feature-gates=${FEATURE_GATES:-none} volume-stats-agg-period=${VOLUME_STATS_AGG_PERIOD:-default}"
 
 print_usage() {
   local took=$1
   cat <<EOF
-cluster is up ($took): node $NODE_NAME, Kubernetes $K8S_VERSION, kubelet root $KUBELET_ROOT_DIR
+cluster is up ($took): node $NODE_NAME, $SETTINGS, kubelet root $KUBELET_ROOT_DIR
   export KUBECONFIG=$KUBECONFIG_PATH
   export PATH=$K8S_BIN:\$PATH   # kubectl and helm of the matching versions
 logs: $CLUSTER_LOGS/*.log   stop: make cluster-down
@@ -54,7 +54,15 @@ load_images() {
 }
 
 # --- already up? -------------------------------------------------------------------------------------------
-if [ -x "$K8S_BIN/kubectl" ] && healthy; then
+# A running cluster of another release or with other settings is never replaced behind the user's back.
+running=$(cat "$DFC_CLUSTER_DIR/settings" 2>/dev/null || echo "unknown settings")
+if [ "$running" != "$SETTINGS" ]; then
+  for d in "${DAEMONS[@]}"; do
+    if daemon_pid "$d" >/dev/null; then
+      die "a cluster with $running is running ($d at least), not $SETTINGS: make cluster-down first"
+    fi
+  done
+elif [ -x "$K8S_BIN/kubectl" ] && healthy; then
   step "cluster already up and node $NODE_NAME Ready: re-importing images only"
   load_images
   print_usage "already running"
@@ -91,6 +99,7 @@ mkdir -p "$DFC_CLUSTER_DIR" "$CLUSTER_LOGS" "$CLUSTER_PIDS" "$PKI" "$CNI_CONF_DI
 chmod 700 "$PKI" "$DFC_CLUSTER_DIR/etcd"
 # What cluster-down needs to undo: the kubelet root and /var/log/containers are removed only if created here.
 echo "$KUBELET_ROOT_DIR" >"$DFC_CLUSTER_DIR/created-kubelet-root"
+echo "$SETTINGS" >"$DFC_CLUSTER_DIR/settings"
 [ -d /var/log/containers ] || echo /var/log/containers >"$DFC_CLUSTER_DIR/created-container-logs-dir"
 
 # --- certificates: one CA; serving certs for the API server and kubelet; a client cert per component -------
@@ -216,6 +225,9 @@ wait_for "containerd to serve $CONTAINERD_SOCK" 30 containerd ctr --address "$CO
 load_images
 
 # --- control plane -----------------------------------------------------------------------------------------
+# FEATURE_GATES go to every component, as Kubernetes' hack/local-up-cluster.sh does.
+gate_flags=()
+[ -z "$FEATURE_GATES" ] || gate_flags=(--feature-gates "$FEATURE_GATES")
 step "starting etcd $ETCD_VERSION"
 start_daemon etcd "$K8S_BIN/etcd" --name dummy-fuse-csi --data-dir "$DFC_CLUSTER_DIR/etcd" \
   --listen-client-urls http://127.0.0.1:2379 --advertise-client-urls http://127.0.0.1:2379 \
@@ -234,7 +246,7 @@ start_daemon kube-apiserver "$K8S_BIN/kube-apiserver" \
   --service-account-issuer https://kubernetes.default.svc.cluster.local \
   --service-cluster-ip-range "$SERVICE_CIDR" --authorization-mode Node,RBAC \
   --enable-admission-plugins NodeRestriction --allow-privileged=true \
-  --cert-dir "$PKI/apiserver-generated" --profiling=false
+  --cert-dir "$PKI/apiserver-generated" --profiling=false "${gate_flags[@]}"
 wait_for "kube-apiserver /readyz" 90 kube-apiserver kubectl_admin get --raw /readyz
 
 step "starting kube-controller-manager and kube-scheduler"
@@ -243,10 +255,10 @@ start_daemon kube-controller-manager "$K8S_BIN/kube-controller-manager" \
   --leader-elect=false --use-service-account-credentials=true \
   --service-account-private-key-file "$PKI/sa.key" --root-ca-file "$PKI/ca.crt" \
   --cluster-signing-cert-file "$PKI/ca.crt" --cluster-signing-key-file "$PKI/ca.key" \
-  --cert-dir "$PKI/controller-manager-generated" --profiling=false
+  --cert-dir "$PKI/controller-manager-generated" --profiling=false "${gate_flags[@]}"
 start_daemon kube-scheduler "$K8S_BIN/kube-scheduler" \
   --kubeconfig "$DFC_CLUSTER_DIR/scheduler.kubeconfig" --bind-address 127.0.0.1 --leader-elect=false \
-  --profiling=false
+  --profiling=false "${gate_flags[@]}"
 
 # --- kubelet -----------------------------------------------------------------------------------------------
 # Anonymous + AlwaysAllow on the kubelet API is acceptable for this local testbed (it is what keeps
@@ -276,6 +288,12 @@ evictionHard: {memory.available: 100Mi, nodefs.available: 1%, imagefs.available:
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 EOF
+if [ -n "$FEATURE_GATES" ]; then
+  echo "featureGates: {$(sed 's/=/: /g; s/,/, /g' <<<"$FEATURE_GATES")}" >>"$DFC_CLUSTER_DIR/kubelet-config.yaml"
+fi
+if [ -n "$VOLUME_STATS_AGG_PERIOD" ]; then
+  echo "volumeStatsAggPeriod: $VOLUME_STATS_AGG_PERIOD" >>"$DFC_CLUSTER_DIR/kubelet-config.yaml"
+fi
 step "starting kubelet (root dir $KUBELET_ROOT_DIR)"
 start_daemon kubelet "$K8S_BIN/kubelet" --config "$DFC_CLUSTER_DIR/kubelet-config.yaml" \
   --kubeconfig "$DFC_CLUSTER_DIR/kubelet.kubeconfig" --root-dir "$KUBELET_ROOT_DIR" \
@@ -286,6 +304,8 @@ node_ready() {
   [ "$(kubectl_admin get node "$NODE_NAME" -o 'jsonpath={.status.conditions[?(@.type=="Ready")].status}')" = True ]
 }
 wait_for "node $NODE_NAME Ready" 180 kubelet node_ready
+kubelet_version=$(kubectl_admin get node "$NODE_NAME" -o 'jsonpath={.status.nodeInfo.kubeletVersion}')
+[ "$kubelet_version" = "$K8S_VERSION" ] || die "node $NODE_NAME runs kubelet $kubelet_version, want $K8S_VERSION"
 # Pods are rejected until the controller-manager has created the namespace's default service account.
 wait_for "the default service account" 60 kube-controller-manager kubectl_admin get serviceaccount default
 
