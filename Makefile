@@ -35,15 +35,17 @@ clean: ## remove build output
 
 ################################################################################
 # Kubernetes (image tarballs; a single-node cluster built from source, no Docker needed)
+# K8S_VERSION=v1.36.3 picks the release (default: the newest, set in hack/cluster/lib.sh); FEATURE_GATES and
+# VOLUME_STATS_AGG_PERIOD tune the cluster (hack/cluster/README.md).
 ################################################################################
 .PHONY: image cluster-build cluster-up cluster-down cluster-load-images cluster-smoke
 image: ## build image tarballs dummy-fuse-csi:<version> + pause into _output/images (no container engine)
 	hack/mkimage/image.sh
 
-cluster-build: ## compile Kubernetes v1.33.13, etcd, helm from module source into the cache (once, ~10 min cold)
+cluster-build: ## compile Kubernetes K8S_VERSION, etcd, helm from module source into its cache (once per version)
 	hack/cluster/build.sh
 
-cluster-up: image ## start the from-source single-node cluster (root), import the images; prints KUBECONFIG
+cluster-up: image ## start the from-source cluster of K8S_VERSION (root; installs its Debian packages), import the images
 	hack/cluster/up.sh
 
 cluster-down: ## stop every cluster daemon by PID, remove pods, mounts and cluster state
@@ -91,8 +93,8 @@ bench-restore: ## csi-plugin --restore-mounts after kill -9: start->ready with 1
 # Scenarios on a real cluster (scenarios/kube; scenarios/README.md, "Kubernetes backend")
 ################################################################################
 .PHONY: test-kube ci-kube
-test-kube: ## the catalog as e2e-framework go tests against $KUBECONFIG's cluster (image loaded: make cluster-up / kind-up)
+test-kube: ## the catalog as e2e-framework go tests against $KUBECONFIG's cluster (DFC_SCENARIOS="subpath": only those)
 	DFC_KUBE_E2E=1 go test -count=1 -timeout 60m -v ./scenarios/kube/e2e/
 
-ci-kube: ## CI: make cluster-up (cold: apt + build from source), test-kube, always cluster-down; prints each step's time
+ci-kube: ## CI: the catalog on two kubelet releases (hack/ci-kube.sh), one cluster at a time, always cluster-down
 	hack/ci-kube.sh

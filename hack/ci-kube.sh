@@ -1,76 +1,69 @@
 #!/usr/bin/env bash
-# CI: the scenario catalog on a real kubelet. Brings up the from-source single-node cluster (make cluster-up:
-# on a fresh machine it installs the Debian packages and builds Kubernetes v1.33.13 from module source, then
-# builds the image tarballs with make image and imports them into the cluster's containerd), runs
-# make test-kube against it with every skip turned into a failure, and always takes the cluster down again.
-# Prints each step's duration and the total. Needs root.
+# `make ci-kube`: the scenario catalog on the real kubelets of two Kubernetes releases, one cluster at a time.
+# The newest release runs every scenario; the newest release before kubelet's subPath repair runs only the
+# scenarios whose expected outcome depends on the kubelet version. For each release: make cluster-build
+# (compiles it from Go module source the first time, cached after), make cluster-up (installs the Debian
+# packages the cluster needs, builds and imports the images), make test-kube with every skip a failure, and
+# make cluster-down, which also runs after a failure or an interrupt. Prints each step's duration and the
+# total. Needs root.
 #
-# Environment: DFC_KUBE_ARTIFACTS (run dirs and summary; default _output/kube-e2e/ci-<time>).
+# Environment: DFC_KUBE_ARTIFACTS (parent of one directory of run dirs and summary per release; default
+# _output/kube-e2e/ci-<time>).
 set -o errexit -o nounset -o pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=hack/cluster/lib.sh
+source hack/cluster/lib.sh
+
+# The scenarios whose expected outcome depends on the kubelet version (the catalog gives the sources).
+VERSION_DEPENDENT_SCENARIOS="subpath"
+# The newest release without kubelet's subPath repair: v1.37 unmounts and binds again a subPath bind that
+# points at a dead FUSE connection (prepareSubpathTarget in pkg/volume/util/subpath/subpath_linux.go,
+# kubernetes PRs #138856 and #139275).
+OLDER_K8S_VERSION=v1.36.3
+# RELEASE=SCENARIOS, one cluster each, in this order; no scenarios = the whole catalog.
+RUNS=("$K8S_DEFAULT_VERSION=" "$OLDER_K8S_VERSION=$VERSION_DEPENDENT_SCENARIOS")
 
 MAKE=${MAKE:-make}
-START=$SECONDS
-declare -a TIMES=()
+need_root "the cluster runs kubelet and containerd on this machine"
+ARTIFACTS=${DFC_KUBE_ARTIFACTS:-$PWD/_output/kube-e2e/ci-$(date +%Y%m%d-%H%M%S)}
+export DFC_REQUIRE_PRIVILEGED=1 KUBECONFIG=$KUBECONFIG_PATH
 
-# step NAME COMMAND... runs a command and records how long it took.
-step() {
-  local name=$1
-  shift
-  local t0=$SECONDS
-  echo "== ci-kube: $name: $*"
-  local rc=0
-  "$@" || rc=$?
-  TIMES+=("$(printf '%-14s %4ds  %s' "$name" $((SECONDS - t0)) "$([ $rc = 0 ] && echo ok || echo "FAILED ($rc)")")")
-  return $rc
-}
-
-summary() {
-  echo "== ci-kube: durations"
-  printf '   %s\n' "${TIMES[@]}"
-  printf '   %-14s %4ds\n' total $((SECONDS - START))
-}
-
-down() {
+up= # the release whose cluster may be running
+# shellcheck disable=SC2317 # run by the EXIT trap
+finish() {
   local rc=$?
   trap - EXIT INT TERM
-  step cluster-down "$MAKE" cluster-down || rc=1
-  summary
-  if grep -E 'fuse|kubelet' /proc/self/mountinfo; then
-    echo "ci-kube: mounts left behind (above)" >&2
-    rc=1
+  if [ -n "$up" ]; then
+    timed "cluster-down $up" "$MAKE" cluster-down || rc=1
   fi
-  exit $rc
+  local s
+  for s in "$ARTIFACTS"/*/summary.txt; do
+    [ -f "$s" ] || continue
+    printf '\n=== ci-kube: kubelet %s (%s)\n' "$(basename "$(dirname "$s")")" "$(dirname "$s")"
+    cat "$s"
+  done
+  print_times ci-kube
+  exit "$rc"
 }
-trap down EXIT
+trap finish EXIT
 trap 'exit 130' INT TERM
 
-if [ "$(id -u)" != 0 ]; then
-  echo "ci-kube: needs root (the cluster runs kubelet and containerd on this machine)" >&2
-  exit 1
-fi
-
-# The Debian packages the cluster runs on (FACTS.md §5), installed when missing.
-PACKAGES="containerd runc containernetworking-plugins iptables conntrack openssl iproute2"
-packages() {
-  local missing=0 c
-  for c in containerd containerd-shim-runc-v2 runc ctr iptables conntrack openssl ip; do
-    command -v "$c" >/dev/null || missing=1
-  done
-  [ -x "${CNI_BIN_DIR:-/usr/lib/cni}/bridge" ] || missing=1
-  if [ $missing = 0 ]; then
-    echo "ci-kube: packages already installed"
-    return 0
+failed=0
+for run in "${RUNS[@]}"; do
+  version=${run%%=*} only=${run#*=}
+  if ! timed "cluster-build $version" "$MAKE" cluster-build K8S_VERSION="$version"; then
+    failed=1
+    continue
   fi
-  # shellcheck disable=SC2086 # a list of package names
-  DEBIAN_FRONTEND=noninteractive apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $PACKAGES
-}
-step packages packages
-
-# cluster-up depends on `make image`, so the image tarballs of this tree are built and imported here.
-step cluster-up "$MAKE" cluster-up
-export KUBECONFIG=${DFC_CLUSTER_DIR:-${DFC_CACHE_DIR:-$HOME/.cache/dummy-fuse-csi}/cluster}/kubeconfig
-export DFC_REQUIRE_PRIVILEGED=1
-export DFC_KUBE_ARTIFACTS=${DFC_KUBE_ARTIFACTS:-$PWD/_output/kube-e2e/ci-$(date +%Y%m%d-%H%M%S)}
-step test-kube "$MAKE" test-kube
-echo "== ci-kube: run dirs and summary in $DFC_KUBE_ARTIFACTS"
+  up=$version
+  if timed "cluster-up $version" "$MAKE" cluster-up K8S_VERSION="$version"; then
+    timed "test-kube $version: ${only:-all}" env DFC_KUBE_ARTIFACTS="$ARTIFACTS/$version" DFC_SCENARIOS="$only" \
+      "$MAKE" test-kube || failed=1
+  else
+    failed=1
+  fi
+  up=
+  # A cluster that did not come down leaves the machine unfit for the next one: stop here.
+  timed "cluster-down $version" "$MAKE" cluster-down || exit 1
+done
+exit "$failed"
