@@ -127,4 +127,4 @@ if [ "$left" = 0 ]; then
 else
   die "mounts are left (above): state kept in $DFC_CLUSTER_DIR; unmount them and run make cluster-down again"
 fi
-step "cluster down (built binaries stay cached in $K8S_BIN)"
+step "cluster down (built binaries stay cached in $DFC_CACHE_DIR/k8s-*)"

@@ -16,8 +16,17 @@ API_PORT=${API_PORT:-6443}
 need_root "it starts containerd and kubelet and mounts"
 lock_cluster
 on_exit() {
-  local rc=$?
-  [ "$rc" = 0 ] || echo "cluster-up failed (exit $rc): daemon logs in $CLUSTER_LOGS; make cluster-down cleans up" >&2
+  local rc=$? status
+  [ "$rc" != 0 ] || return 0
+  echo "cluster-up failed (exit $rc): daemon logs in $CLUSTER_LOGS; make cluster-down cleans up" >&2
+  # kubelet's cAdvisor reads /proc/<pid>/fd of every process in the root cgroup (all of them on a host without
+  # systemd) before the node registers; one process stuck in the kernel, e.g. on a dead FUSE mount that a
+  # held /dev/fuse fd keeps alive, hangs it and the node never becomes Ready. Name such processes.
+  for status in /proc/[0-9]*/status; do
+    if [ "$(awk '$1 == "State:" { print $2 }' "$status" 2>/dev/null)" = D ]; then
+      echo "  process ${status//[^0-9]/} ($(awk '$1 == "Name:" { print $2 }' "$status")) is stuck in the kernel at $(cat "${status%status}wchan" 2>/dev/null); kubelet may hang on it" >&2
+    fi
+  done
 }
 trap on_exit EXIT
 ensure_packages "${CLUSTER_PACKAGES[@]}"
