@@ -14,8 +14,10 @@ cd "$(dirname "$0")/.."
 # shellcheck source=hack/cluster/lib.sh
 source hack/cluster/lib.sh
 
-# The scenarios whose expected outcome depends on the kubelet version (the catalog gives the sources).
-VERSION_DEPENDENT_SCENARIOS="subpath"
+# The scenarios whose expected outcome depends on the kubelet version: the catalog says which (with the kubelet
+# code and PRs behind each outcome).
+VERSION_DEPENDENT_SCENARIOS=$(go run ./scenarios/cmd/dfc-scenario --list --version-dependent | xargs)
+[ -n "$VERSION_DEPENDENT_SCENARIOS" ] || die "the catalog names no version-dependent scenario"
 # The newest release without kubelet's subPath repair: v1.37 unmounts and binds again a subPath bind that
 # points at a dead FUSE connection (prepareSubpathTarget in pkg/volume/util/subpath/subpath_linux.go,
 # kubernetes PRs #138856 and #139275).
@@ -36,11 +38,11 @@ finish() {
   if [ -n "$up" ]; then
     timed "cluster-down $up" "$MAKE" cluster-down || rc=1
   fi
-  local s
-  for s in "$ARTIFACTS"/*/summary.txt; do
-    [ -f "$s" ] || continue
-    printf '\n=== ci-kube: kubelet %s (%s)\n' "$(basename "$(dirname "$s")")" "$(dirname "$s")"
-    cat "$s"
+  local run
+  for run in "${RUNS[@]}"; do
+    [ -f "$ARTIFACTS/${run%%=*}/summary.txt" ] || continue
+    printf '\n=== ci-kube: kubelet %s (%s)\n' "${run%%=*}" "$ARTIFACTS/${run%%=*}"
+    cat "$ARTIFACTS/${run%%=*}/summary.txt"
   done
   print_times ci-kube
   exit "$rc"
