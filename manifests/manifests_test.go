@@ -230,6 +230,9 @@ func catalogSetups(t *testing.T) map[string]scenarioWant {
 		if sc.Plugin.RestoreStrategy != "" && sc.Plugin.RestoreStrategy != scenarios.StrategyRebind {
 			sets = append(sets, "csi.plugin.restoreStrategy="+sc.Plugin.RestoreStrategy)
 		}
+		if sc.Plugin.FuseMode != "" && sc.Plugin.FuseMode != scenarios.FuseModeChild {
+			sets = append(sets, "csi.plugin.fuseMode="+sc.Plugin.FuseMode)
+		}
 		w := scenarioWant{chartValues: strings.Join(sets, ","), containers: map[string]containerSetup{}}
 		for _, c := range sc.Pod.Containers {
 			w.containers[c.Name] = containerSetup{

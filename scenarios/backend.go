@@ -56,6 +56,12 @@ type Backend interface {
 	KeepNote() string
 }
 
+// The backends' names (Backend.Name), as Scenario.Backends lists them.
+const (
+	BackendLocal = "local"
+	BackendKube  = "kube"
+)
+
 // Component is a part of a scenario's setup that a step kills or starts.
 //
 // Adding a kind: a constant here with its entry in components, and a case in each backend's Kill and Start.
@@ -65,6 +71,10 @@ type Component string
 const (
 	// PluginContainer is the CSI node plugin container; the FUSE servers it runs die with it.
 	PluginContainer Component = "plugin"
+	// SidecarContainer is the pod's FUSE sidecar (Pod.Sidecar), which serves the mount's /dev/fuse descriptor
+	// in the plugin's sidecar mode. Like kubelet with a native sidecar, Start starts it again and returns once
+	// it runs; it serves only if the plugin has a descriptor for it, and KReady says when it received one.
+	SidecarContainer Component = "sidecar"
 )
 
 // componentText says how the steps, the timeline and the report describe a component.
@@ -83,6 +93,12 @@ var components = map[Component]componentText{
 		kill:  "kill the plugin container (SIGKILL; its FUSE servers die with it)",
 		start: "start the plugin container again (same flags, same state dir)",
 		ready: "plugin serves CSI",
+	},
+	SidecarContainer: {
+		noun:  "sidecar container",
+		kill:  "kill the pod's FUSE sidecar container (SIGKILL; the dummy-fuse serving the mount dies with it)",
+		start: "start the sidecar container again, as kubelet restarts a native sidecar",
+		ready: "sidecar received the FUSE descriptor",
 	},
 }
 

@@ -36,6 +36,16 @@ const (
 		"#139275, read in v1.37.2); measured on kubelet v1.37.2"
 )
 
+// The sidecar scenarios' backends: the Kubernetes backend deploys neither the plugin's sidecar mode nor a pod
+// with the FUSE sidecar yet.
+var (
+	sidecarBackends    = []string{BackendLocal}
+	sidecarBackendsWhy = "the kube backend cannot deploy the plugin's sidecar mode and a pod with the FUSE sidecar yet"
+)
+
+// SidecarDelay is how long sidecar-late holds its sidecar back.
+const SidecarDelay = time.Second
+
 // Catalog returns every scenario, in a stable order (restart first).
 func Catalog() []Scenario {
 	warmUp := WaitFor(GoodReads{N: 3}, Dur{Fixed: 30 * time.Second})
@@ -233,6 +243,80 @@ func Catalog() []Scenario {
 				"mounter.IsMountPoint and, when the error is a corrupted mount (IsCorruptedMnt, which includes ENOTCONN), " +
 				"unmounts the bind and binds the subPath again from the restored volume; a live bind whose inode differs " +
 				"from the source is lazily unmounted and bound again.",
+		},
+		{
+			Name:  "sidecar-plugin-restart",
+			Title: "Sidecar mode: the plugin restarts under a running workload",
+			Shows: "In the sidecar mode (the GCS FUSE CSI design) no FUSE server runs in the plugin: the pod's own " +
+				"unprivileged sidecar serves the mount's /dev/fuse descriptor. Killing and restarting the plugin " +
+				"changes nothing for the workload: its descriptor, opened before the kill, keeps reading, and the " +
+				"host volume dir never dies, so nothing is mounted again.",
+			Plugin: Plugin{RestoreMounts: true, RestoreStrategy: StrategyRebind, FuseMode: FuseModeSidecar},
+			Pod: Pod{RestartPolicy: RestartAlways, Sidecar: &Sidecar{}, Containers: []Container{
+				{Name: reader, ExitOnError: true, KeepOpen: true},
+			}},
+			Steps: []Step{
+				warmUp,
+				KillPlugin(),
+				Observe(watchReads),
+				StartPlugin(),
+				Observe(watchReads),
+			},
+			Expect: []Expectation{
+				{Check: NeverFails{C: reader, After: AfterKill, Reads: 10}},
+				{Check: NeverFails{C: reader, After: AfterPluginBack, Reads: 5}},
+				{Check: VolumeDirAlive{}},
+			},
+			Backends: sidecarBackends, BackendsWhy: sidecarBackendsWhy,
+		},
+		{
+			Name:  "sidecar-late",
+			Title: "Sidecar mode: the sidecar is held back at pod start",
+			Shows: "Until the sidecar takes the descriptor and answers the kernel's INIT, every access to the mount " +
+				"blocks, stat included: the container runtime's stat of the volume dir before the workload's " +
+				"container starts waits for the sidecar, then the workload reads without ever seeing an error.",
+			Plugin: Plugin{FuseMode: FuseModeSidecar},
+			Pod: Pod{RestartPolicy: RestartAlways, Sidecar: &Sidecar{Delay: SidecarDelay}, Containers: []Container{
+				{Name: reader, ExitOnError: true, KeepOpen: false},
+			}},
+			Steps: []Step{
+				warmUp,
+				Observe(Dur{Reads: 3}),
+			},
+			Expect: []Expectation{
+				{Check: BlocksUntilServed{C: reader, Delay: SidecarDelay}},
+				{Check: NeverFails{C: reader, After: FromStart, Reads: 3}},
+				{Check: VolumeDirAlive{}},
+			},
+			Backends: sidecarBackends, BackendsWhy: sidecarBackendsWhy,
+		},
+		{
+			Name:  "sidecar-killed",
+			Title: "Sidecar mode: the sidecar container is killed and restarted",
+			Shows: "The sidecar holds the only descriptor of the mount (the plugin closed its copy once sent): when " +
+				"it dies, the mount dies (ENOTCONN). Kubelet restarts the native sidecar, but it finds no socket and " +
+				"nothing to serve; the mount stays dead for the running container, which only a new pod would fix.",
+			Plugin: Plugin{FuseMode: FuseModeSidecar},
+			Pod: Pod{RestartPolicy: RestartAlways, Sidecar: &Sidecar{}, Containers: []Container{
+				{Name: reader, KeepOpen: false},
+			}},
+			Steps: []Step{
+				warmUp,
+				Kill(SidecarContainer),
+				WaitFor(FailsWith{C: reader, Errno: "ENOTCONN"}, Dur{Fixed: 10 * time.Second}),
+				hostDead,
+				Start(SidecarContainer),
+				Observe(watchReads),
+			},
+			Expect: []Expectation{
+				{Check: FailsWith{C: reader, Errno: "ENOTCONN", Within: Dur{Fixed: 5 * time.Second, Reads: 2}}},
+				{Check: KeepsFailing{C: reader, Errno: "ENOTCONN", After: AfterRestart}},
+				{Check: NeverRecovers{C: reader, After: AfterRestart, For: watchReads}},
+				{Check: SidecarNeverServes{After: AfterRestart, For: watchReads}},
+				{Check: Restarts{C: reader, Min: 0, Max: 0}},
+				{Check: VolumeDir{Errno: "ENOTCONN", After: AfterRestart}},
+			},
+			Backends: sidecarBackends, BackendsWhy: sidecarBackendsWhy,
 		},
 	}
 }

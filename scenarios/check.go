@@ -39,22 +39,31 @@ type Anchor string
 
 // Anchors.
 const (
-	// AfterKill: after the plugin was first killed.
+	// AfterKill: after a step first killed a component (the plugin, the sidecar).
 	AfterKill Anchor = "kill"
 	// AfterPluginBack: after the plugin served again following the kill.
 	AfterPluginBack Anchor = "plugin-back"
 	// AfterVolumeRestored: after stat of the volume dir succeeded again following a failure after the kill.
 	AfterVolumeRestored Anchor = "volume-restored"
+	// AfterRestart: after the component killed first was started again following the kill (whether or not
+	// it serves: a restarted sidecar may have nothing to serve).
+	AfterRestart Anchor = "restart"
+	// FromStart: from the start of the run.
+	FromStart Anchor = "start"
 )
 
 func (a Anchor) phrase() string {
 	switch a {
 	case AfterKill:
-		return "after the plugin is killed"
+		return "after the kill"
 	case AfterPluginBack:
 		return "after the plugin is back"
 	case AfterVolumeRestored:
 		return "after the host volume dir is restored"
+	case AfterRestart:
+		return "after the killed component is started again"
+	case FromStart:
+		return "in the whole run"
 	}
 	return "after " + string(a)
 }
@@ -70,6 +79,10 @@ func (a Anchor) resolve(ev *Evidence) (time.Time, string) {
 		t, ok = ev.PluginBackTime()
 	case AfterVolumeRestored:
 		t, ok = ev.VolumeRestoredTime()
+	case AfterRestart:
+		t, ok = ev.RestartTime()
+	case FromStart:
+		t, ok = ev.Start, true
 	}
 	if !ok {
 		return time.Time{}, fmt.Sprintf("no evidence of the moment %q (%s)", a, a.phrase())
@@ -156,7 +169,7 @@ type FailsWith struct {
 }
 
 func (c FailsWith) Describe() string {
-	s := fmt.Sprintf("%s: a read or open fails with %s after the plugin is killed", c.C, c.Errno)
+	s := fmt.Sprintf("%s: a read or open fails with %s %s", c.C, c.Errno, AfterKill.phrase())
 	if c.Within != (Dur{}) {
 		s += " (within " + c.Within.String() + ")"
 	}
@@ -193,7 +206,7 @@ type Exits struct {
 }
 
 func (c Exits) Describe() string {
-	return fmt.Sprintf("%s exits with code %d after the plugin is killed", c.C, c.Code)
+	return fmt.Sprintf("%s exits with code %d %s", c.C, c.Code, AfterKill.phrase())
 }
 
 func (c Exits) Label() string { return "until " + c.C + " exits" }
@@ -520,6 +533,147 @@ func (c VolumeDir) Eval(ev *Evidence, _ Timing) Result {
 		return Result{Why: "the evidence ends before the anchor"}
 	}
 	return Result{OK: true, Why: why}
+}
+
+// NeverFails holds when container C never fails during the whole run (no failed open or read, no non-zero
+// exit, no failed start, no restart) and reads the file's content at least Reads times after the anchor: what
+// "the workload never sees an error" means in the evidence.
+type NeverFails struct {
+	C     string
+	After Anchor
+	Reads int
+}
+
+func (c NeverFails) Describe() string {
+	return fmt.Sprintf("%s never fails nor restarts during the whole run, and reads %q at least %d times %s",
+		c.C, Content, c.Reads, c.After.phrase())
+}
+
+func (c NeverFails) Label() string { return "while " + c.C + " reads" }
+
+func (c NeverFails) Containers() []string { return names(c.C) }
+
+func (c NeverFails) Eval(ev *Evidence, _ Timing) Result {
+	if f, ok := ev.First(time.Time{}, IsFailure(c.C)); ok {
+		return Result{Why: "it failed: " + cite(ev, f)}
+	}
+	if n := ev.Starts(c.C); n != 1 {
+		return Result{Why: fmt.Sprintf("%s started %d times, want once", c.C, n)}
+	}
+	from, why := c.After.resolve(ev)
+	if why != "" {
+		return Result{Why: why}
+	}
+	n := ev.Count(from, func(e Event) bool { return e.Container == c.C && e.IsGoodRead() })
+	total := ev.Count(time.Time{}, func(e Event) bool { return e.Container == c.C && e.IsGoodRead() })
+	why = fmt.Sprintf("no failure of %s in the run; %d good reads in all, %d %s", c.C, total, n, c.After.phrase())
+	return Result{OK: n >= c.Reads, Why: why}
+}
+
+// BlocksUntilServed holds, for a pod whose FUSE sidecar was held back by Delay, when container C's first good
+// read comes only after the sidecar has received the descriptor, at least Delay after the sidecar started,
+// and C never fails: every access blocked until the sidecar served, and none failed.
+type BlocksUntilServed struct {
+	C     string
+	Delay time.Duration
+}
+
+func (c BlocksUntilServed) Describe() string {
+	return fmt.Sprintf("%s's first read waits, without an error, until the sidecar held back by %s serves", c.C, c.Delay)
+}
+
+func (c BlocksUntilServed) Label() string { return "until " + c.C + " reads" }
+
+func (c BlocksUntilServed) Containers() []string { return names(c.C) }
+
+func (c BlocksUntilServed) Eval(ev *Evidence, _ Timing) Result {
+	isSidecar := func(k Kind) func(Event) bool {
+		return func(e Event) bool { return e.Component == SidecarContainer && e.Kind == k }
+	}
+	started, ok := ev.First(time.Time{}, isSidecar(KStarted))
+	if !ok {
+		return Result{Why: "no start of the sidecar in the evidence"}
+	}
+	served, ok := ev.First(started.Time, isSidecar(KReady))
+	if !ok {
+		return Result{Why: "the sidecar never received the descriptor"}
+	}
+	if f, ok := ev.First(time.Time{}, IsFailure(c.C)); ok {
+		return Result{Why: "it failed: " + cite(ev, f)}
+	}
+	first, ok := ev.First(time.Time{}, func(e Event) bool { return e.Container == c.C && e.IsGoodRead() })
+	if !ok {
+		return Result{Why: fmt.Sprintf("no good read of %s", c.C)}
+	}
+	why := fmt.Sprintf("sidecar started at %s, served %.3fs later; %s's first good read %.3fs after the sidecar started",
+		ev.Since(started.Time), served.Time.Sub(started.Time).Seconds(), c.C, first.Time.Sub(started.Time).Seconds())
+	if s, ok := ev.First(time.Time{}, func(e Event) bool { return e.Container == c.C && e.Kind == KContainerStarted }); ok {
+		why += fmt.Sprintf(" (its container started %.3fs after the sidecar)", s.Time.Sub(started.Time).Seconds())
+	}
+	switch {
+	case first.Time.Before(served.Time):
+		return Result{Why: why + ": it read before the sidecar served"}
+	case first.Time.Sub(started.Time) < c.Delay:
+		return Result{Why: why + fmt.Sprintf(": sooner than the sidecar's delay %s", c.Delay)}
+	}
+	return Result{OK: true, Why: why}
+}
+
+// VolumeDirAlive holds when every stat of the host volume dir in the run succeeded (at least one was made):
+// the mount never died, so nothing had to be mounted again.
+type VolumeDirAlive struct{}
+
+func (VolumeDirAlive) Describe() string {
+	return "stat of the host volume dir never fails during the run"
+}
+
+func (VolumeDirAlive) Label() string { return "while the volume dir lives" }
+
+func (VolumeDirAlive) Containers() []string { return nil }
+
+func (VolumeDirAlive) Eval(ev *Evidence, _ Timing) Result {
+	probe := func(e Event) bool { return e.Kind == KProbe && e.Path == PathVolume }
+	first, ok := ev.First(time.Time{}, probe)
+	if !ok {
+		return Result{Why: "no stat of the volume dir in the evidence"}
+	}
+	if bad, ok := ev.First(time.Time{}, func(e Event) bool { return probe(e) && e.Errno != "" }); ok {
+		return Result{Why: fmt.Sprintf("stat %s: %s at %s", ev.Paths[PathVolume], bad.Errno, at(ev, bad.Time))}
+	}
+	return Result{OK: true, Why: fmt.Sprintf("stat %s: ok from %s to the end (%s)", ev.Paths[PathVolume], at(ev, first.Time), ev.Since(ev.Until))}
+}
+
+// SidecarNeverServes holds when the pod's FUSE sidecar, started again after the anchor, never received a
+// descriptor, and the evidence covers at least For after the anchor.
+type SidecarNeverServes struct {
+	After Anchor
+	For   Dur
+}
+
+func (c SidecarNeverServes) Describe() string {
+	return fmt.Sprintf("the sidecar never receives a descriptor again (watched for %s %s)", c.For, c.After.phrase())
+}
+
+func (c SidecarNeverServes) Label() string { return "while the sidecar has nothing" }
+
+func (c SidecarNeverServes) Containers() []string { return nil }
+
+func (c SidecarNeverServes) Eval(ev *Evidence, t Timing) Result {
+	from, why := c.After.resolve(ev)
+	if why != "" {
+		return Result{Why: why}
+	}
+	if e, ok := ev.First(from, func(e Event) bool { return e.Component == SidecarContainer && e.Kind == KReady }); ok {
+		return Result{Why: "it served: " + cite(ev, e)}
+	}
+	if _, ok := ev.First(from, func(e Event) bool { return e.Component == SidecarContainer && e.Kind == KStarted }); !ok {
+		return Result{Why: "no start of the sidecar " + c.After.phrase()}
+	}
+	watched := ev.Until.Sub(from)
+	if watched < c.For.Resolve(t) {
+		return Result{Why: fmt.Sprintf("watched only %.2fs %s, need %s", watched.Seconds(), c.After.phrase(), c.For.Explain(t))}
+	}
+	return Result{OK: true, Why: fmt.Sprintf("no descriptor received in %.2fs %s", watched.Seconds(), c.After.phrase())}
 }
 
 func names(c string) []string {

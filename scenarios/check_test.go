@@ -50,6 +50,40 @@ func brokenStory() *Evidence {
 	return s.until(5000).ev
 }
 
+// sidecarStory is the evidence of a sidecar-mode run: the sidecar, held back, serves at 1.0s; the reader's
+// container starts then and reads; the plugin is killed at 2s and back at 3s; the reader never fails.
+func sidecarStory() *Evidence {
+	s := newStory()
+	s.at(0, Event{Source: SrcComponent, Component: SidecarContainer, Kind: KStarted})
+	s.at(1000, Event{Source: SrcProbe, Kind: KProbe, Path: PathVolume})
+	s.at(1000, Event{Source: SrcComponent, Component: SidecarContainer, Kind: KReady})
+	s.at(1005, Event{Source: SrcKubelet, Kind: KContainerStarted, Container: reader})
+	for ms := 1010; ms <= 4000; ms += 200 {
+		s.at(ms, Event{Source: SrcWorkload, Kind: KRead, Container: reader, Content: Content})
+	}
+	s.at(2000, Event{Source: SrcComponent, Component: PluginContainer, Kind: KKilled})
+	s.at(3000, Event{Source: SrcComponent, Component: PluginContainer, Kind: KReady})
+	return s.until(4000).ev
+}
+
+// sidecarKilledStory: the sidecar serves, is killed at 1s, the reader fails, the sidecar restarts at 1.5s.
+func sidecarKilledStory(served bool) *Evidence {
+	s := newStory()
+	s.at(0, Event{Source: SrcComponent, Component: SidecarContainer, Kind: KStarted})
+	s.at(10, Event{Source: SrcComponent, Component: SidecarContainer, Kind: KReady})
+	s.at(20, Event{Source: SrcKubelet, Kind: KContainerStarted, Container: reader})
+	s.at(50, Event{Source: SrcProbe, Kind: KProbe, Path: PathVolume})
+	s.at(100, Event{Source: SrcWorkload, Kind: KRead, Container: reader, Content: Content})
+	s.at(1000, Event{Source: SrcComponent, Component: SidecarContainer, Kind: KKilled})
+	s.at(1100, Event{Source: SrcWorkload, Kind: KOpenError, Container: reader, Errno: "ENOTCONN"})
+	s.at(1200, Event{Source: SrcProbe, Kind: KProbe, Path: PathVolume, Errno: "ENOTCONN"})
+	s.at(1500, Event{Source: SrcComponent, Component: SidecarContainer, Kind: KStarted})
+	if served {
+		s.at(1600, Event{Source: SrcComponent, Component: SidecarContainer, Kind: KReady})
+	}
+	return s.until(4000).ev
+}
+
 func TestChecks(t *testing.T) {
 	tm := Timing{ReadInterval: 200 * time.Millisecond, BackoffBase: 500 * time.Millisecond}
 	restart, broken := restartStory(), brokenStory()
@@ -102,6 +136,26 @@ func TestChecks(t *testing.T) {
 		{"volume still dead: wrong", restart, VolumeDir{Errno: "ENOTCONN", After: AfterPluginBack}, false, "ok since"},
 		{"volume still dead", broken, VolumeDir{Errno: "ENOTCONN", After: AfterPluginBack}, true, "ENOTCONN since"},
 		{"no probes", &Evidence{Events: []Event{{Kind: KKilled, Component: PluginContainer}, {Kind: KReady, Component: PluginContainer}}}, VolumeDir{After: AfterPluginBack}, false, "no stat"},
+
+		{"never fails", sidecarStory(), NeverFails{C: reader, After: AfterPluginBack, Reads: 5}, true, "5 after the plugin is back"},
+		{"never fails: too few reads", sidecarStory(), NeverFails{C: reader, After: AfterPluginBack, Reads: 6}, false, "5 after"},
+		{"never fails: but it did", restart, NeverFails{C: reader, After: FromStart}, false, "it failed: reader#0 read_error ENOTCONN"},
+		{"never fails: no anchor", sidecarStory(), NeverFails{C: reader, After: AfterVolumeRestored}, false, "no evidence"},
+
+		{"blocks until served", sidecarStory(), BlocksUntilServed{C: reader, Delay: time.Second}, true, "first good read 1.010s after"},
+		{"blocks: shorter than the delay", sidecarStory(), BlocksUntilServed{C: reader, Delay: 2 * time.Second}, false, "sooner than"},
+		{"blocks: a failure", sidecarKilledStory(false), BlocksUntilServed{C: reader}, false, "it failed"},
+		{"blocks: no sidecar", restart, BlocksUntilServed{C: reader}, false, "no start of the sidecar"},
+
+		{"volume dir alive", sidecarStory(), VolumeDirAlive{}, true, "ok from"},
+		{"volume dir died", sidecarKilledStory(false), VolumeDirAlive{}, false, "ENOTCONN at"},
+		{"volume dir: no probes", &Evidence{}, VolumeDirAlive{}, false, "no stat"},
+
+		{"sidecar never serves", sidecarKilledStory(false), SidecarNeverServes{After: AfterRestart, For: Dur{Fixed: 2 * time.Second}}, true, "2.50s after"},
+		{"sidecar served again", sidecarKilledStory(true), SidecarNeverServes{After: AfterRestart}, false, "it served"},
+		{"sidecar: not watched long enough", sidecarKilledStory(false), SidecarNeverServes{After: AfterRestart, For: Dur{Fixed: 3 * time.Second}}, false, "watched only"},
+		{"sidecar: no restart", sidecarStory(), SidecarNeverServes{After: AfterRestart}, false, "no evidence"},
+		{"keeps failing after the restart", sidecarKilledStory(false), KeepsFailing{C: reader, Errno: "ENOTCONN", After: AfterRestart}, false, "no ENOTCONN"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -183,6 +183,16 @@ func (ev *Evidence) PluginBackTime() (time.Time, bool) {
 	return e.Time, ok
 }
 
+// RestartTime is when the component killed first was started again after the kill.
+func (ev *Evidence) RestartTime() (time.Time, bool) {
+	k, ok := ev.firstKill()
+	if !ok {
+		return time.Time{}, false
+	}
+	e, ok := ev.First(k.Time, func(e Event) bool { return e.Kind == KStarted && e.Component == k.Component })
+	return e.Time, ok
+}
+
 // VolumeRestoredTime is when stat of the volume dir first succeeded again after having failed after the kill.
 func (ev *Evidence) VolumeRestoredTime() (time.Time, bool) {
 	k, ok := ev.KillTime()

@@ -19,6 +19,14 @@ func FormatMeasure(d time.Duration) string {
 	return fmt.Sprintf("%.2fs", d.Seconds())
 }
 
+// killMeasure formats a measure from the kill: "–" for a scenario whose steps kill nothing.
+func (o *Outcome) killMeasure(d time.Duration) string {
+	if !o.Scenario.Kills() {
+		return "–"
+	}
+	return FormatMeasure(d)
+}
+
 // PrintVerdicts prints one PASS/FAIL line per expected outcome, the measures, and why a run failed.
 func PrintVerdicts(w io.Writer, o *Outcome) {
 	fmt.Fprintf(w, "verdicts (kubelet %s):\n", o.Kubelet)
@@ -40,8 +48,12 @@ func PrintVerdicts(w io.Writer, o *Outcome) {
 		fmt.Fprintf(w, "  FAIL  cleanup: %v\n", o.CleanupErr)
 	}
 	m := o.Measures
+	if !o.Scenario.Kills() {
+		fmt.Fprintf(w, "measured: no step kills anything · wall %s\n", m.Wall.Round(10*time.Millisecond))
+		return
+	}
 	fmt.Fprintf(w, "measured: kill → first ENOTCONN %s · kill → volume dir restored %s · kill → first good read again %s · wall %s\n",
-		FormatMeasure(m.KillToError), FormatMeasure(m.KillToRestore), FormatMeasure(m.KillToRecovery), m.Wall.Round(10*time.Millisecond))
+		o.killMeasure(m.KillToError), o.killMeasure(m.KillToRestore), o.killMeasure(m.KillToRecovery), m.Wall.Round(10*time.Millisecond))
 }
 
 // PrintSummary prints one line per outcome: its result, the measured intervals and its report.
@@ -51,7 +63,7 @@ func PrintSummary(w io.Writer, outcomes []*Outcome) {
 	for _, o := range outcomes {
 		m := o.Measures
 		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", o.Scenario.Name, o.Kubelet, passFail(o.Passed()),
-			FormatMeasure(m.KillToError), FormatMeasure(m.KillToRestore), FormatMeasure(m.KillToRecovery),
+			o.killMeasure(m.KillToError), o.killMeasure(m.KillToRestore), o.killMeasure(m.KillToRecovery),
 			m.Wall.Round(10*time.Millisecond), filepath.Join(o.Dir, "report.md"))
 	}
 	tw.Flush()
@@ -140,8 +152,8 @@ func Markdown(o *Outcome) string {
 
 	m := o.Measures
 	b.WriteString("\n## Measured\n\n| plugin kill → first ENOTCONN | kill → volume dir restored | kill → first good read again | wall time of the run |\n|---|---|---|---|\n")
-	fmt.Fprintf(&b, "| %s | %s | %s | %s |\n\n", FormatMeasure(m.KillToError), FormatMeasure(m.KillToRestore),
-		FormatMeasure(m.KillToRecovery), m.Wall.Round(10*time.Millisecond))
+	fmt.Fprintf(&b, "| %s | %s | %s | %s |\n\n", o.killMeasure(m.KillToError), o.killMeasure(m.KillToRestore),
+		o.killMeasure(m.KillToRecovery), m.Wall.Round(10*time.Millisecond))
 	if len(sc.Pod.Containers) > 0 {
 		fmt.Fprintf(&b, "Times are for container `%s`; \"never\" means it did not happen during the run.\n", sc.Pod.Containers[0].Name)
 	}

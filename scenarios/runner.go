@@ -119,6 +119,9 @@ func (r *Runner) setup(ctx context.Context) error {
 	if err := r.o.Scenario.Validate(); err != nil {
 		return err
 	}
+	if err := r.o.Scenario.RunsOn(r.b.Name()); err != nil {
+		return err
+	}
 	env, err := NewEnv(r.o.Dir)
 	if err != nil {
 		return fmt.Errorf("run dir: %w", err)

@@ -23,9 +23,16 @@ type fakeBackend struct {
 	calls    []string
 	// restartRecovers: whether the container reads again after the plugin is back.
 	restartRecovers bool
+	// name is the backend's name ("fake" when empty).
+	name string
 }
 
-func (f *fakeBackend) Name() string { return "fake" }
+func (f *fakeBackend) Name() string {
+	if f.name == "" {
+		return "fake"
+	}
+	return f.name
+}
 
 func (f *fakeBackend) Describe() string { return "backend fake" }
 
@@ -292,7 +299,8 @@ func TestTimelineSVGEscapesAndCopesWithNothing(t *testing.T) {
 }
 
 func TestCatalog(t *testing.T) {
-	want := []string{"restart", "restart-no-restore", "restore-without-exit", "exit-without-restore", "host-to-container", "subpath"}
+	want := []string{"restart", "restart-no-restore", "restore-without-exit", "exit-without-restore", "host-to-container", "subpath",
+		"sidecar-plugin-restart", "sidecar-late", "sidecar-killed"}
 	have := map[string]bool{}
 	for _, s := range Catalog() {
 		if err := s.Validate(); err != nil {
@@ -367,7 +375,12 @@ func TestValidateRejects(t *testing.T) {
 	base := restartScenario(t)
 	cases := map[string]func(s *Scenario){
 		"unknown container in check": func(s *Scenario) { s.Expect[0].Check = Exits{C: "ghost"} },
-		"no kill":                    func(s *Scenario) { s.Steps = []Step{Observe(Dur{Fixed: time.Second})} },
+		"no steps":                   func(s *Scenario) { s.Steps = nil },
+		"sidecar without the mode":   func(s *Scenario) { s.Pod.Sidecar = &Sidecar{} },
+		"mode without the sidecar":   func(s *Scenario) { s.Plugin.FuseMode = FuseModeSidecar },
+		"unknown FUSE mode":          func(s *Scenario) { s.Plugin.FuseMode = "remote" },
+		"sidecar step, no sidecar":   func(s *Scenario) { s.Steps = append([]Step{Kill(SidecarContainer)}, s.Steps...) },
+		"backends without why":       func(s *Scenario) { s.Backends = []string{BackendLocal} },
 		"bad policy":                 func(s *Scenario) { s.Pod.RestartPolicy = "Sometimes" },
 		"absolute subPath":           func(s *Scenario) { s.Pod.Containers[0].SubPath = "/etc" },
 		"escaping subPath":           func(s *Scenario) { s.Pod.Containers[0].SubPath = "../x" },
@@ -382,6 +395,29 @@ func TestValidateRejects(t *testing.T) {
 		if err := s.Validate(); err == nil {
 			t.Errorf("%s: Validate accepted it", name)
 		}
+	}
+}
+
+// TestRunsOn: a scenario names the backends that can run it, and the runner refuses the others before
+// deploying anything.
+func TestRunsOn(t *testing.T) {
+	sc, err := Lookup("sidecar-killed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sc.RunsOn(BackendLocal); err != nil {
+		t.Errorf("local: %v", err)
+	}
+	if err := sc.RunsOn(BackendKube); err == nil || !strings.Contains(err.Error(), "cannot run on the kube backend (it runs on: local): the kube backend cannot deploy") {
+		t.Errorf("kube: %v, want a refusal that says why", err)
+	}
+	if r, _ := Lookup("restart"); r.RunsOn(BackendKube) != nil {
+		t.Error("restart runs everywhere")
+	}
+	b := &fakeBackend{name: BackendKube}
+	o := Run(context.Background(), b, sc, RunOptions{Dir: t.TempDir(), Out: io.Discard})
+	if o.Err == nil || !strings.Contains(o.Err.Error(), "cannot run on the kube backend") || len(b.calls) > 1 {
+		t.Errorf("run on kube: err %v, calls %v; want a refusal before Setup", o.Err, b.calls)
 	}
 }
 

@@ -17,6 +17,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/fusemode"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/restore"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/dummy-fuse/dummyfs"
 )
@@ -57,6 +58,15 @@ const (
 	StrategyStack  = string(restore.Stack)
 )
 
+// The plugin's FUSE placements (--fuse-mode), as the catalog names them.
+const (
+	// FuseModeChild runs each FUSE server as a child of the plugin (the plugin's default).
+	FuseModeChild = fusemode.ChildName
+	// FuseModeSidecar mounts each pod's volume dir with a /dev/fuse descriptor that an unprivileged sidecar
+	// container of the pod serves (the GCS FUSE CSI driver's design); the pod needs Pod.Sidecar.
+	FuseModeSidecar = fusemode.SidecarName
+)
+
 // FileName is the file the dummy-fuse filesystem serves at its root, and Content what it holds.
 const (
 	FileName = dummyfs.FileName
@@ -69,6 +79,8 @@ type Plugin struct {
 	RestoreMounts bool
 	// RestoreStrategy is --restore-strategy (StrategyRebind or StrategyStack); empty means the plugin's default.
 	RestoreStrategy string
+	// FuseMode is --fuse-mode (FuseModeChild or FuseModeSidecar); empty means the plugin's default (child).
+	FuseMode string
 }
 
 // Args returns the plugin's command-line flags for this setup (besides endpoint, node ID and paths).
@@ -80,6 +92,9 @@ func (p Plugin) Args() []string {
 	if p.RestoreStrategy != "" {
 		args = append(args, "--restore-strategy="+p.RestoreStrategy)
 	}
+	if p.FuseMode != "" {
+		args = append(args, "--fuse-mode="+p.FuseMode)
+	}
 	return args
 }
 
@@ -87,6 +102,26 @@ func (p Plugin) Args() []string {
 type Pod struct {
 	RestartPolicy RestartPolicy
 	Containers    []Container
+	// Sidecar is the pod's FUSE sidecar, required by the plugin's sidecar mode; nil means none.
+	Sidecar *Sidecar
+}
+
+// Sidecar is the pod's native sidecar container (an init container with restartPolicy: Always, as
+// manifests/pod-sidecar.yaml has it): `csi-plugin sidecar` running as an unprivileged user without
+// capabilities, with the pod's dfc-sidecar emptyDir, where the plugin serves the volume's /dev/fuse descriptor.
+// Kubelet starts it before the workload containers and restarts it whenever it exits.
+type Sidecar struct {
+	// Delay is the sidecar's --delay: it waits this long before it connects to the plugin's socket.
+	Delay time.Duration
+}
+
+// Args returns `csi-plugin sidecar`'s arguments for the volume whose socket is socket.
+func (s Sidecar) Args(socket string) []string {
+	args := []string{"sidecar", "--socket=" + socket}
+	if s.Delay > 0 {
+		args = append(args, "--delay="+s.Delay.String())
+	}
+	return args
 }
 
 // Container is one workload container: dummy-fuse-workload reading the volume's file.
@@ -249,6 +284,19 @@ type Scenario struct {
 	Expect []Expectation
 	// Note is shown in the report (e.g. how sure we are about an expected outcome).
 	Note string
+	// Backends names the backends (Backend.Name) that can deploy the setup; empty means every backend.
+	// BackendsWhy says why the others cannot (yet).
+	Backends    []string
+	BackendsWhy string
+}
+
+// RunsOn returns nil when the backend called backend can deploy the scenario, else an error saying why not.
+func (s *Scenario) RunsOn(backend string) error {
+	if len(s.Backends) == 0 || slices.Contains(s.Backends, backend) {
+		return nil
+	}
+	return fmt.Errorf("scenario %s cannot run on the %s backend (it runs on: %s): %s", s.Name, backend,
+		strings.Join(s.Backends, ", "), s.BackendsWhy)
 }
 
 // VersionDependent reports whether the scenario expects different outcomes on different kubelet versions.
@@ -282,6 +330,11 @@ func (s *Scenario) Container(name string) (Container, bool) {
 	return Container{}, false
 }
 
+// Kills reports whether a step kills a component (the measures from the kill mean nothing otherwise).
+func (s *Scenario) Kills() bool {
+	return slices.ContainsFunc(s.Steps, func(st Step) bool { return st.Action == ActKill })
+}
+
 // Components lists the components the steps kill or start, in the order the steps first name them.
 func (s *Scenario) Components() []Component {
 	var out []Component
@@ -302,6 +355,24 @@ func (s *Scenario) Validate() error {
 	case "", StrategyRebind, StrategyStack:
 	default:
 		return fmt.Errorf("scenario %s: unknown restore strategy %q", s.Name, s.Plugin.RestoreStrategy)
+	}
+	switch s.Plugin.FuseMode {
+	case "", FuseModeChild:
+		if s.Pod.Sidecar != nil {
+			return fmt.Errorf("scenario %s: the pod has a FUSE sidecar, but the plugin's FUSE mode is not %s", s.Name, FuseModeSidecar)
+		}
+	case FuseModeSidecar:
+		if s.Pod.Sidecar == nil {
+			return fmt.Errorf("scenario %s: the plugin's FUSE mode is %s, but the pod has no sidecar", s.Name, FuseModeSidecar)
+		}
+		if s.Pod.Sidecar.Delay < 0 {
+			return fmt.Errorf("scenario %s: negative sidecar delay %s", s.Name, s.Pod.Sidecar.Delay)
+		}
+	default:
+		return fmt.Errorf("scenario %s: unknown FUSE mode %q", s.Name, s.Plugin.FuseMode)
+	}
+	if len(s.Backends) > 0 && s.BackendsWhy == "" {
+		return fmt.Errorf("scenario %s: it names the backends that can run it, but not why the others cannot", s.Name)
 	}
 	switch s.Pod.RestartPolicy {
 	case RestartAlways, RestartOnFailure, RestartNever:
@@ -329,15 +400,17 @@ func (s *Scenario) Validate() error {
 			return fmt.Errorf("scenario %s: container %s: unknown propagation %q", s.Name, c.Name, c.Propagation)
 		}
 	}
-	kills := 0
+	if len(s.Steps) == 0 {
+		return fmt.Errorf("scenario %s: no steps", s.Name)
+	}
 	for i, st := range s.Steps {
 		switch st.Action {
 		case ActKill, ActStart:
 			if !st.Component.Known() {
 				return fmt.Errorf("scenario %s: step %d: unknown component %q", s.Name, i+1, st.Component)
 			}
-			if st.Action == ActKill {
-				kills++
+			if st.Component == SidecarContainer && s.Pod.Sidecar == nil {
+				return fmt.Errorf("scenario %s: step %d: the pod has no sidecar", s.Name, i+1)
 			}
 		case ActObserve:
 		case ActWaitFor:
@@ -350,9 +423,6 @@ func (s *Scenario) Validate() error {
 		if err := checkContainers(s, st.Until); err != nil {
 			return fmt.Errorf("scenario %s: step %d: %w", s.Name, i+1, err)
 		}
-	}
-	if kills == 0 {
-		return fmt.Errorf("scenario %s: no step kills anything", s.Name)
 	}
 	if len(s.Expect) == 0 {
 		return fmt.Errorf("scenario %s: expects nothing", s.Name)

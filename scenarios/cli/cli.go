@@ -48,6 +48,8 @@ type config struct {
 	// kubeletVersion is the kubelet the local backend models.
 	kubeletVersion string
 	scenarios      []scenarios.Scenario
+	// leftOut says, per scenario of "all" that the backend cannot run, why it is left out.
+	leftOut []string
 	// readIntervalSet: --read-interval was given (the kube backend has its own default).
 	readIntervalSet bool
 	kube            kube.Options
@@ -116,15 +118,15 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	if fl.NArg() == 0 {
 		return cfg, command.Usagef("name at least one scenario (or all)")
 	}
-	var err error
-	if cfg.scenarios, err = scenarios.Select(fl.Args()); err != nil {
-		return cfg, &command.UsageError{Err: err}
-	}
 	fl.Visit(func(f *flag.Flag) { cfg.readIntervalSet = cfg.readIntervalSet || f.Name == "read-interval" })
 	switch cfg.backend {
-	case "local", "kube":
+	case scenarios.BackendLocal, scenarios.BackendKube:
 	default:
-		return cfg, command.Usagef("unknown backend %q (local, kube)", cfg.backend)
+		return cfg, command.Usagef("unknown backend %q (%s, %s)", cfg.backend, scenarios.BackendLocal, scenarios.BackendKube)
+	}
+	var err error
+	if cfg.scenarios, cfg.leftOut, err = selectFor(cfg.backend, fl.Args()); err != nil {
+		return cfg, &command.UsageError{Err: err}
 	}
 	if cfg.binDir == "" {
 		exe, err := os.Executable()
@@ -134,6 +136,28 @@ func parse(args []string, stderr io.Writer) (config, error) {
 		cfg.binDir = filepath.Dir(exe)
 	}
 	return cfg, nil
+}
+
+// selectFor returns the scenarios names selects (see scenarios.Select) that backend can run. A scenario named
+// explicitly that it cannot run is an error; "all" leaves such scenarios out, saying why in leftOut.
+func selectFor(backend string, names []string) (run []scenarios.Scenario, leftOut []string, err error) {
+	for _, n := range names {
+		sel, err := scenarios.Select([]string{n})
+		if err != nil {
+			return nil, nil, err
+		}
+		for _, s := range sel {
+			switch err := s.RunsOn(backend); {
+			case err == nil:
+				run = append(run, s)
+			case n == "all":
+				leftOut = append(leftOut, err.Error())
+			default:
+				return nil, nil, err
+			}
+		}
+	}
+	return run, leftOut, nil
 }
 
 // list prints the catalog: name, title and, for a scenario whose outcome depends on the kubelet version, the
@@ -169,6 +193,9 @@ func kubeletRanges(s *scenarios.Scenario) []string {
 func runAll(ctx context.Context, cfg config, out io.Writer) error {
 	if cfg.backend == "local" && os.Geteuid() != 0 {
 		return errors.New("the local backend needs root (it mounts FUSE filesystems and creates mount namespaces)")
+	}
+	for _, why := range cfg.leftOut {
+		fmt.Fprintf(out, "left out: %s\n", why)
 	}
 	var results []*scenarios.Outcome
 	for _, sc := range cfg.scenarios {

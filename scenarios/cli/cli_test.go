@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"context"
+	"io"
 	"strings"
 	"testing"
 
@@ -31,6 +32,9 @@ func TestParse(t *testing.T) {
 		{args: []string{"--kubelet-version=v1.36", "subpath"}, code: -1, names: "subpath"},
 		{args: []string{"--kubelet-version=v1.35.4", "subpath"}, code: 2, out: "does not model kubelet v1.35.4"},
 		{args: []string{"--version-dependent", "subpath"}, code: 2, out: "goes with --list"},
+		{args: []string{"sidecar-killed"}, code: -1, names: "sidecar-killed"},
+		{args: []string{"--backend=kube", "sidecar-killed"}, code: 2, out: "scenario sidecar-killed cannot run on the kube backend (it runs on: local)"},
+		{args: []string{"--backend=kube", "all"}, code: -1, names: strings.Join(kubeNames(), ",")},
 	}
 	for _, tc := range cases {
 		var stdout, stderr bytes.Buffer
@@ -59,6 +63,36 @@ func TestParse(t *testing.T) {
 		if !strings.Contains(stdout.String()+stderr.String(), tc.out) {
 			t.Errorf("%q: output lacks %q:\n%s%s", tc.args, tc.out, stdout.String(), stderr.String())
 		}
+	}
+}
+
+// kubeNames are the catalog's scenarios that the kube backend can run.
+func kubeNames() []string {
+	var out []string
+	for _, s := range scenarios.Catalog() {
+		if s.RunsOn(scenarios.BackendKube) == nil {
+			out = append(out, s.Name)
+		}
+	}
+	return out
+}
+
+// TestAllLeavesOut: "all" on a backend that cannot run some scenarios leaves them out, saying why.
+func TestAllLeavesOut(t *testing.T) {
+	cfg, err := parse([]string{"--backend=kube", "all"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.leftOut) == 0 || len(cfg.leftOut)+len(cfg.scenarios) != len(scenarios.Catalog()) {
+		t.Fatalf("left out %q, running %d of %d", cfg.leftOut, len(cfg.scenarios), len(scenarios.Catalog()))
+	}
+	for _, why := range cfg.leftOut {
+		if !strings.Contains(why, "cannot run on the kube backend") {
+			t.Errorf("left out without a reason: %q", why)
+		}
+	}
+	if cfg, err := parse([]string{"all"}, io.Discard); err != nil || len(cfg.leftOut) != 0 {
+		t.Errorf("local all: %v, left out %q", err, cfg.leftOut)
 	}
 }
 

@@ -200,7 +200,7 @@ func New(opts Options) *Backend {
 }
 
 // Name implements scenarios.Backend.
-func (b *Backend) Name() string { return "kube" }
+func (b *Backend) Name() string { return scenarios.BackendKube }
 
 // Timing implements scenarios.Backend: kubelet's real restart back-off, and a read interval of a tenth of it.
 // Teardown waits for kubelet to unpublish and unstage, for helm and for the namespace.

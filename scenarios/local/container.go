@@ -156,55 +156,16 @@ func (c *container) start() (*proc, error) {
 	if interval <= 0 {
 		interval = b.opts.ReadInterval
 	}
-	cfg, err := json.Marshal(initConfig{
-		Mounts: []initMount{{Source: src, Target: c.spec.Mount(), Propagation: prop}},
-		Argv:   append([]string{b.opts.WorkloadPath}, c.spec.WorkloadArgs(interval)...),
-	})
-	if err != nil {
-		return nil, err
-	}
-	statusR, statusW, err := os.Pipe()
-	if err != nil {
-		return nil, err
-	}
-	defer statusR.Close()
-	// Like a container runtime, the container's output goes to a log file that outlives the runner (a pipe
-	// would kill the workload with SIGPIPE once the runner is gone, e.g. after --keep); the runner tails it.
 	c.mu.Lock()
 	inst := c.starts
 	c.mu.Unlock()
 	logPath := filepath.Join(b.dir, "containers", fmt.Sprintf("%s-%d.log", c.spec.Name, inst))
-	if err := os.MkdirAll(filepath.Dir(logPath), 0o755); err != nil {
-		statusW.Close()
-		return nil, err
-	}
-	logW, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
+	p, err := b.launch(initConfig{
+		Mounts: []initMount{{Source: src, Target: c.spec.Mount(), Propagation: prop}},
+		Argv:   append([]string{b.opts.WorkloadPath}, c.spec.WorkloadArgs(interval)...),
+	}, logPath)
 	if err != nil {
-		statusW.Close()
 		return nil, err
-	}
-	cmd := exec.Command("/proc/self/exe", initArg, string(cfg))
-	cmd.Stdout, cmd.Stderr = logW, logW // like kubectl logs: both streams
-	cmd.ExtraFiles = []*os.File{statusW}
-	cmd.SysProcAttr = &syscall.SysProcAttr{
-		Cloneflags: syscall.CLONE_NEWNS | syscall.CLONE_NEWPID, Setpgid: true, Pdeathsig: b.deathSig(),
-	}
-	err = cmd.Start()
-	statusW.Close()
-	logW.Close()
-	if err != nil {
-		return nil, fmt.Errorf("start container init: %w", err)
-	}
-	p := startedProc(cmd)
-	// The status pipe closes on the workload's exec (close-on-exec) or carries the init's error.
-	msg := make([]byte, 4096)
-	n, _ := statusR.Read(msg)
-	if n > 0 {
-		<-p.done
-		return nil, &startError{
-			Message: "failed to create containerd task: failed to create shim task: OCI runtime create failed: " + string(msg[:n]),
-			Cause:   errInitFailed,
-		}
 	}
 	logR, err := os.Open(logPath)
 	if err != nil {
@@ -230,5 +191,54 @@ func (c *container) start() (*proc, error) {
 			b.rec.Add(scenarios.ParseWorkloadLine(line, c.spec.Name, inst, time.Now()))
 		})
 	}()
+	return p, nil
+}
+
+// launch starts a container: this binary re-executed as the container's init (see MaybeInit) in new mount
+// and PID namespaces, with cfg. Like a container runtime, it sends the container's output to a log file that
+// outlives the runner (a pipe would kill the workload with SIGPIPE once the runner is gone, e.g. after
+// --keep), which the caller tails. It returns once the init has exec'd the command, or the init's error.
+func (b *Backend) launch(cfg initConfig, logPath string) (*proc, error) {
+	cfgJSON, err := json.Marshal(cfg)
+	if err != nil {
+		return nil, err
+	}
+	statusR, statusW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	defer statusR.Close()
+	if err := os.MkdirAll(filepath.Dir(logPath), 0o755); err != nil {
+		statusW.Close()
+		return nil, err
+	}
+	logW, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
+	if err != nil {
+		statusW.Close()
+		return nil, err
+	}
+	cmd := exec.Command("/proc/self/exe", initArg, string(cfgJSON))
+	cmd.Stdout, cmd.Stderr = logW, logW // like kubectl logs: both streams
+	cmd.ExtraFiles = []*os.File{statusW}
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		Cloneflags: syscall.CLONE_NEWNS | syscall.CLONE_NEWPID, Setpgid: true, Pdeathsig: b.deathSig(),
+	}
+	err = cmd.Start()
+	statusW.Close()
+	logW.Close()
+	if err != nil {
+		return nil, fmt.Errorf("start container init: %w", err)
+	}
+	p := startedProc(cmd)
+	// The status pipe closes on the command's exec (close-on-exec) or carries the init's error.
+	msg := make([]byte, 4096)
+	n, _ := statusR.Read(msg)
+	if n > 0 {
+		<-p.done
+		return nil, &startError{
+			Message: "failed to create containerd task: failed to create shim task: OCI runtime create failed: " + string(msg[:n]),
+			Cause:   errInitFailed,
+		}
+	}
 	return p, nil
 }

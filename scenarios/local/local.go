@@ -112,6 +112,14 @@ type Backend struct {
 	pluginStarts int
 	csi          *csiClient
 
+	// The pod's FUSE sidecar (sidecar mode): its process, starts so far, emptyDir, log and the end of its
+	// current instance's output.
+	sidecar       *proc
+	sidecarStarts int
+	sidecarDir    string
+	sidecarLog    *scenarios.LogFile
+	sidecarOut    chan struct{}
+
 	containers []*container
 	cancel     context.CancelFunc // stops the kubelet loops and the probe
 	wg         sync.WaitGroup
@@ -129,7 +137,7 @@ func New(opts Options) *Backend {
 }
 
 // Name implements scenarios.Backend.
-func (b *Backend) Name() string { return "local" }
+func (b *Backend) Name() string { return scenarios.BackendLocal }
 
 // Describe implements scenarios.Backend.
 func (b *Backend) Describe() string {
@@ -171,6 +179,12 @@ func (b *Backend) Setup(ctx context.Context, sc *scenarios.Scenario, env *scenar
 		return err
 	}
 	b.pluginLog, b.workloadLog, b.kubeletLog = logs[0], logs[1], logs[2]
+	if sc.Pod.Sidecar != nil {
+		if logs, err = env.Logs("sidecar.log"); err != nil {
+			return err
+		}
+		b.sidecarLog = logs[0]
+	}
 
 	if err := makeRShared(b.root); err != nil {
 		return err
@@ -205,6 +219,11 @@ func (b *Backend) Setup(ctx context.Context, sc *scenarios.Scenario, env *scenar
 	if err := b.startPlugin(ctx); err != nil {
 		return err
 	}
+	if sc.Pod.Sidecar != nil {
+		if err := b.makeSidecarVolume(); err != nil {
+			return err
+		}
+	}
 	mkdir := func(d string) error { return os.MkdirAll(d, 0o750) }
 	if err := b.csi.stageAndPublish(ctx, b.vol, mkdir, b.logf); err != nil {
 		return err
@@ -220,6 +239,12 @@ func (b *Backend) Setup(ctx context.Context, sc *scenarios.Scenario, env *scenar
 		scenarios.StatHostPaths(loopCtx, b.rec, map[string]string{
 			scenarios.PathVolume: b.vol.target, scenarios.PathStaging: b.vol.staging}, b.opts.ProbeInterval)
 	}()
+	// A native sidecar starts before the pod's containers (kubelet's SidecarContainers, GA in v1.33).
+	if sc.Pod.Sidecar != nil {
+		if err := b.startSidecar(); err != nil {
+			return err
+		}
+	}
 	for i, spec := range sc.Pod.Containers {
 		c := &container{b: b, spec: spec, index: i, firstAttempt: make(chan struct{}),
 			bo: restartBackoff{base: b.opts.BackoffBase, max: b.opts.BackoffMax}}
@@ -242,6 +267,10 @@ func (b *Backend) Kill(ctx context.Context, c scenarios.Component) error {
 	switch c {
 	case scenarios.PluginContainer:
 		return b.killPlugin(ctx)
+	case scenarios.SidecarContainer:
+		if b.sc.Pod.Sidecar != nil {
+			return b.killSidecar(ctx)
+		}
 	}
 	return fmt.Errorf("local backend: cannot kill %s", c)
 }
@@ -254,6 +283,14 @@ func (b *Backend) Start(ctx context.Context, c scenarios.Component) error {
 			return errors.New("the plugin is still running")
 		}
 		return b.startPlugin(ctx)
+	case scenarios.SidecarContainer:
+		if b.sc.Pod.Sidecar == nil {
+			break
+		}
+		if b.sidecar != nil && !b.sidecar.exited() {
+			return errors.New("the sidecar is still running")
+		}
+		return b.startSidecar()
 	}
 	return fmt.Errorf("local backend: cannot start %s", c)
 }
@@ -380,6 +417,18 @@ func (b *Backend) Stop(ctx context.Context) error {
 			c.waitOutput()
 		}
 	}
+	if p := b.sidecar; p != nil && !p.exited() {
+		b.logf("teardown: stop sidecar pid %d", p.pid())
+		if err := p.stop(2 * time.Second); err != nil {
+			errs = append(errs, fmt.Errorf("stop sidecar: %w", err))
+		}
+	}
+	if b.sidecarOut != nil {
+		select {
+		case <-b.sidecarOut:
+		case <-time.After(2 * time.Second):
+		}
+	}
 	if b.podUID != "" {
 		// kubelet's CleanSubPaths, before the volume is unpublished.
 		done, err := unmountAll(kubeletpath.SubPaths(b.root, b.podUID))
@@ -435,6 +484,10 @@ func (b *Backend) printKeep() {
 		fmt.Fprintf(&w, "  plugin container: pid %d (csi-plugin, init of its PID namespace), socket %s\n", b.plugin.pid(), b.sock)
 		pids = append(pids, fmt.Sprint(b.plugin.pid()))
 	}
+	if p := b.sidecar; p != nil && !p.exited() {
+		fmt.Fprintf(&w, "  sidecar container: pid %d (csi-plugin sidecar, uid %d)\n", p.pid(), sidecarUser)
+		pids = append(pids, fmt.Sprint(p.pid()))
+	}
 	for _, c := range b.containers {
 		if p := c.current(); p != nil && !p.exited() {
 			fmt.Fprintf(&w, "  container %s: pid %d, log %s/containers/%s-%d.log\n", c.spec.Name, p.pid(), b.dir, c.spec.Name, c.starts-1)
@@ -455,8 +508,10 @@ func (b *Backend) printKeep() {
 }
 
 func (b *Backend) closeLogs() {
-	for _, l := range []*scenarios.LogFile{b.workloadLog, b.pluginLog, b.kubeletLog} {
-		_ = l.Close()
+	for _, l := range []*scenarios.LogFile{b.workloadLog, b.pluginLog, b.kubeletLog, b.sidecarLog} {
+		if l != nil {
+			_ = l.Close()
+		}
 	}
 }
 

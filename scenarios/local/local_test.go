@@ -89,6 +89,9 @@ func (b *Backend) procs() []*proc {
 	if b.plugin != nil {
 		ps = append(ps, b.plugin)
 	}
+	if b.sidecar != nil {
+		ps = append(ps, b.sidecar)
+	}
 	for _, c := range b.containers {
 		if p := c.current(); p != nil {
 			ps = append(ps, p)
@@ -135,8 +138,12 @@ func TestScenarios(t *testing.T) {
 						t.Errorf("artifact %s: %v (empty or missing)", name, err)
 					}
 				}
-				if got := strings.Join(o.Artifacts, " "); got != "plugin.log workload.log kubelet.log" {
-					t.Errorf("artifacts %q, want the plugin's, the workload's and the local kubelet's logs", got)
+				want := "plugin.log workload.log kubelet.log"
+				if sc.Pod.Sidecar != nil {
+					want += " sidecar.log"
+				}
+				if got := strings.Join(o.Artifacts, " "); got != want {
+					t.Errorf("artifacts %q, want %q: the plugin's, the workload's, the local kubelet's and the sidecar's logs", got, want)
 				}
 			})
 		}

@@ -1,0 +1,123 @@
+package local
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/fusemode"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/kubeletpath"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
+)
+
+// The pod's FUSE sidecar (scenarios.Pod.Sidecar), as manifests/pod-sidecar.yaml declares it: `csi-plugin
+// sidecar` as a native sidecar (an init container with restartPolicy: Always), user 65534 without
+// capabilities, with the pod's dfc-sidecar emptyDir mounted. Here it is a container like the workload's (new
+// mount and PID namespaces, set up by the container init), which also gets the two binaries it runs
+// bind-mounted, standing in for its image.
+const (
+	// sidecarUser is the sidecar's runAsUser and runAsGroup (nobody), as in manifests/pod-sidecar.yaml.
+	sidecarUser = 65534
+	// sidecarMount is where the dfc-sidecar emptyDir appears in the sidecar; sidecarBin holds its binaries.
+	sidecarMount = "/mnt/" + fusemode.SidecarVolume
+	sidecarBin   = "/mnt/bin"
+	// sidecarServes is the line `csi-plugin sidecar` prints once it holds the descriptor (csi-plugin/sidecar).
+	sidecarServes = "received the FUSE descriptor"
+)
+
+// makeSidecarVolume creates the pod's dfc-sidecar emptyDir before the volume is published (kubelet sets up a
+// pod's volumes independently; the plugin answers Unavailable until it exists), with mode 0777 as kubelet
+// creates an emptyDir (pkg/volume/emptydir/empty_dir.go, setupDir), so that the unprivileged sidecar can use it.
+func (b *Backend) makeSidecarVolume() error {
+	b.sidecarDir = filepath.Join(kubeletpath.PodDir(b.root, b.podUID), kubeletpath.EmptyDirIn(fusemode.SidecarVolume))
+	if err := os.MkdirAll(b.sidecarDir, 0o750); err != nil {
+		return err
+	}
+	if err := os.Chmod(b.sidecarDir, 0o777); err != nil {
+		return err
+	}
+	b.logf("emptyDir %s: %s (0777)", fusemode.SidecarVolume, b.sidecarDir)
+	return nil
+}
+
+// sidecarEvent records an event of the sidecar container's lifecycle.
+func (b *Backend) sidecarEvent(kind scenarios.Kind, t time.Time, msg string) {
+	b.rec.Add(scenarios.Event{Time: t, Source: scenarios.SrcComponent, Component: scenarios.SidecarContainer, Kind: kind, Message: msg})
+}
+
+// startSidecar starts the sidecar container and returns once it runs, as kubelet starts the workload
+// containers once a native sidecar without a startup probe is running (it does not wait for it to serve).
+// KReady is recorded when the sidecar logs that it received the descriptor.
+func (b *Backend) startSidecar() error {
+	socket := filepath.Join(sidecarMount, pvName, fusemode.SocketName)
+	args := append(b.sc.Pod.Sidecar.Args(socket), "--dummy-fuse-path="+filepath.Join(sidecarBin, "dummy-fuse"))
+	plugin := filepath.Join(sidecarBin, "csi-plugin")
+	logPath := filepath.Join(b.dir, "containers", fmt.Sprintf("sidecar-%d.log", b.sidecarStarts))
+	p, err := b.launch(initConfig{
+		Mounts: []initMount{
+			{Source: b.sidecarDir, Target: sidecarMount, Propagation: "rprivate"},
+			{Source: b.opts.PluginPath, Target: plugin, Propagation: "rprivate"},
+			{Source: b.opts.FusePath, Target: filepath.Join(sidecarBin, "dummy-fuse"), Propagation: "rprivate"},
+		},
+		Argv: append([]string{plugin}, args...),
+		User: &initUser{UID: sidecarUser, GID: sidecarUser},
+	}, logPath)
+	if err != nil {
+		return fmt.Errorf("start sidecar: %w", err)
+	}
+	logR, err := os.Open(logPath)
+	if err != nil {
+		_ = p.stop(time.Second)
+		return err
+	}
+	inst := b.sidecarStarts
+	b.sidecarStarts++
+	b.sidecar = p
+	b.sidecarEvent(scenarios.KStarted, time.Time{}, fmt.Sprintf("pid %d, uid %d, %s", p.pid(), sidecarUser, strings.Join(args, " ")))
+	b.logf("sidecar#%d: started pid %d as uid %d: %s %s, log %s", inst, p.pid(), sidecarUser, plugin, strings.Join(args, " "), logPath)
+	go func() {
+		<-p.done
+		b.sidecarEvent(scenarios.KExited, p.exitTime, p.state.String())
+	}()
+	out := make(chan struct{})
+	b.sidecarOut = out
+	go func() {
+		defer close(out)
+		defer logR.Close()
+		prefix := fmt.Sprintf("sidecar#%d", inst)
+		scenarios.TailLines(logR, p.done, 20*time.Millisecond, func(line []byte) {
+			b.sidecarLog.WriteLine(prefix, line)
+			if bytes.Contains(line, []byte(sidecarServes)) {
+				b.sidecarEvent(scenarios.KReady, time.Time{}, string(line))
+			}
+		})
+	}()
+	return nil
+}
+
+// killSidecar sends SIGKILL to the sidecar container's init (PID 1 of its namespace: dummy-fuse dies with it).
+func (b *Backend) killSidecar(ctx context.Context) error {
+	p := b.sidecar
+	if p == nil || p.exited() {
+		return errors.New("the sidecar is not running")
+	}
+	b.sidecarEvent(scenarios.KKilled, time.Time{}, fmt.Sprintf("SIGKILL pid %d", p.pid()))
+	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		return fmt.Errorf("kill sidecar pid %d: %w", p.pid(), err)
+	}
+	b.logf("sidecar pid %d: SIGKILL", p.pid())
+	select {
+	case <-p.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(10 * time.Second):
+		return fmt.Errorf("sidecar pid %d did not die within 10s of SIGKILL", p.pid())
+	}
+}
