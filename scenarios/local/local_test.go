@@ -341,3 +341,49 @@ func TestRootBindIsolated(t *testing.T) {
 		t.Errorf("%d mounts at %s, want 1 (the root bind leaks into another peer group)", n, sub)
 	}
 }
+
+// TestSidecarUnprivileged: the pod's FUSE sidecar runs as manifests/pod-sidecar.yaml declares it, user and group
+// 65534 without any capability and with no_new_privs, in a PID namespace of its own, and it serves the mount.
+func TestSidecarUnprivileged(t *testing.T) {
+	sc, err := scenarios.Lookup("sidecar-plugin-restart")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, dir := newBackend(t, Options{})
+	env, err := scenarios.NewEnv(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := b.Stop(context.Background()); err != nil {
+			t.Error(err)
+		}
+	}()
+	if err := b.Setup(context.Background(), &sc, env); err != nil {
+		t.Fatal(err)
+	}
+	pid := b.sidecar.pid()
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"Uid": "65534\t65534\t65534\t65534", "Gid": "65534\t65534\t65534\t65534", "Groups": "",
+		"CapInh": "0000000000000000", "CapPrm": "0000000000000000", "CapEff": "0000000000000000", "CapAmb": "0000000000000000",
+		"NoNewPrivs": "1", "NSpid": fmt.Sprintf("%d\t1", pid)}
+	for _, line := range strings.Split(string(status), "\n") {
+		k, v, _ := strings.Cut(line, ":")
+		if w, ok := want[k]; ok {
+			if got := strings.TrimSpace(v); got != w {
+				t.Errorf("sidecar pid %d: %s %q, want %q", pid, k, got, w)
+			}
+			delete(want, k)
+		}
+	}
+	for k := range want {
+		t.Errorf("sidecar pid %d: no %s in /proc/PID/status", pid, k)
+	}
+	// It serves: the volume dir answers (stat would block until the sidecar took the descriptor).
+	if _, err := os.Stat(filepath.Join(b.vol.target, scenarios.FileName)); err != nil {
+		t.Errorf("the sidecar does not serve the mount: %v", err)
+	}
+}
