@@ -75,6 +75,10 @@ const (
 	// in the plugin's sidecar mode. Like kubelet with a native sidecar, Start starts it again and returns once
 	// it runs; it serves only if the plugin has a descriptor for it, and KReady says when it received one.
 	SidecarContainer Component = "sidecar"
+	// WorkloadPod is the workload pod as a whole. Kill deletes it the way kubelet tears a deleted pod down (its
+	// containers stopped, then NodeUnpublishVolume and NodeUnstageVolume); Start creates it again, as its
+	// controller would, with a new pod UID: NodeStageVolume, NodePublishVolume, its sidecar and containers.
+	WorkloadPod Component = "pod"
 )
 
 // componentText says how the steps, the timeline and the report describe a component.
@@ -99,6 +103,12 @@ var components = map[Component]componentText{
 		kill:  "kill the pod's FUSE sidecar container (SIGKILL; the dummy-fuse serving the mount dies with it)",
 		start: "start the sidecar container again, as kubelet restarts a native sidecar",
 		ready: "sidecar received the FUSE descriptor",
+	},
+	WorkloadPod: {
+		noun:  "workload pod",
+		kill:  "delete the workload pod (kubelet stops its containers, then NodeUnpublishVolume, NodeUnstageVolume)",
+		start: "create the workload pod again (a new pod UID: NodeStageVolume, NodePublishVolume, its containers)",
+		ready: "pod's volume published and its containers started",
 	},
 }
 

@@ -318,6 +318,34 @@ func Catalog() []Scenario {
 			},
 			Backends: sidecarBackends, BackendsWhy: sidecarBackendsWhy,
 		},
+		{
+			Name:  "sidecar-new-pod",
+			Title: "Sidecar mode: the sidecar is killed; only a new pod brings the volume back",
+			Shows: "What fixes sidecar-killed: deleting the pod (kubelet unpublishes and unstages its volume) and " +
+				"creating it again (a new pod UID, a new NodePublishVolume, a new descriptor for its new sidecar). " +
+				"The new pod's container reads again; the sidecar's restart before that did not help.",
+			Plugin: Plugin{FuseMode: FuseModeSidecar},
+			Pod: Pod{RestartPolicy: RestartAlways, Sidecar: &Sidecar{}, Containers: []Container{
+				{Name: reader, KeepOpen: false},
+			}},
+			Steps: []Step{
+				warmUp,
+				Kill(SidecarContainer),
+				WaitFor(FailsWith{C: reader, Errno: "ENOTCONN"}, Dur{Fixed: 10 * time.Second}),
+				Start(SidecarContainer),
+				Observe(Dur{Reads: 5}),
+				Kill(WorkloadPod),
+				Start(WorkloadPod),
+				WaitFor(Recovers{C: reader}, Dur{Fixed: 10 * time.Second, Reads: 5}),
+				Observe(Dur{Reads: 3}),
+			},
+			Expect: []Expectation{
+				{Check: FailsWith{C: reader, Errno: "ENOTCONN", Within: Dur{Fixed: 5 * time.Second, Reads: 2}}},
+				{Check: NoGoodReadUntil{C: reader, Component: WorkloadPod}},
+				{Check: Recovers{C: reader, Instance: NewInstance}},
+			},
+			Backends: sidecarBackends, BackendsWhy: sidecarBackendsWhy,
+		},
 	}
 }
 

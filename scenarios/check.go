@@ -328,12 +328,12 @@ type Recovers struct {
 }
 
 func (c Recovers) Describe() string {
-	s := fmt.Sprintf("%s reads %q again after the plugin restart", c.C, Content)
+	s := fmt.Sprintf("%s reads %q again after its failure", c.C, Content)
 	switch c.Instance {
 	case SameInstance:
 		s += ", without a container restart"
 	case NewInstance:
-		s += ", in a restarted container"
+		s += ", in a new container (restarted, or a new pod's)"
 	}
 	return s
 }
@@ -674,6 +674,38 @@ func (c SidecarNeverServes) Eval(ev *Evidence, t Timing) Result {
 		return Result{Why: fmt.Sprintf("watched only %.2fs %s, need %s", watched.Seconds(), c.After.phrase(), c.For.Explain(t))}
 	}
 	return Result{OK: true, Why: fmt.Sprintf("no descriptor received in %.2fs %s", watched.Seconds(), c.After.phrase())}
+}
+
+// NoGoodReadUntil holds when container C, after its first failure after the kill, reads the file's content
+// no more until Component is killed (e.g. the pod deleted): nothing short of that brought it back.
+type NoGoodReadUntil struct {
+	C         string
+	Component Component
+}
+
+func (c NoGoodReadUntil) Describe() string {
+	return fmt.Sprintf("%s reads %q no more until the %s is killed", c.C, Content, c.Component.Noun())
+}
+
+func (c NoGoodReadUntil) Label() string { return "while " + c.C + " reads nothing" }
+
+func (c NoGoodReadUntil) Containers() []string { return names(c.C) }
+
+func (c NoGoodReadUntil) Eval(ev *Evidence, _ Timing) Result {
+	f, ok := ev.FirstFailureAfterKill(c.C)
+	if !ok {
+		return Result{Why: fmt.Sprintf("%s never failed after the kill", c.C)}
+	}
+	k, ok := ev.First(f.Time, func(e Event) bool { return e.Kind == KKilled && e.Component == c.Component })
+	if !ok {
+		return Result{Why: fmt.Sprintf("the %s was not killed after %s's failure", c.Component.Noun(), c.C)}
+	}
+	if e, ok := ev.First(f.Time, func(e Event) bool { return e.Container == c.C && e.IsGoodRead() }); ok && e.Time.Before(k.Time) {
+		return Result{Why: "it read again before: " + cite(ev, e)}
+	}
+	n := ev.Count(f.Time, func(e Event) bool { return e.Container == c.C && e.IsWorkloadError() && !e.Time.After(k.Time) })
+	return Result{OK: true, Why: fmt.Sprintf("%d failed reads or opens and no good read from %s to the %s's kill at %s",
+		n, at(ev, f.Time), c.Component.Noun(), at(ev, k.Time))}
 }
 
 func names(c string) []string {

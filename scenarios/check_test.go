@@ -84,6 +84,24 @@ func sidecarKilledStory(served bool) *Evidence {
 	return s.until(4000).ev
 }
 
+// newPodStory: the sidecar is killed at 1s, the reader fails; the pod is deleted at 2s and created again,
+// and its reader (instance 1) reads; with readBefore the old one read once more before the deletion.
+func newPodStory(readBefore bool) *Evidence {
+	s := newStory()
+	s.at(0, Event{Source: SrcKubelet, Kind: KContainerStarted, Container: reader})
+	s.at(100, Event{Source: SrcWorkload, Kind: KRead, Container: reader, Content: Content})
+	s.at(1000, Event{Source: SrcComponent, Component: SidecarContainer, Kind: KKilled})
+	s.at(1100, Event{Source: SrcWorkload, Kind: KOpenError, Container: reader, Errno: "ENOTCONN"})
+	s.at(1300, Event{Source: SrcWorkload, Kind: KOpenError, Container: reader, Errno: "ENOTCONN"})
+	if readBefore {
+		s.at(1500, Event{Source: SrcWorkload, Kind: KRead, Container: reader, Content: Content})
+	}
+	s.at(2000, Event{Source: SrcComponent, Component: WorkloadPod, Kind: KKilled})
+	s.at(2100, Event{Source: SrcKubelet, Kind: KContainerStarted, Container: reader, Instance: 1})
+	s.at(2200, Event{Source: SrcWorkload, Kind: KRead, Container: reader, Instance: 1, Content: Content})
+	return s.until(3000).ev
+}
+
 func TestChecks(t *testing.T) {
 	tm := Timing{ReadInterval: 200 * time.Millisecond, BackoffBase: 500 * time.Millisecond}
 	restart, broken := restartStory(), brokenStory()
@@ -155,6 +173,10 @@ func TestChecks(t *testing.T) {
 		{"sidecar served again", sidecarKilledStory(true), SidecarNeverServes{After: AfterRestart}, false, "it served"},
 		{"sidecar: not watched long enough", sidecarKilledStory(false), SidecarNeverServes{After: AfterRestart, For: Dur{Fixed: 3 * time.Second}}, false, "watched only"},
 		{"sidecar: no restart", sidecarStory(), SidecarNeverServes{After: AfterRestart}, false, "no evidence"},
+		{"no good read until the pod's deletion", newPodStory(false), NoGoodReadUntil{C: reader, Component: WorkloadPod}, true, "2 failed reads or opens and no good read"},
+		{"a good read before the pod's deletion", newPodStory(true), NoGoodReadUntil{C: reader, Component: WorkloadPod}, false, "it read again before"},
+		{"no pod deletion", sidecarKilledStory(false), NoGoodReadUntil{C: reader, Component: WorkloadPod}, false, "was not killed"},
+		{"recovers in the new pod", newPodStory(false), Recovers{C: reader, Instance: NewInstance}, true, "reader#1"},
 		{"keeps failing after the restart", sidecarKilledStory(false), KeepsFailing{C: reader, Errno: "ENOTCONN", After: AfterRestart}, false, "no ENOTCONN"},
 	}
 	for _, tc := range cases {

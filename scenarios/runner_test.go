@@ -300,7 +300,7 @@ func TestTimelineSVGEscapesAndCopesWithNothing(t *testing.T) {
 
 func TestCatalog(t *testing.T) {
 	want := []string{"restart", "restart-no-restore", "restore-without-exit", "exit-without-restore", "host-to-container", "subpath",
-		"sidecar-plugin-restart", "sidecar-late", "sidecar-killed"}
+		"sidecar-plugin-restart", "sidecar-late", "sidecar-killed", "sidecar-new-pod"}
 	have := map[string]bool{}
 	for _, s := range Catalog() {
 		if err := s.Validate(); err != nil {

@@ -12,6 +12,9 @@
 //     init (this binary re-executed, see MaybeInit) the way runc sets up CRI mounts. Before every start it
 //     does what kubelet and containerd do: kubelet's subPath preparation, then containerd's stat of each
 //     mount source, with their error messages. Restart policies and kubelet's restart back-off are applied.
+//   - In the plugin's sidecar mode the pod's FUSE sidecar (csi-plugin sidecar) is a container too, started
+//     before the workload's, as user 65534 without capabilities (see sidecar.go). Deleting the pod is
+//     kubelet's teardown (containers stopped, unpublish, unstage); creating it again uses a new pod UID.
 //   - Stop stops every process by PID and unmounts everything below the root dir, deepest first.
 package local
 
@@ -102,9 +105,11 @@ type Backend struct {
 	sc        *scenarios.Scenario
 	dir, root string
 	podUID    string
-	sock      string
-	stateDir  string
-	vol       volume
+	// podDeleted: a step deleted the pod and none was created since.
+	podDeleted bool
+	sock       string
+	stateDir   string
+	vol        volume
 
 	kubeletLog, pluginLog, workloadLog *scenarios.LogFile
 
@@ -121,8 +126,10 @@ type Backend struct {
 	sidecarOut    chan struct{}
 
 	containers []*container
+	loopCtx    context.Context    // the kubelet loops' and the probe's, for the life of the backend
 	cancel     context.CancelFunc // stops the kubelet loops and the probe
-	wg         sync.WaitGroup
+	podCancel  context.CancelFunc // stops the current pod's loops and probe
+	wg         sync.WaitGroup     // the current pod's loops and probe
 	rootBound  bool
 	stopped    bool
 	keepNote   string
@@ -192,8 +199,6 @@ func (b *Backend) Setup(ctx context.Context, sc *scenarios.Scenario, env *scenar
 	b.rootBound = true
 	b.logf("modelling kubelet %s; kubelet root %s: bind-mounted onto itself, rshared", b.kubelet, b.root)
 
-	uid := newUID()
-	b.podUID = uid
 	b.sock = filepath.Join(b.root, "plugins", b.opts.DriverName, "csi.sock")
 	// sun_path holds 108 bytes with the terminating NUL (unix(7)); a longer path fails only when the plugin
 	// binds, with a bare "invalid argument".
@@ -201,24 +206,36 @@ func (b *Backend) Setup(ctx context.Context, sc *scenarios.Scenario, env *scenar
 		return fmt.Errorf("the plugin's socket %s would be %d bytes long, more than the 107 a unix socket path allows: choose a shorter run directory (--out)", b.sock, len(b.sock))
 	}
 	b.stateDir = filepath.Join(b.dir, "plugin-state")
+	for _, d := range []string{filepath.Dir(b.sock), b.stateDir} {
+		if err := os.MkdirAll(d, 0o750); err != nil {
+			return err
+		}
+	}
+	if err := b.startPlugin(ctx); err != nil {
+		return err
+	}
+	b.loopCtx, b.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	return b.podUp(ctx)
+}
+
+// podUp is what kubelet does for a new pod: a new pod UID, its emptyDir, NodeStageVolume and
+// NodePublishVolume, the probe of its volume paths, then its native sidecar and its containers. It returns
+// once every container has had its first start attempt. A container's instances are numbered on from the
+// pod before (kubelet would start again at restart count 0), so that the evidence tells them apart.
+func (b *Backend) podUp(ctx context.Context) error {
+	sc := b.sc
+	uid := newUID()
+	b.podUID = uid
 	b.vol = volume{
 		driver: b.opts.DriverName, handle: volumeHandle, pvName: pvName,
 		podName: podName, podNamespace: podNamespace, podUID: uid,
 		staging: kubeletpath.Staging(b.root, b.opts.DriverName, volumeHandle),
 		target:  kubeletpath.Target(b.root, uid, pvName),
 	}
-	for _, d := range []string{filepath.Dir(b.sock), b.stateDir} {
-		if err := os.MkdirAll(d, 0o750); err != nil {
-			return err
-		}
-	}
 	b.rec.SetPaths(map[string]string{
 		scenarios.PathRoot: b.root, scenarios.PathVolume: b.vol.target, scenarios.PathStaging: b.vol.staging,
 	})
-
-	if err := b.startPlugin(ctx); err != nil {
-		return err
-	}
+	b.logf("pod %s/%s: uid %s", podNamespace, podName, uid)
 	if sc.Pod.Sidecar != nil {
 		if err := b.makeSidecarVolume(); err != nil {
 			return err
@@ -231,12 +248,12 @@ func (b *Backend) Setup(ctx context.Context, sc *scenarios.Scenario, env *scenar
 	b.rec.Add(scenarios.Event{Source: scenarios.SrcKubelet, Kind: scenarios.KVolumeMounted,
 		Message: "volume staged and published (NodeStageVolume, NodePublishVolume)"})
 
-	loopCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	b.cancel = cancel
+	podCtx, cancel := context.WithCancel(b.loopCtx)
+	b.podCancel = cancel
 	b.wg.Add(1)
 	go func() {
 		defer b.wg.Done()
-		scenarios.StatHostPaths(loopCtx, b.rec, map[string]string{
+		scenarios.StatHostPaths(podCtx, b.rec, map[string]string{
 			scenarios.PathVolume: b.vol.target, scenarios.PathStaging: b.vol.staging}, b.opts.ProbeInterval)
 	}()
 	// A native sidecar starts before the pod's containers (kubelet's SidecarContainers, GA in v1.33).
@@ -245,12 +262,17 @@ func (b *Backend) Setup(ctx context.Context, sc *scenarios.Scenario, env *scenar
 			return err
 		}
 	}
+	previous := b.containers
+	b.containers = nil
 	for i, spec := range sc.Pod.Containers {
 		c := &container{b: b, spec: spec, index: i, firstAttempt: make(chan struct{}),
 			bo: restartBackoff{base: b.opts.BackoffBase, max: b.opts.BackoffMax}}
+		if i < len(previous) {
+			c.starts = previous[i].starts
+		}
 		b.containers = append(b.containers, c)
 		b.wg.Add(1)
-		go c.loop(loopCtx)
+		go c.loop(podCtx)
 	}
 	for _, c := range b.containers {
 		select {
@@ -262,6 +284,54 @@ func (b *Backend) Setup(ctx context.Context, sc *scenarios.Scenario, env *scenar
 	return nil
 }
 
+// podDown is kubelet's deletion of the pod: its loops end, its containers and its sidecar are stopped
+// (SIGTERM, a grace period, SIGKILL), its subPath binds cleaned (CleanSubPaths), then NodeUnpublishVolume and,
+// as no other pod uses the volume, NodeUnstageVolume. It returns what it could not stop or unmount.
+func (b *Backend) podDown(ctx context.Context) error {
+	if b.podCancel != nil {
+		b.podCancel()
+	}
+	b.wg.Wait()
+	var errs []error
+	for _, c := range b.containers {
+		if p := c.current(); p != nil && !p.exited() {
+			b.logf("pod deletion: stop %s pid %d", c.spec.Name, p.pid())
+			if err := p.stop(2 * time.Second); err != nil {
+				errs = append(errs, fmt.Errorf("stop container %s: %w", c.spec.Name, err))
+			}
+			c.waitOutput()
+		}
+	}
+	if p := b.sidecar; p != nil && !p.exited() {
+		b.logf("pod deletion: stop sidecar pid %d", p.pid())
+		if err := p.stop(2 * time.Second); err != nil {
+			errs = append(errs, fmt.Errorf("stop sidecar: %w", err))
+		}
+	}
+	if b.sidecarOut != nil {
+		select {
+		case <-b.sidecarOut:
+		case <-time.After(2 * time.Second):
+		}
+	}
+	if b.podUID != "" {
+		// kubelet's CleanSubPaths, before the volume is unpublished.
+		done, err := unmountAll(kubeletpath.SubPaths(b.root, b.podUID))
+		b.logLines("pod deletion: ", done)
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if b.plugin != nil && !b.plugin.exited() && b.csi != nil {
+		if err := b.csi.unpublishAndUnstage(ctx, b.vol, b.logf); err != nil {
+			errs = append(errs, err)
+		}
+	} else {
+		errs = append(errs, errors.New("the plugin is not running: kubelet cannot unpublish the pod's volume"))
+	}
+	return errors.Join(errs...)
+}
+
 // Kill implements scenarios.Backend.
 func (b *Backend) Kill(ctx context.Context, c scenarios.Component) error {
 	switch c {
@@ -271,6 +341,17 @@ func (b *Backend) Kill(ctx context.Context, c scenarios.Component) error {
 		if b.sc.Pod.Sidecar != nil {
 			return b.killSidecar(ctx)
 		}
+	case scenarios.WorkloadPod:
+		if b.podDeleted {
+			return errors.New("the pod is deleted already")
+		}
+		b.rec.Add(scenarios.Event{Source: scenarios.SrcComponent, Component: scenarios.WorkloadPod, Kind: scenarios.KKilled,
+			Message: "pod " + b.podUID + " deleted: containers stopped, volume unpublished and unstaged"})
+		b.podDeleted = true
+		err := b.podDown(ctx)
+		b.rec.Add(scenarios.Event{Source: scenarios.SrcComponent, Component: scenarios.WorkloadPod, Kind: scenarios.KExited,
+			Message: "pod " + b.podUID + " gone"})
+		return err
 	}
 	return fmt.Errorf("local backend: cannot kill %s", c)
 }
@@ -291,6 +372,19 @@ func (b *Backend) Start(ctx context.Context, c scenarios.Component) error {
 			return errors.New("the sidecar is still running")
 		}
 		return b.startSidecar()
+	case scenarios.WorkloadPod:
+		if !b.podDeleted {
+			return errors.New("the pod still exists")
+		}
+		b.podDeleted = false
+		if err := b.podUp(ctx); err != nil {
+			return err
+		}
+		b.rec.Add(scenarios.Event{Source: scenarios.SrcComponent, Component: scenarios.WorkloadPod, Kind: scenarios.KStarted,
+			Message: "pod " + b.podUID + " created"})
+		b.rec.Add(scenarios.Event{Source: scenarios.SrcComponent, Component: scenarios.WorkloadPod, Kind: scenarios.KReady,
+			Message: "pod " + b.podUID + ": volume published, every container had its first start"})
+		return nil
 	}
 	return fmt.Errorf("local backend: cannot start %s", c)
 }
@@ -437,7 +531,7 @@ func (b *Backend) Stop(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 	}
-	if b.plugin != nil && !b.plugin.exited() && b.csi != nil {
+	if b.plugin != nil && !b.plugin.exited() && b.csi != nil && !b.podDeleted {
 		if err := b.csi.unpublishAndUnstage(ctx, b.vol, b.logf); err != nil {
 			b.logf("teardown: %v", err) // the unmount below cleans up what the plugin could not
 		}
