@@ -284,18 +284,14 @@ func (b *Backend) podUp(ctx context.Context) error {
 	return nil
 }
 
-// podDown is kubelet's deletion of the pod: its loops end, its containers and its sidecar are stopped
-// (SIGTERM, a grace period, SIGKILL), its subPath binds cleaned (CleanSubPaths), then NodeUnpublishVolume and,
-// as no other pod uses the volume, NodeUnstageVolume. It returns what it could not stop or unmount.
-func (b *Backend) podDown(ctx context.Context) error {
-	if b.podCancel != nil {
-		b.podCancel()
-	}
-	b.wg.Wait()
+// stopPod stops the pod's containers and its sidecar (SIGTERM, a grace period, SIGKILL: kubelet's order) and
+// removes its subPath binds (kubelet's CleanSubPaths, before the volume is unpublished); the pod's loops must
+// have ended. logPrefix starts its lines in kubelet.log.
+func (b *Backend) stopPod(logPrefix string) error {
 	var errs []error
 	for _, c := range b.containers {
 		if p := c.current(); p != nil && !p.exited() {
-			b.logf("pod deletion: stop %s pid %d", c.spec.Name, p.pid())
+			b.logf("%sstop %s pid %d", logPrefix, c.spec.Name, p.pid())
 			if err := p.stop(2 * time.Second); err != nil {
 				errs = append(errs, fmt.Errorf("stop container %s: %w", c.spec.Name, err))
 			}
@@ -303,7 +299,7 @@ func (b *Backend) podDown(ctx context.Context) error {
 		}
 	}
 	if p := b.sidecar; p != nil && !p.exited() {
-		b.logf("pod deletion: stop sidecar pid %d", p.pid())
+		b.logf("%sstop sidecar pid %d", logPrefix, p.pid())
 		if err := p.stop(2 * time.Second); err != nil {
 			errs = append(errs, fmt.Errorf("stop sidecar: %w", err))
 		}
@@ -315,13 +311,24 @@ func (b *Backend) podDown(ctx context.Context) error {
 		}
 	}
 	if b.podUID != "" {
-		// kubelet's CleanSubPaths, before the volume is unpublished.
 		done, err := unmountAll(kubeletpath.SubPaths(b.root, b.podUID))
-		b.logLines("pod deletion: ", done)
+		b.logLines(logPrefix, done)
 		if err != nil {
 			errs = append(errs, err)
 		}
 	}
+	return errors.Join(errs...)
+}
+
+// podDown is kubelet's deletion of the pod: its loops end, its containers and its sidecar are stopped
+// (SIGTERM, a grace period, SIGKILL), its subPath binds cleaned (CleanSubPaths), then NodeUnpublishVolume and,
+// as no other pod uses the volume, NodeUnstageVolume. It returns what it could not stop or unmount.
+func (b *Backend) podDown(ctx context.Context) error {
+	if b.podCancel != nil {
+		b.podCancel()
+	}
+	b.wg.Wait()
+	errs := []error{b.stopPod("pod deletion: ")}
 	if b.plugin != nil && !b.plugin.exited() && b.csi != nil {
 		if err := b.csi.unpublishAndUnstage(ctx, b.vol, b.logf); err != nil {
 			errs = append(errs, err)
@@ -502,34 +509,8 @@ func (b *Backend) Stop(ctx context.Context) error {
 	var errs []error
 
 	// Delete the pod: SIGTERM, a grace period, SIGKILL (kubelet's order).
-	for _, c := range b.containers {
-		if p := c.current(); p != nil && !p.exited() {
-			b.logf("teardown: stop %s pid %d", c.spec.Name, p.pid())
-			if err := p.stop(2 * time.Second); err != nil {
-				errs = append(errs, fmt.Errorf("stop container %s: %w", c.spec.Name, err))
-			}
-			c.waitOutput()
-		}
-	}
-	if p := b.sidecar; p != nil && !p.exited() {
-		b.logf("teardown: stop sidecar pid %d", p.pid())
-		if err := p.stop(2 * time.Second); err != nil {
-			errs = append(errs, fmt.Errorf("stop sidecar: %w", err))
-		}
-	}
-	if b.sidecarOut != nil {
-		select {
-		case <-b.sidecarOut:
-		case <-time.After(2 * time.Second):
-		}
-	}
-	if b.podUID != "" {
-		// kubelet's CleanSubPaths, before the volume is unpublished.
-		done, err := unmountAll(kubeletpath.SubPaths(b.root, b.podUID))
-		b.logLines("teardown: ", done)
-		if err != nil {
-			errs = append(errs, err)
-		}
+	if !b.podDeleted {
+		errs = append(errs, b.stopPod("teardown: "))
 	}
 	if b.plugin != nil && !b.plugin.exited() && b.csi != nil && !b.podDeleted {
 		if err := b.csi.unpublishAndUnstage(ctx, b.vol, b.logf); err != nil {
