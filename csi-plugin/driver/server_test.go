@@ -259,7 +259,11 @@ func TestRegistration(t *testing.T) {
 	}
 	defer conn.Close()
 	reg := registerapi.NewRegistrationClient(conn)
-	info, err := reg.GetInfo(context.Background(), &registerapi.InfoRequest{})
+	// The socket file appears at bind(2), a moment before listen(2): a connect in between is refused. Wait for
+	// the server to be ready rather than fail on that (kubelet's plugin watcher retries as well).
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	info, err := reg.GetInfo(ctx, &registerapi.InfoRequest{}, grpc.WaitForReady(true))
 	if err != nil {
 		t.Fatal(err)
 	}
