@@ -17,7 +17,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -50,24 +49,6 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	bins.Remove()
 	os.Exit(code)
-}
-
-// syncBuffer collects a process's output for the test to read while it runs.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // env is one test's world: binaries, a kubelet-like directory tree and a state directory.
@@ -120,7 +101,7 @@ func (e *env) targetPath(vol, pod string) string { return e.kubelet.Target(vol, 
 type plugin struct {
 	t      testing.TB
 	cmd    *exec.Cmd
-	logs   *syncBuffer
+	logs   *testenv.SyncBuffer
 	exited chan struct{}
 	conn   *grpc.ClientConn
 	node   csi.NodeClient
@@ -140,7 +121,7 @@ func (e *env) launch(args ...string) *plugin {
 	t := e.t
 	t.Helper()
 	sock := filepath.Join(e.sockDir, "csi.sock")
-	p := &plugin{t: t, logs: &syncBuffer{}, exited: make(chan struct{})}
+	p := &plugin{t: t, logs: &testenv.SyncBuffer{}, exited: make(chan struct{})}
 	argv := append([]string{e.plugin,
 		"--endpoint=unix://" + sock, "--nodeid=test-node", "--state-dir=" + e.state,
 		"--dummy-fuse-path=" + e.dummyFuse, "-v=2",

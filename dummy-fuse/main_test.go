@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -63,34 +62,16 @@ func TestRunFlags(t *testing.T) {
 type proc struct {
 	cmd    *exec.Cmd
 	out    string // file with its stdout
-	stderr *syncBuffer
+	stderr *testenv.SyncBuffer
 	done   chan struct{}
 	err    error
-}
-
-// syncBuffer is a bytes.Buffer that a test may read while the process writes it.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 func (p *proc) stderrString() string { return p.stderr.String() }
 
 func start(t *testing.T, cmd *exec.Cmd) *proc {
 	t.Helper()
-	p := &proc{cmd: cmd, out: filepath.Join(t.TempDir(), filepath.Base(cmd.Path)+".out"), stderr: &syncBuffer{}, done: make(chan struct{})}
+	p := &proc{cmd: cmd, out: filepath.Join(t.TempDir(), filepath.Base(cmd.Path)+".out"), stderr: &testenv.SyncBuffer{}, done: make(chan struct{})}
 	out, err := os.Create(p.out)
 	if err != nil {
 		t.Fatal(err)

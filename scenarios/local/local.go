@@ -403,22 +403,27 @@ func (b *Backend) pluginEvent(kind scenarios.Kind, t time.Time, msg string) {
 
 // killPlugin sends SIGKILL to the plugin's PID namespace init.
 func (b *Backend) killPlugin(ctx context.Context) error {
-	p := b.plugin
+	return b.killContainer(ctx, b.plugin, "plugin container", b.pluginEvent)
+}
+
+// killContainer kills the container whose init (PID 1 of its namespace, so everything in it dies too) is p,
+// records KKilled with event, and waits for its exit.
+func (b *Backend) killContainer(ctx context.Context, p *proc, what string, event func(scenarios.Kind, time.Time, string)) error {
 	if p == nil || p.exited() {
-		return errors.New("the plugin is not running")
+		return fmt.Errorf("the %s is not running", what)
 	}
-	b.pluginEvent(scenarios.KKilled, time.Time{}, fmt.Sprintf("SIGKILL pid %d", p.pid()))
+	event(scenarios.KKilled, time.Time{}, fmt.Sprintf("SIGKILL pid %d", p.pid()))
 	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		return fmt.Errorf("kill plugin pid %d: %w", p.pid(), err)
+		return fmt.Errorf("kill %s pid %d: %w", what, p.pid(), err)
 	}
-	b.logf("plugin container pid %d: SIGKILL", p.pid())
+	b.logf("%s pid %d: SIGKILL", what, p.pid())
 	select {
 	case <-p.done:
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-time.After(10 * time.Second):
-		return fmt.Errorf("plugin pid %d did not die within 10s of SIGKILL", p.pid())
+		return fmt.Errorf("%s pid %d did not die within 10s of SIGKILL", what, p.pid())
 	}
 }
 

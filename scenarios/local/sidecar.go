@@ -3,12 +3,10 @@ package local
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/fusemode"
@@ -103,21 +101,5 @@ func (b *Backend) startSidecar() error {
 
 // killSidecar sends SIGKILL to the sidecar container's init (PID 1 of its namespace: dummy-fuse dies with it).
 func (b *Backend) killSidecar(ctx context.Context) error {
-	p := b.sidecar
-	if p == nil || p.exited() {
-		return errors.New("the sidecar is not running")
-	}
-	b.sidecarEvent(scenarios.KKilled, time.Time{}, fmt.Sprintf("SIGKILL pid %d", p.pid()))
-	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		return fmt.Errorf("kill sidecar pid %d: %w", p.pid(), err)
-	}
-	b.logf("sidecar pid %d: SIGKILL", p.pid())
-	select {
-	case <-p.done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-time.After(10 * time.Second):
-		return fmt.Errorf("sidecar pid %d did not die within 10s of SIGKILL", p.pid())
-	}
+	return b.killContainer(ctx, b.sidecar, "sidecar container", b.sidecarEvent)
 }
