@@ -255,13 +255,10 @@ func TestBadMountpoint(t *testing.T) {
 	}
 }
 
-// TestMagicMountpoint plays the privileged parent: it opens /dev/fuse, mounts it, hands the descriptor to a
-// dummy-fuse child as /dev/fd/3 and closes its own copy.
-func TestMagicMountpoint(t *testing.T) {
-	testenv.RequireFUSE(t)
-	bin := testenv.Build(t, "dummy-fuse")
-	mnt := t.TempDir()
-	cleanupMount(t, mnt)
+// mountDevFuse opens /dev/fuse and mounts it at mnt as a privileged parent does, in the fd=N form that go-fuse
+// serves through the magic mountpoint /dev/fd/N; the caller owns the descriptor.
+func mountDevFuse(t *testing.T, mnt string) *os.File {
+	t.Helper()
 	dev, err := os.OpenFile("/dev/fuse", os.O_RDWR, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -271,6 +268,17 @@ func TestMagicMountpoint(t *testing.T) {
 		dev.Close()
 		t.Fatalf("mount %s: %v", mnt, err)
 	}
+	return dev
+}
+
+// TestMagicMountpoint plays the privileged parent: it opens /dev/fuse, mounts it, hands the descriptor to a
+// dummy-fuse child as /dev/fd/3 and closes its own copy.
+func TestMagicMountpoint(t *testing.T) {
+	testenv.RequireFUSE(t)
+	bin := testenv.Build(t, "dummy-fuse")
+	mnt := t.TempDir()
+	cleanupMount(t, mnt)
+	dev := mountDevFuse(t, mnt)
 	cmd := exec.Command(bin, "/dev/fd/3")
 	cmd.ExtraFiles = []*os.File{dev}
 	p := start(t, cmd)
@@ -465,14 +473,7 @@ func TestTakeover(t *testing.T) {
 	wlBin := testenv.Build(t, "dummy-fuse-workload")
 	mnt := t.TempDir()
 	cleanupMount(t, mnt)
-	dev, err := os.OpenFile("/dev/fuse", os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	data := fmt.Sprintf("fd=%d,rootmode=40000,user_id=0,group_id=0", dev.Fd())
-	if err := unix.Mount("dummy-fuse", mnt, "fuse.dummy-fuse", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_RDONLY, data); err != nil {
-		t.Fatalf("mount %s: %v", mnt, err)
-	}
+	dev := mountDevFuse(t, mnt)
 	record := filepath.Join(t.TempDir(), "init")
 	file := filepath.Join(mnt, fileName)
 
