@@ -37,3 +37,17 @@ func TailLines(r io.Reader, done <-chan struct{}, poll time.Duration, f func([]b
 		t.Stop()
 	}
 }
+
+// LineTime returns the time a log line was written when it starts with its writer's RFC 3339 timestamp (as
+// `csi-plugin sidecar` stamps its lines), else seen: a tailer sees lines up to one poll late, and lines of two
+// tailed files can arrive in the wrong order.
+func LineTime(line []byte, seen time.Time) time.Time {
+	stamp, _, ok := bytes.Cut(line, []byte(" "))
+	if !ok {
+		return seen
+	}
+	if t, err := time.Parse(time.RFC3339Nano, string(stamp)); err == nil {
+		return t
+	}
+	return seen
+}

@@ -51,3 +51,21 @@ func TestTailLines(t *testing.T) {
 		t.Errorf("after done: %q, want the last line without a newline", rest)
 	}
 }
+
+// TestLineTime: a line's own RFC 3339 stamp wins over the time it was seen; anything else keeps the latter.
+func TestLineTime(t *testing.T) {
+	seen := time.Date(2026, 11, 24, 12, 0, 1, 0, time.UTC)
+	written := time.Date(2026, 11, 24, 12, 0, 0, 987654321, time.UTC)
+	for line, want := range map[string]time.Time{
+		written.Format(time.RFC3339Nano) + " csi-plugin sidecar: received": written,
+		"csi-plugin sidecar: received":                                     seen,
+		"2026-11-24 12:00:00 received":                                     seen,
+		written.Format(time.RFC3339Nano):                                   seen, // a stamp alone is no line
+		"":                                                                 seen,
+		"I1124 12:00:00.000000 1 main.go:1] klog's header":                 seen,
+	} {
+		if got := LineTime([]byte(line), seen); !got.Equal(want) {
+			t.Errorf("LineTime(%q) = %s, want %s", line, got, want)
+		}
+	}
+}

@@ -84,7 +84,7 @@ func Run(ctx context.Context, args []string, streams command.Streams) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(streams.Err, "csi-plugin sidecar: received the FUSE descriptor of volume %s (readOnly=%v) from %s\n", cfg.VolumeID, cfg.ReadOnly, socket)
+	logf(streams.Err, "received the FUSE descriptor of volume %s (readOnly=%v) from %s", cfg.VolumeID, cfg.ReadOnly, socket)
 
 	cmdArgs := []string{"/dev/fd/3"}
 	if directIO {
@@ -115,6 +115,12 @@ func Run(ctx context.Context, args []string, streams command.Streams) error {
 		return &command.ExitError{Code: exitCode(exit), Err: fmt.Errorf("dummy-fuse: %w", err)}
 	}
 	return err
+}
+
+// logf writes one line stamped with this process's clock (RFC 3339, UTC, nanoseconds): whoever reads the log
+// later (a scenario backend tailing it every few milliseconds) learns when it happened, not when it was seen.
+func logf(w io.Writer, format string, a ...any) {
+	fmt.Fprintf(w, "%s csi-plugin sidecar: %s\n", time.Now().UTC().Format(time.RFC3339Nano), fmt.Sprintf(format, a...))
 }
 
 // receive connects to socket within wait and receives the descriptor within recvTimeout.

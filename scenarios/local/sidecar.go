@@ -92,7 +92,7 @@ func (b *Backend) startSidecar() error {
 		scenarios.TailLines(logR, p.done, 20*time.Millisecond, func(line []byte) {
 			b.sidecarLog.WriteLine(prefix, line)
 			if bytes.Contains(line, []byte(sidecarServes)) {
-				b.sidecarEvent(scenarios.KReady, time.Time{}, string(line))
+				b.sidecarEvent(scenarios.KReady, scenarios.LineTime(line, time.Now()), string(line))
 			}
 		})
 	}()
