@@ -858,7 +858,7 @@ func TestRemediation(t *testing.T) {
 			}
 
 			c := container(t, ds, "remediator")
-			if len(spec.Containers) != 1 || c.Command[0] != "/usr/local/bin/csi-plugin" || len(c.Args) == 0 || c.Args[0] != "remediate" {
+			if len(spec.Containers) != 1 || len(c.Command) != 1 || c.Command[0] != "/usr/local/bin/csi-remediate" {
 				t.Fatalf("remediator containers %q, command %q args %q", containerNames(ds), c.Command, c.Args)
 			}
 			if c.Image != container(t, o.ds, pluginContainer).Image {

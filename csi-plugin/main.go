@@ -1,7 +1,7 @@
 // Command csi-plugin is the dummy-fuse CSI node plugin: it stages volumes by starting dummy-fuse on the staging
 // path, publishes them with bind mounts, records its mounts and can restore them after a restart.
-// `csi-plugin remediate` is the opt-in remediator (package remediate); `csi-plugin sidecar` is the unprivileged
-// container of the workload pod in the sidecar FUSE mode (package sidecar).
+// `csi-plugin sidecar` is the unprivileged container of the workload pod in the sidecar FUSE mode (package
+// sidecar). The remediator is a binary of its own, csi-remediate (cmd/csi-remediate).
 package main
 
 import (
@@ -16,7 +16,6 @@ import (
 
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/driver"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/fusemode"
-	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/remediate"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/restore"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/sidecar"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/command"
@@ -28,9 +27,6 @@ func main() { os.Exit(command.Main("csi-plugin", run, os.Args[1:], command.OS())
 // run is the whole command: it serves until ctx ends (SIGTERM/SIGINT) and returns nil then. Bad flags or a
 // configuration the driver refuses are a *command.UsageError (exit 2); a failure to start or serve is exit 1.
 func run(ctx context.Context, args []string, streams command.Streams) error {
-	if len(args) > 0 && args[0] == "remediate" {
-		return remediate.Command(ctx, args[1:], streams)
-	}
 	if len(args) > 0 && args[0] == "sidecar" {
 		return sidecar.Run(ctx, args[1:], streams)
 	}

@@ -610,11 +610,6 @@ func TestUsageErrors(t *testing.T) {
 		{"--nodeid=n", "--fuse-mode=daemon"},
 		{"--nodeid=n", "extra-argument"},
 		{"--no-such-flag"},
-		{"remediate"}, // no --node-name, no --state-dir
-		{"remediate", "--node-name=n"},
-		{"remediate", "--node-name=n", "--state-dir=/s", "--restore-strategy=glue"},
-		{"remediate", "--node-name=n", "--state-dir=/s", "--interval=0s"},
-		{"remediate", "--node-name=n", "--state-dir=/s", "extra-argument"},
 	} {
 		stdout.Reset()
 		stderr.Reset()

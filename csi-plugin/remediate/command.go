@@ -20,7 +20,7 @@ import (
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/kubeletpath"
 )
 
-// Command is `csi-plugin remediate`: it runs the remediator until ctx ends.
+// Command is the csi-remediate command (cmd/csi-remediate): it runs the remediator until ctx ends.
 func Command(ctx context.Context, args []string, streams command.Streams) error {
 	var (
 		cfg                 Config
@@ -28,7 +28,7 @@ func Command(ctx context.Context, args []string, streams command.Streams) error 
 		kubeconfig          string
 		interval, healthDue time.Duration
 	)
-	fl := flag.NewFlagSet("csi-plugin remediate", flag.ContinueOnError)
+	fl := flag.NewFlagSet("csi-remediate", flag.ContinueOnError)
 	fl.SetOutput(streams.Err)
 	fl.StringVar(&cfg.NodeName, "node-name", "", "this node's name: only its pods are looked at (required)")
 	fl.StringVar(&cfg.KubeletDir, "kubelet-dir", kubeletpath.DefaultRoot, "kubelet's root directory, as in the plugin's targets")

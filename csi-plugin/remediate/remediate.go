@@ -1,4 +1,4 @@
-// Package remediate is the opt-in remediator (`csi-plugin remediate`): on its node, it finds pods whose
+// Package remediate is the opt-in remediator (command csi-remediate): on its node, it finds pods whose
 // dummy-fuse-csi volume died and that nothing will heal, and deletes those a controller will recreate (the new
 // pod gets a fresh mount); it leaves every other pod alone and says why in a Warning event on it.
 //

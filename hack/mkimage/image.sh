@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # `make image`: builds the project's static binaries and writes two FROM-scratch image tarballs without a
 # container engine (hack/mkimage, github.com/google/go-containerregistry):
-#   _output/images/dummy-fuse-csi-<version>.tar  dummy-fuse-csi:<version>  csi-plugin, dummy-fuse,
-#                                                 dummy-fuse-workload in /usr/local/bin (no ENTRYPOINT)
+#   _output/images/dummy-fuse-csi-<version>.tar  dummy-fuse-csi:<version>  csi-plugin, csi-remediate,
+#                                                 dummy-fuse, dummy-fuse-workload in /usr/local/bin (no ENTRYPOINT)
 #   _output/images/pause-3.10.tar                dummy-fuse-csi/pause:3.10  the cluster's pod sandbox image
 # Load with `kind load image-archive FILE`, `docker load -i FILE` or `ctr -n k8s.io images import FILE`
 # (`make cluster-load-images` for the from-source cluster). _output/images/dummy-fuse-csi.ref holds the tag.
@@ -16,7 +16,7 @@ VERSION=${VERSION:-$(git describe --tags --always --dirty 2>/dev/null || echo de
 TAG_VERSION=$(printf '%s' "$VERSION" | tr -c 'A-Za-z0-9_.-' '-')
 IMAGE=${IMAGE_NAME:-dummy-fuse-csi}:$TAG_VERSION
 PAUSE_IMAGE=${PAUSE_IMAGE:-dummy-fuse-csi/pause:3.10}
-IMAGE_CMDS=${IMAGE_CMDS:-csi-plugin dummy-fuse dummy-fuse-workload}
+IMAGE_CMDS=${IMAGE_CMDS:-csi-plugin csi-remediate dummy-fuse dummy-fuse-workload}
 # Reproducible: stamp the images with the commit time, as SOURCE_DATE_EPOCH asks.
 CREATED=${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || echo 0)}
 
