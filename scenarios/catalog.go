@@ -2,6 +2,7 @@ package scenarios
 
 import (
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -36,27 +37,27 @@ const (
 		"#139275, read in v1.37.2); measured on kubelet v1.37.2"
 )
 
-// The sidecar scenarios' backends: the Kubernetes backend deploys neither the plugin's sidecar mode nor a pod
-// with the FUSE sidecar yet.
-var (
-	sidecarBackends    = []string{BackendLocal}
-	sidecarBackendsWhy = "the kube backend cannot deploy the plugin's sidecar mode and a pod with the FUSE sidecar yet"
-)
-
-// SidecarDelay is how long sidecar-late holds its sidecar back.
-const SidecarDelay = time.Second
-
-// Catalog returns every scenario, in a stable order (restart first).
+// Catalog returns every scenario, in a stable order: the FUSE servers in the plugin (restart first), then
+// each other placement of them (catalog_*.go).
 func Catalog() []Scenario {
-	warmUp := WaitFor(GoodReads{N: 3}, Dur{Fixed: 30 * time.Second})
+	return slices.Concat(childScenarios(), sidecarScenarios())
+}
+
+// The waits that many scenarios share.
+var (
+	warmUp = WaitFor(GoodReads{N: 3}, Dur{Fixed: 30 * time.Second})
 	// Long enough to see a few restart attempts fail after the plugin is back: attempts come after 1, 2, 4
 	// back-offs, so 6 back-offs see at least two.
-	watchStarts := Dur{Fixed: time.Second, Backoffs: 6}
-	watchReads := Dur{Fixed: time.Second, Reads: 10}
+	watchStarts = Dur{Fixed: time.Second, Backoffs: 6}
+	watchReads  = Dur{Fixed: time.Second, Reads: 10}
 	// Before the plugin comes back, stat of the volume dir must have failed: right after the kill it may
 	// still succeed from the attribute cache (1 s), and "restored" means nothing without "dead" first.
-	hostDead := WaitFor(VolumeDir{Errno: "ENOTCONN", After: AfterKill}, Dur{Fixed: 10 * time.Second})
+	hostDead = WaitFor(VolumeDir{Errno: "ENOTCONN", After: AfterKill}, Dur{Fixed: 10 * time.Second})
+)
 
+// childScenarios are the scenarios of the plugin's default FUSE placement: each FUSE server is a child of the
+// plugin and dies with it, which is the mount loss the testbed is about.
+func childScenarios() []Scenario {
 	return []Scenario{
 		{
 			Name:  "restart",
@@ -243,108 +244,6 @@ func Catalog() []Scenario {
 				"mounter.IsMountPoint and, when the error is a corrupted mount (IsCorruptedMnt, which includes ENOTCONN), " +
 				"unmounts the bind and binds the subPath again from the restored volume; a live bind whose inode differs " +
 				"from the source is lazily unmounted and bound again.",
-		},
-		{
-			Name:  "sidecar-plugin-restart",
-			Title: "Sidecar mode: the plugin restarts under a running workload",
-			Shows: "In the sidecar mode (the GCS FUSE CSI design) no FUSE server runs in the plugin: the pod's own " +
-				"unprivileged sidecar serves the mount's /dev/fuse descriptor. Killing and restarting the plugin " +
-				"changes nothing for the workload: its descriptor, opened before the kill, keeps reading, and the " +
-				"host volume dir never dies, so nothing is mounted again.",
-			Plugin: Plugin{RestoreMounts: true, RestoreStrategy: StrategyRebind, FuseMode: FuseModeSidecar},
-			Pod: Pod{RestartPolicy: RestartAlways, Sidecar: &Sidecar{}, Containers: []Container{
-				{Name: reader, ExitOnError: true, KeepOpen: true},
-			}},
-			Steps: []Step{
-				warmUp,
-				KillPlugin(),
-				Observe(watchReads),
-				StartPlugin(),
-				Observe(watchReads),
-			},
-			Expect: []Expectation{
-				{Check: NeverFails{C: reader, After: AfterKill, Reads: 10}},
-				{Check: NeverFails{C: reader, After: AfterPluginBack, Reads: 5}},
-				{Check: VolumeDirAlive{}},
-			},
-			Backends: sidecarBackends, BackendsWhy: sidecarBackendsWhy,
-		},
-		{
-			Name:  "sidecar-late",
-			Title: "Sidecar mode: the sidecar is held back at pod start",
-			Shows: "Until the sidecar takes the descriptor and answers the kernel's INIT, every access to the mount " +
-				"blocks, stat included: the container runtime's stat of the volume dir before the workload's " +
-				"container starts waits for the sidecar, then the workload reads without ever seeing an error.",
-			Plugin: Plugin{FuseMode: FuseModeSidecar},
-			Pod: Pod{RestartPolicy: RestartAlways, Sidecar: &Sidecar{Delay: SidecarDelay}, Containers: []Container{
-				{Name: reader, ExitOnError: true, KeepOpen: false},
-			}},
-			Steps: []Step{
-				warmUp,
-				Observe(Dur{Reads: 3}),
-			},
-			Expect: []Expectation{
-				{Check: BlocksUntilServed{C: reader, Delay: SidecarDelay}},
-				{Check: NeverFails{C: reader, After: FromStart, Reads: 3}},
-				{Check: VolumeDirAlive{}},
-			},
-			Backends: sidecarBackends, BackendsWhy: sidecarBackendsWhy,
-		},
-		{
-			Name:  "sidecar-killed",
-			Title: "Sidecar mode: the sidecar container is killed and restarted",
-			Shows: "The sidecar holds the only descriptor of the mount (the plugin closed its copy once sent): when " +
-				"it dies, the mount dies (ENOTCONN). Kubelet restarts the native sidecar, but it finds no socket and " +
-				"nothing to serve; the mount stays dead for the running container, which only a new pod would fix.",
-			Plugin: Plugin{FuseMode: FuseModeSidecar},
-			Pod: Pod{RestartPolicy: RestartAlways, Sidecar: &Sidecar{}, Containers: []Container{
-				{Name: reader, KeepOpen: false},
-			}},
-			Steps: []Step{
-				warmUp,
-				Kill(SidecarContainer),
-				WaitFor(FailsWith{C: reader, Errno: "ENOTCONN"}, Dur{Fixed: 10 * time.Second}),
-				hostDead,
-				Start(SidecarContainer),
-				Observe(watchReads),
-			},
-			Expect: []Expectation{
-				{Check: FailsWith{C: reader, Errno: "ENOTCONN", Within: Dur{Fixed: 5 * time.Second, Reads: 2}}},
-				{Check: KeepsFailing{C: reader, Errno: "ENOTCONN", After: AfterRestart}},
-				{Check: NeverRecovers{C: reader, After: AfterRestart, For: watchReads}},
-				{Check: SidecarNeverServes{After: AfterRestart, For: watchReads}},
-				{Check: Restarts{C: reader, Min: 0, Max: 0}},
-				{Check: VolumeDir{Errno: "ENOTCONN", After: AfterRestart}},
-			},
-			Backends: sidecarBackends, BackendsWhy: sidecarBackendsWhy,
-		},
-		{
-			Name:  "sidecar-new-pod",
-			Title: "Sidecar mode: the sidecar is killed; only a new pod brings the volume back",
-			Shows: "What fixes sidecar-killed: deleting the pod (kubelet unpublishes and unstages its volume) and " +
-				"creating it again (a new pod UID, a new NodePublishVolume, a new descriptor for its new sidecar). " +
-				"The new pod's container reads again; the sidecar's restart before that did not help.",
-			Plugin: Plugin{FuseMode: FuseModeSidecar},
-			Pod: Pod{RestartPolicy: RestartAlways, Sidecar: &Sidecar{}, Containers: []Container{
-				{Name: reader, KeepOpen: false},
-			}},
-			Steps: []Step{
-				warmUp,
-				Kill(SidecarContainer),
-				WaitFor(FailsWith{C: reader, Errno: "ENOTCONN"}, Dur{Fixed: 10 * time.Second}),
-				Start(SidecarContainer),
-				Observe(Dur{Reads: 5}),
-				Kill(WorkloadPod),
-				Start(WorkloadPod),
-				WaitFor(Recovers{C: reader}, Dur{Fixed: 10 * time.Second, Reads: 5}),
-				Observe(Dur{Reads: 3}),
-			},
-			Expect: []Expectation{
-				{Check: FailsWith{C: reader, Errno: "ENOTCONN", Within: Dur{Fixed: 5 * time.Second, Reads: 2}}},
-				{Check: NoGoodReadUntil{C: reader, Component: WorkloadPod}},
-				{Check: Recovers{C: reader, Instance: NewInstance}},
-			},
-			Backends: sidecarBackends, BackendsWhy: sidecarBackendsWhy,
 		},
 	}
 }
