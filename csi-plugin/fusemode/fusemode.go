@@ -20,6 +20,10 @@ import (
 // succeeds through a statfs that reached the server.
 const ServedFile = "dummy-file.txt"
 
+// dummyFuse is the filesystem's name (dummyfs.Name): the mount table shows fuse.dummy-fuse. The plugin does
+// not link the filesystem itself.
+const dummyFuse = "dummy-fuse"
+
 // Request describes one FUSE server to start.
 type Request struct {
 	VolumeID string
@@ -98,12 +102,12 @@ func New(name string, opts Options) (Mode, error) {
 // executable (how the plugin image ships them), else the first in $PATH, else "".
 func FindDummyFuse() string {
 	if exe, err := os.Executable(); err == nil {
-		p := filepath.Join(filepath.Dir(exe), "dummy-fuse")
+		p := filepath.Join(filepath.Dir(exe), dummyFuse)
 		if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() {
 			return p
 		}
 	}
-	if p, err := exec.LookPath("dummy-fuse"); err == nil {
+	if p, err := exec.LookPath(dummyFuse); err == nil {
 		return p
 	}
 	return ""

@@ -14,6 +14,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/fdpass"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/fuseconn"
 )
 
 // SidecarName is the mode of the GCS FUSE CSI driver (pkg/csi_mounter/csi_mounter.go in
@@ -107,15 +108,11 @@ func (s *Sidecar) Close() error {
 	return nil
 }
 
-// MountOptions returns the mount(2) flags and data for a FUSE mount of the descriptor fd: those of the GCS FUSE
-// CSI driver (nosuid, nodev, allow_other so the workload's user reaches it, default_permissions so the kernel
-// checks modes, and ro for read-only volumes).
-func MountOptions(fd uintptr, readOnly bool) (uintptr, string) {
-	flags := uintptr(unix.MS_NOSUID | unix.MS_NODEV)
-	if readOnly {
-		flags |= unix.MS_RDONLY
-	}
-	return flags, fmt.Sprintf("fd=%d,rootmode=40000,user_id=%d,group_id=%d,allow_other,default_permissions", fd, os.Getuid(), os.Getgid())
+// targetMount is how a target is mounted: with the options of the GCS FUSE CSI driver (nosuid, nodev,
+// allow_other so the workload's user reaches it, default_permissions so the kernel checks modes, and ro for
+// read-only volumes).
+func targetMount(readOnly bool) fuseconn.MountOptions {
+	return fuseconn.MountOptions{Name: dummyFuse, Source: dummyFuse, ReadOnly: readOnly, AllowOther: true, DefaultPermissions: true}
 }
 
 // MountTarget implements TargetMounter.
@@ -135,18 +132,17 @@ func (s *Sidecar) MountTarget(_ context.Context, req TargetRequest) (err error) 
 	if err != nil {
 		return fmt.Errorf("socket in %s: %w", filepath.Join(req.PodDir, req.SocketDir), err)
 	}
-	dev, err := os.OpenFile("/dev/fuse", os.O_RDWR, 0)
+	dev, err := fuseconn.Open()
 	if err != nil {
 		_ = ln.Close()
 		_ = removeSocket(dir)
 		return err
 	}
-	flags, data := MountOptions(dev.Fd(), req.ReadOnly)
-	if err := unix.Mount("dummy-fuse", req.Target, "fuse.dummy-fuse", flags, data); err != nil {
+	if err := fuseconn.Mount(dev, req.Target, targetMount(req.ReadOnly)); err != nil {
 		_ = dev.Close()
 		_ = ln.Close()
 		_ = removeSocket(dir)
-		return &os.PathError{Op: "mount fuse.dummy-fuse (" + data + ") on", Path: req.Target, Err: err}
+		return err
 	}
 	// The directory descriptor outlives this call: the socket is removed through it once the handover ends.
 	keep, err := unix.Dup(int(dir.Fd()))

@@ -3,11 +3,11 @@ package dummyfs
 import (
 	"bytes"
 	"encoding/binary"
-	"errors"
 	"fmt"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
-	"golang.org/x/sys/unix"
+
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/fuseconn"
 )
 
 // A FUSE connection outlives its server process as long as some other process holds a descriptor of it: the
@@ -33,19 +33,6 @@ const (
 	kernelMajor = 7  // FUSE_KERNEL_VERSION
 	minMinor    = 12 // the oldest protocol go-fuse accepts (_MINIMUM_MINOR_VERSION in fuse/request_linux.go)
 )
-
-// notifyResend is the FUSE_NOTIFY_RESEND notification: an out-header with unique 0, the notification code
-// (enum fuse_notify_code, positive; go-fuse's fuse.NOTIFY_RESEND is its negation) in the error field and no
-// payload. The kernel (Linux >= 6.9, protocol 7.40; fuse_resend in fs/fuse/dev.c) then moves every request
-// that was read from the connection and not answered back to its input queue, with bit 63 of the unique ID
-// set (FUSE_UNIQUE_RESEND), so the next reader gets it again. All our requests are idempotent, so answering
-// them again is safe.
-var notifyResend = func() []byte {
-	b := make([]byte, outHeaderLen)
-	binary.NativeEndian.PutUint32(b[0:4], outHeaderLen)
-	binary.NativeEndian.PutUint32(b[4:8], uint32(-fuse.NOTIFY_RESEND))
-	return b
-}()
 
 // HandoverError is a handover the successor refuses because it cannot honour it: a record it does not
 // understand, or a connection it would serve with other settings than were negotiated.
@@ -120,20 +107,11 @@ func (c *Conn) replayInit(rec []byte) error {
 	return nil
 }
 
-// resend asks the kernel to queue again the requests a dead predecessor had read but not answered. It
-// reports false without error when the kernel cannot (no FUSE_HAS_RESEND in its INIT).
+// resend asks the kernel to queue again the requests a dead predecessor had read but not answered
+// (fuseconn.Resend). It reports false without error when the kernel cannot (no FUSE_HAS_RESEND in its INIT).
 func (c *Conn) resend() (bool, error) {
 	if !kernelHasResend(c.init) {
 		return false, nil
 	}
-	_, err := unix.Write(c.fd, notifyResend)
-	switch {
-	case err == nil:
-		return true, nil
-	case errors.Is(err, unix.ENODEV):
-		return false, errors.New("the FUSE connection is gone (unmounted or aborted)")
-	case errors.Is(err, unix.EPERM):
-		return false, errors.New("the descriptor is not a mounted FUSE connection")
-	}
-	return false, fmt.Errorf("write FUSE_NOTIFY_RESEND: %w", err)
+	return fuseconn.Resend(c.fd)
 }

@@ -2,12 +2,13 @@ package dummyfs
 
 import (
 	"fmt"
-	"os"
 	"path"
 	"strconv"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
+
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/fuseconn"
 )
 
 // Name is the FUSE subtype: the mount table lists the filesystem type as "fuse.dummy-fuse".
@@ -16,9 +17,6 @@ const Name = "dummy-fuse"
 // maxWrite is the largest READ/WRITE payload negotiated with the kernel (go-fuse's default). Conn sizes its
 // request buffer from it: a read from /dev/fuse shorter than this plus the request header fails with EINVAL.
 const maxWrite = 128 * 1024
-
-// mountFlags make the mount itself read-only, so the kernel answers EROFS for writes without asking us.
-const mountFlags = unix.MS_RDONLY | unix.MS_NOSUID | unix.MS_NODEV
 
 // magicFD returns N for go-fuse's magic mountpoint /dev/fd/N (an already-mounted /dev/fuse descriptor
 // inherited from a privileged parent), or -1.
@@ -67,7 +65,7 @@ func Mount(mountpoint string, opts Options) (*Server, error) {
 	mo := MountOptions(opts)
 	fd := magicFD(mountpoint)
 	if fd >= 0 {
-		if err := checkFuseDevice(fd); err != nil {
+		if err := fuseconn.Check(fd); err != nil {
 			return nil, err
 		}
 		unix.CloseOnExec(fd) // ours now, not for children
@@ -98,7 +96,7 @@ func Mount(mountpoint string, opts Options) (*Server, error) {
 // kernel matches replies by an ID only it and the dead process knew. Their callers stay blocked until the
 // connection is aborted (/sys/fs/fuse/connections/N/abort); everything else is served.
 func Takeover(fd int, record []byte, opts Options) (*Server, error) {
-	if err := checkFuseDevice(fd); err != nil {
+	if err := fuseconn.Check(fd); err != nil {
 		return nil, err
 	}
 	mountpoint := fmt.Sprintf("/dev/fd/%d", fd)
@@ -116,19 +114,6 @@ func Takeover(fd int, record []byte, opts Options) (*Server, error) {
 	return s, nil
 }
 
-// checkFuseDevice makes sure fd is open on /dev/fuse (character device 10:229, Documentation/admin-guide/
-// devices.txt), so that a wrong descriptor gets a clear error instead of garbage requests.
-func checkFuseDevice(fd int) error {
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		return fmt.Errorf("descriptor %d: %w", fd, err)
-	}
-	if st.Mode&unix.S_IFMT != unix.S_IFCHR || unix.Major(st.Rdev) != 10 || unix.Minor(st.Rdev) != 229 {
-		return fmt.Errorf("descriptor %d is not /dev/fuse", fd)
-	}
-	return nil
-}
-
 func newServer(mountpoint string, fd int, opts Options, mo *fuse.MountOptions) *Server {
 	return &Server{mountpoint: mountpoint, fd: fd, conn: NewConn(fd, New(opts), mo, opts.Workers), done: make(chan struct{})}
 }
@@ -142,7 +127,7 @@ func (s *Server) start() {
 	}()
 }
 
-// mountDev opens /dev/fuse and mounts it at mountpoint; it returns the descriptor to serve.
+// mountDev opens /dev/fuse and mounts it at mountpoint, read-only; it returns the descriptor to serve.
 func mountDev(mountpoint string, mo *fuse.MountOptions) (int, error) {
 	var st unix.Stat_t
 	if err := unix.Stat(mountpoint, &st); err != nil {
@@ -152,18 +137,23 @@ func mountDev(mountpoint string, mo *fuse.MountOptions) (int, error) {
 		// mount(2) would mount over a regular file as well (rootmode follows the target); refuse.
 		return -1, unix.ENOTDIR
 	}
-	fd, err := unix.Open("/dev/fuse", unix.O_RDWR|unix.O_CLOEXEC, 0)
+	dev, err := fuseconn.Open()
 	if err != nil {
-		return -1, fmt.Errorf("open /dev/fuse: %w", err)
-	}
-	data := fmt.Sprintf("fd=%d,rootmode=40000,user_id=%d,group_id=%d,max_read=%d", fd, os.Geteuid(), os.Getegid(), mo.MaxWrite)
-	if mo.AllowOther {
-		data += ",allow_other"
-	}
-	if err := unix.Mount(mo.FsName, mountpoint, "fuse."+mo.Name, mountFlags, data); err != nil {
-		unix.Close(fd)
 		return -1, err
 	}
+	o := fuseconn.MountOptions{Name: mo.Name, Source: mo.FsName, ReadOnly: true, AllowOther: mo.AllowOther, MaxRead: mo.MaxWrite}
+	if err := fuseconn.Mount(dev, mountpoint, o); err != nil {
+		dev.Close()
+		return -1, err
+	}
+	// The descriptor is the server's from now on, closed when it stops (a raw fd, as Takeover gets one).
+	fd, err := unix.Dup(int(dev.Fd()))
+	dev.Close()
+	if err != nil {
+		_ = unix.Unmount(mountpoint, unix.MNT_DETACH)
+		return -1, fmt.Errorf("dup /dev/fuse: %w", err)
+	}
+	unix.CloseOnExec(fd)
 	return fd, nil
 }
 

@@ -1,0 +1,149 @@
+// Package fuseconn is what every process that holds a FUSE connection needs, whatever its part: the plugin
+// that mounts it, a keeper or sidecar that keeps a copy of its descriptor, a server that answers it.
+//
+// A FUSE connection lives as long as some process holds a descriptor of /dev/fuse attached to it (the kernel
+// aborts it when the last one is closed: fuse_dev_release in fs/fuse/dev.c). Whoever holds one can pass it on
+// (SCM_RIGHTS, see internal/fdpass), serve it, or ask the kernel to queue again the requests that a dead
+// server had read (Resend). docs/fuse-mount-loss.md tells the whole story.
+package fuseconn
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+
+	"golang.org/x/sys/unix"
+)
+
+// Open opens /dev/fuse for a new connection; Mount attaches it to a mount point.
+func Open() (*os.File, error) {
+	fd, err := unix.Open("/dev/fuse", unix.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: "/dev/fuse", Err: err}
+	}
+	return os.NewFile(uintptr(fd), "/dev/fuse"), nil
+}
+
+// MountOptions say how Mount mounts a connection.
+type MountOptions struct {
+	// Name is the filesystem subtype (the mount table shows fuse.<Name>) and Source the mount source.
+	Name, Source string
+	ReadOnly     bool
+	// AllowOther lets every user reach the mount, not only the one who mounted it (containers that run as
+	// another user); DefaultPermissions makes the kernel check file modes itself.
+	AllowOther, DefaultPermissions bool
+	// MaxRead bounds a READ request (0: the kernel's default).
+	MaxRead int
+}
+
+// Mount mounts the connection of dev (from Open) at target with mount(2), the way fusermount does, with
+// nosuid and nodev. The kernel queues its INIT at once: until a server reads dev and answers it, every access
+// to the mount blocks, stat included.
+func Mount(dev *os.File, target string, o MountOptions) error {
+	flags := uintptr(unix.MS_NOSUID | unix.MS_NODEV)
+	if o.ReadOnly {
+		flags |= unix.MS_RDONLY
+	}
+	data := fmt.Sprintf("fd=%d,rootmode=40000,user_id=%d,group_id=%d", dev.Fd(), os.Geteuid(), os.Getegid())
+	if o.MaxRead > 0 {
+		data += fmt.Sprintf(",max_read=%d", o.MaxRead)
+	}
+	if o.AllowOther {
+		data += ",allow_other"
+	}
+	if o.DefaultPermissions {
+		data += ",default_permissions"
+	}
+	if err := unix.Mount(o.Source, target, "fuse."+o.Name, flags, data); err != nil {
+		return &os.PathError{Op: "mount fuse." + o.Name + " (" + data + ") on", Path: target, Err: err}
+	}
+	return nil
+}
+
+// Check makes sure fd is open on /dev/fuse (character device 10:229, Documentation/admin-guide/devices.txt),
+// so that a wrong descriptor gets a clear error instead of garbage.
+func Check(fd int) error {
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return fmt.Errorf("descriptor %d: %w", fd, err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFCHR || unix.Major(st.Rdev) != 10 || unix.Minor(st.Rdev) != 229 {
+		return fmt.Errorf("descriptor %d is not /dev/fuse", fd)
+	}
+	return nil
+}
+
+// ErrNoID is returned by ID when the kernel does not say which connection a descriptor belongs to.
+var ErrNoID = errors.New("this kernel does not show the FUSE connection of a /dev/fuse descriptor in /proc/self/fdinfo")
+
+// ID returns the number of the connection that /dev/fuse descriptor fd is attached to: the minor device number
+// of its mounts (st_dev of the mount root, the "0:N" of /proc/self/mountinfo, the N of
+// /sys/fs/fuse/connections/N). The kernel shows it as "fuse_connection:" in /proc/self/fdinfo/<fd>
+// (fuse_dev_show_fdinfo in fs/fuse/dev.c, added in 2025 by "fs: fuse: add dev id to /dev/fuse fdinfo"); on an
+// older kernel ID fails with ErrNoID. A descriptor not attached to any connection yet fails too.
+//
+// It is how a process that is handed a descriptor can tell whether it belongs to a given mount without asking
+// the server anything.
+func ID(fd int) (uint32, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/self/fdinfo/%d", fd))
+	if err != nil {
+		return 0, fmt.Errorf("reading the fdinfo of descriptor %d: %w", fd, err)
+	}
+	s := bufio.NewScanner(bytes.NewReader(b))
+	for s.Scan() {
+		key, val, ok := bytes.Cut(s.Bytes(), []byte(":"))
+		if !ok || string(key) != "fuse_connection" {
+			continue
+		}
+		n, err := strconv.ParseUint(string(bytes.TrimSpace(val)), 10, 32)
+		if err != nil {
+			return 0, fmt.Errorf("descriptor %d: bad fuse_connection %q in its fdinfo", fd, val)
+		}
+		return uint32(n), nil
+	}
+	if err := Check(fd); err != nil {
+		return 0, err
+	}
+	return 0, ErrNoID
+}
+
+// outHeaderLen is sizeof(struct fuse_out_header) (include/uapi/linux/fuse.h).
+const outHeaderLen = 16
+
+// notifyResend is the FUSE_NOTIFY_RESEND notification: an out-header with unique 0, the notification code
+// (enum fuse_notify_code: FUSE_NOTIFY_RESEND = 7, positive; go-fuse's fuse.NOTIFY_RESEND is its negation, which
+// the kernel refuses with EINVAL) in the error field, and no payload.
+var notifyResend = func() []byte {
+	b := make([]byte, outHeaderLen)
+	binary.NativeEndian.PutUint32(b[0:4], outHeaderLen)
+	binary.NativeEndian.PutUint32(b[4:8], 7)
+	return b
+}()
+
+// Resend asks the kernel to move every request of fd's connection that a server has read but not answered
+// back to the input queue, with bit 63 of its unique ID set (FUSE_UNIQUE_RESEND), so that the next reader gets
+// it again (fuse_resend in fs/fuse/dev.c; protocol 7.40, Linux 6.9). Any holder of the connection may send
+// it: a successor after its predecessor died, or a holder that saw a server die. A request being handled by a
+// live server at that moment is handed out a second time; its first reply then finds no request (ENOENT, which
+// servers ignore) and the second one is delivered, so this is only safe for idempotent requests — every request
+// of a read-only filesystem is.
+//
+// It reports false without error when the kernel cannot (EINVAL: a kernel without FUSE_NOTIFY_RESEND).
+func Resend(fd int) (bool, error) {
+	_, err := unix.Write(fd, notifyResend)
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, unix.EINVAL):
+		return false, nil
+	case errors.Is(err, unix.ENODEV):
+		return false, errors.New("the FUSE connection is gone (unmounted or aborted)")
+	case errors.Is(err, unix.EPERM):
+		return false, errors.New("the descriptor is not a mounted FUSE connection")
+	}
+	return false, fmt.Errorf("write FUSE_NOTIFY_RESEND: %w", err)
+}
