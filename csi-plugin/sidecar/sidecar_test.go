@@ -97,7 +97,7 @@ func TestRunRefusesGarbage(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	err := Run(ctx, []string{"--socket", sock, "--dummy-fuse-path", fakeServer(t), "--receive-timeout=2s"}, command.Streams{Out: io.Discard, Err: io.Discard})
-	if err == nil || !strings.Contains(err.Error(), "carries 0 descriptors") {
+	if err == nil || !strings.Contains(err.Error(), "carries no descriptor") {
 		t.Fatalf("Run with a garbage peer: %v", err)
 	}
 }

@@ -1,11 +1,13 @@
-// Package fdpass hands one open file descriptor, with a small JSON document beside it, from one process to
-// another over a unix stream socket (SCM_RIGHTS, unix(7)). The privileged CSI plugin uses it to give an
-// unprivileged FUSE server the /dev/fuse descriptor of a mount it made, as the GCS FUSE CSI driver does
-// (pkg/util/fdchannel.go in GoogleCloudPlatform/gcs-fuse-csi-driver).
+// Package fdpass hands open file descriptors, each with a small message beside it, from one process to
+// another over a unix socket (SCM_RIGHTS, unix(7)). The privileged CSI plugin uses it to give an unprivileged
+// FUSE server the /dev/fuse descriptor of a mount it made, as the GCS FUSE CSI driver does
+// (pkg/util/fdchannel.go in GoogleCloudPlatform/gcs-fuse-csi-driver): Send and Receive, one descriptor and a
+// JSON document on a stream socket. The processes that keep FUSE connections alive exchange longer sessions of
+// messages that carry at most one descriptor each (WriteMsg, ReadMsg; package handover), on sequenced-packet
+// sockets so that every message keeps its bounds.
 //
-// One message carries the descriptor in its control data and the JSON in its data. The receiver takes exactly
-// one descriptor: a message with none, with two or more, or with anything but SCM_RIGHTS is refused and every
-// descriptor it brought is closed. Every wait has a deadline.
+// A message carries its descriptor in its control data. The receiver takes at most one per message: a message
+// with two or more, or with anything but SCM_RIGHTS, is refused and every descriptor it brought is closed.
 package fdpass
 
 import (
@@ -22,7 +24,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// MaxConfig bounds the JSON sent beside the descriptor: a larger message is refused by the receiver.
+// MaxConfig bounds the data of a message (the JSON sent beside a descriptor): a larger one is refused.
 const MaxConfig = 4096
 
 // maxFDs is how many descriptors the receiver makes room for, so that a message with more than one is seen
@@ -36,18 +38,31 @@ func Send(conn *net.UnixConn, f *os.File, config any, deadline time.Time) error 
 	if err != nil {
 		return fmt.Errorf("encoding the config: %w", err)
 	}
-	if len(data) > MaxConfig {
-		return fmt.Errorf("config of %d bytes exceeds %d", len(data), MaxConfig)
+	return WriteMsg(conn, data, f, deadline)
+}
+
+// WriteMsg writes data and, when f is not nil, f's descriptor as one message on conn before deadline (none:
+// no deadline). data must not be empty (an empty message would read as the end of the connection) nor larger
+// than MaxConfig.
+func WriteMsg(conn *net.UnixConn, data []byte, f *os.File, deadline time.Time) error {
+	if len(data) == 0 || len(data) > MaxConfig {
+		return fmt.Errorf("message of %d bytes: want 1 to %d", len(data), MaxConfig)
 	}
 	if err := conn.SetWriteDeadline(deadline); err != nil {
 		return fmt.Errorf("setting the write deadline: %w", err)
 	}
-	n, oobn, err := conn.WriteMsgUnix(data, unix.UnixRights(int(f.Fd())), nil)
-	if err != nil {
-		return fmt.Errorf("sending descriptor %d: %w", f.Fd(), err)
+	var oob []byte
+	what := "message"
+	if f != nil {
+		oob = unix.UnixRights(int(f.Fd()))
+		what = fmt.Sprintf("descriptor %d", f.Fd())
 	}
-	if n != len(data) || oobn == 0 {
-		return fmt.Errorf("sending descriptor %d: short write (%d of %d bytes, %d control bytes)", f.Fd(), n, len(data), oobn)
+	n, oobn, err := conn.WriteMsgUnix(data, oob, nil)
+	if err != nil {
+		return fmt.Errorf("sending %s: %w", what, err)
+	}
+	if n != len(data) || oobn != len(oob) {
+		return fmt.Errorf("sending %s: short write (%d of %d bytes, %d of %d control bytes)", what, n, len(data), oobn, len(oob))
 	}
 	return nil
 }
@@ -56,8 +71,31 @@ func Send(conn *net.UnixConn, f *os.File, config any, deadline time.Time) error 
 // net.UnixConn.ReadMsgUnix receives with MSG_CMSG_CLOEXEC on Linux) and its config, decoded from JSON into
 // config. On any error no descriptor is left open.
 func Receive(conn *net.UnixConn, config any, deadline time.Time) (*os.File, error) {
+	data, f, err := ReadMsg(conn, deadline)
+	if err == nil && f == nil {
+		err = errors.New("message carries no descriptor, want exactly 1")
+	}
+	if err == nil {
+		if jerr := json.Unmarshal(data, config); jerr != nil {
+			err = fmt.Errorf("decoding the config %q: %w", clip(data), jerr)
+		}
+	}
+	if err != nil {
+		if f != nil {
+			f.Close()
+		}
+		return nil, fmt.Errorf("receiving a descriptor: %w", err)
+	}
+	return f, nil
+}
+
+// ReadMsg reads one message from conn before deadline (none: wait as long as it takes): its data and the
+// descriptor it carries, nil if none. A message with two or more descriptors, other control data, more than
+// MaxConfig bytes or no data at all is refused, and every descriptor it brought is closed; io.EOF (wrapped) is
+// the end of the connection. Descriptors arrive close-on-exec (MSG_CMSG_CLOEXEC).
+func ReadMsg(conn *net.UnixConn, deadline time.Time) ([]byte, *os.File, error) {
 	if err := conn.SetReadDeadline(deadline); err != nil {
-		return nil, fmt.Errorf("setting the read deadline: %w", err)
+		return nil, nil, fmt.Errorf("setting the read deadline: %w", err)
 	}
 	buf := make([]byte, MaxConfig+1)
 	oob := make([]byte, unix.CmsgSpace(maxFDs*4))
@@ -67,30 +105,29 @@ func Receive(conn *net.UnixConn, config any, deadline time.Time) (*os.File, erro
 		err = perr
 	}
 	switch {
-	case errors.Is(err, io.EOF):
-		err = errors.New("the peer closed the connection without sending a descriptor")
+	case errors.Is(err, io.EOF), err == nil && n == 0 && len(fds) == 0:
+		err = fmt.Errorf("the peer closed the connection: %w", io.EOF)
 	case err != nil:
 	case flags&unix.MSG_CTRUNC != 0:
 		err = fmt.Errorf("more than %d descriptors or other control data in one message", maxFDs)
-	case n == 0 && len(fds) == 0:
-		err = errors.New("the peer closed the connection without sending a descriptor")
 	case n > MaxConfig || flags&unix.MSG_TRUNC != 0:
 		err = fmt.Errorf("message larger than %d bytes", MaxConfig)
-	case len(fds) != 1:
-		err = fmt.Errorf("message carries %d descriptors, want exactly 1", len(fds))
-	}
-	if err == nil {
-		if jerr := json.Unmarshal(buf[:n], config); jerr != nil {
-			err = fmt.Errorf("decoding the config %q: %w", clip(buf[:n]), jerr)
-		}
+	case len(fds) > 1:
+		err = fmt.Errorf("message carries %d descriptors, want at most 1", len(fds))
+	case n == 0:
+		err = errors.New("message carries a descriptor and no data")
 	}
 	if err != nil {
 		for _, fd := range fds {
 			_ = unix.Close(fd)
 		}
-		return nil, fmt.Errorf("receiving a descriptor: %w", err)
+		return nil, nil, err
 	}
-	return os.NewFile(uintptr(fds[0]), "fdpass"), nil
+	var f *os.File
+	if len(fds) == 1 {
+		f = os.NewFile(uintptr(fds[0]), "fdpass")
+	}
+	return buf[:n], f, nil
 }
 
 // rights returns every descriptor in the control messages of oob; anything but SCM_RIGHTS is an error (the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -19,9 +20,12 @@ type config struct {
 }
 
 // pair returns the two ends of a connected unix stream socket.
-func pair(t *testing.T) (*net.UnixConn, *net.UnixConn) {
+func pair(t *testing.T) (*net.UnixConn, *net.UnixConn) { return socketPair(t, unix.SOCK_STREAM) }
+
+// socketPair returns the two ends of a connected unix socket of type typ.
+func socketPair(t *testing.T, typ int) (*net.UnixConn, *net.UnixConn) {
 	t.Helper()
-	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	fds, err := unix.Socketpair(unix.AF_UNIX, typ|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,11 +103,11 @@ func TestBadMessages(t *testing.T) {
 		fds     int
 		wantErr string
 	}{
-		{"no descriptor", `{"volumeID":"v"}`, 0, "carries 0 descriptors, want exactly 1"},
-		{"two descriptors", `{"volumeID":"v"}`, 2, "carries 2 descriptors, want exactly 1"},
+		{"no descriptor", `{"volumeID":"v"}`, 0, "carries no descriptor, want exactly 1"},
+		{"two descriptors", `{"volumeID":"v"}`, 2, "carries 2 descriptors, want at most 1"},
 		{"too many descriptors", `{"volumeID":"v"}`, maxFDs + 1, "more than 8 descriptors"},
 		{"garbage", "\x00\xffnot json", 1, "decoding the config"},
-		{"no config", "", 1, "decoding the config"},
+		{"no config", "", 1, "decoding the config"}, // a stream socket sends one NUL byte for empty data
 		{"oversized", strings.Repeat("a", MaxConfig+10), 1, "larger than 4096 bytes"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -141,7 +145,7 @@ func TestPeerClosesWithoutSending(t *testing.T) {
 	a, b := pair(t)
 	a.Close()
 	var got config
-	if _, err := Receive(b, &got, time.Now().Add(time.Second)); err == nil || !strings.Contains(err.Error(), "without sending") {
+	if _, err := Receive(b, &got, time.Now().Add(time.Second)); err == nil || !errors.Is(err, io.EOF) {
 		t.Fatalf("Receive from a closed peer: %v", err)
 	}
 }
@@ -256,4 +260,52 @@ func TestLongSocketPath(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.Close()
+}
+
+// TestMessages: on a sequenced-packet socket every message keeps its bounds, with or without a descriptor, and
+// the descriptor arrives with the message it was sent with.
+func TestMessages(t *testing.T) {
+	a, b := socketPair(t, unix.SOCK_SEQPACKET)
+	r, w := pipe(t)
+	deadline := time.Now().Add(time.Second)
+	for i, m := range []struct {
+		data string
+		f    *os.File
+	}{{"one", nil}, {"two", w}, {"three", nil}} {
+		if err := WriteMsg(a, []byte(m.data), m.f, deadline); err != nil {
+			t.Fatalf("message %d: %v", i, err)
+		}
+	}
+	for i, want := range []struct {
+		data string
+		fd   bool
+	}{{"one", false}, {"two", true}, {"three", false}} {
+		data, f, err := ReadMsg(b, deadline)
+		if err != nil {
+			t.Fatalf("message %d: %v", i, err)
+		}
+		if string(data) != want.data || (f != nil) != want.fd {
+			t.Fatalf("message %d: %q with descriptor %v, want %q with %v", i, data, f != nil, want.data, want.fd)
+		}
+		if f != nil {
+			// The received descriptor is the pipe's write end: what goes in comes out of r.
+			if _, err := f.Write([]byte("x")); err != nil {
+				t.Fatal(err)
+			}
+			f.Close()
+			buf := make([]byte, 1)
+			if _, err := r.Read(buf); err != nil || buf[0] != 'x' {
+				t.Fatalf("read through the passed descriptor: %q, %v", buf, err)
+			}
+		}
+	}
+	for _, bad := range [][]byte{nil, make([]byte, MaxConfig+1)} {
+		if err := WriteMsg(a, bad, nil, deadline); err == nil {
+			t.Errorf("WriteMsg of %d bytes succeeded", len(bad))
+		}
+	}
+	a.Close()
+	if _, _, err := ReadMsg(b, deadline); !errors.Is(err, io.EOF) {
+		t.Errorf("ReadMsg after the peer closed: %v, want EOF", err)
+	}
 }
