@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"net"
 	"net/http"
 	"os"
@@ -22,6 +21,7 @@ import (
 
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/registration"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/volumecondition"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/fdpass"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/version"
 )
 
@@ -46,27 +46,6 @@ func ParseEndpoint(ep string) (string, error) {
 		return "", fmt.Errorf("endpoint %q: socket path longer than %d bytes", ep, maxSocketPath)
 	}
 	return p, nil
-}
-
-// listenUnix listens on path, first removing a stale socket left by a previous run (but nothing that is not a
-// socket: a typo in --endpoint must not delete a file).
-func listenUnix(path string) (net.Listener, error) {
-	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
-		return nil, fmt.Errorf("creating socket directory: %w", err)
-	}
-	if st, err := os.Lstat(path); err == nil {
-		if st.Mode().Type() != fs.ModeSocket {
-			return nil, fmt.Errorf("%s exists and is not a socket", path)
-		}
-		if err := os.Remove(path); err != nil {
-			return nil, fmt.Errorf("removing stale socket: %w", err)
-		}
-	}
-	l, err := net.Listen("unix", path)
-	if err != nil {
-		return nil, fmt.Errorf("listening: %w", err)
-	}
-	return l, nil
 }
 
 // logGRPC logs every call like csi-driver-host-path: the method at V(3) (Probe, which liveness probes call
@@ -124,7 +103,7 @@ func (d *Driver) Run(ctx context.Context) error {
 	if d.ownMode {
 		defer d.mode.Close()
 	}
-	lis, err := listenUnix(d.socket)
+	lis, err := fdpass.Listen("unix", d.socket, 0)
 	if err != nil {
 		return err
 	}

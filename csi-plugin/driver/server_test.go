@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"flag"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -49,33 +48,6 @@ func TestParseEndpoint(t *testing.T) {
 		if (err == nil) != tc.ok || got != tc.want {
 			t.Errorf("ParseEndpoint(%q) = %q, %v; want %q (ok=%v)", tc.in, got, err, tc.want, tc.ok)
 		}
-	}
-}
-
-func TestListenReplacesOnlyStaleSockets(t *testing.T) {
-	dir := plugintest.ShortDir(t)
-	sock := filepath.Join(dir, "csi.sock")
-	stale, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	stale.(*net.UnixListener).SetUnlinkOnClose(false)
-	stale.Close() // the socket file stays, like after a crash
-	l, err := listenUnix(sock)
-	if err != nil {
-		t.Fatalf("stale socket not replaced: %v", err)
-	}
-	l.Close()
-
-	file := filepath.Join(dir, "not-a-socket")
-	if err := os.WriteFile(file, []byte("keep me"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := listenUnix(file); err == nil {
-		t.Fatal("listenUnix replaced a regular file")
-	}
-	if b, _ := os.ReadFile(file); string(b) != "keep me" {
-		t.Fatal("regular file was touched")
 	}
 }
 

@@ -8,13 +8,13 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"net"
 	"os"
-	"path/filepath"
 
 	"google.golang.org/grpc"
 	"k8s.io/klog/v2"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
+
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/fdpass"
 )
 
 // SupportedVersions are the CSI versions announced to kubelet.
@@ -61,18 +61,7 @@ func (s *Server) NotifyRegistrationStatus(_ context.Context, st *registerapi.Reg
 // Serve listens on socketPath (replacing a stale socket) until ctx ends (then it removes the socket, which tells
 // kubelet the plugin is gone) or kubelet rejects the registration (then it returns that error).
 func (s *Server) Serve(ctx context.Context, socketPath string) error {
-	if err := os.MkdirAll(filepath.Dir(socketPath), 0o750); err != nil {
-		return fmt.Errorf("registration socket directory: %w", err)
-	}
-	if st, err := os.Lstat(socketPath); err == nil {
-		if st.Mode().Type() != fs.ModeSocket {
-			return fmt.Errorf("registration socket %s exists and is not a socket", socketPath)
-		}
-		if err := os.Remove(socketPath); err != nil {
-			return fmt.Errorf("removing stale registration socket: %w", err)
-		}
-	}
-	l, err := net.Listen("unix", socketPath)
+	l, err := fdpass.Listen("unix", socketPath, 0)
 	if err != nil {
 		return fmt.Errorf("registration socket: %w", err)
 	}

@@ -128,7 +128,7 @@ func receive(ctx context.Context, socket string, wait, recvTimeout time.Duration
 	var cfg fusemode.Handover
 	dctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
-	conn, err := fdpass.Dial(dctx, socket, 100*time.Millisecond)
+	conn, err := fdpass.Dial(dctx, "unix", socket, 100*time.Millisecond)
 	if err != nil {
 		return nil, cfg, err
 	}

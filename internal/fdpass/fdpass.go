@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"os"
 	"path/filepath"
@@ -168,12 +169,41 @@ func clip(b []byte) string {
 // maxSunPath is the longest path a unix socket address holds (sun_path is 108 bytes with its NUL, unix(7)).
 const maxSunPath = 107
 
-// Dial connects to the unix socket at path, retrying every interval while it does not exist yet or nobody
-// listens (the sender may create it later), until ctx ends. A path too long for a socket address is reached
-// through its directory's descriptor (/proc/self/fd/N/name).
-func Dial(ctx context.Context, path string, interval time.Duration) (*net.UnixConn, error) {
+// Listen listens on a unix socket of network ("unix" for a stream socket, "unixpacket" for a sequenced-packet
+// one) at path, creating its directory (0750) if missing and first removing a stale socket left by a previous
+// run, but nothing that is not a socket: a typo in a flag must not delete a file. mode, when not 0, is given
+// to the socket (who may connect). Closing the listener removes the socket.
+func Listen(network, path string, mode os.FileMode) (*net.UnixListener, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
+		return nil, fmt.Errorf("creating the directory of socket %s: %w", path, err)
+	}
+	if st, err := os.Lstat(path); err == nil {
+		if st.Mode().Type() != fs.ModeSocket {
+			return nil, fmt.Errorf("%s exists and is not a socket: left alone", path)
+		}
+		if err := os.Remove(path); err != nil {
+			return nil, fmt.Errorf("removing stale socket: %w", err)
+		}
+	}
+	l, err := net.ListenUnix(network, &net.UnixAddr{Name: path, Net: network})
+	if err != nil {
+		return nil, fmt.Errorf("listening on %s: %w", path, err)
+	}
+	if mode != 0 {
+		if err := os.Chmod(path, mode); err != nil {
+			l.Close()
+			return nil, fmt.Errorf("chmod socket %s: %w", path, err)
+		}
+	}
+	return l, nil
+}
+
+// Dial connects to the unix socket of network ("unix", "unixpacket") at path, retrying every interval while
+// it does not exist yet or nobody listens (the other side may create it later), until ctx ends. A path too long
+// for a socket address is reached through its directory's descriptor (/proc/self/fd/N/name).
+func Dial(ctx context.Context, network, path string, interval time.Duration) (*net.UnixConn, error) {
 	for {
-		c, err := dialOnce(ctx, path)
+		c, err := dialOnce(ctx, network, path)
 		if err == nil {
 			return c, nil
 		}
@@ -188,7 +218,7 @@ func Dial(ctx context.Context, path string, interval time.Duration) (*net.UnixCo
 	}
 }
 
-func dialOnce(ctx context.Context, path string) (*net.UnixConn, error) {
+func dialOnce(ctx context.Context, network, path string) (*net.UnixConn, error) {
 	addr := path
 	if len(path) > maxSunPath {
 		dir, err := os.OpenFile(filepath.Dir(path), unix.O_PATH|unix.O_DIRECTORY, 0)
@@ -199,7 +229,7 @@ func dialOnce(ctx context.Context, path string) (*net.UnixConn, error) {
 		addr = fmt.Sprintf("/proc/self/fd/%d/%s", dir.Fd(), filepath.Base(path))
 	}
 	var d net.Dialer
-	c, err := d.DialContext(ctx, "unix", addr)
+	c, err := d.DialContext(ctx, network, addr)
 	if err != nil {
 		return nil, err
 	}

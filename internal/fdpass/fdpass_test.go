@@ -179,7 +179,7 @@ func TestSendOnce(t *testing.T) {
 	got := make(chan result, 1)
 	go func() {
 		var r result
-		c, err := Dial(ctx, sock, 10*time.Millisecond)
+		c, err := Dial(ctx, "unix", sock, 10*time.Millisecond)
 		if err != nil {
 			got <- result{err: err}
 			return
@@ -227,7 +227,7 @@ func TestSendOnceEndsWithContext(t *testing.T) {
 func TestDialGivesUp(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
-	if _, err := Dial(ctx, filepath.Join(t.TempDir(), "absent"), 10*time.Millisecond); !errors.Is(err, context.DeadlineExceeded) {
+	if _, err := Dial(ctx, "unix", filepath.Join(t.TempDir(), "absent"), 10*time.Millisecond); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Dial of an absent socket: %v", err)
 	}
 }
@@ -255,7 +255,7 @@ func TestLongSocketPath(t *testing.T) {
 	defer ln.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	c, err := Dial(ctx, sock, 10*time.Millisecond)
+	c, err := Dial(ctx, "unix", sock, 10*time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -307,5 +307,42 @@ func TestMessages(t *testing.T) {
 	a.Close()
 	if _, _, err := ReadMsg(b, deadline); !errors.Is(err, io.EOF) {
 		t.Errorf("ReadMsg after the peer closed: %v, want EOF", err)
+	}
+}
+
+// TestListenReplacesOnlyStaleSockets: a socket left by a crash is replaced, anything else is left alone, and
+// the socket gets the mode asked for.
+func TestListenReplacesOnlyStaleSockets(t *testing.T) {
+	dir, err := os.MkdirTemp("", "fdpass") // t.TempDir's paths can be too long for a socket address
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	for _, network := range []string{"unix", "unixpacket"} {
+		sock := filepath.Join(dir, network+".sock")
+		stale, err := net.ListenUnix(network, &net.UnixAddr{Name: sock, Net: network})
+		if err != nil {
+			t.Fatal(err)
+		}
+		stale.SetUnlinkOnClose(false)
+		stale.Close() // the socket file stays, like after a crash
+		l, err := Listen(network, sock, 0o666)
+		if err != nil {
+			t.Fatalf("%s: stale socket not replaced: %v", network, err)
+		}
+		if st, err := os.Stat(sock); err != nil || st.Mode().Perm() != 0o666 {
+			t.Errorf("%s: socket mode %v, %v; want 0666", network, st.Mode(), err)
+		}
+		l.Close()
+	}
+	file := filepath.Join(dir, "not-a-socket")
+	if err := os.WriteFile(file, []byte("keep me"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Listen("unix", file, 0); err == nil {
+		t.Fatal("Listen replaced a regular file")
+	}
+	if b, _ := os.ReadFile(file); string(b) != "keep me" {
+		t.Fatal("regular file was touched")
 	}
 }
