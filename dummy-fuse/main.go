@@ -7,17 +7,22 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"runtime/debug"
+	"strconv"
+	"strings"
 
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/dummy-fuse/dummyfs"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/command"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/handover"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/version"
 )
 
 func main() { os.Exit(command.Main("dummy-fuse", run, os.Args[1:], command.OS())) }
 
 const usage = `Usage: dummy-fuse [flags] MOUNTPOINT
+       dummy-fuse [flags] --session /dev/fd/N
 
 Mounts a read-only FUSE filesystem holding dummy-file.txt ("Hello world!\n") at MOUNTPOINT and serves it
 until SIGTERM or SIGINT. MOUNTPOINT may be /dev/fd/N: a /dev/fuse descriptor already mounted by a parent.
@@ -26,6 +31,10 @@ Handover: with --save-init FILE the server writes what a successor needs once th
 answered. If the server dies while another process keeps a copy of the /dev/fuse descriptor, the mount
 stays and its callers wait; "dummy-fuse --takeover FILE /dev/fd/N" given that descriptor serves them on,
 after asking the kernel to resend the requests the dead server had read.
+
+Keeper: with --session /dev/fd/N (a sequenced-packet unix socket inherited from a keeper, "csi-plugin
+keeper") the server serves every connection the keeper hands it over that socket, new or taken over, in this
+one process, until the keeper closes the session or SIGTERM; connections stay mounted when it exits.
 
 Flags:
 `
@@ -46,6 +55,7 @@ func run(ctx context.Context, args []string, s command.Streams) error {
 	fl.IntVar(&opts.Workers, "workers", dummyfs.DefaultWorkers, "requests handled at once (threads reading /dev/fuse)")
 	fl.StringVar(&h.SaveInit, "save-init", "", "write the handover record (the kernel's INIT and our reply) to this file, or /dev/fd/N, once mounted")
 	takeover := fl.String("takeover", "", "take over the initialised connection MOUNTPOINT=/dev/fd/N, given the record its previous server saved with --save-init")
+	session := fl.String("session", "", "serve the connections a keeper hands over on this inherited session socket (/dev/fd/N) instead of a MOUNTPOINT")
 	showVersion := fl.Bool("version", false, "print the version and exit")
 	fl.Usage = func() {
 		fmt.Fprint(fl.Output(), usage)
@@ -63,7 +73,11 @@ func run(ctx context.Context, args []string, s command.Streams) error {
 	case *showVersion:
 		fmt.Fprintln(s.Out, version.Version)
 		return nil
-	case fl.NArg() != 1:
+	case *session != "" && (fl.NArg() != 0 || *takeover != "" || h.SaveInit != ""):
+		return command.Usagef("--session takes no MOUNTPOINT, --takeover or --save-init: the keeper hands over every connection with its record")
+	case *session != "" && !dummyfs.IsMagicMountpoint(*session):
+		return command.Usagef("--session needs the inherited socket as /dev/fd/N, got %s", *session)
+	case *session == "" && fl.NArg() != 1:
 		return command.Usagef("expected exactly one MOUNTPOINT, got %d arguments", fl.NArg())
 	case opts.Workers < 1:
 		return command.Usagef("--workers must be at least 1, got %d", opts.Workers)
@@ -71,6 +85,10 @@ func run(ctx context.Context, args []string, s command.Streams) error {
 		return command.Usagef("--read-latency must not be negative, got %s", opts.ReadLatency)
 	case *takeover != "" && !dummyfs.IsMagicMountpoint(fl.Arg(0)):
 		return command.Usagef("--takeover needs MOUNTPOINT /dev/fd/N (the inherited connection), got %s", fl.Arg(0))
+	}
+	if *session != "" {
+		tuneGC()
+		return serveSession(ctx, *session, opts, s.Err)
 	}
 	if *takeover != "" {
 		rec, err := dummyfs.ReadInitRecord(*takeover)
@@ -82,6 +100,17 @@ func run(ctx context.Context, args []string, s command.Streams) error {
 
 	tuneGC()
 	return dummyfs.Run(ctx, fl.Arg(0), opts, h, s.Err)
+}
+
+// serveSession serves the connections of the keeper session inherited as path (/dev/fd/N).
+func serveSession(ctx context.Context, path string, opts dummyfs.Options, logw io.Writer) error {
+	n, _ := strconv.Atoi(strings.TrimPrefix(path, "/dev/fd/"))
+	conn, err := handover.FromFile(os.NewFile(uintptr(n), path))
+	if err != nil {
+		return fmt.Errorf("--session %s: %w", path, err)
+	}
+	defer conn.Close()
+	return dummyfs.ServeSession(ctx, conn, opts, logw)
 }
 
 // tuneGC trades a little GC work for memory: go-fuse allocates about 1 KiB of garbage per request

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,6 +21,9 @@ import (
 
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/dummy-fuse-workload/workload"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/command"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/fdpass"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/fuseconn"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/handover"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/testenv"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/version"
 )
@@ -259,14 +263,13 @@ func TestBadMountpoint(t *testing.T) {
 // serves through the magic mountpoint /dev/fd/N; the caller owns the descriptor.
 func mountDevFuse(t *testing.T, mnt string) *os.File {
 	t.Helper()
-	dev, err := os.OpenFile("/dev/fuse", os.O_RDWR, 0)
+	dev, err := fuseconn.Open()
 	if err != nil {
 		t.Fatal(err)
 	}
-	data := fmt.Sprintf("fd=%d,rootmode=40000,user_id=0,group_id=0", dev.Fd())
-	if err := unix.Mount("dummy-fuse", mnt, "fuse.dummy-fuse", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_RDONLY, data); err != nil {
+	if err := fuseconn.Mount(dev, mnt, fuseconn.MountOptions{Name: "dummy-fuse", Source: "dummy-fuse", ReadOnly: true}); err != nil {
 		dev.Close()
-		t.Fatalf("mount %s: %v", mnt, err)
+		t.Fatal(err)
 	}
 	return dev
 }
@@ -613,4 +616,169 @@ func unanswered(log, op string) []uint64 {
 		ids = append(ids, u)
 	}
 	return ids
+}
+
+// TestSession plays a keeper: it mounts two connections itself, keeps a copy of each descriptor, and hands
+// them to one dummy-fuse --session process, which answers both INITs and reports each connection's handover
+// record. That server is killed with SIGKILL while a slow read is inside it; a successor gets both
+// connections with their records over a new session and takes them over. The workloads of both mounts see
+// no failed read, and the read the dead server had taken completes with the content. Unmounting one mount is
+// reported as the end of its connection; closing the session ends the server.
+func TestSession(t *testing.T) {
+	testenv.RequireFUSE(t)
+	bin := testenv.Build(t, "dummy-fuse")
+	wlBin := testenv.Build(t, "dummy-fuse-workload")
+	type volume struct {
+		name, mnt string
+		dev       *os.File
+		init      []byte
+		wl        *proc
+	}
+	var vols []*volume
+	for _, name := range []string{"vol-a", "vol-b"} {
+		mnt := t.TempDir()
+		cleanupMount(t, mnt)
+		vols = append(vols, &volume{name: name, mnt: mnt, dev: mountDevFuse(t, mnt)})
+	}
+	var servers []*exec.Cmd
+	// Runs before the workloads' cleanups (registered later, run earlier is the reverse): see TestTakeover.
+	t.Cleanup(func() {
+		for _, cmd := range servers {
+			_ = cmd.Process.Kill()
+		}
+		for _, v := range vols {
+			v.dev.Close()
+		}
+	})
+	startServer := func() (*handover.Conn, *proc) {
+		t.Helper()
+		session, child, err := handover.Pair()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { session.Close() })
+		cmd := exec.Command(bin, "--direct-io", "--read-latency", "300ms", "--debug", "--session", "/dev/fd/3")
+		cmd.ExtraFiles = []*os.File{child}
+		p := start(t, cmd)
+		child.Close()
+		servers = append(servers, cmd)
+		return session, p
+	}
+	// served hands every volume to the server and waits for its answers.
+	served := func(session *handover.Conn, p *proc) {
+		t.Helper()
+		for _, v := range vols {
+			if err := session.Send(handover.Msg{Kind: handover.Serve, Volume: v.name, Init: v.init}, v.dev); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for range vols {
+			m, f, err := session.Recv()
+			if err != nil {
+				t.Fatalf("waiting for served: %v\n%s", err, p.stderrString())
+			}
+			if f != nil || m.Kind != handover.Served || m.PID != p.cmd.Process.Pid || len(m.Init) == 0 {
+				t.Fatalf("got %+v (descriptor %v), want served by pid %d with a record", m, f != nil, p.cmd.Process.Pid)
+			}
+			for _, v := range vols {
+				if v.name == m.Volume {
+					if v.init != nil && !bytes.Equal(v.init, m.Init) {
+						t.Errorf("%s: the successor reports another record", v.name)
+					}
+					v.init = m.Init
+				}
+			}
+		}
+	}
+	session, first := startServer()
+	served(session, first)
+	for _, v := range vols {
+		v.wl = start(t, exec.Command(wlBin, "--file", filepath.Join(v.mnt, fileName), "--log-format", "json", "--read-interval", "20ms"))
+		w := v.wl
+		poll(t, v.name+": a first successful read", func() bool { return find(readLog(t, w.out), workload.EventRead, "") != nil })
+	}
+	poll(t, "a READ inside the first server", func() bool { return len(unanswered(first.stderrString(), "READ")) > 0 })
+	if err := unix.Kill(first.cmd.Process.Pid, unix.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	first.wait(t)
+	inside := unanswered(first.stderrString(), "READ")
+
+	session2, succ := startServer()
+	served(session2, succ)
+	for _, u := range inside {
+		resent := fmt.Sprintf("tx %d:", u|1<<63)
+		poll(t, "the successor to answer the resent "+resent, func() bool { return strings.Contains(succ.stderrString(), resent) })
+	}
+	if n := strings.Count(succ.stderrString(), "took it over, asked the kernel to resend"); n != len(vols) {
+		t.Errorf("successor took %d connections over with a resend, want %d: %q", n, len(vols), succ.stderrString())
+	}
+	for _, v := range vols {
+		w := v.wl
+		n := len(readLog(t, w.out))
+		poll(t, v.name+": two more reads after the takeover", func() bool { return len(readLog(t, w.out)) >= n+2 })
+		if err := w.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		w.wait(t)
+		for _, r := range readLog(t, w.out) {
+			if r.Event == workload.EventReadError || r.Event == workload.EventOpenError || (r.Event == workload.EventRead && *r.Content != "Hello world!\n") {
+				t.Errorf("%s: workload record %+v", v.name, r)
+			}
+		}
+	}
+
+	// An unmounted connection ends, and the server says so.
+	if err := unix.Unmount(vols[1].mnt, 0); err != nil {
+		t.Fatal(err)
+	}
+	m, _, err := session2.Recv()
+	if err != nil || m.Kind != handover.Ended || m.Volume != "vol-b" || m.Reason != "unmounted" {
+		t.Errorf("after unmounting vol-b: %+v, %v; want ended vol-b unmounted", m, err)
+	}
+	// The keeper going away ends the server, cleanly.
+	session2.Close()
+	if code := succ.wait(t); code != 0 {
+		t.Errorf("server exit code %d after its session closed, want 0: %s", code, succ.stderrString())
+	}
+}
+
+// TestSessionRefusesGarbage: a keeper that breaks the protocol ends the server with an error (exit 1) and the
+// reason; a descriptor that is not /dev/fuse is never served.
+func TestSessionRefusesGarbage(t *testing.T) {
+	testenv.RequireFUSE(t)
+	bin := testenv.Build(t, "dummy-fuse")
+	// A raw socket pair: handover.Conn checks its own messages, a broken peer does not.
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	child := os.NewFile(uintptr(fds[1]), "session")
+	keeperEnd, err := net.FileConn(os.NewFile(uintptr(fds[0]), "keeper"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer keeperEnd.Close()
+	cmd := exec.Command(bin, "--session", "/dev/fd/3")
+	cmd.ExtraFiles = []*os.File{child}
+	p := start(t, cmd)
+	child.Close()
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	null, err := os.Open(os.DevNull)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer null.Close()
+	if err := fdpass.WriteMsg(keeperEnd.(*net.UnixConn), []byte(`{"kind":"serve","volume":"v"}`), null, time.Now().Add(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.wait(t); code != 1 || !strings.Contains(p.stderrString(), "not /dev/fuse") {
+		t.Errorf("exit %d, stderr %q; want 1 and the reason", code, p.stderrString())
+	}
+	for _, args := range [][]string{{"--session", "/tmp/x"}, {"--session", "/dev/fd/3", "/mnt"}, {"--session", "/dev/fd/3", "--save-init", "/tmp/r"}} {
+		r := start(t, exec.Command(bin, args...))
+		if code := r.wait(t); code != 2 {
+			t.Errorf("dummy-fuse %q: exit %d, want 2 (usage)", args, code)
+		}
+	}
 }

@@ -60,12 +60,14 @@ type Server struct {
 
 // Mount mounts the filesystem at mountpoint with mount(2) (root; there is no fusermount on the target
 // machines), or serves the descriptor of a /dev/fd/N mountpoint, and answers the kernel's INIT before it
-// returns. The filesystem is then served in the background until it is unmounted.
+// returns. The filesystem is then served in the background until it is unmounted. The descriptor of a
+// /dev/fd/N mountpoint is the server's from then on, closed when it stops or fails.
 func Mount(mountpoint string, opts Options) (*Server, error) {
 	mo := MountOptions(opts)
 	fd := magicFD(mountpoint)
 	if fd >= 0 {
 		if err := fuseconn.Check(fd); err != nil {
+			unix.Close(fd)
 			return nil, err
 		}
 		unix.CloseOnExec(fd) // ours now, not for children
@@ -90,22 +92,25 @@ func Mount(mountpoint string, opts Options) (*Server, error) {
 // does not understand or would not negotiate identically (*HandoverError), asks the kernel to queue again
 // the requests its predecessor had read but not answered (FUSE_NOTIFY_RESEND, when the kernel offers it;
 // Server.Resent tells), and serves in the background. Like a /dev/fd/N mount, the descriptor is the
-// server's from then on and closed when it stops.
+// server's from then on, closed when it stops or when Takeover fails.
 //
 // Without FUSE_NOTIFY_RESEND (Linux < 6.9) nothing can answer the requests the predecessor had read: the
 // kernel matches replies by an ID only it and the dead process knew. Their callers stay blocked until the
 // connection is aborted (/sys/fs/fuse/connections/N/abort); everything else is served.
 func Takeover(fd int, record []byte, opts Options) (*Server, error) {
 	if err := fuseconn.Check(fd); err != nil {
+		unix.Close(fd)
 		return nil, err
 	}
 	mountpoint := fmt.Sprintf("/dev/fd/%d", fd)
 	s := newServer(mountpoint, fd, opts, MountOptions(opts))
 	if err := s.conn.replayInit(record); err != nil {
+		unix.Close(fd)
 		return nil, err
 	}
 	resent, err := s.conn.resend()
 	if err != nil {
+		unix.Close(fd)
 		return nil, fmt.Errorf("take over %s: %w", mountpoint, err)
 	}
 	unix.CloseOnExec(fd)
