@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"runtime"
 	"sync"
 	"syscall"
 	"time"
@@ -14,6 +13,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/mounts"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/spawn"
 )
 
 // ChildName is the mode in which dummy-fuse runs as a child process of the plugin and dies with it (SIGKILL
@@ -23,14 +23,7 @@ const ChildName = "child"
 // Child starts dummy-fuse processes that die with the plugin.
 type Child struct {
 	opts  Options
-	spawn chan spawnRequest
-	quit  chan struct{}
-	once  sync.Once
-}
-
-type spawnRequest struct {
-	cmd  *exec.Cmd
-	done chan error
+	spawn *spawn.Spawner
 }
 
 // NewChild checks that opts.DummyFusePath is an executable and returns the mode.
@@ -48,27 +41,7 @@ func NewChild(opts Options) (*Child, error) {
 	if opts.StartTimeout <= 0 {
 		opts.StartTimeout = 10 * time.Second
 	}
-	c := &Child{opts: opts, spawn: make(chan spawnRequest), quit: make(chan struct{})}
-	go c.spawner()
-	return c, nil
-}
-
-// spawner starts every child from one goroutine locked to its OS thread. The kernel sends the parent-death
-// signal when the *thread* that forked the child exits, not the process (golang/go#27505): a child forked from an
-// ordinary goroutine would be killed whenever the Go runtime retires that thread. This thread is never retired
-// while children may run: on Close the goroutine unlocks it first, which returns it to the runtime's pool instead
-// of terminating it.
-func (c *Child) spawner() {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	for {
-		select {
-		case r := <-c.spawn:
-			r.done <- r.cmd.Start()
-		case <-c.quit:
-			return
-		}
-	}
+	return &Child{opts: opts, spawn: spawn.New()}, nil
 }
 
 // Name implements Mode.
@@ -76,7 +49,7 @@ func (c *Child) Name() string { return ChildName }
 
 // Close stops the spawner; later Starts fail. Running children are not touched.
 func (c *Child) Close() error {
-	c.once.Do(func() { close(c.quit) })
+	c.spawn.Close()
 	return nil
 }
 
@@ -95,20 +68,10 @@ func (c *Child) Start(ctx context.Context, req Request) (Server, error) {
 	cmd := exec.Command(c.opts.DummyFusePath, c.Args(req.Mountpoint)...)
 	cmd.Stdout = out
 	cmd.Stderr = out
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	// One OS thread per server is plenty for a hello-world filesystem and keeps hundreds of servers cheap.
 	cmd.Env = append(os.Environ(), "GOMAXPROCS=1")
-
-	done := make(chan error, 1)
-	select {
-	case c.spawn <- spawnRequest{cmd: cmd, done: done}:
-	case <-c.quit:
-		return nil, errors.New("child mode is closed")
-	case <-ctx.Done():
-		return nil, fmt.Errorf("starting dummy-fuse on %s: %w", req.Mountpoint, ctx.Err())
-	}
-	if err := <-done; err != nil {
-		return nil, fmt.Errorf("starting %s: %w", cmd, err)
+	if err := c.spawn.Start(ctx, cmd); err != nil {
+		return nil, fmt.Errorf("starting %s on %s: %w", cmd, req.Mountpoint, err)
 	}
 	p := &childProcess{cmd: cmd, out: out, volumeID: req.VolumeID, mountpoint: req.Mountpoint, done: make(chan struct{})}
 	go p.wait()
