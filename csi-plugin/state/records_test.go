@@ -167,3 +167,18 @@ func FuzzParseRecord(f *testing.F) {
 		}
 	})
 }
+
+// TestParseStageInit: a stage record's handover record round-trips as base64 and is bounded.
+func TestParseStageInit(t *testing.T) {
+	ok, _ := json.Marshal(Stage{VolumeID: "v", StagingPath: "/s", Init: make([]byte, MaxInit)})
+	if r, err := ParseStage(ok); err != nil || len(r.Init) != MaxInit {
+		t.Errorf("record with a %d-byte handover record: %v (%d bytes)", MaxInit, err, len(r.Init))
+	}
+	huge, _ := json.Marshal(Stage{VolumeID: "v", StagingPath: "/s", Init: make([]byte, MaxInit+1)})
+	if _, err := ParseStage(huge); err == nil || !strings.Contains(err.Error(), "handover record") {
+		t.Errorf("record with a %d-byte handover record: %v", MaxInit+1, err)
+	}
+	if _, err := ParseStage([]byte(`{"volumeID":"v","stagingPath":"/s","init":"not base64!"}`)); err == nil {
+		t.Error("a handover record that is not base64 was accepted")
+	}
+}

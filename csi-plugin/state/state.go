@@ -20,13 +20,15 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/atomicfile"
 )
 
 const (
 	stagedDir    = "staged"
 	publishedDir = "published"
 	suffix       = ".json"
-	tempInfix    = ".tmp" // temp files are <record>.json.tmp<random>
+	tempInfix    = atomicfile.TempInfix // temp files are <record>.json.tmp<random>
 )
 
 // Stage records one NodeStageVolume that succeeded.
@@ -43,8 +45,15 @@ type Stage struct {
 	// Capability is what the volume was staged with; a repeated call with another one is refused. Absent in
 	// records of older versions (then any capability is accepted).
 	Capability *Capability `json:"capability,omitempty"`
-	Time       time.Time   `json:"time"`
+	// Init is the FUSE connection's handover record (the kernel's INIT and the first server's reply) in modes
+	// that keep connections alive across server restarts (keeper): a restarted plugin checks the copies it
+	// re-collects against it.
+	Init []byte    `json:"init,omitempty"`
+	Time time.Time `json:"time"`
 }
+
+// MaxInit bounds a stage record's handover record (an INIT request and reply are a few hundred bytes).
+const MaxInit = 1024
 
 // Capability is the part of a CSI VolumeCapability that makes two calls compatible or not.
 type Capability struct {
@@ -146,6 +155,9 @@ func ParseStage(b []byte) (Stage, error) {
 	}
 	if err := ValidatePath(r.StagingPath); err != nil {
 		return Stage{}, fmt.Errorf("staging path %q: %w", r.StagingPath, err)
+	}
+	if len(r.Init) > MaxInit {
+		return Stage{}, fmt.Errorf("handover record of %d bytes (at most %d)", len(r.Init), MaxInit)
 	}
 	return r, nil
 }
@@ -344,53 +356,21 @@ func readRecord(path string) ([]byte, error) {
 	return b, nil
 }
 
-// writeJSON replaces path atomically: temp file in the same directory, fsync, rename, fsync of the directory
-// (without the last step the rename itself may be lost in a crash).
-func writeJSON(path string, v any) (err error) {
+// writeJSON replaces path atomically (atomicfile).
+func writeJSON(path string, v any) error {
 	b, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
 		return fmt.Errorf("encoding %s: %w", path, err)
 	}
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, filepath.Base(path)+tempInfix+"*")
-	if err != nil {
+	if err := atomicfile.Write(path, append(b, '\n'), 0o600); err != nil {
 		return fmt.Errorf("writing mount record: %w", err)
 	}
-	defer func() {
-		if err != nil {
-			_ = os.Remove(f.Name())
-		}
-	}()
-	if _, err = f.Write(append(b, '\n')); err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fmt.Errorf("writing mount record %s: %w", f.Name(), err)
-	}
-	if err = os.Rename(f.Name(), path); err != nil {
-		return fmt.Errorf("writing mount record: %w", err)
-	}
-	return syncDir(dir)
+	return nil
 }
 
 func remove(path string) error {
 	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("removing mount record: %w", err)
 	}
-	return syncDir(filepath.Dir(path))
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("syncing %s: %w", dir, err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("syncing %s: %w", dir, err)
-	}
-	return nil
+	return atomicfile.SyncDir(filepath.Dir(path))
 }

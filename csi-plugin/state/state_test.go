@@ -5,6 +5,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -22,7 +23,7 @@ func openStore(t *testing.T) *Store {
 func TestRoundTrip(t *testing.T) {
 	s := openStore(t)
 	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	st := Stage{VolumeID: "vol-1", StagingPath: "/staging/vol-1", ReadOnly: true, FuseMode: "child", CreatedDir: true, Time: now}
+	st := Stage{VolumeID: "vol-1", StagingPath: "/staging/vol-1", ReadOnly: true, FuseMode: "keeper", CreatedDir: true, Init: []byte{0, 1, 2, 255}, Time: now}
 	if err := s.PutStage(st); err != nil {
 		t.Fatal(err)
 	}
@@ -44,7 +45,7 @@ func TestRoundTrip(t *testing.T) {
 	if len(errs) != 0 {
 		t.Fatalf("Load errors: %v", errs)
 	}
-	if len(stages) != 1 || stages[0] != st {
+	if len(stages) != 1 || !reflect.DeepEqual(stages[0], st) {
 		t.Fatalf("stages = %+v, want [%+v]", stages, st)
 	}
 	// Two pods using one volume keep two records: neither overwrote the other.
@@ -82,7 +83,7 @@ func TestEphemeralFlagRoundTrip(t *testing.T) {
 	if len(errs) != 0 || len(stages) != 2 {
 		t.Fatalf("stages = %+v, errors %v", stages, errs)
 	}
-	if stages[0] != eph || stages[1].VolumeID != "old" || stages[1].Ephemeral {
+	if !reflect.DeepEqual(stages[0], eph) || stages[1].VolumeID != "old" || stages[1].Ephemeral {
 		t.Fatalf("stages = %+v, want %+v then a persistent \"old\"", stages, eph)
 	}
 }

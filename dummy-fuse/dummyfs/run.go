@@ -6,10 +6,11 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/atomicfile"
 )
 
 // MountError is a failure to mount; the dummy-fuse command reports it as "mount MOUNTPOINT: cause".
@@ -109,7 +110,7 @@ func start(mountpoint string, opts Options, h Handover, logw io.Writer) (*Server
 }
 
 // WriteInitRecord saves a handover record to path: for /dev/fd/N straight into that descriptor, otherwise
-// atomically (a temporary file, fsync, rename), so that a reader never sees half a record.
+// atomically (atomicfile), so that a reader never sees half a record.
 func WriteInitRecord(path string, rec []byte) error {
 	if IsMagicMountpoint(path) {
 		f, err := os.OpenFile(path, os.O_WRONLY, 0)
@@ -119,19 +120,7 @@ func WriteInitRecord(path string, rec []byte) error {
 		_, err = f.Write(rec)
 		return errors.Join(wrapSave(err), wrapSave(f.Close()))
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return fmt.Errorf("save the handover record: %w", err)
-	}
-	defer os.Remove(tmp.Name()) // after a successful rename there is nothing left to remove
-	if _, err := tmp.Write(rec); err != nil {
-		tmp.Close()
-		return wrapSave(err)
-	}
-	if err := errors.Join(tmp.Sync(), tmp.Close()); err != nil {
-		return wrapSave(err)
-	}
-	return wrapSave(os.Rename(tmp.Name(), path))
+	return wrapSave(atomicfile.Write(path, rec, 0o600))
 }
 
 func wrapSave(err error) error {
