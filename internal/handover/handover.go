@@ -156,6 +156,31 @@ func Dial(ctx context.Context, path string, interval time.Duration) (*Conn, erro
 	return newConn(c), nil
 }
 
+// Listener accepts sessions on a unix sequenced-packet socket.
+type Listener struct{ l *net.UnixListener }
+
+// Listen listens at path (replacing a stale socket, never anything else; see fdpass.Listen), with the socket's
+// permissions set to mode.
+func Listen(path string, mode os.FileMode) (*Listener, error) {
+	l, err := fdpass.Listen("unixpacket", path, mode)
+	if err != nil {
+		return nil, err
+	}
+	return &Listener{l: l}, nil
+}
+
+// Accept waits for the next session.
+func (l *Listener) Accept() (*Conn, error) {
+	c, err := l.l.AcceptUnix()
+	if err != nil {
+		return nil, err
+	}
+	return newConn(c), nil
+}
+
+// Close stops listening and removes the socket; a blocked Accept returns.
+func (l *Listener) Close() error { return l.l.Close() }
+
 // Pair returns a connected pair of session ends, for a parent and the child it starts: the child's end is a
 // file to pass in exec.Cmd.ExtraFiles (the parent closes its copy once the child runs; FromFile opens it in
 // the child).

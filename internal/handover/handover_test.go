@@ -1,6 +1,7 @@
 package handover
 
 import (
+	"context"
 	"errors"
 	"io"
 	"os"
@@ -192,5 +193,46 @@ func TestPeerUID(t *testing.T) {
 	a, _ := pair(t)
 	if uid, err := a.PeerUID(); err != nil || uid != os.Getuid() {
 		t.Errorf("PeerUID = %d, %v; want %d", uid, err, os.Getuid())
+	}
+}
+
+// TestListenDial: a session over a socket path, as the plugin and the keeper use it.
+func TestListenDial(t *testing.T) {
+	dir, err := os.MkdirTemp("", "handover")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	path := dir + "/keeper.sock"
+	l, err := Listen(path, 0o660)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	accepted := make(chan *Conn, 1)
+	go func() {
+		c, err := l.Accept()
+		if err != nil {
+			t.Error(err)
+		}
+		accepted <- c
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, err := Dial(ctx, path, 10*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	s := <-accepted
+	defer s.Close()
+	if err := c.Send(Msg{Kind: Hello, Role: "keeper"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if m, _, err := s.Recv(); err != nil || m.Kind != Hello || m.Role != "keeper" {
+		t.Fatalf("Recv = %+v, %v", m, err)
+	}
+	if st, err := os.Stat(path); err != nil || st.Mode().Perm() != 0o660 {
+		t.Errorf("socket mode %v, %v", st.Mode(), err)
 	}
 }

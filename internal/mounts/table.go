@@ -59,6 +59,20 @@ func CountMounts(path string) (int, error) {
 	return len(infos), nil
 }
 
+// Top returns the mount on top at path according to the mount table (nil if nothing is mounted there), without
+// touching the filesystem: its FSType, its device (Major:Minor; for FUSE the connection's number) and so on.
+func Top(path string) (*mountinfo.Info, error) {
+	p := filepath.Clean(path)
+	infos, err := mountinfo.GetMounts(func(in *mountinfo.Info) (skip, stop bool) { return in.Mountpoint != p, false })
+	if err != nil {
+		return nil, fmt.Errorf("reading mount table for %s: %w", path, err)
+	}
+	if len(infos) == 0 {
+		return nil, nil
+	}
+	return infos[len(infos)-1], nil
+}
+
 // Under lists the mounts on dir or below it in this mount namespace, in the order they can be unmounted:
 // deepest first and, of mounts stacked on one path, the topmost (latest in mountinfo) first. Like Mounts, it
 // compares dir as the kernel writes mount points and reads the mount table only, so dead FUSE mounts are
