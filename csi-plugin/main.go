@@ -1,7 +1,8 @@
 // Command csi-plugin is the dummy-fuse CSI node plugin: it stages volumes by starting dummy-fuse on the staging
 // path, publishes them with bind mounts, records its mounts and can restore them after a restart.
 // `csi-plugin sidecar` is the unprivileged container of the workload pod in the sidecar FUSE mode (package
-// sidecar). The remediator is a binary of its own, csi-remediate (cmd/csi-remediate).
+// sidecar), `csi-plugin keeper` the unprivileged keeper of FUSE connections in the keeper mode (package
+// keeper). The remediator is a binary of its own, csi-remediate (cmd/csi-remediate).
 package main
 
 import (
@@ -16,6 +17,7 @@ import (
 
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/driver"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/fusemode"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/keeper"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/restore"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/sidecar"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/command"
@@ -27,8 +29,13 @@ func main() { os.Exit(command.Main("csi-plugin", run, os.Args[1:], command.OS())
 // run is the whole command: it serves until ctx ends (SIGTERM/SIGINT) and returns nil then. Bad flags or a
 // configuration the driver refuses are a *command.UsageError (exit 2); a failure to start or serve is exit 1.
 func run(ctx context.Context, args []string, streams command.Streams) error {
-	if len(args) > 0 && args[0] == "sidecar" {
-		return sidecar.Run(ctx, args[1:], streams)
+	if len(args) > 0 {
+		switch args[0] {
+		case "sidecar":
+			return sidecar.Run(ctx, args[1:], streams)
+		case "keeper":
+			return keeper.Command(ctx, args[1:], streams)
+		}
 	}
 	var (
 		cfg         driver.Config
@@ -47,6 +54,8 @@ func run(ctx context.Context, args []string, streams command.Streams) error {
 	fl.StringVar(&cfg.FuseMode, "fuse-mode", fusemode.ChildName, "where FUSE servers run: "+strings.Join(fusemode.Names(), ", "))
 	fl.StringVar(&cfg.FuseOptions.DummyFusePath, "dummy-fuse-path", "", "dummy-fuse executable (default: beside this executable, else in $PATH)")
 	fl.BoolVar(&cfg.FuseOptions.DirectIO, "fuse-direct-io", false, "pass --direct-io to dummy-fuse")
+	fl.StringVar(&cfg.FuseOptions.KeeperSocket, "keeper-socket", "", "keeper mode: where keepers (csi-plugin keeper) connect (default: "+driver.KeeperSocketName+" beside the CSI socket)")
+	fl.IntVar(&cfg.FuseOptions.KeeperUID, "keeper-uid", -1, "keeper mode: the only user ID a keeper may connect as (-1: any user that can reach the socket)")
 	fl.IntVar(&cfg.HealthPort, "health-port", 0, "serve HTTP /healthz (200 once Probe is ready) on this port; 0 disables it")
 	fl.StringVar(&cfg.KubeletRegistrationPath, "kubelet-registration-path", "", "CSI socket path on the host, announced to kubelet by the built-in plugin registration (needs --registration-dir)")
 	fl.StringVar(&cfg.RegistrationDir, "registration-dir", "", "kubelet plugin registration directory (as mounted in this container) where <drivername>-reg.sock is served")

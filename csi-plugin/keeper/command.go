@@ -1,0 +1,132 @@
+package keeper
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/fusemode"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/command"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/version"
+)
+
+const usage = `Usage: csi-plugin keeper [flags]
+       csi-plugin keeper status [--status-file FILE]
+       csi-plugin keeper crash [--status-file FILE] --volume VOLUME_ID
+
+The keeper of the plugin's keeper placement (--fuse-mode=keeper): it connects to the plugin's keeper socket,
+keeps a copy of every FUSE connection the plugin mounts, and runs the FUSE servers that answer them
+(dummy-fuse --session). It needs no privilege. Any one of the plugin, the keeper and a FUSE server can die
+while the mounts live on: their callers wait and get their answers from the successor.
+
+"status" prints the keeper's status file (which server process serves which volume); "crash" sends SIGKILL to
+the FUSE server of a volume, as a crash would (run it in the keeper's container: the PIDs are its own).
+
+Flags:
+`
+
+// DefaultStatusFile is where the keeper writes its status unless told otherwise.
+const DefaultStatusFile = "/run/dummy-fuse-csi-keeper/status.json"
+
+// Command is `csi-plugin keeper`.
+func Command(ctx context.Context, args []string, streams command.Streams) error {
+	if len(args) > 0 {
+		switch args[0] {
+		case "status":
+			return statusCommand(args[1:], streams)
+		case "crash":
+			return crashCommand(args[1:], streams)
+		}
+	}
+	var (
+		cfg         Config
+		directIO    bool
+		readLatency time.Duration
+		showVersion bool
+	)
+	fl := flag.NewFlagSet("csi-plugin keeper", flag.ContinueOnError)
+	fl.SetOutput(streams.Err)
+	fl.StringVar(&cfg.PluginSocket, "plugin-socket", "/csi/keeper.sock", "the plugin's keeper socket (its --keeper-socket)")
+	fl.StringVar(&cfg.DummyFusePath, "dummy-fuse-path", "", "FUSE server executable (default: dummy-fuse beside this executable, else in $PATH)")
+	fl.IntVar(&cfg.VolumesPerServer, "volumes-per-server", 64, "connections one FUSE server process answers (1: a process per volume, isolating volumes from each other's crashes; more save about 1 MiB per volume)")
+	fl.BoolVar(&directIO, "fuse-direct-io", false, "pass --direct-io to the FUSE servers: every read reaches a server")
+	fl.DurationVar(&readLatency, "read-latency", 0, "pass --read-latency to the FUSE servers: every read takes this long, like a remote backend")
+	fl.StringVar(&cfg.StatusFile, "status-file", DefaultStatusFile, "write which server serves which volume here after every change (empty: nowhere)")
+	fl.BoolVar(&showVersion, "version", false, "print the version and exit")
+	fl.Usage = func() {
+		fmt.Fprint(fl.Output(), usage)
+		fl.PrintDefaults()
+	}
+	if err := command.Parse(fl, args); err != nil {
+		return err
+	}
+	switch {
+	case showVersion:
+		_, err := fmt.Fprintln(streams.Out, version.Version)
+		return err
+	case fl.NArg() != 0:
+		return command.Usagef("unexpected arguments: %q", fl.Args())
+	case readLatency < 0:
+		return command.Usagef("--read-latency must not be negative")
+	case cfg.VolumesPerServer < 1:
+		return command.Usagef("--volumes-per-server must be at least 1")
+	}
+	if cfg.DummyFusePath == "" {
+		cfg.DummyFusePath = fusemode.FindDummyFuse()
+	}
+	if directIO {
+		cfg.ServerArgs = append(cfg.ServerArgs, "--direct-io")
+	}
+	if readLatency > 0 {
+		cfg.ServerArgs = append(cfg.ServerArgs, "--read-latency="+readLatency.String())
+	}
+	k, err := New(cfg, streams.Err)
+	if err != nil {
+		return err
+	}
+	return k.Run(ctx)
+}
+
+func statusCommand(args []string, streams command.Streams) error {
+	fl := flag.NewFlagSet("csi-plugin keeper status", flag.ContinueOnError)
+	fl.SetOutput(streams.Err)
+	file := fl.String("status-file", DefaultStatusFile, "the keeper's status file")
+	if err := command.Parse(fl, args); err != nil {
+		return err
+	}
+	if fl.NArg() != 0 {
+		return command.Usagef("unexpected arguments: %q", fl.Args())
+	}
+	st, err := ReadStatus(*file)
+	if err != nil {
+		return err
+	}
+	b, err := json.MarshalIndent(st, "", "  ")
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(streams.Out, "%s\n", b)
+	return err
+}
+
+func crashCommand(args []string, streams command.Streams) error {
+	fl := flag.NewFlagSet("csi-plugin keeper crash", flag.ContinueOnError)
+	fl.SetOutput(streams.Err)
+	file := fl.String("status-file", DefaultStatusFile, "the keeper's status file")
+	volume := fl.String("volume", "", "the volume whose FUSE server to kill (required)")
+	if err := command.Parse(fl, args); err != nil {
+		return err
+	}
+	if fl.NArg() != 0 || *volume == "" {
+		return command.Usagef("crash needs --volume and no arguments")
+	}
+	pid, err := Crash(*file, *volume)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintln(streams.Out, "SIGKILL sent to FUSE server pid "+strconv.Itoa(pid)+" of volume "+*volume)
+	return err
+}

@@ -1,0 +1,90 @@
+package keeper
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"slices"
+	"syscall"
+	"time"
+
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/handover"
+)
+
+// server is one FUSE server process (dummy-fuse --session) and the session the keeper hands it connections on.
+type server struct {
+	id       int
+	pid      int
+	version  string // as it reported in its first served
+	cmd      *exec.Cmd
+	session  *handover.Conn
+	volumes  map[string]bool // the connections handed to it and not ended
+	started  time.Time
+	stopping bool // the keeper stops it: its exit is no crash
+	done     chan struct{}
+}
+
+// startServer starts a server process; its messages and its exit arrive as events.
+func (k *Keeper) startServer() (*server, error) {
+	session, child, err := handover.Pair()
+	if err != nil {
+		return nil, err
+	}
+	cmd := k.serverCmd(child)
+	err = k.spawn.Start(context.Background(), cmd)
+	child.Close()
+	if err != nil {
+		session.Close()
+		return nil, fmt.Errorf("starting %s: %w", cmd, err)
+	}
+	k.nextID++
+	s := &server{id: k.nextID, pid: cmd.Process.Pid, cmd: cmd, session: session, volumes: map[string]bool{}, started: time.Now(), done: make(chan struct{})}
+	k.servers = append(k.servers, s)
+	k.logf("started FUSE server pid %d (%s)", s.pid, cmd)
+	go func() {
+		for {
+			m, f, err := session.Recv()
+			if err != nil {
+				return // the process exited (or broke the protocol: it is killed below)
+			}
+			if f != nil {
+				f.Close() // servers send no descriptors
+			}
+			k.emit(event{kind: serverMsg, srv: s, msg: m})
+		}
+	}()
+	go func() {
+		err := cmd.Wait()
+		session.Close()
+		close(s.done)
+		k.emit(event{kind: serverGone, srv: s, err: exitReason(err)})
+	}()
+	return s, nil
+}
+
+// stop sends SIGTERM (a server exits at once, unmounting nothing) and SIGKILL after grace.
+func (s *server) stop(grace time.Duration) {
+	s.stopping = true
+	_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-s.done:
+	case <-time.After(grace):
+		s.kill()
+		<-s.done
+	}
+}
+
+// kill ends a server that misbehaves; the keeper sees it exit and hands its connections to another one.
+func (s *server) kill() { _ = s.cmd.Process.Kill() }
+
+func deleteServer(list []*server, s *server) []*server {
+	return slices.DeleteFunc(list, func(x *server) bool { return x == s })
+}
+
+// exitReason describes how a server ended ("signal: killed", "exit status 1").
+func exitReason(err error) error {
+	if err == nil {
+		return fmt.Errorf("exit status 0")
+	}
+	return err
+}
