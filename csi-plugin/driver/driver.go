@@ -66,6 +66,9 @@ type Config struct {
 	ProbeTimeout time.Duration
 }
 
+// KeeperSocketName is the keeper mode's session socket, beside the CSI socket unless configured otherwise.
+const KeeperSocketName = "keeper.sock"
+
 // Driver is the plugin. Create it with New, then call Run once.
 type Driver struct {
 	cfg     Config
@@ -178,6 +181,9 @@ func (cfg Config) complete() (Config, string, error) {
 	if cfg.ProbeTimeout <= 0 {
 		cfg.ProbeTimeout = 5 * time.Second
 	}
+	if cfg.FuseOptions.KeeperSocket == "" {
+		cfg.FuseOptions.KeeperSocket = filepath.Join(filepath.Dir(socket), KeeperSocketName)
+	}
 	if cfg.Mode == nil {
 		if cfg.FuseMode == "" {
 			cfg.FuseMode = fusemode.ChildName
@@ -199,27 +205,34 @@ func (d *Driver) Ready() bool { return d.ready.Load() }
 // Socket returns the path of the CSI socket.
 func (d *Driver) Socket() string { return d.socket }
 
-// loadRecords reads the mount records into memory and, with RestoreMounts, replays them. Records are loaded
-// even without a restore: NodePublish then still knows how to repair a dead staging mount (as ceph-csi does).
-func (d *Driver) loadRecords(ctx context.Context) {
-	if d.store == nil {
-		return
-	}
-	removed, err := d.store.RemoveTemp()
-	for _, p := range removed {
-		klog.InfoS("Removed the temp file of an interrupted record write", "path", p)
-	}
-	if err != nil {
-		klog.ErrorS(err, "Removing temp files of interrupted record writes")
-	}
-	stages, publishes, errs := d.store.Load()
-	for _, err := range errs {
-		var re *state.RecordError
-		if errors.As(err, &re) {
-			klog.ErrorS(re.Err, "Skipping unusable mount record", "path", re.Path)
-		} else {
-			klog.ErrorS(err, "Skipping unusable mount record")
+// loadRecords reads the mount records into memory, gives a mode that holds connections (keeper) the volumes to
+// take back, and, with RestoreMounts, replays the records. Records are loaded even without a restore:
+// NodePublish then still knows how to repair a dead staging mount (as ceph-csi does). Only a holder that
+// cannot start (its socket) is an error.
+func (d *Driver) loadRecords(ctx context.Context) error {
+	var (
+		stages    []state.Stage
+		publishes []state.Publish
+	)
+	if d.store != nil {
+		removed, err := d.store.RemoveTemp()
+		for _, p := range removed {
+			klog.InfoS("Removed the temp file of an interrupted record write", "path", p)
 		}
+		if err != nil {
+			klog.ErrorS(err, "Removing temp files of interrupted record writes")
+		}
+		var errs []error
+		stages, publishes, errs = d.store.Load()
+		for _, err := range errs {
+			var re *state.RecordError
+			if errors.As(err, &re) {
+				klog.ErrorS(re.Err, "Skipping unusable mount record", "path", re.Path)
+			} else {
+				klog.ErrorS(err, "Skipping unusable mount record")
+			}
+		}
+		klog.InfoS("Loaded mount records", "dir", d.store.Dir(), "staged", len(stages), "published", len(publishes), "unusable", len(errs))
 	}
 	d.mu.Lock()
 	for _, s := range stages {
@@ -231,14 +244,33 @@ func (d *Driver) loadRecords(ctx context.Context) {
 		}
 	}
 	d.mu.Unlock()
-	klog.InfoS("Loaded mount records", "dir", d.store.Dir(), "staged", len(stages), "published", len(publishes), "unusable", len(errs))
-	if !d.cfg.RestoreMounts {
-		return
+	if h, ok := d.mode.(fusemode.Holder); ok {
+		var recs []fusemode.Recorded
+		for _, s := range stages {
+			if s.FuseMode == h.Name() {
+				recs = append(recs, fusemode.Recorded{VolumeID: s.VolumeID, StagingPath: s.StagingPath, Init: s.Init})
+			}
+		}
+		servers, err := h.Recollect(recs)
+		if err != nil {
+			return err
+		}
+		d.mu.Lock()
+		for id, srv := range servers {
+			if v := d.volumes[id]; v != nil {
+				v.server = srv
+			}
+		}
+		d.mu.Unlock()
+	}
+	if d.store == nil || !d.cfg.RestoreMounts {
+		return nil
 	}
 	start := time.Now()
 	res := restore.Run(ctx, stages, publishes, d.cfg.RestoreWorkers, restorer{d})
 	klog.InfoS("Restored mounts", "strategy", d.cfg.RestoreStrategy, "volumes", len(stages), "targets", len(publishes),
 		"ok", res.OK, "failed", res.Failed, "skipped", res.Skipped, "duration", time.Since(start))
+	return nil
 }
 
 // lookup returns a copy of what is known about volume id.

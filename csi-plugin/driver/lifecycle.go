@@ -143,12 +143,20 @@ func (d *Driver) stage(ctx context.Context, id, path string, readOnly, ephemeral
 			if createdDir && !isKnown {
 				_ = unix.Rmdir(path)
 			}
-			return "", status.Errorf(codes.Internal, "starting the FUSE server: %v", err)
+			code := codes.Internal
+			if errors.Is(err, fusemode.ErrNoKeeper) {
+				code = codes.Unavailable // the keeper may be starting: the CO retries
+			}
+			return "", status.Errorf(code, "starting the FUSE server: %v", err)
 		}
 	}
 	v := &volume{id: id, stagingPath: path, readOnly: readOnly, createdDir: createdDir, ephemeral: ephemeral, cap: capability, server: srv}
-	if d.store != nil && (!isKnown || known.createdDir != createdDir || known.readOnly != readOnly || known.cap == nil) {
-		rec := state.Stage{VolumeID: id, StagingPath: path, ReadOnly: readOnly, FuseMode: d.mode.Name(), CreatedDir: createdDir, Ephemeral: ephemeral, Capability: capability, Time: time.Now().UTC()}
+	var init []byte // the new connection's handover record, in a mode that keeps connections alive
+	if ir, ok := srv.(fusemode.InitRecorder); ok {
+		init = ir.InitRecord()
+	}
+	if d.store != nil && (!isKnown || known.createdDir != createdDir || known.readOnly != readOnly || known.cap == nil || init != nil) {
+		rec := state.Stage{VolumeID: id, StagingPath: path, ReadOnly: readOnly, FuseMode: d.mode.Name(), CreatedDir: createdDir, Ephemeral: ephemeral, Capability: capability, Init: init, Time: time.Now().UTC()}
 		if err := d.store.PutStage(rec); err != nil {
 			_ = d.stopAndUnmount(ctx, id, srv, path)
 			return "", status.Errorf(codes.Internal, "recording the stage: %v", err)

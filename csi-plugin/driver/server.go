@@ -141,7 +141,9 @@ func (d *Driver) Run(ctx context.Context) error {
 	}
 
 	start := time.Now()
-	d.loadRecords(ctx)
+	if err := d.loadRecords(ctx); err != nil {
+		return err
+	}
 	if ctx.Err() != nil {
 		return nil
 	}

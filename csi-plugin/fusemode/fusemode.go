@@ -64,12 +64,17 @@ type Options struct {
 	StartTimeout time.Duration
 	// SendTimeout bounds the sending of a descriptor to a sidecar that connected (sidecar mode, default 10s).
 	SendTimeout time.Duration
+	// KeeperSocket is where the keeper mode waits for keepers; KeeperUID is the only user ID a keeper may
+	// connect as (SO_PEERCRED), -1 for any.
+	KeeperSocket string
+	KeeperUID    int
 }
 
 // constructors lists the modes; adding one is adding a line here.
 var constructors = map[string]func(Options) (Mode, error){
 	ChildName:   func(o Options) (Mode, error) { return NewChild(o) },
 	SidecarName: func(o Options) (Mode, error) { return NewSidecar(o) },
+	KeeperName:  func(o Options) (Mode, error) { return NewKeeper(o) },
 }
 
 // Names lists the known modes, sorted.

@@ -70,10 +70,10 @@ type Handover struct {
 type Sidecar struct {
 	opts    Options
 	mu      sync.Mutex
-	pending map[string]*handover // by target
+	pending map[string]*waitingHandover // by target
 }
 
-type handover struct {
+type waitingHandover struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 }
@@ -83,7 +83,7 @@ func NewSidecar(opts Options) (*Sidecar, error) {
 	if opts.SendTimeout <= 0 {
 		opts.SendTimeout = 10 * time.Second
 	}
-	return &Sidecar{opts: opts, pending: map[string]*handover{}}, nil
+	return &Sidecar{opts: opts, pending: map[string]*waitingHandover{}}, nil
 }
 
 // Name implements Mode.
@@ -157,7 +157,7 @@ func (s *Sidecar) MountTarget(_ context.Context, req TargetRequest) (err error) 
 	sockDir := os.NewFile(uintptr(keep), dir.Name())
 
 	ctx, cancel := context.WithCancel(context.Background())
-	h := &handover{cancel: cancel, done: make(chan struct{})}
+	h := &waitingHandover{cancel: cancel, done: make(chan struct{})}
 	s.mu.Lock()
 	s.pending[req.Target] = h
 	s.mu.Unlock()

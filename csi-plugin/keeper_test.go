@@ -1,0 +1,304 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/keeper"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/dummy-fuse-workload/workload"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/mounts"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/testenv"
+)
+
+// nobody is the user the keeper runs as in these tests, as in the chart: it needs no privilege.
+const nobody = 65534
+
+// keeperProc is one running `csi-plugin keeper`.
+type keeperProc struct {
+	t      testing.TB
+	cmd    *exec.Cmd
+	logs   *testenv.SyncBuffer
+	exited chan struct{}
+	status string
+}
+
+// startKeeper runs the keeper as user nobody against the env's plugin, with its status file in a directory of
+// its own.
+func (e *env) startKeeper(args ...string) *keeperProc {
+	e.t.Helper()
+	statusDir := filepath.Join(e.root, "keeper")
+	if err := os.MkdirAll(statusDir, 0o755); err != nil {
+		e.t.Fatal(err)
+	}
+	if err := os.Chown(statusDir, nobody, nobody); err != nil {
+		e.t.Fatal(err)
+	}
+	k := &keeperProc{t: e.t, logs: &testenv.SyncBuffer{}, exited: make(chan struct{}), status: filepath.Join(statusDir, "status.json")}
+	argv := append([]string{"keeper", "--plugin-socket=" + filepath.Join(e.sockDir, "keeper.sock"), "--dummy-fuse-path=" + e.dummyFuse,
+		"--status-file=" + k.status}, args...)
+	k.cmd = exec.Command(e.plugin, argv...)
+	k.cmd.Stdout, k.cmd.Stderr = k.logs, k.logs
+	k.cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobody, Gid: nobody}, Setpgid: true}
+	if err := k.cmd.Start(); err != nil {
+		e.t.Fatal(err)
+	}
+	go func() { _ = k.cmd.Wait(); close(k.exited) }()
+	e.t.Cleanup(func() {
+		k.kill()
+		if e.t.Failed() {
+			e.t.Logf("keeper output:\n%s", k.logs.String())
+		}
+	})
+	return k
+}
+
+// kill sends SIGKILL to the keeper; its FUSE servers die with it (parent-death signal), as in its pod.
+func (k *keeperProc) kill() {
+	select {
+	case <-k.exited:
+		return
+	default:
+	}
+	_ = k.cmd.Process.Signal(syscall.SIGKILL)
+	<-k.exited
+}
+
+// servers returns the keeper's status: which server serves which volume.
+func (k *keeperProc) state() keeper.Status {
+	k.t.Helper()
+	st, err := keeper.ReadStatus(k.status)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		k.t.Fatal(err)
+	}
+	return st
+}
+
+// servedBy waits until the keeper's status names a server for vol other than not, and returns it.
+func (k *keeperProc) servedBy(vol string, not int) int {
+	k.t.Helper()
+	var pid int
+	waitFor(k.t, "a FUSE server of "+vol+" in the keeper's status", func() bool {
+		pid, _ = k.state().ServerOf(vol)
+		return pid != 0 && pid != not
+	})
+	return pid
+}
+
+func waitFor(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// reader is a dummy-fuse-workload reading a file every 20 ms.
+type reader struct {
+	t   testing.TB
+	cmd *exec.Cmd
+	log string
+}
+
+func (e *env) startReader(file string, keepOpen bool) *reader {
+	e.t.Helper()
+	r := &reader{t: e.t, log: filepath.Join(e.t.TempDir(), "workload.log")}
+	out, err := os.Create(r.log)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer out.Close()
+	r.cmd = exec.Command(bins.Path(e.t, "dummy-fuse-workload"), "--file", file, "--log-format", "json",
+		"--read-interval", "20ms", "--keep-open="+map[bool]string{true: "true", false: "false"}[keepOpen])
+	r.cmd.Stdout, r.cmd.Stderr = out, out
+	if err := r.cmd.Start(); err != nil {
+		e.t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { _ = r.cmd.Wait(); close(done) }()
+	e.t.Cleanup(func() {
+		_ = r.cmd.Process.Kill()
+		<-done
+	})
+	return r
+}
+
+// records returns what the reader logged so far.
+func (r *reader) records() []workload.Record {
+	r.t.Helper()
+	f, err := os.Open(r.log)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	defer f.Close()
+	var out []workload.Record
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		var rec workload.Record
+		if json.Unmarshal(s.Bytes(), &rec) == nil {
+			out = append(out, rec)
+		}
+	}
+	return out
+}
+
+// goodReads counts the reader's reads of the content; failures are a test error (every read must succeed).
+func (r *reader) goodReads() int {
+	r.t.Helper()
+	n := 0
+	for _, rec := range r.records() {
+		switch {
+		case rec.Event == workload.EventRead && rec.Content != nil && *rec.Content == "Hello world!\n":
+			n++
+		case rec.Event == workload.EventReadError, rec.Event == workload.EventOpenError:
+			r.t.Fatalf("the workload saw a failure: %s %s %s", rec.Event, *rec.Errno, rec.Error)
+		}
+	}
+	return n
+}
+
+// readsOn waits until every reader read at least 3 more times.
+func readsOn(t testing.TB, what string, rs ...*reader) {
+	t.Helper()
+	for _, r := range rs {
+		n := r.goodReads()
+		waitFor(t, "3 more good reads "+what, func() bool { return r.goodReads() >= n+3 })
+	}
+}
+
+// maxLatency is the longest read the reader logged.
+func (r *reader) maxLatency() time.Duration {
+	var max time.Duration
+	for _, rec := range r.records() {
+		if rec.LatencyUS != nil && time.Duration(*rec.LatencyUS)*time.Microsecond > max {
+			max = time.Duration(*rec.LatencyUS) * time.Microsecond
+		}
+	}
+	return max
+}
+
+// TestKeeperPlacement: in keeper mode any single one of the FUSE server, the keeper and the plugin can die and
+// come back while two workloads on the published target (one keeping its file open, one reopening it for every
+// read) never see a failed read; the plugin re-collects its copy of the connection from the keeper after its
+// own restart (without it, killing the keeper next would end the mount); only killing the plugin and the keeper
+// together ends the connection. Nothing is ever remounted.
+func TestKeeperPlacement(t *testing.T) {
+	e := newEnv(t, syscall.MS_PRIVATE)
+	for _, d := range []string{e.root, filepath.Dir(e.dummyFuse)} {
+		if err := os.Chmod(d, 0o755); err != nil { // the keeper runs as nobody: it must reach the socket and dummy-fuse
+			t.Fatal(err)
+		}
+	}
+	pluginArgs := []string{"--fuse-mode=keeper", "--restore-mounts", "--keeper-uid=65534"}
+	p := e.start(pluginArgs...)
+	// Direct I/O: every read reaches a server, so a read during a gap shows as its latency.
+	keeperArgs := []string{"--fuse-direct-io"}
+	k := e.startKeeper(keeperArgs...)
+	e.stagePublish(p, "vol-1", "pod-a")
+	first := k.servedBy("vol-1", 0)
+	target := filepath.Join(e.targetPath("vol-1", "pod-a"), "dummy-file.txt")
+	keep, reopen := e.startReader(target, true), e.startReader(target, false)
+	readsOn(t, "before anything dies", keep, reopen)
+	mountID := mountIDOf(t, e.stagingPath("vol-1"))
+
+	// 1. A FUSE server crashes: the keeper starts another one, which takes the connection over.
+	out, err := exec.Command(e.plugin, "keeper", "crash", "--status-file="+k.status, "--volume=vol-1").CombinedOutput()
+	if err != nil {
+		t.Fatalf("keeper crash: %v\n%s", err, out)
+	}
+	second := k.servedBy("vol-1", first)
+	readsOn(t, "after the FUSE server crashed", keep, reopen)
+	t.Logf("server pid %d killed, pid %d took over; longest read so far %s", first, second, keep.maxLatency())
+
+	// 2. The keeper dies with its servers: the plugin's copy carries the connection until a new keeper serves it.
+	k.kill()
+	k = e.startKeeper(keeperArgs...)
+	k.servedBy("vol-1", 0)
+	readsOn(t, "after the keeper was replaced", keep, reopen)
+
+	// 3. The plugin dies: the keeper serves on; the restarted plugin takes its copy back.
+	p.kill()
+	readsOn(t, "while the plugin is down", keep, reopen)
+	start := time.Now()
+	p = e.start(pluginArgs...)
+	t.Logf("plugin restarted: Probe ready after %s", time.Since(start).Round(time.Millisecond))
+	waitFor(t, "the restarted plugin to re-collect its copy from the keeper", func() bool {
+		return strings.Contains(p.logs.String(), `"Keeper connected"`) && strings.Contains(p.logs.String(), `adopted=1`)
+	})
+	// 4. Which the next keeper loss proves: the plugin's re-collected copy carries the connection again.
+	k.kill()
+	k = e.startKeeper(keeperArgs...)
+	k.servedBy("vol-1", 0)
+	readsOn(t, "after the keeper was replaced a second time", keep, reopen)
+	if id := mountIDOf(t, e.stagingPath("vol-1")); id != mountID {
+		t.Errorf("the staging mount was replaced (mount ID %d, was %d): nothing may be remounted", id, mountID)
+	}
+	t.Logf("longest read of the keep-open workload: %s, of the reopening one: %s", keep.maxLatency(), reopen.maxLatency())
+
+	// Unstaging drops every copy: the keeper forgets the connection and its server ends with the mount.
+	for _, r := range []*reader{keep, reopen} {
+		_ = r.cmd.Process.Kill()
+	}
+	e.teardown(p, "vol-1", "pod-a")
+	waitFor(t, "the keeper to drop the unstaged connection", func() bool { return len(k.state().Connections) == 0 })
+
+	// 5. The limit: the plugin and the keeper together take every copy with them.
+	e.stagePublish(p, "vol-2", "pod-b")
+	k.servedBy("vol-2", 0)
+	p.kill()
+	k.kill()
+	staging := e.stagingPath("vol-2")
+	waitFor(t, "ENOTCONN on the staging mount once every holder is gone", func() bool {
+		_, err := os.Stat(filepath.Join(staging, "dummy-file.txt"))
+		return errors.Is(err, syscall.ENOTCONN)
+	})
+}
+
+// mountIDOf returns the mount ID of the mount on top at path (a new mount, even of the same connection, gets a
+// new one).
+func mountIDOf(t testing.TB, path string) int {
+	t.Helper()
+	top, err := mounts.Top(path)
+	if err != nil || top == nil {
+		t.Fatalf("nothing mounted at %s (%v)", path, err)
+	}
+	return top.ID
+}
+
+// TestKeeperStageWithoutKeeper: without a keeper the stage fails within the start timeout with a clear error,
+// and nothing stays mounted.
+func TestKeeperStageWithoutKeeper(t *testing.T) {
+	e := newEnv(t, syscall.MS_PRIVATE)
+	p := e.start("--fuse-mode=keeper")
+	staging := e.stagingPath("vol-1")
+	if err := os.MkdirAll(staging, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err := p.node.NodeStageVolume(ctx, &csi.NodeStageVolumeRequest{VolumeId: "vol-1", StagingTargetPath: staging, VolumeCapability: mountCap()})
+	if err == nil || !strings.Contains(err.Error(), "no keeper connected") {
+		t.Fatalf("NodeStageVolume without a keeper: %v", err)
+	}
+	if status.Code(err) != codes.Unavailable {
+		t.Errorf("code %s, want Unavailable (kubelet retries)", status.Code(err))
+	}
+	if top, err := mounts.Top(staging); err != nil || top != nil {
+		t.Errorf("the staging path is still mounted after the failed stage: %v %v", top, err)
+	}
+}
