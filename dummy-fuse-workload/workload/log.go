@@ -48,11 +48,12 @@ type Record struct {
 	ExitOnError *bool  `json:"exit_on_error,omitempty"`
 	Interval    string `json:"interval,omitempty"`
 
-	Bytes     *int    `json:"bytes,omitempty"`
-	Content   *string `json:"content,omitempty"`
-	Errno     *string `json:"errno,omitempty"`
-	Error     string  `json:"error,omitempty"`
-	LatencyUS *int64  `json:"latency_us,omitempty"`
+	Bytes   *int    `json:"bytes,omitempty"`
+	Content *string `json:"content,omitempty"`
+	Errno   *string `json:"errno,omitempty"`
+	Error   string  `json:"error,omitempty"`
+	// LatencyUS is how long the open or read took (a read or open that waited for a FUSE server shows here).
+	LatencyUS *int64 `json:"latency_us,omitempty"`
 
 	Code   *int   `json:"code,omitempty"`
 	Reason string `json:"reason,omitempty"`
@@ -102,12 +103,12 @@ func (l *logger) start(c Config) {
 		fmt.Sprintf("starting: file %s, keep-open %t, exit-on-error %t, read interval %s", l.file, c.KeepOpen, c.ExitOnError, c.Interval))
 }
 
-func (l *logger) opened() {
-	l.emit(Record{Event: EventOpen}, "opened file "+l.file)
+func (l *logger) opened(latency time.Duration) {
+	l.emit(Record{Event: EventOpen, LatencyUS: ptr(latency.Microseconds())}, "opened file "+l.file)
 }
 
-func (l *logger) openError(err error) {
-	l.emit(Record{Event: EventOpenError, Errno: ptr(ErrnoName(err)), Error: err.Error()}, "open error: "+err.Error())
+func (l *logger) openError(err error, latency time.Duration) {
+	l.emit(Record{Event: EventOpenError, Errno: ptr(ErrnoName(err)), Error: err.Error(), LatencyUS: ptr(latency.Microseconds())}, "open error: "+err.Error())
 }
 
 // reading is a text-only line: it shows a read that never returns (a hung FUSE request).

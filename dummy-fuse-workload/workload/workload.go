@@ -119,13 +119,18 @@ func stopReason(ctx context.Context) string {
 // counts for ExitOnError, already logged.
 func (r *runner) round(ctx context.Context) error {
 	if r.f == nil {
-		f, err := r.env.Open(r.cfg.File)
+		start := r.env.Clock.Now()
+		f, err, stuck := r.openCtx(ctx)
+		if stuck {
+			return ctx.Err() // stopped while the open was stuck: nothing to log about it
+		}
+		latency := r.env.Clock.Now().Sub(start)
 		if err != nil {
-			r.log.openError(err)
+			r.log.openError(err, latency)
 			return fmt.Errorf("open error: %w", err)
 		}
 		r.f = f
-		r.log.opened()
+		r.log.opened(latency)
 	}
 	r.log.reading()
 	start := r.env.Clock.Now()
@@ -147,6 +152,31 @@ func (r *runner) round(ctx context.Context) error {
 		r.close()
 	}
 	return nil
+}
+
+// openCtx opens the file in a goroutine, for the same reason as readCtx: an open waits for the FUSE server
+// too. stuck reports that ctx ended first (the file, if the open ever returns, is closed then).
+func (r *runner) openCtx(ctx context.Context) (f File, err error, stuck bool) {
+	type result struct {
+		f   File
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		f, err := r.env.Open(r.cfg.File)
+		done <- result{f, err}
+	}()
+	select {
+	case res := <-done:
+		return res.f, res.err, false
+	case <-ctx.Done():
+		go func() {
+			if res := <-done; res.err == nil {
+				_ = res.f.Close()
+			}
+		}()
+		return nil, nil, true
+	}
 }
 
 // readCtx reads in a goroutine so that a read stuck in the kernel (a FUSE server that is gone while someone

@@ -172,6 +172,9 @@ func TestJSONLogFields(t *testing.T) {
 	if start.KeepOpen == nil || !*start.KeepOpen || start.ExitOnError == nil || *start.ExitOnError || start.Interval != "50ms" {
 		t.Errorf("start record %+v", start)
 	}
+	if open := recs[1]; open.LatencyUS == nil || *open.LatencyUS != 250 {
+		t.Errorf("open record %+v, want its latency (250 µs)", open)
+	}
 	read := recs[2]
 	if *read.Bytes != 13 || *read.Content != "Hello world!\n" || *read.LatencyUS != 250 {
 		t.Errorf("read record bytes %d content %q latency %d, want 13, hello, 250", *read.Bytes, *read.Content, *read.LatencyUS)
@@ -187,7 +190,7 @@ func TestJSONLogFields(t *testing.T) {
 		t.Errorf("exit record %+v", exit)
 	}
 	// time is RFC 3339 with nanoseconds, in UTC.
-	if !strings.Contains(res.out, `"time":"2026-01-02T03:04:05.00025Z"`) {
+	if !strings.Contains(res.out, `"time":"2026-01-02T03:04:05.00075Z"`) {
 		t.Errorf("no RFC3339Nano UTC time in %s", res.out)
 	}
 }
@@ -374,5 +377,37 @@ func TestMainRealFile(t *testing.T) {
 	code = mainCode(context.Background(), []string{"--file", path + ".missing", "--exit-on-error"}, &m, &stderr, Env{Clock: clk})
 	if code != ExitError || !strings.Contains(m.String(), "open error: open "+path+".missing: no such file or directory") {
 		t.Errorf("missing file: exit code %d, log:\n%s", code, m.String())
+	}
+}
+
+// TestStopWhileOpenHangs: an open waits for the FUSE server too (a server gone while someone keeps its
+// /dev/fuse descriptor); SIGTERM still ends the workload, and the open is not logged.
+func TestStopWhileOpenHangs(t *testing.T) {
+	block := make(chan struct{})
+	entered := make(chan struct{}, 1)
+	open := func(string) (File, error) {
+		entered <- struct{}{}
+		<-block
+		return nil, syscall.EINTR
+	}
+	defer close(block)
+	ctx, cancel := context.WithCancelCause(context.Background())
+	var out bytes.Buffer
+	done := make(chan int)
+	go func() {
+		done <- Run(ctx, Config{File: testFile, KeepOpen: true, Interval: time.Second, Format: FormatJSON}, Env{Out: &out, Open: open})
+	}()
+	<-entered
+	cancel(errors.New("terminated signal received"))
+	select {
+	case code := <-done:
+		if code != ExitOK {
+			t.Errorf("exit code %d, want 0", code)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return after cancel while an open hangs")
+	}
+	if got := events(records(t, out.String())); got != "start exit" {
+		t.Errorf("events %q after a stop during a hung open, want \"start exit\"", got)
 	}
 }
