@@ -32,6 +32,7 @@ const (
 	EventStart     = "start"
 	EventOpen      = "open"
 	EventOpenError = "open_error"
+	EventReadStart = "read_start"
 	EventRead      = "read"
 	EventReadError = "read_error"
 	EventClose     = "close"
@@ -111,8 +112,9 @@ func (l *logger) openError(err error, latency time.Duration) {
 	l.emit(Record{Event: EventOpenError, Errno: ptr(ErrnoName(err)), Error: err.Error(), LatencyUS: ptr(latency.Microseconds())}, "open error: "+err.Error())
 }
 
-// reading is a text-only line: it shows a read that never returns (a hung FUSE request).
-func (l *logger) reading() { l.emit(Record{}, "reading") }
+// reading marks the start of a read: a read that never returns (a hung FUSE request) shows as a start
+// without an end, and a scenario can tell that a read is inside the FUSE server right now.
+func (l *logger) reading() { l.emit(Record{Event: EventReadStart}, "reading") }
 
 func (l *logger) read(data []byte, latency time.Duration) {
 	l.emit(Record{Event: EventRead, Bytes: ptr(len(data)), Content: ptr(string(data)), LatencyUS: ptr(latency.Microseconds())},

@@ -160,7 +160,7 @@ func TestJSONLogFields(t *testing.T) {
 	s := &script{readErrs: []error{nil, syscall.ECONNABORTED, syscall.ENOTCONN}}
 	res := run(t, Config{File: testFile, KeepOpen: true, Interval: 50 * time.Millisecond, Format: FormatJSON}, s, 3)
 	recs := records(t, res.out)
-	if got, want := events(recs), "start open read read_error read_error close exit"; got != want {
+	if got, want := events(recs), "start open read_start read read_start read_error read_start read_error close exit"; got != want {
 		t.Fatalf("events %q, want %q", got, want)
 	}
 	for _, r := range recs {
@@ -175,12 +175,15 @@ func TestJSONLogFields(t *testing.T) {
 	if open := recs[1]; open.LatencyUS == nil || *open.LatencyUS != 250 {
 		t.Errorf("open record %+v, want its latency (250 µs)", open)
 	}
-	read := recs[2]
+	if rs := recs[2]; rs.Event != EventReadStart || rs.LatencyUS != nil || rs.Bytes != nil {
+		t.Errorf("read_start record %+v, want neither latency nor bytes", rs)
+	}
+	read := recs[3]
 	if *read.Bytes != 13 || *read.Content != "Hello world!\n" || *read.LatencyUS != 250 {
 		t.Errorf("read record bytes %d content %q latency %d, want 13, hello, 250", *read.Bytes, *read.Content, *read.LatencyUS)
 	}
 	for i, wantErrno := range []string{"ECONNABORTED", "ENOTCONN"} {
-		r := recs[3+i]
+		r := recs[5+2*i]
 		if r.Errno == nil || *r.Errno != wantErrno || r.LatencyUS == nil || r.Error == "" || r.Bytes != nil {
 			t.Errorf("read_error record %+v, want errno %s with latency and error, no bytes", r, wantErrno)
 		}
@@ -248,7 +251,7 @@ func TestExitOnError(t *testing.T) {
 func TestNoKeepOpenOpensEveryRound(t *testing.T) {
 	s := &script{openErrs: []error{nil, syscall.ENOTCONN, nil}}
 	res := run(t, Config{File: testFile, KeepOpen: false, Interval: time.Second, Format: FormatJSON}, s, 3)
-	if got, want := events(records(t, res.out)), "start open read close open_error open read close exit"; got != want {
+	if got, want := events(records(t, res.out)), "start open read_start read close open_error open read_start read close exit"; got != want {
 		t.Errorf("events %q, want %q", got, want)
 	}
 	if s.opens != 3 || s.closes != 2 {
@@ -366,11 +369,11 @@ func TestMainRealFile(t *testing.T) {
 		t.Fatalf("exit code %d stderr %q", code, stderr.String())
 	}
 	recs := records(t, stdout.String())
-	if got, want := events(recs), "start open read close open read close exit"; got != want {
+	if got, want := events(recs), "start open read_start read close open read_start read close exit"; got != want {
 		t.Errorf("events %q, want %q", got, want)
 	}
-	if *recs[2].Content != "Hello world!\n" {
-		t.Errorf("content %q", *recs[2].Content)
+	if *recs[3].Content != "Hello world!\n" {
+		t.Errorf("content %q", *recs[3].Content)
 	}
 
 	var m bytes.Buffer
