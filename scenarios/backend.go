@@ -48,6 +48,10 @@ type Backend interface {
 	// (KReady). Like kubelet, no backend calls NodeStage/NodePublish again for volumes kubelet believes
 	// mounted: whatever the plugin restores, it restores on its own.
 	Start(ctx context.Context, c Component) error
+	// Upgrade replaces component c by a new build of it, as a rolling update does: the new version starts and
+	// serves beside the old one, then the old one is stopped (SIGTERM). It records KUpgraded (Detail: the new
+	// version) and returns once the old one is gone.
+	Upgrade(ctx context.Context, c Component) error
 	// Stop tears everything down: every process it started is stopped, everything it mounted unmounted, every
 	// object deleted, even after failures. It reports what it could not clean.
 	Stop(ctx context.Context) error
@@ -79,14 +83,21 @@ const (
 	// containers stopped, then NodeUnpublishVolume and NodeUnstageVolume); Start creates it again, as its
 	// controller would, with a new pod UID: NodeStageVolume, NodePublishVolume, its sidecar and containers.
 	WorkloadPod Component = "pod"
+	// KeeperContainer is the keeper of the plugin's keeper mode (`csi-plugin keeper`, a container of its own):
+	// it holds a copy of every FUSE connection and runs the FUSE servers, which die with it.
+	KeeperContainer Component = "keeper"
+	// FuseServer is the FUSE server process that serves the scenario's volume in keeper mode. Kill sends it
+	// SIGKILL, as a crash would; nobody starts it but the keeper, so Start waits until the keeper has a new
+	// server serving the volume (KReady, Detail: its version).
+	FuseServer Component = "fuse-server"
 )
 
 // componentText says how the steps, the timeline and the report describe a component.
 type componentText struct {
 	// noun names it ("plugin container").
 	noun string
-	// kill and start describe the step's action in full.
-	kill, start string
+	// kill, start and upgrade describe the step's action in full; no upgrade: it cannot be upgraded.
+	kill, start, upgrade string
 	// ready says that it serves again.
 	ready string
 }
@@ -103,6 +114,19 @@ var components = map[Component]componentText{
 		kill:  "kill the pod's FUSE sidecar container (SIGKILL; the dummy-fuse serving the mount dies with it)",
 		start: "start the sidecar container again, as kubelet restarts a native sidecar",
 		ready: "sidecar received the FUSE descriptor",
+	},
+	KeeperContainer: {
+		noun:    "keeper container",
+		kill:    "kill the keeper container (SIGKILL; its FUSE servers die with it, the plugin keeps its copies of the connections)",
+		start:   "start the keeper container again",
+		upgrade: "roll the keeper to a new build: the new keeper starts beside the old one, takes every connection over, then the old one is stopped (SIGTERM)",
+		ready:   "keeper connected to the plugin",
+	},
+	FuseServer: {
+		noun:  "FUSE server",
+		kill:  "kill the FUSE server of the volume (SIGKILL, as a crash would; the keeper and the plugin keep copies of its connection)",
+		start: "wait until the keeper has started a new FUSE server that serves the volume",
+		ready: "FUSE server serves the volume",
 	},
 	WorkloadPod: {
 		noun:  "workload pod",

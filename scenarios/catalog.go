@@ -40,7 +40,7 @@ const (
 // Catalog returns every scenario, in a stable order: the FUSE servers in the plugin (restart first), then
 // each other placement of them (catalog_*.go).
 func Catalog() []Scenario {
-	return slices.Concat(childScenarios(), sidecarScenarios())
+	return slices.Concat(childScenarios(), sidecarScenarios(), keeperScenarios())
 }
 
 // The waits that many scenarios share.

@@ -1,6 +1,7 @@
 package scenarios
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -257,9 +258,17 @@ func TestValidateRejectsUnknownComponent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sc.Steps = append(sc.Steps, Kill("fuse-server"))
-	if err := sc.Validate(); err == nil || !strings.Contains(err.Error(), `unknown component "fuse-server"`) {
-		t.Errorf("Validate = %v, want an unknown component error", err)
+	for step, want := range map[string]Step{
+		`unknown component "kernel"`:                    Kill("kernel"),
+		"FUSE server without the keeper FUSE mode":      Kill(FuseServer),
+		"keeper container without the keeper FUSE mode": Start(KeeperContainer),
+		"the plugin container cannot be upgraded":       Upgrade(PluginContainer),
+	} {
+		sc := sc
+		sc.Steps = append(slices.Clone(sc.Steps), want)
+		if err := sc.Validate(); err == nil || !strings.Contains(err.Error(), step) {
+			t.Errorf("Validate with %s = %v, want %q", want.Label(), err, step)
+		}
 	}
 }
 

@@ -34,6 +34,7 @@ const (
 	KWorkloadStart Kind = workload.EventStart
 	KOpen          Kind = workload.EventOpen
 	KOpenError     Kind = workload.EventOpenError
+	KReadStart     Kind = workload.EventReadStart
 	KRead          Kind = workload.EventRead
 	KReadError     Kind = workload.EventReadError
 	KClose         Kind = workload.EventClose
@@ -46,11 +47,13 @@ const (
 	KBackOff          Kind = "back_off"
 	KVolumeMounted    Kind = "volume_mounted"
 
-	// The lifecycle of a component (Event.Component): started, serving again, killed by a step, exited.
-	KStarted Kind = "started"
-	KReady   Kind = "ready"
-	KKilled  Kind = "killed"
-	KExited  Kind = "exited"
+	// The lifecycle of a component (Event.Component): started, serving again, killed by a step, replaced by a
+	// new build by a step (Detail: the new version), exited.
+	KStarted  Kind = "started"
+	KReady    Kind = "ready"
+	KKilled   Kind = "killed"
+	KUpgraded Kind = "upgraded"
+	KExited   Kind = "exited"
 
 	KProbe Kind = "probe"
 
@@ -87,6 +90,8 @@ type Event struct {
 	Detail string `json:"detail,omitempty"`
 	// Content is what a read returned.
 	Content string `json:"content,omitempty"`
+	// Latency is how long the workload's open or read took (the event's Time is its end).
+	Latency time.Duration `json:"latency,omitempty"`
 }
 
 // Who names the event's container instance ("reader#1"), its component or its source.
@@ -169,8 +174,9 @@ func (ev *Evidence) KillTime() (time.Time, bool) {
 	return e.Time, ok
 }
 
+// firstKill is the first disruption a step caused: a component killed, or replaced by a new build.
 func (ev *Evidence) firstKill() (Event, bool) {
-	return ev.First(time.Time{}, func(e Event) bool { return e.Kind == KKilled })
+	return ev.First(time.Time{}, func(e Event) bool { return e.Kind == KKilled || e.Kind == KUpgraded })
 }
 
 // PluginBackTime is when the component killed first served again after the kill.
@@ -257,6 +263,9 @@ type Measures struct {
 	KillToRecovery time.Duration
 	// KillToRestore: plugin kill → stat of the volume dir succeeds again (0 if never).
 	KillToRestore time.Duration
+	// Stall is the longest open or read of any container that ended after the kill: how long a component's
+	// death kept a workload waiting where it did not fail (0 without a kill).
+	Stall time.Duration
 	// Wall is the whole run, setup and teardown included (set by the runner).
 	Wall time.Duration
 }
@@ -279,6 +288,11 @@ func (ev *Evidence) Measure(primary string) Measures {
 	if t, ok := ev.VolumeRestoredTime(); ok {
 		m.KillToRestore = t.Sub(k)
 	}
+	for _, e := range ev.Events {
+		if e.Source == SrcWorkload && !e.Time.Before(k) && e.Latency > m.Stall {
+			m.Stall = e.Latency
+		}
+	}
 	return m
 }
 
@@ -293,6 +307,7 @@ func ParseWorkloadLine(line []byte, c string, n int, now time.Time) Event {
 	e := Event{
 		Time: r.Time, Source: SrcWorkload, Kind: Kind(r.Event), Container: c, Instance: n,
 		Errno: deref(r.Errno), Path: r.File, Content: deref(r.Content),
+		Latency: time.Duration(deref(r.LatencyUS)) * time.Microsecond,
 	}
 	switch e.Kind {
 	case KReadError, KOpenError:

@@ -27,6 +27,14 @@ func (o *Outcome) killMeasure(d time.Duration) string {
 	return FormatMeasure(d)
 }
 
+// stallMeasure formats the longest open or read after the kill, in milliseconds: a stall is short.
+func (o *Outcome) stallMeasure() string {
+	if !o.Scenario.Kills() {
+		return "–"
+	}
+	return fmt.Sprintf("%.1fms", float64(o.Measures.Stall.Microseconds())/1000)
+}
+
 // PrintVerdicts prints one PASS/FAIL line per expected outcome, the measures, and why a run failed.
 func PrintVerdicts(w io.Writer, o *Outcome) {
 	fmt.Fprintf(w, "verdicts (kubelet %s):\n", o.Kubelet)
@@ -52,18 +60,18 @@ func PrintVerdicts(w io.Writer, o *Outcome) {
 		fmt.Fprintf(w, "measured: no step kills anything · wall %s\n", m.Wall.Round(10*time.Millisecond))
 		return
 	}
-	fmt.Fprintf(w, "measured: kill → first ENOTCONN %s · kill → volume dir restored %s · kill → first good read again %s · wall %s\n",
-		o.killMeasure(m.KillToError), o.killMeasure(m.KillToRestore), o.killMeasure(m.KillToRecovery), m.Wall.Round(10*time.Millisecond))
+	fmt.Fprintf(w, "measured: kill → first ENOTCONN %s · kill → volume dir restored %s · kill → first good read again %s · longest open/read after the kill %s · wall %s\n",
+		o.killMeasure(m.KillToError), o.killMeasure(m.KillToRestore), o.killMeasure(m.KillToRecovery), o.stallMeasure(), m.Wall.Round(10*time.Millisecond))
 }
 
 // PrintSummary prints one line per outcome: its result, the measured intervals and its report.
 func PrintSummary(w io.Writer, outcomes []*Outcome) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "  scenario\tkubelet\tresult\tkill→ENOTCONN\tkill→volume restored\tkill→good read\twall\treport")
+	fmt.Fprintln(tw, "  scenario\tkubelet\tresult\tkill→ENOTCONN\tkill→volume restored\tkill→good read\tstall\twall\treport")
 	for _, o := range outcomes {
 		m := o.Measures
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", o.Scenario.Name, o.Kubelet, passFail(o.Passed()),
-			o.killMeasure(m.KillToError), o.killMeasure(m.KillToRestore), o.killMeasure(m.KillToRecovery),
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", o.Scenario.Name, o.Kubelet, passFail(o.Passed()),
+			o.killMeasure(m.KillToError), o.killMeasure(m.KillToRestore), o.killMeasure(m.KillToRecovery), o.stallMeasure(),
 			m.Wall.Round(10*time.Millisecond), filepath.Join(o.Dir, "report.md"))
 	}
 	tw.Flush()
@@ -151,9 +159,9 @@ func Markdown(o *Outcome) string {
 	}
 
 	m := o.Measures
-	b.WriteString("\n## Measured\n\n| plugin kill → first ENOTCONN | kill → volume dir restored | kill → first good read again | wall time of the run |\n|---|---|---|---|\n")
-	fmt.Fprintf(&b, "| %s | %s | %s | %s |\n\n", o.killMeasure(m.KillToError), o.killMeasure(m.KillToRestore),
-		o.killMeasure(m.KillToRecovery), m.Wall.Round(10*time.Millisecond))
+	b.WriteString("\n## Measured\n\n| kill → first ENOTCONN | kill → volume dir restored | kill → first good read again | longest open/read after the kill (stall) | wall time of the run |\n|---|---|---|---|---|\n")
+	fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n\n", o.killMeasure(m.KillToError), o.killMeasure(m.KillToRestore),
+		o.killMeasure(m.KillToRecovery), o.stallMeasure(), m.Wall.Round(10*time.Millisecond))
 	if len(sc.Pod.Containers) > 0 {
 		fmt.Fprintf(&b, "Times are for container `%s`; \"never\" means it did not happen during the run.\n", sc.Pod.Containers[0].Name)
 	}

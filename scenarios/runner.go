@@ -213,6 +213,8 @@ func (r *Runner) step(ctx context.Context, st Step) (timedOut bool, err error) {
 		err = r.b.Kill(ctx, st.Component)
 	case ActStart:
 		err = r.b.Start(ctx, st.Component)
+	case ActUpgrade:
+		err = r.b.Upgrade(ctx, st.Component)
 	case ActWaitFor:
 		deadline := time.Now().Add(st.Timeout.Resolve(r.o.Timing))
 		for {

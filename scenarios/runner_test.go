@@ -78,6 +78,10 @@ func (f *fakeBackend) Kill(_ context.Context, c Component) error {
 	return nil
 }
 
+func (f *fakeBackend) Upgrade(_ context.Context, c Component) error {
+	return fmt.Errorf("no upgrade of %s", c)
+}
+
 func (f *fakeBackend) Start(_ context.Context, c Component) error {
 	if c != PluginContainer {
 		return fmt.Errorf("no component %s", c)

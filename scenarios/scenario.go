@@ -65,6 +65,9 @@ const (
 	// FuseModeSidecar mounts each pod's volume dir with a /dev/fuse descriptor that an unprivileged sidecar
 	// container of the pod serves (the GCS FUSE CSI driver's design); the pod needs Pod.Sidecar.
 	FuseModeSidecar = fusemode.SidecarName
+	// FuseModeKeeper keeps every connection alive across the death of any one of the plugin, the keeper (an
+	// unprivileged container of its own that runs the FUSE servers) and a FUSE server: Plugin.Keeper.
+	FuseModeKeeper = fusemode.KeeperName
 )
 
 // FileName is the file the dummy-fuse filesystem serves at its root, and Content what it holds.
@@ -79,8 +82,33 @@ type Plugin struct {
 	RestoreMounts bool
 	// RestoreStrategy is --restore-strategy (StrategyRebind or StrategyStack); empty means the plugin's default.
 	RestoreStrategy string
-	// FuseMode is --fuse-mode (FuseModeChild or FuseModeSidecar); empty means the plugin's default (child).
+	// FuseMode is --fuse-mode (FuseModeChild, FuseModeSidecar, FuseModeKeeper); empty means the plugin's
+	// default (child).
 	FuseMode string
+	// Keeper is how the keeper runs in FuseModeKeeper.
+	Keeper Keeper
+}
+
+// Keeper is how `csi-plugin keeper` runs its FUSE servers.
+type Keeper struct {
+	// ReadLatency makes every read take this long inside a server (--read-latency), like a remote backend:
+	// long enough for a server to die while a read is inside it.
+	ReadLatency time.Duration
+	// DirectIO passes --fuse-direct-io: every read reaches a server, so a gap between servers shows in the
+	// workload's read latency instead of being hidden by the page cache.
+	DirectIO bool
+}
+
+// Args returns the keeper's flags for this setup (besides its sockets and paths).
+func (k Keeper) Args() []string {
+	var args []string
+	if k.DirectIO {
+		args = append(args, "--fuse-direct-io")
+	}
+	if k.ReadLatency > 0 {
+		args = append(args, "--read-latency="+k.ReadLatency.String())
+	}
+	return args
 }
 
 // Args returns the plugin's command-line flags for this setup (besides endpoint, node ID and paths).
@@ -192,6 +220,9 @@ const (
 	ActWaitFor Action = "wait-for"
 	// ActObserve lets time pass (For) while evidence accumulates.
 	ActObserve Action = "observe"
+	// ActUpgrade replaces the step's Component by a new build of it, as a rolling update does: the new one
+	// starts beside the old one, which is then stopped.
+	ActUpgrade Action = "upgrade"
 )
 
 // Step is one step of a scenario.
@@ -208,6 +239,9 @@ func Kill(c Component) Step { return Step{Action: ActKill, Component: c} }
 
 // Start returns a step that starts component c again.
 func Start(c Component) Step { return Step{Action: ActStart, Component: c} }
+
+// Upgrade returns a step that replaces component c by a new build of it.
+func Upgrade(c Component) Step { return Step{Action: ActUpgrade, Component: c} }
 
 // KillPlugin returns a step that kills the plugin container.
 func KillPlugin() Step { return Kill(PluginContainer) }
@@ -230,6 +264,8 @@ func (s Step) Describe(t Timing) string {
 		return components[s.Component].kill
 	case ActStart:
 		return components[s.Component].start
+	case ActUpgrade:
+		return components[s.Component].upgrade
 	case ActWaitFor:
 		return fmt.Sprintf("wait until %s (at most %s)", s.Until.Describe(), s.Timeout.Explain(t))
 	case ActObserve:
@@ -245,6 +281,8 @@ func (s Step) Label() string {
 		return string(s.Component) + " killed"
 	case ActStart:
 		return string(s.Component) + " started"
+	case ActUpgrade:
+		return string(s.Component) + " upgraded"
 	case ActWaitFor:
 		return s.Until.Label()
 	case ActObserve:
@@ -330,16 +368,17 @@ func (s *Scenario) Container(name string) (Container, bool) {
 	return Container{}, false
 }
 
-// Kills reports whether a step kills a component (the measures from the kill mean nothing otherwise).
+// Kills reports whether a step kills (or replaces) a component: the measures from the kill mean nothing
+// otherwise.
 func (s *Scenario) Kills() bool {
-	return slices.ContainsFunc(s.Steps, func(st Step) bool { return st.Action == ActKill })
+	return slices.ContainsFunc(s.Steps, func(st Step) bool { return st.Action == ActKill || st.Action == ActUpgrade })
 }
 
 // Components lists the components the steps kill or start, in the order the steps first name them.
 func (s *Scenario) Components() []Component {
 	var out []Component
 	for _, st := range s.Steps {
-		if (st.Action == ActKill || st.Action == ActStart) && !slices.Contains(out, st.Component) {
+		if (st.Action == ActKill || st.Action == ActStart || st.Action == ActUpgrade) && !slices.Contains(out, st.Component) {
 			out = append(out, st.Component)
 		}
 	}
@@ -368,8 +407,18 @@ func (s *Scenario) Validate() error {
 		if s.Pod.Sidecar.Delay < 0 {
 			return fmt.Errorf("scenario %s: negative sidecar delay %s", s.Name, s.Pod.Sidecar.Delay)
 		}
+	case FuseModeKeeper:
+		if s.Pod.Sidecar != nil {
+			return fmt.Errorf("scenario %s: the pod has a FUSE sidecar, but the plugin's FUSE mode is not %s", s.Name, FuseModeSidecar)
+		}
+		if s.Plugin.Keeper.ReadLatency < 0 {
+			return fmt.Errorf("scenario %s: negative keeper read latency %s", s.Name, s.Plugin.Keeper.ReadLatency)
+		}
 	default:
 		return fmt.Errorf("scenario %s: unknown FUSE mode %q", s.Name, s.Plugin.FuseMode)
+	}
+	if s.Plugin.FuseMode != FuseModeKeeper && s.Plugin.Keeper != (Keeper{}) {
+		return fmt.Errorf("scenario %s: keeper settings without the keeper FUSE mode", s.Name)
 	}
 	if len(s.Backends) > 0 && s.BackendsWhy == "" {
 		return fmt.Errorf("scenario %s: it names the backends that can run it, but not why the others cannot", s.Name)
@@ -405,12 +454,18 @@ func (s *Scenario) Validate() error {
 	}
 	for i, st := range s.Steps {
 		switch st.Action {
-		case ActKill, ActStart:
+		case ActKill, ActStart, ActUpgrade:
 			if !st.Component.Known() {
 				return fmt.Errorf("scenario %s: step %d: unknown component %q", s.Name, i+1, st.Component)
 			}
 			if st.Component == SidecarContainer && s.Pod.Sidecar == nil {
 				return fmt.Errorf("scenario %s: step %d: the pod has no sidecar", s.Name, i+1)
+			}
+			if (st.Component == KeeperContainer || st.Component == FuseServer) && s.Plugin.FuseMode != FuseModeKeeper {
+				return fmt.Errorf("scenario %s: step %d: %s without the keeper FUSE mode", s.Name, i+1, st.Component.Noun())
+			}
+			if st.Action == ActUpgrade && components[st.Component].upgrade == "" {
+				return fmt.Errorf("scenario %s: step %d: the %s cannot be upgraded", s.Name, i+1, st.Component.Noun())
 			}
 		case ActObserve:
 		case ActWaitFor:

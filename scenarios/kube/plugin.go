@@ -37,6 +37,11 @@ func (b *Backend) Start(ctx context.Context, c scenarios.Component) error {
 	return fmt.Errorf("kube backend: cannot start %s", c)
 }
 
+// Upgrade implements scenarios.Backend.
+func (b *Backend) Upgrade(_ context.Context, c scenarios.Component) error {
+	return fmt.Errorf("kube backend: cannot upgrade %s", c)
+}
+
 // killPlugin deletes the plugin pod on the workload's node. A DaemonSet replaces a deleted pod at once, and
 // the scenario needs the plugin down until it is started again, so first the DaemonSet gets a nodeSelector
 // that no node matches; then the plugin pod is deleted with grace period 0, like `kubectl delete pod

@@ -50,6 +50,9 @@ const (
 type Options struct {
 	// PluginPath, FusePath and WorkloadPath are the csi-plugin, dummy-fuse and dummy-fuse-workload binaries.
 	PluginPath, FusePath, WorkloadPath string
+	// NextPluginPath and NextFusePath are a newer build of csi-plugin and dummy-fuse (another version), which
+	// an upgrade step rolls the keeper to; empty: the keeper cannot be upgraded.
+	NextPluginPath, NextFusePath string
 	// ReadInterval is the workload's read interval when a scenario does not set one (default 200ms).
 	ReadInterval time.Duration
 	// BackoffBase and BackoffMax shrink kubelet's restart back-off (10s doubling to 5m) for fast runs
@@ -68,12 +71,21 @@ type Options struct {
 	Keep bool
 }
 
-// BinariesIn sets the binary paths to the project's binaries in dir.
+// BinariesIn sets the binary paths to the project's binaries in dir, and the next build to those in dir/next
+// when it holds them (make build puts a build of another version there).
 func (o *Options) BinariesIn(dir string) {
 	o.PluginPath = filepath.Join(dir, "csi-plugin")
 	o.FusePath = filepath.Join(dir, "dummy-fuse")
 	o.WorkloadPath = filepath.Join(dir, "dummy-fuse-workload")
+	next := filepath.Join(dir, NextDir)
+	if _, err := os.Stat(filepath.Join(next, "dummy-fuse")); err == nil {
+		o.NextPluginPath = filepath.Join(next, "csi-plugin")
+		o.NextFusePath = filepath.Join(next, "dummy-fuse")
+	}
 }
+
+// NextDir is the directory, beside the binaries, of their next build (another version) for upgrade steps.
+const NextDir = "next"
 
 func (o *Options) defaults() {
 	if o.ReadInterval <= 0 {
@@ -112,6 +124,14 @@ type Backend struct {
 	vol        volume
 
 	kubeletLog, pluginLog, workloadLog *scenarios.LogFile
+
+	// The keeper (keeper mode): the running instance, those an upgrade replaced, starts so far, the binaries
+	// it runs, its log.
+	keeper                   *keeperInstance
+	oldKeepers               []*keeperInstance
+	keeperStarts             int
+	keeperPlugin, keeperFuse string
+	keeperLog                *scenarios.LogFile
 
 	plugin       *proc
 	pluginStarts int
@@ -192,6 +212,12 @@ func (b *Backend) Setup(ctx context.Context, sc *scenarios.Scenario, env *scenar
 		}
 		b.sidecarLog = logs[0]
 	}
+	if sc.Plugin.FuseMode == scenarios.FuseModeKeeper {
+		if logs, err = env.Logs("keeper.log"); err != nil {
+			return err
+		}
+		b.keeperLog = logs[0]
+	}
 
 	if err := makeRShared(b.root); err != nil {
 		return err
@@ -213,6 +239,17 @@ func (b *Backend) Setup(ctx context.Context, sc *scenarios.Scenario, env *scenar
 	}
 	if err := b.startPlugin(ctx); err != nil {
 		return err
+	}
+	if sc.Plugin.FuseMode == scenarios.FuseModeKeeper {
+		// The keeper (uid 65534) reaches the plugin's keeper socket through this directory, as the chart's
+		// hostPath gives it (created 0755).
+		if err := os.Chmod(filepath.Dir(b.sock), 0o755); err != nil {
+			return err
+		}
+		b.keeperPlugin, b.keeperFuse = b.opts.PluginPath, b.opts.FusePath
+		if b.keeper, err = b.startKeeper(b.keeperPlugin, b.keeperFuse); err != nil {
+			return err
+		}
 	}
 	b.loopCtx, b.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	return b.podUp(ctx)
@@ -348,6 +385,14 @@ func (b *Backend) Kill(ctx context.Context, c scenarios.Component) error {
 		if b.sc.Pod.Sidecar != nil {
 			return b.killSidecar(ctx)
 		}
+	case scenarios.KeeperContainer:
+		if b.keeper != nil {
+			return b.killKeeper(ctx)
+		}
+	case scenarios.FuseServer:
+		if b.keeper != nil {
+			return b.killFuseServer(ctx)
+		}
 	case scenarios.WorkloadPod:
 		if b.podDeleted {
 			return errors.New("the pod is deleted already")
@@ -379,6 +424,14 @@ func (b *Backend) Start(ctx context.Context, c scenarios.Component) error {
 			return errors.New("the sidecar is still running")
 		}
 		return b.startSidecar()
+	case scenarios.KeeperContainer:
+		if b.keeper != nil {
+			return b.restartKeeper(ctx)
+		}
+	case scenarios.FuseServer:
+		if b.keeper != nil {
+			return b.waitFuseServer(ctx)
+		}
 	case scenarios.WorkloadPod:
 		if !b.podDeleted {
 			return errors.New("the pod still exists")
@@ -394,6 +447,14 @@ func (b *Backend) Start(ctx context.Context, c scenarios.Component) error {
 		return nil
 	}
 	return fmt.Errorf("local backend: cannot start %s", c)
+}
+
+// Upgrade implements scenarios.Backend: the keeper can be rolled to the next build.
+func (b *Backend) Upgrade(ctx context.Context, c scenarios.Component) error {
+	if c == scenarios.KeeperContainer && b.keeper != nil {
+		return b.upgradeKeeper(ctx)
+	}
+	return fmt.Errorf("local backend: cannot upgrade %s", c)
 }
 
 // pluginEvent records an event of the plugin container's lifecycle.
@@ -437,6 +498,9 @@ func (b *Backend) startPlugin(ctx context.Context) error {
 		fmt.Sprintf("-v=%d", b.opts.PluginVerbosity),
 	}
 	args = append(args, b.sc.Plugin.Args()...)
+	if b.sc.Plugin.FuseMode == scenarios.FuseModeKeeper {
+		args = append(args, fmt.Sprintf("--keeper-uid=%d", keeperUser))
+	}
 	b.pluginStarts++
 	b.pluginLog.Printf("==== plugin container start #%d at %s: %s %s", b.pluginStarts,
 		time.Now().UTC().Format(time.RFC3339Nano), b.opts.PluginPath, strings.Join(args, " "))
@@ -531,6 +595,18 @@ func (b *Backend) Stop(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("stop plugin: %w", err))
 		}
 	}
+	for _, k := range b.keepers() {
+		if !k.p.exited() {
+			b.logf("teardown: stop keeper#%d pid %d", k.n, k.p.pid())
+			if err := k.p.stop(5 * time.Second); err != nil {
+				errs = append(errs, fmt.Errorf("stop keeper: %w", err))
+			}
+		}
+		select {
+		case <-k.out:
+		case <-time.After(2 * time.Second):
+		}
+	}
 	if b.rootBound {
 		done, err := unmountAll(b.root)
 		b.logLines("teardown: ", done)
@@ -568,6 +644,12 @@ func (b *Backend) printKeep() {
 		fmt.Fprintf(&w, "  sidecar container: pid %d (csi-plugin sidecar, uid %d)\n", p.pid(), sidecarUser)
 		pids = append(pids, fmt.Sprint(p.pid()))
 	}
+	for _, k := range b.keepers() {
+		if !k.p.exited() {
+			fmt.Fprintf(&w, "  keeper container #%d: pid %d (csi-plugin keeper, uid %d), status %s/status.json\n", k.n, k.p.pid(), keeperUser, k.statusDir)
+			pids = append(pids, fmt.Sprint(k.p.pid()))
+		}
+	}
 	for _, c := range b.containers {
 		if p := c.current(); p != nil && !p.exited() {
 			fmt.Fprintf(&w, "  container %s: pid %d, log %s/containers/%s-%d.log\n", c.spec.Name, p.pid(), b.dir, c.spec.Name, c.starts-1)
@@ -588,11 +670,19 @@ func (b *Backend) printKeep() {
 }
 
 func (b *Backend) closeLogs() {
-	for _, l := range []*scenarios.LogFile{b.workloadLog, b.pluginLog, b.kubeletLog, b.sidecarLog} {
+	for _, l := range []*scenarios.LogFile{b.workloadLog, b.pluginLog, b.kubeletLog, b.sidecarLog, b.keeperLog} {
 		if l != nil {
 			_ = l.Close()
 		}
 	}
+}
+
+// keepers lists every keeper instance started, the running one last.
+func (b *Backend) keepers() []*keeperInstance {
+	if b.keeper == nil {
+		return b.oldKeepers
+	}
+	return append(append([]*keeperInstance(nil), b.oldKeepers...), b.keeper)
 }
 
 func (b *Backend) logf(format string, args ...any) {

@@ -43,15 +43,29 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+// build builds the binaries into dir, and a next build of the keeper's two (another version, for upgrades)
+// into dir/next, as make build does.
 func build(dir string) error {
-	args := []string{"build", "-o", dir + "/"}
-	for _, p := range []string{"csi-plugin", "dummy-fuse", "dummy-fuse-workload"} {
-		args = append(args, testenv.Module+"/"+p)
-	}
-	cmd := exec.Command("go", args...)
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("go %s: %v\n%s", strings.Join(args, " "), err, out)
+	for _, b := range []struct {
+		out     string
+		version string
+		pkgs    []string
+	}{
+		{dir + "/", "", []string{"csi-plugin", "dummy-fuse", "dummy-fuse-workload"}},
+		{filepath.Join(dir, NextDir) + "/", "test-next", []string{"csi-plugin", "dummy-fuse"}},
+	} {
+		args := []string{"build", "-o", b.out}
+		if b.version != "" {
+			args = append(args, "-ldflags=-X "+testenv.Module+"/internal/version.Version="+b.version)
+		}
+		for _, p := range b.pkgs {
+			args = append(args, testenv.Module+"/"+p)
+		}
+		cmd := exec.Command("go", args...)
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("go %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
 	}
 	return nil
 }
@@ -91,6 +105,9 @@ func (b *Backend) procs() []*proc {
 	}
 	if b.sidecar != nil {
 		ps = append(ps, b.sidecar)
+	}
+	for _, k := range b.keepers() {
+		ps = append(ps, k.p)
 	}
 	for _, c := range b.containers {
 		if p := c.current(); p != nil {
@@ -142,8 +159,11 @@ func TestScenarios(t *testing.T) {
 				if sc.Pod.Sidecar != nil {
 					want += " sidecar.log"
 				}
+				if sc.Plugin.FuseMode == scenarios.FuseModeKeeper {
+					want += " keeper.log"
+				}
 				if got := strings.Join(o.Artifacts, " "); got != want {
-					t.Errorf("artifacts %q, want %q: the plugin's, the workload's, the local kubelet's and the sidecar's logs", got, want)
+					t.Errorf("artifacts %q, want %q: the plugin's, the workload's, the local kubelet's, and the sidecar's or the keeper's logs", got, want)
 				}
 			})
 		}

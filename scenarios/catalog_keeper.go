@@ -1,0 +1,159 @@
+package scenarios
+
+import "time"
+
+// Containers of the keeper rows besides reader and reopen: one that reads the volume through a subPath.
+const sub = "subpath"
+
+// The keeper rows' backends: the Kubernetes backend deploys neither the keeper nor its kills yet.
+var (
+	keeperBackends    = []string{BackendLocal}
+	keeperBackendsWhy = "the kube backend cannot deploy the keeper placement yet"
+)
+
+// keeperInFlightLatency is how long every read takes inside a FUSE server in keeper-in-flight: long enough for
+// the kill to land inside one, on every backend.
+const keeperInFlightLatency = time.Second
+
+// keeperScenarios are the scenarios of the plugin's keeper mode: FUSE servers outside the plugin, run by an
+// unprivileged keeper; the plugin and the keeper each hold a copy of every connection, so that any one of the
+// plugin, the keeper and a server can die while the workloads only wait. Every row reads with direct I/O, so
+// that every read reaches a server and a gap between servers shows as the read's latency.
+func keeperScenarios() []Scenario {
+	mode := Plugin{FuseMode: FuseModeKeeper, RestoreMounts: true, RestoreStrategy: StrategyRebind, Keeper: Keeper{DirectIO: true}}
+	// Both ways to read: a descriptor kept open from before any kill, and an open for every read.
+	readers := []Container{
+		{Name: reader, ExitOnError: true, KeepOpen: true},
+		{Name: reopen, ExitOnError: true, KeepOpen: false},
+	}
+	neverFail := func(cs ...string) []Expectation {
+		var out []Expectation
+		for _, c := range cs {
+			out = append(out, Expectation{Check: NeverFails{C: c, After: AfterKill, Reads: 10}})
+		}
+		return append(out, Expectation{Check: VolumeDirAlive{}})
+	}
+	return []Scenario{
+		{
+			Name:  "keeper-plugin-restart",
+			Title: "Keeper mode: the plugin restarts; its copies of the connections come back from the keeper",
+			Shows: "No FUSE server runs in the plugin: the keeper's serve on while the plugin is down, and the restarted " +
+				"plugin (with restoreMounts) finds every mount answering, remounts nothing, and takes its copy of each " +
+				"connection back from the keeper after checking it is the one mounted at the staging path.",
+			Plugin: mode,
+			Pod:    Pod{RestartPolicy: RestartAlways, Containers: readers},
+			Steps: []Step{
+				warmUp,
+				KillPlugin(),
+				Observe(watchReads),
+				StartPlugin(),
+				Observe(watchReads),
+			},
+			Expect: append(neverFail(reader, reopen),
+				Expectation{Check: NeverFails{C: reader, After: AfterPluginBack, Reads: 5}}),
+			Backends: keeperBackends, BackendsWhy: keeperBackendsWhy,
+		},
+		{
+			Name:  "keeper-server-crash",
+			Title: "Keeper mode: the FUSE server of the volume is killed",
+			Shows: "The keeper starts another FUSE server, which takes the connection over (the kernel's INIT replayed, " +
+				"the requests the dead one had read resent). The descriptor opened before the crash keeps reading, new " +
+				"opens work and the subPath bind never notices: a stall of a few milliseconds, no error, no remount.",
+			Plugin: mode,
+			Pod: Pod{RestartPolicy: RestartAlways, Containers: append(append([]Container{}, readers...),
+				Container{Name: sub, ExitOnError: true, KeepOpen: false, SubPath: FileName, MountPath: "/mnt/" + FileName})},
+			Steps: []Step{
+				warmUp,
+				Kill(FuseServer),
+				Start(FuseServer),
+				Observe(watchReads),
+			},
+			Expect:   neverFail(reader, reopen, sub),
+			Backends: keeperBackends, BackendsWhy: keeperBackendsWhy,
+		},
+		{
+			Name:  "keeper-in-flight",
+			Title: "Keeper mode: the FUSE server is killed while a slow read is inside it",
+			Shows: "Every read takes 1 s inside the server (a slow backend). The server is killed in the middle of one: " +
+				"its successor asks the kernel to resend the requests it had read (FUSE_NOTIFY_RESEND), and the reader " +
+				"gets \"Hello world!\" late instead of EINTR, EIO or ECONNABORTED.",
+			Plugin: Plugin{FuseMode: FuseModeKeeper, Keeper: Keeper{DirectIO: true, ReadLatency: keeperInFlightLatency}},
+			Pod: Pod{RestartPolicy: RestartAlways, Containers: []Container{
+				{Name: reader, ExitOnError: true, KeepOpen: true},
+			}},
+			Steps: []Step{
+				warmUp,
+				WaitFor(ReadInFlight{C: reader}, Dur{Fixed: 10 * time.Second}),
+				Kill(FuseServer),
+				Start(FuseServer),
+				Observe(Dur{Fixed: 3 * keeperInFlightLatency, Reads: 3}),
+			},
+			Expect: []Expectation{
+				{Check: InFlightReadSucceeds{C: reader}},
+				{Check: NeverFails{C: reader, After: AfterKill, Reads: 2}},
+			},
+			Backends: keeperBackends, BackendsWhy: keeperBackendsWhy,
+		},
+		{
+			Name:  "keeper-restart",
+			Title: "Keeper mode: the keeper is killed with its FUSE servers and started again",
+			Shows: "The plugin's copies keep every connection alive while no keeper runs: the workloads' reads wait. " +
+				"The new keeper gets the connections from the plugin and its servers take them over.",
+			Plugin: mode,
+			Pod:    Pod{RestartPolicy: RestartAlways, Containers: readers},
+			Steps: []Step{
+				warmUp,
+				Kill(KeeperContainer),
+				Start(KeeperContainer),
+				Observe(watchReads),
+			},
+			Expect:   neverFail(reader, reopen),
+			Backends: keeperBackends, BackendsWhy: keeperBackendsWhy,
+		},
+		{
+			Name:  "keeper-upgrade",
+			Title: "Keeper mode: every FUSE server is replaced by a new build",
+			Shows: "A rolling update of the keeper: the new build starts beside the old one and its servers take every " +
+				"connection over, then the old keeper is stopped and its servers exit without unmounting anything. The " +
+				"workloads keep reading throughout; the keeper's log shows the new version serving.",
+			Plugin: mode,
+			Pod:    Pod{RestartPolicy: RestartAlways, Containers: readers},
+			Steps: []Step{
+				warmUp,
+				Upgrade(KeeperContainer),
+				Observe(watchReads),
+			},
+			Expect: append(neverFail(reader, reopen),
+				Expectation{Check: NewVersionServes{}}),
+			Backends: keeperBackends, BackendsWhy: keeperBackendsWhy,
+		},
+		{
+			Name:  "keeper-all-holders",
+			Title: "Keeper mode: the plugin and the keeper die together",
+			Shows: "The limit: with every holder of a connection gone at once, the kernel ends it, exactly as in " +
+				"restart-no-restore. The plugin and the keeper come back, but no process has the connection to hand on.",
+			Plugin: Plugin{FuseMode: FuseModeKeeper, Keeper: Keeper{DirectIO: true}},
+			Pod: Pod{RestartPolicy: RestartAlways, Containers: []Container{
+				{Name: reader, KeepOpen: true},
+			}},
+			Steps: []Step{
+				warmUp,
+				KillPlugin(),
+				Kill(KeeperContainer),
+				WaitFor(FailsWith{C: reader, Errno: "ENOTCONN"}, Dur{Fixed: 10 * time.Second}),
+				hostDead,
+				StartPlugin(),
+				Start(KeeperContainer),
+				Observe(watchReads),
+			},
+			Expect: []Expectation{
+				{Check: FailsWith{C: reader, Errno: "ENOTCONN", Within: Dur{Fixed: 5 * time.Second, Reads: 2}}},
+				{Check: KeepsFailing{C: reader, Errno: "ENOTCONN", After: AfterPluginBack}},
+				{Check: NeverRecovers{C: reader, After: AfterPluginBack, For: watchReads}},
+				{Check: Restarts{C: reader, Min: 0, Max: 0}},
+				{Check: VolumeDir{Errno: "ENOTCONN", After: AfterPluginBack}},
+			},
+			Backends: keeperBackends, BackendsWhy: keeperBackendsWhy,
+		},
+	}
+}

@@ -1,0 +1,330 @@
+package local
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/driver"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/keeper"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
+)
+
+// The keeper of the plugin's keeper mode (scenarios.FuseModeKeeper), as the chart deploys it: `csi-plugin
+// keeper` in a container of its own (new mount and PID namespaces: its FUSE servers die with it), user 65534
+// without capabilities, with the plugin's socket directory mounted and a directory for its status
+// file; its two binaries are bind-mounted in, standing in for its image.
+const (
+	// keeperUser is the keeper's runAsUser and runAsGroup (nobody).
+	keeperUser = 65534
+	// keeperSocketDir is where the plugin's socket directory appears in the keeper; keeperStatusDir holds its
+	// status file.
+	keeperSocketDir = "/mnt/csi"
+	keeperStatusDir = "/mnt/keeper"
+)
+
+// keeperInstance is one run of the keeper container.
+type keeperInstance struct {
+	p         *proc
+	n         int    // its number: 0, 1, … in start order
+	version   string // the version of its dummy-fuse
+	statusDir string // host side of keeperStatusDir
+	out       chan struct{}
+	connected chan struct{} // closed once it is connected to the plugin (it serves whatever the plugin hands it)
+	served    chan struct{} // closed at its first "served" line: it serves the volume
+}
+
+// The keeper's log lines the backend turns into evidence (csi-plugin/keeper, keeper.go).
+var (
+	keeperServed    = regexp.MustCompile(`volume (\S+): served by dummy-fuse (\S+) pid (\d+)`)
+	keeperConnected = []byte("connected to the plugin")
+	keeperExited    = regexp.MustCompile(`FUSE server pid (\d+) exited \(([^)]*)\)`)
+)
+
+func (b *Backend) keeperEvent(kind scenarios.Kind, t time.Time, msg string) {
+	b.rec.Add(scenarios.Event{Time: t, Source: scenarios.SrcComponent, Component: scenarios.KeeperContainer, Kind: kind, Message: msg})
+}
+
+func (b *Backend) serverEvent(kind scenarios.Kind, t time.Time, msg, version string) {
+	b.rec.Add(scenarios.Event{Time: t, Source: scenarios.SrcComponent, Component: scenarios.FuseServer, Kind: kind, Message: msg, Detail: version})
+}
+
+// keeperSocket is the plugin's keeper socket on the host (beside its CSI socket, the plugin's default).
+func (b *Backend) keeperSocket() string {
+	return filepath.Join(filepath.Dir(b.sock), driver.KeeperSocketName)
+}
+
+// startKeeper starts a keeper container running pluginPath's `keeper` with fusePath as its FUSE server, and
+// returns once it runs (it serves once the plugin hands it connections: ready).
+func (b *Backend) startKeeper(pluginPath, fusePath string) (*keeperInstance, error) {
+	version, err := binaryVersion(fusePath)
+	if err != nil {
+		return nil, err
+	}
+	n := b.keeperStarts
+	b.keeperStarts++
+	k := &keeperInstance{n: n, version: version, statusDir: filepath.Join(b.dir, fmt.Sprintf("keeper-%d", n)),
+		out: make(chan struct{}), connected: make(chan struct{}), served: make(chan struct{})}
+	if err := os.MkdirAll(k.statusDir, 0o755); err != nil {
+		return nil, err
+	}
+	if err := os.Chown(k.statusDir, keeperUser, keeperUser); err != nil {
+		return nil, err
+	}
+	const bin = "/mnt/bin"
+	args := append([]string{"keeper",
+		"--plugin-socket=" + filepath.Join(keeperSocketDir, driver.KeeperSocketName),
+		"--dummy-fuse-path=" + filepath.Join(bin, "dummy-fuse"),
+		"--status-file=" + filepath.Join(keeperStatusDir, "status.json"),
+	}, b.sc.Plugin.Keeper.Args()...)
+	logPath := filepath.Join(b.dir, "containers", fmt.Sprintf("keeper-%d.log", n))
+	p, err := b.launch(initConfig{
+		Mounts: []initMount{
+			{Source: filepath.Dir(b.sock), Target: keeperSocketDir, Propagation: "rprivate"},
+			{Source: k.statusDir, Target: keeperStatusDir, Propagation: "rprivate"},
+			{Source: pluginPath, Target: filepath.Join(bin, "csi-plugin"), Propagation: "rprivate"},
+			{Source: fusePath, Target: filepath.Join(bin, "dummy-fuse"), Propagation: "rprivate"},
+		},
+		Argv: append([]string{filepath.Join(bin, "csi-plugin")}, args...),
+		User: &initUser{UID: keeperUser, GID: keeperUser},
+	}, logPath)
+	if err != nil {
+		return nil, fmt.Errorf("start keeper: %w", err)
+	}
+	k.p = p
+	logR, err := os.Open(logPath)
+	if err != nil {
+		_ = p.stop(time.Second)
+		return nil, err
+	}
+	b.keeperEvent(scenarios.KStarted, time.Time{}, fmt.Sprintf("keeper#%d pid %d, uid %d, dummy-fuse %s: %s", n, p.pid(), keeperUser, version, strings.Join(args, " ")))
+	b.logf("keeper#%d: started pid %d as uid %d: %s, log %s", n, p.pid(), keeperUser, strings.Join(args, " "), logPath)
+	go func() {
+		<-p.done
+		b.keeperEvent(scenarios.KExited, p.exitTime, fmt.Sprintf("keeper#%d: %s", n, p.state))
+	}()
+	go func() {
+		defer close(k.out)
+		defer logR.Close()
+		prefix := fmt.Sprintf("keeper#%d", n)
+		scenarios.TailLines(logR, p.done, 20*time.Millisecond, func(line []byte) {
+			b.keeperLog.WriteLine(prefix, line)
+			t := scenarios.LineTime(line, time.Now())
+			if bytes.Contains(line, keeperConnected) && !closed(k.connected) {
+				close(k.connected)
+				b.keeperEvent(scenarios.KReady, t, fmt.Sprintf("keeper#%d connected to the plugin", n))
+			}
+			if m := keeperServed.FindSubmatch(line); m != nil && string(m[1]) == volumeHandle {
+				b.serverEvent(scenarios.KReady, t, fmt.Sprintf("keeper#%d: dummy-fuse %s pid %s serves the volume", n, m[2], m[3]), string(m[2]))
+				if !closed(k.served) {
+					close(k.served)
+				}
+			}
+			if m := keeperExited.FindSubmatch(line); m != nil {
+				b.serverEvent(scenarios.KExited, t, fmt.Sprintf("keeper#%d: FUSE server pid %s: %s", n, m[1], m[2]), "")
+			}
+		})
+	}()
+	return k, nil
+}
+
+// wait waits until ch (k.connected, k.served) is closed.
+func (k *keeperInstance) wait(ctx context.Context, ch chan struct{}, what string) error {
+	const timeout = 30 * time.Second
+	select {
+	case <-ch:
+		return nil
+	case <-k.p.done:
+		return fmt.Errorf("keeper#%d exited before it %s (%s)", k.n, what, k.p.state)
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(timeout):
+		return fmt.Errorf("keeper#%d: not %s within %s", k.n, what, timeout)
+	}
+}
+
+func closed(ch chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+// killKeeper kills the keeper container (PID 1 of its namespace: its FUSE servers die with it).
+func (b *Backend) killKeeper(ctx context.Context) error {
+	if b.keeper == nil {
+		return errors.New("no keeper")
+	}
+	return b.killContainer(ctx, b.keeper.p, "keeper container", b.keeperEvent)
+}
+
+// restartKeeper starts the keeper container again with the binaries of the last one and waits until it is
+// connected to the plugin (which hands it every connection it still holds).
+func (b *Backend) restartKeeper(ctx context.Context) error {
+	if b.keeper != nil && !b.keeper.p.exited() {
+		return errors.New("the keeper is still running")
+	}
+	k, err := b.startKeeper(b.keeperPlugin, b.keeperFuse)
+	if err != nil {
+		return err
+	}
+	if b.keeper != nil {
+		b.oldKeepers = append(b.oldKeepers, b.keeper)
+	}
+	b.keeper = k
+	return k.wait(ctx, k.connected, "connected to the plugin")
+}
+
+// upgradeKeeper rolls the keeper to the next build: the new keeper starts beside the old one and takes every
+// connection over (the plugin hands them to every keeper), then the old one gets SIGTERM: its FUSE servers
+// exit without unmounting anything.
+func (b *Backend) upgradeKeeper(ctx context.Context) error {
+	if b.opts.NextPluginPath == "" || b.opts.NextFusePath == "" {
+		return errors.New("no next build to upgrade to (Options.NextPluginPath, NextFusePath: make build puts one in bin/next)")
+	}
+	old := b.keeper
+	if old == nil || old.p.exited() {
+		return errors.New("no running keeper to upgrade")
+	}
+	version, err := binaryVersion(b.opts.NextFusePath)
+	if err != nil {
+		return err
+	}
+	if version == old.version {
+		return fmt.Errorf("the next build has the running version %s: it would prove nothing", version)
+	}
+	b.rec.Add(scenarios.Event{Source: scenarios.SrcComponent, Component: scenarios.KeeperContainer, Kind: scenarios.KUpgraded,
+		Message: fmt.Sprintf("keeper %s → %s", old.version, version), Detail: version})
+	b.keeperPlugin, b.keeperFuse = b.opts.NextPluginPath, b.opts.NextFusePath
+	k, err := b.startKeeper(b.keeperPlugin, b.keeperFuse)
+	if err != nil {
+		return err
+	}
+	b.oldKeepers = append(b.oldKeepers, old)
+	b.keeper = k
+	if err := k.wait(ctx, k.served, "served the volume"); err != nil {
+		return err
+	}
+	b.logf("keeper#%d: SIGTERM (replaced by keeper#%d)", old.n, k.n)
+	if err := old.p.stop(10 * time.Second); err != nil {
+		return fmt.Errorf("stopping the old keeper: %w", err)
+	}
+	return nil
+}
+
+// killFuseServer sends SIGKILL to the FUSE server that serves the volume, found as the keeper says (its status
+// file) and translated from the keeper's PID namespace to this one through the keeper's children.
+func (b *Backend) killFuseServer(ctx context.Context) error {
+	if b.keeper == nil || b.keeper.p.exited() {
+		return errors.New("no keeper running")
+	}
+	st, err := keeper.ReadStatus(filepath.Join(b.keeper.statusDir, "status.json"))
+	if err != nil {
+		return err
+	}
+	nsPID, err := st.ServerOf(volumeHandle)
+	if err != nil {
+		return err
+	}
+	pid, err := childInNamespace(b.keeper.p.pid(), nsPID)
+	if err != nil {
+		return fmt.Errorf("FUSE server %d of the keeper: %w", nsPID, err)
+	}
+	pidfd, err := pidfdOpen(pid)
+	if err != nil {
+		return err
+	}
+	defer syscall.Close(pidfd)
+	b.serverEvent(scenarios.KKilled, time.Time{}, fmt.Sprintf("SIGKILL pid %d (%d in the keeper's namespace)", pid, nsPID), "")
+	if err := pidfdKill(pidfd); err != nil {
+		return fmt.Errorf("kill FUSE server pid %d: %w", pid, err)
+	}
+	b.logf("FUSE server pid %d (%d in keeper#%d): SIGKILL", pid, nsPID, b.keeper.n)
+	// Gone once its pidfd is readable (pidfd_open(2)); the keeper reaps it.
+	return waitPidfd(ctx, pidfd, 10*time.Second)
+}
+
+// waitFuseServer waits until a FUSE server serves the volume again after the last kill.
+func (b *Backend) waitFuseServer(ctx context.Context) error {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ev := b.rec.Snapshot()
+		if k, ok := ev.First(time.Time{}, func(e scenarios.Event) bool {
+			return e.Kind == scenarios.KKilled && e.Component == scenarios.FuseServer
+		}); ok {
+			if _, ok := ev.First(k.Time, func(e scenarios.Event) bool { return e.Kind == scenarios.KReady && e.Component == scenarios.FuseServer }); ok {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return errors.New("no FUSE server served the volume again within 30s")
+		}
+		if err := scenarios.Sleep(ctx, 20*time.Millisecond); err != nil {
+			return err
+		}
+	}
+}
+
+// binaryVersion asks a binary of the project for its version (--version).
+func binaryVersion(path string) (string, error) {
+	out, err := exec.Command(path, "--version").Output()
+	if err != nil {
+		return "", fmt.Errorf("%s --version: %w", path, err)
+	}
+	return strings.TrimSpace(string(out)), nil
+}
+
+// childInNamespace returns the PID (in this namespace) of the child of parent whose PID in its own namespace
+// is nsPID, from the kernel's lists of parent's children and each child's NSpid.
+func childInNamespace(parent, nsPID int) (int, error) {
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", parent))
+	if err != nil {
+		return 0, err
+	}
+	for _, task := range tasks {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/children", parent, task.Name()))
+		if err != nil {
+			continue // the thread ended meanwhile
+		}
+		for _, f := range strings.Fields(string(b)) {
+			child, err := strconv.Atoi(f)
+			if err != nil {
+				continue
+			}
+			if ns, ok := innermostPID(child); ok && ns == nsPID {
+				return child, nil
+			}
+		}
+	}
+	return 0, fmt.Errorf("no child of pid %d has pid %d in its namespace", parent, nsPID)
+}
+
+// innermostPID is pid's PID in the innermost PID namespace it belongs to (the last NSpid of its status).
+func innermostPID(pid int) (int, bool) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, false
+	}
+	for _, line := range bytes.Split(b, []byte("\n")) {
+		if rest, ok := bytes.CutPrefix(line, []byte("NSpid:")); ok {
+			f := strings.Fields(string(rest))
+			if len(f) == 0 {
+				return 0, false
+			}
+			n, err := strconv.Atoi(f[len(f)-1])
+			return n, err == nil
+		}
+	}
+	return 0, false
+}
