@@ -33,6 +33,7 @@ func ParseArgs(args []string, stderr io.Writer) (Config, error) {
 	fl.BoolVar(&cfg.ExitOnError, "exit-on-error", false, "exit with code 1 on the first open or read error (else keep trying)")
 	fl.DurationVar(&cfg.Interval, "read-interval", cfg.Interval, "time between reads")
 	fl.BoolVar(&cfg.KeepOpen, "keep-open", cfg.KeepOpen, "open once and re-read the same descriptor, even after errors; false: open, read and close every time")
+	fl.BoolVar(&cfg.DirectIO, "direct-io", false, "open with O_DIRECT: every read reaches the FUSE server instead of the page cache (and shows how long the server takes)")
 	fl.Var(&cfg.Format, "log-format", "log format: text or json (one object per line)")
 	showVersion := fl.Bool("version", false, "print the version and exit")
 	fl.Usage = func() {

@@ -47,6 +47,7 @@ type Record struct {
 
 	KeepOpen    *bool  `json:"keep_open,omitempty"`
 	ExitOnError *bool  `json:"exit_on_error,omitempty"`
+	DirectIO    *bool  `json:"direct_io,omitempty"`
 	Interval    string `json:"interval,omitempty"`
 
 	Bytes   *int    `json:"bytes,omitempty"`
@@ -100,8 +101,8 @@ func (l *logger) emit(rec Record, text string) {
 func ptr[T any](v T) *T { return &v }
 
 func (l *logger) start(c Config) {
-	l.emit(Record{Event: EventStart, KeepOpen: ptr(c.KeepOpen), ExitOnError: ptr(c.ExitOnError), Interval: c.Interval.String()},
-		fmt.Sprintf("starting: file %s, keep-open %t, exit-on-error %t, read interval %s", l.file, c.KeepOpen, c.ExitOnError, c.Interval))
+	l.emit(Record{Event: EventStart, KeepOpen: ptr(c.KeepOpen), ExitOnError: ptr(c.ExitOnError), DirectIO: ptr(c.DirectIO), Interval: c.Interval.String()},
+		fmt.Sprintf("starting: file %s, keep-open %t, exit-on-error %t, direct-io %t, read interval %s", l.file, c.KeepOpen, c.ExitOnError, c.DirectIO, c.Interval))
 }
 
 func (l *logger) opened(latency time.Duration) {

@@ -31,7 +31,10 @@ type Config struct {
 	ExitOnError bool
 	Interval    time.Duration
 	KeepOpen    bool
-	Format      Format
+	// DirectIO opens the file with O_DIRECT: every read bypasses the page cache and reaches the FUSE server
+	// (fuse_direct_IO in fs/fuse/file.c), whether or not the server asked for direct I/O itself.
+	DirectIO bool
+	Format   Format
 }
 
 // File is an open file that reads with one pread(2) per call, so that every read is one FUSE READ request
@@ -47,7 +50,8 @@ type Clock interface {
 	After(d time.Duration) <-chan time.Time
 }
 
-// Env holds Run's dependencies; zero fields mean the real ones (os.Stdout, wall clock, os.Open).
+// Env holds Run's dependencies; zero fields mean the real ones (os.Stdout, wall clock, open(2) with
+// O_DIRECT when Config.DirectIO).
 type Env struct {
 	Out   io.Writer
 	Clock Clock
@@ -67,7 +71,7 @@ func Run(ctx context.Context, cfg Config, env Env) int {
 		env.Clock = realClock{}
 	}
 	if env.Open == nil {
-		env.Open = openFile
+		env.Open = func(path string) (File, error) { return openFile(path, cfg.DirectIO) }
 	}
 	r := &runner{cfg: cfg, env: env, log: newLogger(cfg.Format, env.Out, env.Clock, cfg.File), buf: make([]byte, readBufSize)}
 	code, reason := r.loop(ctx)
@@ -231,8 +235,12 @@ func (realClock) After(d time.Duration) <-chan time.Time { return time.After(d) 
 // would cost a second FUSE request per read to see EOF).
 type osFile struct{ f *os.File }
 
-func openFile(path string) (File, error) {
-	f, err := os.Open(path)
+func openFile(path string, direct bool) (File, error) {
+	flags := os.O_RDONLY
+	if direct {
+		flags |= unix.O_DIRECT
+	}
+	f, err := os.OpenFile(path, flags, 0)
 	if err != nil {
 		return nil, err
 	}

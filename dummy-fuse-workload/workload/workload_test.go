@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/command"
 )
 
@@ -138,7 +140,7 @@ func TestTextLogKeepOpen(t *testing.T) {
 	s := &script{readErrs: []error{nil, syscall.ENOTCONN}}
 	res := run(t, Config{File: testFile, KeepOpen: true, Interval: 5 * time.Second, Format: FormatText}, s, 3)
 	ts := "2026-01-02T03:04:05Z "
-	want := ts + "starting: file /mnt/dummy-file.txt, keep-open true, exit-on-error false, read interval 5s\n" +
+	want := ts + "starting: file /mnt/dummy-file.txt, keep-open true, exit-on-error false, direct-io false, read interval 5s\n" +
 		ts + "opened file /mnt/dummy-file.txt\n" +
 		ts + "reading\n" +
 		ts + "read 13 bytes: \"Hello world!\\n\"\n" +
@@ -412,5 +414,35 @@ func TestStopWhileOpenHangs(t *testing.T) {
 	}
 	if got := events(records(t, out.String())); got != "start exit" {
 		t.Errorf("events %q after a stop during a hung open, want \"start exit\"", got)
+	}
+}
+
+// TestDirectIOOpensWithODirect: --direct-io opens the file with O_DIRECT (the kernel's file flags show it) and
+// says so in the start record.
+func TestDirectIOOpensWithODirect(t *testing.T) {
+	dir := t.TempDir()
+	path := dir + "/f"
+	if err := os.WriteFile(path, []byte("Hello world!\n"), 0o444); err != nil {
+		t.Fatal(err)
+	}
+	f, err := openFile(path, true)
+	if err != nil {
+		if errors.Is(err, syscall.EINVAL) {
+			t.Skipf("%s's filesystem does not support O_DIRECT", dir)
+		}
+		t.Fatal(err)
+	}
+	defer f.Close()
+	flags, err := unix.FcntlInt(f.(osFile).f.Fd(), unix.F_GETFL, 0)
+	if err != nil || flags&unix.O_DIRECT == 0 {
+		t.Errorf("file flags %#o, %v: want O_DIRECT", flags, err)
+	}
+	cfg, err := ParseArgs([]string{"--file", path, "--direct-io", "--log-format=json"}, io.Discard)
+	if err != nil || !cfg.DirectIO {
+		t.Fatalf("ParseArgs: %+v, %v", cfg, err)
+	}
+	res := run(t, cfg, &script{}, 1)
+	if start := records(t, res.out)[0]; start.DirectIO == nil || !*start.DirectIO {
+		t.Errorf("start record %+v, want direct_io true", start)
 	}
 }
