@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/internal/plugintest"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/mounts"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/testenv"
 )
 
@@ -126,7 +127,7 @@ func TestConcurrentVolumesOnOverlappingPaths(t *testing.T) {
 			t.Errorf("publish record %+v: its volume is staged at %q", p, stagingOfVolume[p.VolumeID])
 		}
 		plugintest.MustRead(t, p.TargetPath)
-		if same, err := sameMount(p.StagingPath, p.TargetPath); err != nil || !same {
+		if same, err := sameMount(mounts.MountsAt, p.StagingPath, p.TargetPath); err != nil || !same {
 			t.Errorf("target %s is not a bind of %s (%v)", p.TargetPath, p.StagingPath, err)
 		}
 	}

@@ -12,6 +12,8 @@ import (
 	"google.golang.org/grpc/status"
 	"k8s.io/klog/v2"
 
+	"github.com/moby/sys/mountinfo"
+
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/fusemode"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/restore"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/state"
@@ -63,15 +65,21 @@ func (d *Driver) probe(path string) (health, error) {
 	return healthOther, err
 }
 
-// mountCounter says how many mounts are stacked on a path: mounts.CountMounts reads the mount table, a restore
-// looks the path up in one snapshot of it.
-type mountCounter func(path string) (int, error)
+// mountLookup returns the mounts stacked on a path, bottom first: mounts.MountsAt reads the mount table for a CSI
+// call, a restore looks every path up in one snapshot of it (tableLookup), which keeps it linear in volumes.
+type mountLookup func(path string) ([]*mountinfo.Info, error)
+
+// layers counts the mounts stacked on path.
+func (look mountLookup) layers(path string) (int, error) {
+	ms, err := look(path)
+	return len(ms), err
+}
 
 // stage makes a FUSE mount of volume id answer at path: an answering mount is kept (idempotency), a dead one is
 // lazily unmounted and replaced, a missing one is started. It returns what it did. The caller holds the volume's
 // lock. NodeStageVolume, NodePublishVolume (the repair of a dead staging mount, and the staging of an inline
 // ephemeral volume) and the restore all come here.
-func (d *Driver) stage(ctx context.Context, id, path string, readOnly, ephemeral bool, capability *state.Capability, count mountCounter) (action, error) {
+func (d *Driver) stage(ctx context.Context, id, path string, readOnly, ephemeral bool, capability *state.Capability, look mountLookup) (action, error) {
 	if other := d.volumeOfPath(path); other != "" && other != id {
 		return "", status.Errorf(codes.AlreadyExists, "staging_target_path %q is in use by volume %q", path, other)
 	}
@@ -88,7 +96,7 @@ func (d *Driver) stage(ctx context.Context, id, path string, readOnly, ephemeral
 	if capability == nil {
 		capability = known.cap
 	}
-	layers, err := count(path)
+	layers, err := look.layers(path)
 	if err != nil {
 		return "", status.Errorf(codes.Internal, "%v", err)
 	}
@@ -253,7 +261,7 @@ func (d *Driver) ensureStagingAnswers(ctx context.Context, id, staging string) e
 	case h == healthDead, errors.Is(err, mounts.ErrNotFUSE):
 		klog.InfoS("Staging mount is dead or gone, repairing it before publishing", "volumeID", id, "stagingPath", staging, "err", err)
 		v, _ := d.lookup(id)
-		_, err := d.stage(ctx, id, staging, v.readOnly, v.ephemeral, nil, mounts.CountMounts)
+		_, err := d.stage(ctx, id, staging, v.readOnly, v.ephemeral, nil, mounts.MountsAt)
 		return err
 	case h == healthHung:
 		return probeStatus("staging mount", err)
@@ -283,13 +291,13 @@ func (d *Driver) claimTarget(id, targetPath string, capability *state.Capability
 // repaired by the restore strategy, a missing one is created. Only a target that is free or recorded as this
 // volume's is touched. The caller holds the volume's and the paths' locks. NodePublishVolume, the repair of
 // sibling targets and the restore all come here.
-func (d *Driver) publish(id, staging, targetPath string, readOnly bool, capability *state.Capability, count mountCounter) (action, error) {
+func (d *Driver) publish(id, staging, targetPath string, readOnly bool, capability *state.Capability, look mountLookup) (action, error) {
 	rec, mine, capability, err := d.claimTarget(id, targetPath, capability)
 	if err != nil {
 		return "", err
 	}
 	strategy := d.cfg.RestoreStrategy
-	layers, err := count(targetPath)
+	layers, err := look.layers(targetPath)
 	if err != nil {
 		return "", status.Errorf(codes.Internal, "%v", err)
 	}
@@ -315,7 +323,7 @@ func (d *Driver) publish(id, staging, targetPath string, readOnly bool, capabili
 	if layers > 0 {
 		switch h, perr := d.probe(targetPath); h {
 		case healthAnswers:
-			same, err := sameMount(staging, targetPath)
+			same, err := sameMount(look, staging, targetPath)
 			if err != nil {
 				return "", status.Errorf(codes.Internal, "%v", err)
 			}
@@ -458,7 +466,7 @@ func (d *Driver) repairSiblings(id string) {
 			continue
 		}
 		klog.InfoS("Target lost its mount through mount propagation, repairing it", "volumeID", id, "targetPath", path)
-		if _, err := d.publish(id, v.stagingPath, path, t.readOnly, t.cap, mounts.CountMounts); err != nil {
+		if _, err := d.publish(id, v.stagingPath, path, t.readOnly, t.cap, mounts.MountsAt); err != nil {
 			klog.ErrorS(err, "Repairing target", "volumeID", id, "targetPath", path)
 		}
 	}

@@ -66,7 +66,7 @@ func (n nodeServer) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolum
 		return nil, err
 	}
 	defer release()
-	if _, err := n.d.stage(ctx, id, path, readOnlyMode(req.GetVolumeCapability()), false, capabilityOf(req.GetVolumeCapability()), mounts.CountMounts); err != nil {
+	if _, err := n.d.stage(ctx, id, path, readOnlyMode(req.GetVolumeCapability()), false, capabilityOf(req.GetVolumeCapability()), mounts.MountsAt); err != nil {
 		return nil, err
 	}
 	return &csi.NodeStageVolumeResponse{}, nil
@@ -180,7 +180,7 @@ func (n nodeServer) NodePublishVolume(ctx context.Context, req *csi.NodePublishV
 	}
 	if ephemeral {
 		// The NodeStageVolume that kubelet skips, with all its idempotency and dead-mount repair.
-		if _, err := n.d.stage(ctx, id, staging, readOnlyMode(req.GetVolumeCapability()), true, capability, mounts.CountMounts); err != nil {
+		if _, err := n.d.stage(ctx, id, staging, readOnlyMode(req.GetVolumeCapability()), true, capability, mounts.MountsAt); err != nil {
 			return nil, err
 		}
 	} else if err := n.d.ensureStagingAnswers(ctx, id, staging); err != nil {
@@ -190,7 +190,7 @@ func (n nodeServer) NodePublishVolume(ctx context.Context, req *csi.NodePublishV
 	if tm := n.d.targetMounter(); tm != nil {
 		act, err = n.d.publishSidecar(ctx, tm, id, staging, target, readOnly, capability, req.GetVolumeContext())
 	} else {
-		act, err = n.d.publish(id, staging, target, readOnly, capability, mounts.CountMounts)
+		act, err = n.d.publish(id, staging, target, readOnly, capability, mounts.MountsAt)
 	}
 	if err != nil {
 		if ephemeral {

@@ -113,12 +113,15 @@ func within(p, dir string) bool {
 
 // sameMount reports whether the top mounts on a and b are of one filesystem (a bind mount has the device
 // number of its source), from the mount table alone: stat(2) of either would reach the FUSE server.
-func sameMount(a, b string) (bool, error) {
-	t, err := mounts.ReadTable()
+func sameMount(look mountLookup, a, b string) (bool, error) {
+	ma, err := look(a)
 	if err != nil {
 		return false, err
 	}
-	ma, mb := t.Mounts(a), t.Mounts(b)
+	mb, err := look(b)
+	if err != nil {
+		return false, err
+	}
 	if len(ma) == 0 || len(mb) == 0 {
 		return false, nil
 	}
@@ -137,7 +140,7 @@ func (d *Driver) ephemeralLeftover(id, target string) bool {
 	if err != nil || n == 0 {
 		return false
 	}
-	same, err := sameMount(d.ephemeralStagingPath(id), target)
+	same, err := sameMount(mounts.MountsAt, d.ephemeralStagingPath(id), target)
 	return err == nil && same
 }
 

@@ -7,6 +7,8 @@ import (
 
 	"google.golang.org/grpc/status"
 
+	"github.com/moby/sys/mountinfo"
+
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/restore"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/state"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/mounts"
@@ -18,8 +20,8 @@ type restorer struct{ d *Driver }
 
 var _ restore.Restorer = restorer{}
 
-func tableCounter(t *mounts.Table) mountCounter {
-	return func(path string) (int, error) { return t.Count(path), nil }
+func tableLookup(t *mounts.Table) mountLookup {
+	return func(path string) ([]*mountinfo.Info, error) { return t.Mounts(path), nil }
 }
 
 func (r restorer) RestoreStage(ctx context.Context, table *mounts.Table, rec state.Stage) (string, error) {
@@ -28,7 +30,7 @@ func (r restorer) RestoreStage(ctx context.Context, table *mounts.Table, rec sta
 		return "", errors.New(status.Convert(err).Message())
 	}
 	defer release()
-	act, err := r.d.stage(ctx, rec.VolumeID, rec.StagingPath, rec.ReadOnly, rec.Ephemeral, nil, tableCounter(table))
+	act, err := r.d.stage(ctx, rec.VolumeID, rec.StagingPath, rec.ReadOnly, rec.Ephemeral, nil, tableLookup(table))
 	if err != nil {
 		return "", errors.New(status.Convert(err).Message())
 	}
@@ -50,7 +52,7 @@ func (r restorer) RestorePublish(_ context.Context, table *mounts.Table, rec sta
 	if h, err := r.d.probe(rec.StagingPath); h != healthAnswers {
 		return "", fmt.Errorf("staging mount does not answer: %w", err)
 	}
-	act, err := r.d.publish(rec.VolumeID, rec.StagingPath, rec.TargetPath, rec.ReadOnly, nil, tableCounter(table))
+	act, err := r.d.publish(rec.VolumeID, rec.StagingPath, rec.TargetPath, rec.ReadOnly, nil, tableLookup(table))
 	if err != nil {
 		return "", errors.New(status.Convert(err).Message())
 	}

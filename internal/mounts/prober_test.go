@@ -2,9 +2,15 @@ package mounts
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/testenv"
 )
 
 // TestProberBoundsStuckCalls: a call that does not return is joined rather than repeated, and once a mount has a
@@ -47,5 +53,32 @@ func TestProberBoundsStuckCalls(t *testing.T) {
 	}
 	if v, err := p.do("statfs", dir, func() (any, error) { return "ok", nil }); err != nil || v != "ok" {
 		t.Fatalf("after the mount answered again: %v, %v", v, err)
+	}
+}
+
+// TestMountPointsFollowTheTable: the cached mount points notice a mount and an unmount (the kernel's POLLPRI on
+// mountinfo), so a path is always attributed to the mount it lies on.
+func TestMountPointsFollowTheTable(t *testing.T) {
+	if os.Geteuid() != 0 {
+		testenv.SkipOrFail(t, "mounting needs root")
+	}
+	dir := t.TempDir()
+	var m mountPoints
+	parent := m.of(dir)
+	if parent == dir {
+		t.Fatalf("%s is a mount point before the test mounted it", dir)
+	}
+	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, ""); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = unix.Unmount(dir, unix.MNT_DETACH) })
+	if got := m.of(filepath.Join(dir, "x")); got != dir {
+		t.Errorf("after mounting %s: a path in it is on %q", dir, got)
+	}
+	if err := unix.Unmount(dir, 0); err != nil {
+		t.Fatal(err)
+	}
+	if got := m.of(filepath.Join(dir, "x")); got != parent {
+		t.Errorf("after unmounting %s: a path in it is on %q, want %q", dir, got, parent)
 	}
 }

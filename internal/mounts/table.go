@@ -50,22 +50,28 @@ func IsMountPoint(path string) (bool, error) {
 
 // CountMounts returns how many mounts are stacked on path according to /proc/self/mountinfo.
 func CountMounts(path string) (int, error) {
+	infos, err := MountsAt(path)
+	return len(infos), err
+}
+
+// MountsAt returns the mounts stacked on path, bottom first, as Table.Mounts does, from a fresh read of
+// /proc/self/mountinfo (one path: a caller that looks up many reads the Table once).
+func MountsAt(path string) ([]*mountinfo.Info, error) {
 	p := filepath.Clean(path)
 	// Not mountinfo.SingleEntryFilter: it stops at the first match and would count stacked mounts as one.
 	infos, err := mountinfo.GetMounts(func(in *mountinfo.Info) (skip, stop bool) { return in.Mountpoint != p, false })
 	if err != nil {
-		return 0, fmt.Errorf("reading mount table for %s: %w", path, err)
+		return nil, fmt.Errorf("reading mount table for %s: %w", path, err)
 	}
-	return len(infos), nil
+	return infos, nil
 }
 
 // Top returns the mount on top at path according to the mount table (nil if nothing is mounted there), without
 // touching the filesystem: its FSType, its device (Major:Minor; for FUSE the connection's number) and so on.
 func Top(path string) (*mountinfo.Info, error) {
-	p := filepath.Clean(path)
-	infos, err := mountinfo.GetMounts(func(in *mountinfo.Info) (skip, stop bool) { return in.Mountpoint != p, false })
+	infos, err := MountsAt(path)
 	if err != nil {
-		return nil, fmt.Errorf("reading mount table for %s: %w", path, err)
+		return nil, err
 	}
 	if len(infos) == 0 {
 		return nil, nil
