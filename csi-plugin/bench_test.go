@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -107,7 +108,7 @@ func benchRestore(b *testing.B, volumes int) {
 
 // procCPU returns the user+system CPU time pid has used (fields 14 and 15 of /proc/PID/stat, in clock ticks of
 // 10 ms on Linux).
-func procCPU(b *testing.B, pid int) time.Duration {
+func procCPU(b testing.TB, pid int) time.Duration {
 	b.Helper()
 	st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
@@ -122,7 +123,7 @@ func procCPU(b *testing.B, pid int) time.Duration {
 }
 
 // procKB returns the kB value of the line starting with key in a /proc file.
-func procKB(b *testing.B, path, key string) int64 {
+func procKB(b testing.TB, path, key string) int64 {
 	b.Helper()
 	f, err := os.Open(path)
 	if err != nil {
@@ -143,4 +144,85 @@ func procKB(b *testing.B, path, key string) int64 {
 	}
 	b.Fatalf("%s: no %s line", path, key)
 	return 0
+}
+
+// BenchmarkKeeperRestart is BenchmarkRestore for the keeper mode: with N volumes staged and published (their
+// FUSE servers in the keeper, 64 volumes per server process), the plugin is killed with SIGKILL and restarted
+// with --restore-mounts. Nothing died with it, so nothing is remounted: the timed part, start → Probe ready,
+// is the restore finding every mount answering. It then reports the memory of the plugin, the keeper and the
+// keeper's FUSE servers together.
+//
+//	make bench-keeper   (or: go test -run '^$' -bench BenchmarkKeeperRestart -benchtime 1x ./csi-plugin/)
+func BenchmarkKeeperRestart(b *testing.B) {
+	for _, n := range []int{1, 100, 500} {
+		b.Run(fmt.Sprintf("volumes=%d", n), func(b *testing.B) { benchKeeperRestart(b, n) })
+	}
+}
+
+func benchKeeperRestart(b *testing.B, volumes int) {
+	e := newEnv(b, unix.MS_SHARED)
+	for _, d := range []string{e.root, filepath.Dir(e.dummyFuse)} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			b.Fatal(err)
+		}
+	}
+	args := []string{"--fuse-mode=keeper", "--restore-mounts", "--keeper-uid=65534"}
+	p := e.start(args...)
+	k := e.startKeeper()
+	vols := make([]string, volumes)
+	for i := range vols {
+		vols[i] = fmt.Sprintf("vol-%04d", i)
+	}
+	var wg sync.WaitGroup
+	work := make(chan string)
+	for w := 0; w < 16; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for vol := range work {
+				e.stagePublish(p, vol, "pod")
+			}
+		}()
+	}
+	for _, vol := range vols {
+		work <- vol
+	}
+	close(work)
+	wg.Wait()
+
+	b.ResetTimer()
+	var total time.Duration
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		p.kill()
+		b.StartTimer()
+
+		start := time.Now()
+		p = e.launch(args...)
+		p.waitReady(5 * time.Minute)
+		took := time.Since(start)
+		total += took
+
+		b.StopTimer()
+		for _, vol := range vols {
+			plugintest.MustRead(b, e.targetPath(vol, "pod"))
+		}
+		waitFor(b, "the plugin to re-collect every connection", func() bool {
+			return strings.Contains(p.logs.String(), fmt.Sprintf("adopted=%d", volumes))
+		})
+		b.StartTimer()
+	}
+	b.StopTimer()
+	avg := total / time.Duration(b.N)
+	b.ReportMetric(avg.Seconds(), "s/start-to-ready")
+
+	servers := childrenOf(b, k.cmd.Process.Pid)
+	var pss [3]int64 // plugin, keeper, servers
+	for i, pid := range append([]int{p.cmd.Process.Pid, k.cmd.Process.Pid}, servers...) {
+		pss[min(i, 2)] += procKB(b, fmt.Sprintf("/proc/%d/smaps_rollup", pid), "Pss:")
+	}
+	sum := pss[0] + pss[1] + pss[2]
+	b.ReportMetric(float64(sum)/1024, "MB-PSS-total")
+	b.Logf("%d volumes: start→ready %v; PSS plugin %.1f MiB + keeper %.1f MiB + %d FUSE servers %.1f MiB = %.1f MiB",
+		volumes, avg.Round(time.Millisecond), float64(pss[0])/1024, float64(pss[1])/1024, len(servers), float64(pss[2])/1024, float64(sum)/1024)
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -117,14 +118,19 @@ type reader struct {
 
 func (e *env) startReader(file string, keepOpen bool) *reader {
 	e.t.Helper()
+	return e.startReaderArgs(file, "--read-interval=20ms", fmt.Sprintf("--keep-open=%t", keepOpen))
+}
+
+// startReaderArgs starts a dummy-fuse-workload reading file, logging JSON, with args.
+func (e *env) startReaderArgs(file string, args ...string) *reader {
+	e.t.Helper()
 	r := &reader{t: e.t, log: filepath.Join(e.t.TempDir(), "workload.log")}
 	out, err := os.Create(r.log)
 	if err != nil {
 		e.t.Fatal(err)
 	}
 	defer out.Close()
-	r.cmd = exec.Command(bins.Path(e.t, "dummy-fuse-workload"), "--file", file, "--log-format", "json",
-		"--read-interval", "20ms", "--keep-open="+map[bool]string{true: "true", false: "false"}[keepOpen])
+	r.cmd = exec.Command(bins.Path(e.t, "dummy-fuse-workload"), append([]string{"--file", file, "--log-format", "json"}, args...)...)
 	r.cmd.Stdout, r.cmd.Stderr = out, out
 	if err := r.cmd.Start(); err != nil {
 		e.t.Fatal(err)

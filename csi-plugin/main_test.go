@@ -174,27 +174,7 @@ func (p *plugin) waitReady(timeout time.Duration) {
 }
 
 // children returns the PIDs of the plugin's child processes (its dummy-fuse servers).
-func (p *plugin) children() []int {
-	p.t.Helper()
-	pid := p.cmd.Process.Pid
-	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
-	if err != nil {
-		p.t.Fatal(err)
-	}
-	var kids []int
-	for _, task := range tasks {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/children", pid, task.Name()))
-		if err != nil {
-			continue // the thread ended meanwhile
-		}
-		for _, f := range strings.Fields(string(b)) {
-			if n, err := strconv.Atoi(f); err == nil {
-				kids = append(kids, n)
-			}
-		}
-	}
-	return kids
-}
+func (p *plugin) children() []int { return childrenOf(p.t, p.cmd.Process.Pid) }
 
 // kill9 kills the plugin with SIGKILL and returns how each of its children ended: they must have been killed by
 // the parent-death signal, as FUSE servers inside a dying container would be.
