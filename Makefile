@@ -85,9 +85,15 @@ scenarios: build ## run every scenario of the catalog; reports in _output/runs/<
 ################################################################################
 # CSI plugin
 ################################################################################
-.PHONY: bench-restore
+.PHONY: bench-restore bench-keeper soak-keeper
 bench-restore: ## csi-plugin --restore-mounts after kill -9: start->ready with 1/100/500 volumes, and RSS (root + /dev/fuse)
 	hack/bench-restore.sh
+
+bench-keeper: ## keeper mode: plugin kill -9 and restart with 1/100/500 volumes (nothing to remount): start->ready, PSS of all
+	BENCH=BenchmarkKeeperRestart hack/bench-restore.sh
+
+soak-keeper: ## keeper mode: DFC_SOAK_KILLS (50) random kills of one component under 10 readers: failures, stalls, leaks
+	hack/soak-keeper.sh
 
 ################################################################################
 # Scenarios on a real cluster (scenarios/kube; scenarios/README.md, "Kubernetes backend")

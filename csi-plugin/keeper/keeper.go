@@ -368,7 +368,9 @@ func (k *Keeper) serverGone(srv *server, err error) {
 	}
 	sort.Strings(orphans)
 	k.logf("FUSE server pid %d exited (%v); its connections stay mounted, held here: %s", srv.pid, err, strings.Join(orphans, ", "))
-	k.noteCrash()
+	if time.Since(srv.started) < quickDeath {
+		k.noteCrash() // a server that dies right after its start may do so again: count it for the back-off
+	}
 	k.serveUnserved()
 }
 
@@ -384,9 +386,11 @@ func (k *Keeper) serveUnserved() {
 	}
 }
 
-// Restart back-off: servers that keep dying (a broken binary, a refused takeover) are not restarted in a hot
-// loop. The first restarts are immediate: a crash costs the workloads only the time to start a process.
+// Restart back-off: servers that keep dying right after their start (a broken binary, a refused takeover) are
+// not restarted in a hot loop. A server that served for a while is restarted at once however often it dies,
+// and so are the first quick deaths: a crash costs the workloads only the time to start a process.
 const (
+	quickDeath    = time.Second
 	crashWindow   = 10 * time.Second
 	freeRestarts  = 3
 	restartPeriod = time.Second

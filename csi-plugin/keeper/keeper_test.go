@@ -1,0 +1,113 @@
+package keeper
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/fuseconn"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/handover"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/testenv"
+)
+
+// fakePlugin listens where the keeper connects and hands it one /dev/fuse descriptor (not mounted: no server
+// could answer it, which is not what these tests look at).
+func fakePlugin(t *testing.T) (string, func() *handover.Conn) {
+	t.Helper()
+	testenv.RequireFUSE(t)
+	dir, err := os.MkdirTemp("", "keeper")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	sock := filepath.Join(dir, "keeper.sock")
+	l, err := handover.Listen(sock, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	accept := func() *handover.Conn {
+		t.Helper()
+		c, err := l.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		m, _, err := c.Recv()
+		if err != nil || m.Kind != handover.Hello || m.Role != "keeper" {
+			t.Fatalf("first message %+v, %v; want the keeper's hello", m, err)
+		}
+		return c
+	}
+	return sock, accept
+}
+
+// TestCrashLoopBacksOff: a FUSE server that dies right after every start (here: a binary that exits at once)
+// is restarted at once a few times, then at most once a second, instead of in a hot loop.
+func TestCrashLoopBacksOff(t *testing.T) {
+	sock, accept := fakePlugin(t)
+	var log testenv.SyncBuffer
+	status := filepath.Join(t.TempDir(), "status.json")
+	k, err := New(Config{PluginSocket: sock, DummyFusePath: "/bin/false", VolumesPerServer: 1, StatusFile: status}, &log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- k.Run(ctx) }()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	c := accept()
+	dev, err := fuseconn.Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	if err := c.Send(handover.Msg{Kind: handover.Serve, Volume: "vol-1"}, dev); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2500 * time.Millisecond)
+	starts := strings.Count(log.String(), "started FUSE server")
+	// freeRestarts immediate ones plus the first, then one a second: about 6 in 2.5 s; a hot loop makes hundreds.
+	if starts < freeRestarts+1 || starts > freeRestarts+5 {
+		t.Errorf("%d server starts in 2.5 s, want %d immediate ones and then about one a second:\n%s", starts, freeRestarts+1, log.String())
+	}
+	st, err := ReadStatus(status)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !st.Plugin || len(st.Connections) != 1 || st.Connections[0].Volume != "vol-1" || st.Connections[0].Initialised {
+		t.Errorf("status %+v: want the plugin connected and vol-1 held, not initialised", st)
+	}
+}
+
+func TestServerOf(t *testing.T) {
+	st := Status{Connections: []ConnStatus{{Volume: "a", ServerPID: 7}, {Volume: "b"}}}
+	if pid, err := st.ServerOf("a"); err != nil || pid != 7 {
+		t.Errorf("ServerOf(a) = %d, %v", pid, err)
+	}
+	if _, err := st.ServerOf("b"); err == nil || !strings.Contains(err.Error(), "no FUSE server right now") {
+		t.Errorf("ServerOf(b) = %v", err)
+	}
+	if _, err := st.ServerOf("c"); err == nil || !strings.Contains(err.Error(), "holds no connection") {
+		t.Errorf("ServerOf(c) = %v", err)
+	}
+}
+
+func TestNewRefusesBadConfig(t *testing.T) {
+	for name, c := range map[string]Config{
+		"no socket":         {DummyFusePath: "/bin/true", VolumesPerServer: 1},
+		"no server binary":  {PluginSocket: "/x.sock", VolumesPerServer: 1},
+		"not executable":    {PluginSocket: "/x.sock", DummyFusePath: "/etc/passwd", VolumesPerServer: 1},
+		"no volumes/server": {PluginSocket: "/x.sock", DummyFusePath: "/bin/true"},
+	} {
+		if _, err := New(c, os.Stderr); err == nil {
+			t.Errorf("%s: New accepted %+v", name, c)
+		}
+	}
+}
