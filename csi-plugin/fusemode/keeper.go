@@ -123,6 +123,14 @@ func (k *Keeper) Recollect(recs []Recorded) (map[string]Server, error) {
 	k.mu.Unlock()
 	go k.accept(ln)
 	klog.InfoS("Waiting for keepers", "socket", k.opts.KeeperSocket, "recorded", len(recs))
+	switch limit, err := fuseconn.PauseLimit(); {
+	case err != nil:
+		klog.ErrorS(err, "Cannot read the kernel's FUSE request timeouts")
+	case limit > 0:
+		klog.InfoS("The kernel aborts a FUSE connection whose request waits longer than the request timeout: a FUSE server's or keeper's successor must serve within it", "requestTimeout", limit)
+	default:
+		klog.V(2).InfoS("No FUSE request timeout: a connection waits for its next server as long as a holder keeps it")
+	}
 	return out, nil
 }
 

@@ -13,8 +13,11 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"strconv"
+	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -146,4 +149,54 @@ func Resend(fd int) (bool, error) {
 		return false, errors.New("the descriptor is not a mounted FUSE connection")
 	}
 	return false, fmt.Errorf("write FUSE_NOTIFY_RESEND: %w", err)
+}
+
+// The kernel's request timeouts (Linux 6.14): a connection whose request waits longer than this is aborted, as if
+// every holder had died. 0 (the default) is no timeout.
+const (
+	defaultTimeoutFile = "/proc/sys/fs/fuse/default_request_timeout"
+	maxTimeoutFile     = "/proc/sys/fs/fuse/max_request_timeout"
+)
+
+// RequestTimeouts returns the kernel's default_request_timeout (for servers that set none in INIT, as ours)
+// and max_request_timeout; an older kernel has neither (0, and no error).
+func RequestTimeouts() (def, max time.Duration, err error) {
+	read := func(path string) (time.Duration, error) {
+		b, err := os.ReadFile(path)
+		if errors.Is(err, fs.ErrNotExist) {
+			return 0, nil
+		}
+		if err != nil {
+			return 0, err
+		}
+		n, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 32)
+		if err != nil {
+			return 0, fmt.Errorf("%s: %w", path, err)
+		}
+		return time.Duration(n) * time.Second, nil
+	}
+	if def, err = read(defaultTimeoutFile); err != nil {
+		return 0, 0, err
+	}
+	max, err = read(maxTimeoutFile)
+	return def, max, err
+}
+
+// PauseLimit is how long a connection may go without a server before the kernel aborts it: the effective
+// request timeout for our servers (the default one, capped by the maximum), 0 if none.
+func PauseLimit() (time.Duration, error) {
+	def, max, err := RequestTimeouts()
+	return effectiveTimeout(def, max), err
+}
+
+// effectiveTimeout is the timeout a connection gets whose server asks for none: the default, capped by the
+// maximum (which also applies alone).
+func effectiveTimeout(def, max time.Duration) time.Duration {
+	switch {
+	case def == 0:
+		return max
+	case max == 0 || def < max:
+		return def
+	}
+	return max
 }

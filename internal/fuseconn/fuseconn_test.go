@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
@@ -125,4 +126,24 @@ func uname() string {
 	var u unix.Utsname
 	_ = unix.Uname(&u)
 	return unix.ByteSliceToString(u.Release[:])
+}
+
+// TestEffectiveTimeout: the default applies, capped by the maximum, which also applies alone.
+func TestEffectiveTimeout(t *testing.T) {
+	for _, c := range []struct{ def, max, want time.Duration }{
+		{0, 0, 0},
+		{30 * time.Second, 0, 30 * time.Second},
+		{0, time.Minute, time.Minute},
+		{30 * time.Second, time.Minute, 30 * time.Second},
+		{2 * time.Minute, time.Minute, time.Minute},
+	} {
+		if got := effectiveTimeout(c.def, c.max); got != c.want {
+			t.Errorf("default %s, max %s: %s, want %s", c.def, c.max, got, c.want)
+		}
+	}
+	def, max, err := RequestTimeouts()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("kernel %s: default_request_timeout %s, max_request_timeout %s", uname(), def, max)
 }
