@@ -11,6 +11,10 @@ var (
 	keeperBackendsWhy = "the kube backend cannot deploy the keeper placement yet"
 )
 
+// keeperReadInterval is how often the keeper rows' workloads read: often enough that a pause between FUSE
+// servers falls on a read, which then measures it.
+const keeperReadInterval = 5 * time.Millisecond
+
 // keeperInFlightLatency is how long every read takes inside a FUSE server in keeper-in-flight: long enough for
 // the kill to land inside one, on every backend.
 const keeperInFlightLatency = time.Second
@@ -21,10 +25,11 @@ const keeperInFlightLatency = time.Second
 // that every read reaches a server and a gap between servers shows as the read's latency.
 func keeperScenarios() []Scenario {
 	mode := Plugin{FuseMode: FuseModeKeeper, RestoreMounts: true, RestoreStrategy: StrategyRebind, Keeper: Keeper{DirectIO: true}}
-	// Both ways to read: a descriptor kept open from before any kill, and an open for every read.
+	// Both ways to read: a descriptor kept open from before any kill, and an open for every read; both read
+	// every few milliseconds, so that a gap between servers shows as the latency of a read (the stall).
 	readers := []Container{
-		{Name: reader, ExitOnError: true, KeepOpen: true},
-		{Name: reopen, ExitOnError: true, KeepOpen: false},
+		{Name: reader, ExitOnError: true, KeepOpen: true, ReadInterval: keeperReadInterval},
+		{Name: reopen, ExitOnError: true, KeepOpen: false, ReadInterval: keeperReadInterval},
 	}
 	neverFail := func(cs ...string) []Expectation {
 		var out []Expectation
@@ -61,7 +66,7 @@ func keeperScenarios() []Scenario {
 				"opens work and the subPath bind never notices: a stall of a few milliseconds, no error, no remount.",
 			Plugin: mode,
 			Pod: Pod{RestartPolicy: RestartAlways, Containers: append(append([]Container{}, readers...),
-				Container{Name: sub, ExitOnError: true, KeepOpen: false, SubPath: FileName, MountPath: "/mnt/" + FileName})},
+				Container{Name: sub, ExitOnError: true, KeepOpen: false, SubPath: FileName, MountPath: "/mnt/" + FileName, ReadInterval: keeperReadInterval})},
 			Steps: []Step{
 				warmUp,
 				Kill(FuseServer),
