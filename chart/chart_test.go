@@ -60,6 +60,8 @@ type objects struct {
 	remSA      *corev1.ServiceAccount
 	remRole    *rbacv1.ClusterRole
 	remBinding *rbacv1.ClusterRoleBinding
+	// The keeper's DaemonSet (csi.plugin.fuseMode=keeper).
+	keeperDS *appsv1.DaemonSet
 }
 
 func loadChart(t *testing.T) *chart.Chart {
@@ -127,8 +129,13 @@ func decode(t *testing.T, rendered map[string]string) objects {
 				t.Fatalf("%s: %v", name, err)
 			}
 			remediator := meta.Metadata.Labels["app.kubernetes.io/component"] == "remediator"
+			keeper := meta.Metadata.Labels["app.kubernetes.io/component"] == "keeper"
 			var target any
 			switch kind := tm.APIVersion + "/" + tm.Kind; {
+			case keeper && kind == "apps/v1/DaemonSet" && o.keeperDS == nil:
+				o.keeperDS, target = &appsv1.DaemonSet{}, &o.keeperDS
+			case keeper:
+				t.Fatalf("%s: unexpected or second keeper object %s", name, kind)
 			case remediator && kind == "apps/v1/DaemonSet" && o.remDS == nil:
 				o.remDS, target = &appsv1.DaemonSet{}, &o.remDS
 			case remediator && kind == "v1/ServiceAccount" && o.remSA == nil:
@@ -907,5 +914,75 @@ func TestFuseModeSidecarNeedsPodInfo(t *testing.T) {
 	_, err := renderChart(loadChart(t), userValues(t, "csi.plugin.fuseMode=sidecar", "csiDriver.podInfoOnMount=false"))
 	if err == nil || !strings.Contains(err.Error(), "podInfoOnMount") {
 		t.Fatalf("fuseMode=sidecar without podInfoOnMount: %v, want a refusal naming podInfoOnMount", err)
+	}
+}
+
+// TestKeeperMode: fuseMode=keeper adds the keeper DaemonSet: unprivileged as the user the plugin accepts, the
+// plugin's socket directory and nothing else of the host, its own selector, a rolling update that starts the
+// new keeper before the old one stops; and only in that mode.
+func TestKeeperMode(t *testing.T) {
+	for _, mode := range []string{"child", "sidecar"} {
+		if o := render(t, "csi.plugin.fuseMode="+mode); o.keeperDS != nil {
+			t.Errorf("a keeper DaemonSet in fuseMode %s", mode)
+		}
+	}
+	o := render(t, "csi.plugin.fuseMode=keeper", "keeper.runAsUser=4242", "keeper.readLatency=500ms", "keeper.volumesPerServer=8",
+		"csi.plugin.directIO=true", "image.tag=v1", "keeper.imageTag=v2")
+	checkInvariants(t, o, defaultKubelet, defaultDriver, "/var/lib/dummy-fuse-csi")
+	plugin := container(t, o.ds, pluginContainer)
+	wantArg(t, plugin, "--fuse-mode", "--fuse-mode=keeper")
+	wantArg(t, plugin, "--keeper-uid", "--keeper-uid=4242")
+	wantNoArg(t, plugin, "--fuse-direct-io") // the keeper's servers read directly, not the plugin's (none)
+	ds := o.keeperDS
+	if ds == nil {
+		t.Fatal("no keeper DaemonSet in fuseMode keeper")
+	}
+	sel, err := metav1.LabelSelectorAsSelector(ds.Spec.Selector)
+	if err != nil || !sel.Matches(labels.Set(ds.Spec.Template.Labels)) {
+		t.Errorf("keeper selector %v does not select its pods %v", ds.Spec.Selector, ds.Spec.Template.Labels)
+	}
+	pluginSel, _ := metav1.LabelSelectorAsSelector(o.ds.Spec.Selector)
+	if pluginSel.Matches(labels.Set(ds.Spec.Template.Labels)) || sel.Matches(labels.Set(o.ds.Spec.Template.Labels)) {
+		t.Error("the plugin's and the keeper's selectors overlap: killing the plugin by its labels would kill the keeper")
+	}
+	ru := ds.Spec.UpdateStrategy.RollingUpdate
+	if ds.Spec.UpdateStrategy.Type != appsv1.RollingUpdateDaemonSetStrategyType || ru == nil || ru.MaxSurge == nil || ru.MaxSurge.IntValue() != 1 ||
+		ru.MaxUnavailable == nil || ru.MaxUnavailable.IntValue() != 0 {
+		t.Errorf("keeper update strategy %+v: want a surge of 1 and none unavailable", ds.Spec.UpdateStrategy)
+	}
+	spec := ds.Spec.Template.Spec
+	if spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken {
+		t.Error("the keeper mounts an API token it never uses")
+	}
+	c := container(t, ds, "keeper")
+	if c.Image != "dummy-fuse-csi:v2" || plugin.Image != "dummy-fuse-csi:v1" {
+		t.Errorf("images: keeper %q, plugin %q; want keeper.imageTag for the keeper only", c.Image, plugin.Image)
+	}
+	if !slices.Equal(c.Command, []string{"/usr/local/bin/csi-plugin"}) || len(c.Args) == 0 || c.Args[0] != "keeper" {
+		t.Errorf("keeper command %q args %q", c.Command, c.Args)
+	}
+	wantArg(t, c, "--plugin-socket", "--plugin-socket=/csi/keeper.sock")
+	wantArg(t, c, "--read-latency", "--read-latency=500ms")
+	wantArg(t, c, "--volumes-per-server", "--volumes-per-server=8")
+	wantArg(t, c, "--fuse-direct-io", "--fuse-direct-io")
+	sc := c.SecurityContext
+	if sc == nil || sc.RunAsUser == nil || *sc.RunAsUser != 4242 || sc.RunAsNonRoot == nil || !*sc.RunAsNonRoot ||
+		(sc.Privileged != nil && *sc.Privileged) || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation ||
+		sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) || len(sc.Capabilities.Add) != 0 {
+		t.Errorf("keeper securityContext %+v: want user 4242, no privilege, no capability", sc)
+	}
+	for _, m := range c.VolumeMounts {
+		v := volume(t, ds, m.Name)
+		switch {
+		case m.Name == "socket-dir":
+			if m.MountPath != "/csi" || v.HostPath == nil || v.HostPath.Path != volume(t, o.ds, "socket-dir").HostPath.Path {
+				t.Errorf("keeper socket dir %+v / %+v, want the plugin's at /csi", m, v)
+			}
+		case v.HostPath != nil:
+			t.Errorf("keeper mounts host path %s: it needs the plugin's socket directory only", v.HostPath.Path)
+		}
+	}
+	if !reflectEqualTolerations(spec.Tolerations, o.ds.Spec.Template.Spec.Tolerations) {
+		t.Errorf("keeper tolerations %v differ from the plugin's: it must run wherever the plugin does", spec.Tolerations)
 	}
 }
