@@ -233,6 +233,12 @@ func catalogSetups(t *testing.T) map[string]scenarioWant {
 		if sc.Plugin.FuseMode != "" && sc.Plugin.FuseMode != scenarios.FuseModeChild {
 			sets = append(sets, "csi.plugin.fuseMode="+sc.Plugin.FuseMode)
 		}
+		if sc.Plugin.Keeper.DirectIO {
+			sets = append(sets, "csi.plugin.directIO=true")
+		}
+		if d := sc.Plugin.Keeper.ReadLatency; d > 0 {
+			sets = append(sets, "keeper.readLatency="+d.String())
+		}
 		w := scenarioWant{chartValues: strings.Join(sets, ","), containers: map[string]containerSetup{}}
 		for _, c := range sc.Pod.Containers {
 			w.containers[c.Name] = containerSetup{

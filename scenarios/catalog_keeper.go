@@ -25,11 +25,13 @@ const keeperInFlightLatency = time.Second
 // that every read reaches a server and a gap between servers shows as the read's latency.
 func keeperScenarios() []Scenario {
 	mode := Plugin{FuseMode: FuseModeKeeper, RestoreMounts: true, RestoreStrategy: StrategyRebind, Keeper: Keeper{DirectIO: true}}
-	// Both ways to read: a descriptor kept open from before any kill, and an open for every read; both read
-	// every few milliseconds, so that a gap between servers shows as the latency of a read (the stall).
+	// Every way to read (manifests/pod-keeper.yaml): a descriptor kept open from before any kill, an open for
+	// every read, and through a subPath bind; all read every few milliseconds, so that a gap between servers
+	// shows as the latency of a read (the stall), and exit on the first error.
 	readers := []Container{
 		{Name: reader, ExitOnError: true, KeepOpen: true, ReadInterval: keeperReadInterval},
 		{Name: reopen, ExitOnError: true, KeepOpen: false, ReadInterval: keeperReadInterval},
+		{Name: sub, ExitOnError: true, KeepOpen: false, SubPath: FileName, MountPath: "/mnt/" + FileName, ReadInterval: keeperReadInterval},
 	}
 	neverFail := func(cs ...string) []Expectation {
 		var out []Expectation
@@ -54,7 +56,7 @@ func keeperScenarios() []Scenario {
 				StartPlugin(),
 				Observe(watchReads),
 			},
-			Expect: append(neverFail(reader, reopen),
+			Expect: append(neverFail(reader, reopen, sub),
 				Expectation{Check: NeverFails{C: reader, After: AfterPluginBack, Reads: 5}}),
 			Backends: keeperBackends, BackendsWhy: keeperBackendsWhy,
 		},
@@ -65,8 +67,7 @@ func keeperScenarios() []Scenario {
 				"the requests the dead one had read resent). The descriptor opened before the crash keeps reading, new " +
 				"opens work and the subPath bind never notices: a stall of a few milliseconds, no error, no remount.",
 			Plugin: mode,
-			Pod: Pod{RestartPolicy: RestartAlways, Containers: append(append([]Container{}, readers...),
-				Container{Name: sub, ExitOnError: true, KeepOpen: false, SubPath: FileName, MountPath: "/mnt/" + FileName, ReadInterval: keeperReadInterval})},
+			Pod:    Pod{RestartPolicy: RestartAlways, Containers: readers},
 			Steps: []Step{
 				warmUp,
 				Kill(FuseServer),
@@ -112,7 +113,7 @@ func keeperScenarios() []Scenario {
 				Start(KeeperContainer),
 				Observe(watchReads),
 			},
-			Expect:   neverFail(reader, reopen),
+			Expect:   neverFail(reader, reopen, sub),
 			Backends: keeperBackends, BackendsWhy: keeperBackendsWhy,
 		},
 		{
@@ -128,7 +129,7 @@ func keeperScenarios() []Scenario {
 				Upgrade(KeeperContainer),
 				Observe(watchReads),
 			},
-			Expect: append(neverFail(reader, reopen),
+			Expect: append(neverFail(reader, reopen, sub),
 				Expectation{Check: NewVersionServes{}}),
 			Backends: keeperBackends, BackendsWhy: keeperBackendsWhy,
 		},
