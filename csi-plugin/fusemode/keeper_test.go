@@ -106,9 +106,9 @@ func TestRecollectAdoptsOnlyItsOwnConnections(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatal("the plugin did not adopt its own connection")
 		}
-		k.mu.Lock()
-		adopted = k.conns["vol-1"].dev
-		k.mu.Unlock()
+		k.h.mu.Lock()
+		adopted = k.h.conns["vol-1"].dev
+		k.h.mu.Unlock()
 	}
 	if id, err := fuseconn.ID(int(adopted.Fd())); err != nil || id != mustID(t, own) {
 		t.Errorf("adopted connection %d (%v), want %d", id, err, mustID(t, own))
@@ -161,9 +161,9 @@ func TestKeeperRefusesOtherUsers(t *testing.T) {
 	if _, _, err := c.Recv(); !errors.Is(err, io.EOF) {
 		t.Errorf("a session of uid %d with KeeperUID 4242: %v, want it closed", os.Getuid(), err)
 	}
-	k.mu.Lock()
-	n := len(k.sessions)
-	k.mu.Unlock()
+	k.h.mu.Lock()
+	n := len(k.h.sessions)
+	k.h.mu.Unlock()
 	if n != 0 {
 		t.Errorf("%d sessions accepted", n)
 	}

@@ -1,0 +1,423 @@
+package fusemode
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/moby/sys/mountinfo"
+	"k8s.io/klog/v2"
+
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/fuseconn"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/handover"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/mounts"
+)
+
+// holder keeps the plugin's copies of FUSE connections and hands them, over a session socket (package
+// handover), to the processes that connect there to serve them: the keepers of the keeper mode (one holder for
+// every volume), or a pod's sidecar in the sidecar mode with KeepFD (a holder per target). It hands every
+// initialised connection to every session, a new one to one session only; it re-collects the copies a session
+// holds after a restart of the plugin, adopting only those the kernel shows to be the connection mounted where
+// the plugin's records put it; and when a session ends it asks the kernel to resend what that session's servers
+// had read.
+type holder struct {
+	socket string // for messages
+	uid    int    // the only user a session may come from, -1 for any
+
+	mu       sync.Mutex
+	ln       *handover.Listener
+	conns    map[string]*keptConn // by volume
+	sessions []*keeperSession     // connected sessions, oldest first
+	changed  chan struct{}        // closed and replaced whenever a session or a connection's state changes
+	closed   bool
+}
+
+func newHolder(socket string, uid int) *holder {
+	return &holder{socket: socket, uid: uid, conns: map[string]*keptConn{}, changed: make(chan struct{})}
+}
+
+// serve starts taking sessions on ln.
+func (h *holder) serve(ln *handover.Listener) {
+	h.mu.Lock()
+	h.ln = ln
+	h.mu.Unlock()
+	go h.accept(ln)
+}
+
+// expect records a connection to take back from a session after a restart: its mountpoint and handover record
+// as recorded.
+func (h *holder) expect(volume, mountpoint string, init []byte) *keptConn {
+	c := &keptConn{volume: volume, mountpoint: mountpoint, init: init, done: make(chan struct{})}
+	h.mu.Lock()
+	h.conns[volume] = c
+	h.mu.Unlock()
+	return c
+}
+
+// add holds dev, a new connection mounted at mountpoint, replacing any earlier connection of volume (which is
+// dropped everywhere), and hands it to a session: the newest connected, else the next to connect.
+func (h *holder) add(volume, mountpoint string, dev *os.File) *keptConn {
+	c := &keptConn{volume: volume, mountpoint: mountpoint, dev: dev, done: make(chan struct{})}
+	h.mu.Lock()
+	if old := h.conns[volume]; old != nil {
+		h.forgetLocked(old)
+	}
+	h.conns[volume] = c
+	var s *keeperSession
+	if n := len(h.sessions); n > 0 {
+		s = h.sessions[n-1]
+		s.holds[volume] = true
+	}
+	h.mu.Unlock()
+	if s != nil {
+		if err := s.conn.Send(handover.Msg{Kind: handover.Serve, Volume: volume}, dev); err != nil {
+			s.conn.Close() // its receiver removes the session; the next one gets the connection
+		}
+	}
+	return c
+}
+
+// close stops taking sessions and ends every one; the plugin's copies are closed only by forget.
+func (h *holder) close() {
+	h.mu.Lock()
+	h.closed = true
+	ln, sessions := h.ln, h.sessions
+	h.mu.Unlock()
+	if ln != nil {
+		_ = ln.Close()
+	}
+	for _, s := range sessions {
+		_ = s.conn.Close()
+	}
+}
+
+// forget drops the plugin's copy of c and tells every session to drop theirs.
+func (h *holder) forget(c *keptConn) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.forgetLocked(c)
+}
+
+// served reports whether a server answers c, and which (PID in its session's namespace).
+func (h *holder) served(c *keptConn) (bool, int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return c.init != nil && c.servedBy != 0, c.servedBy
+}
+
+// initRecord returns c's handover record.
+func (h *holder) initRecord(c *keptConn) []byte {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return c.init
+}
+
+// keptConn is one connection the plugin mounted (or re-collects).
+type keptConn struct {
+	volume, mountpoint string
+	dev                *os.File // the plugin's copy; nil until a keeper hands it back after a restart
+	init               []byte   // handover record; nil while its INIT is unanswered
+	servedBy           int      // PID (in the keeper's namespace) of the server that answers it, 0 if none
+	version            string   // that server's version
+	done               chan struct{}
+	ended              bool
+}
+
+// keeperSession is one connected keeper (or sidecar).
+type keeperSession struct {
+	conn    *handover.Conn
+	role    string // as it said hello: "keeper", "sidecar"
+	version string
+	pid     int
+	holds   map[string]bool // connections it holds (said hold, or was handed)
+}
+
+// waitServed waits until a server answers c.
+func (h *holder) waitServed(ctx context.Context, c *keptConn) error {
+	for {
+		h.mu.Lock()
+		changed := h.changed
+		served := c.init != nil && c.servedBy != 0
+		var s *keeperSession
+		if n := len(h.sessions); n > 0 {
+			s = h.sessions[n-1]
+		}
+		h.mu.Unlock()
+		if served {
+			return nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			if s == nil {
+				return fmt.Errorf("%w to %s in time: is the keeper running on this node? (%w)", ErrNoKeeper, h.socket, ctx.Err())
+			}
+			return fmt.Errorf("the %s (pid %d) did not serve the connection in time: %w", s.role, s.pid, ctx.Err())
+		}
+	}
+}
+
+// accept takes sessions until the listener is closed.
+func (h *holder) accept(ln *handover.Listener) {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			h.mu.Lock()
+			closed := h.closed
+			h.mu.Unlock()
+			if !closed {
+				klog.ErrorS(err, "Session socket stopped accepting", "socket", h.socket)
+			}
+			return
+		}
+		go h.session(c)
+	}
+}
+
+// helloTimeout bounds how long a new session may take to say hello.
+const helloTimeout = 10 * time.Second
+
+// session runs one keeper's session: hello, the connections it holds (re-collected or refused), the ones it
+// lacks (handed over), then its reports until it ends.
+func (h *holder) session(c *handover.Conn) {
+	defer c.Close()
+	if want := h.uid; want >= 0 {
+		if uid, err := c.PeerUID(); err != nil || uid != want {
+			klog.ErrorS(err, "Refusing a keeper session from another user", "uid", uid, "want", want)
+			return
+		}
+	}
+	timer := time.AfterFunc(helloTimeout, func() { c.Close() })
+	m, f, err := c.Recv()
+	timer.Stop()
+	if err != nil || m.Kind != handover.Hello {
+		if f != nil {
+			f.Close()
+		}
+		klog.ErrorS(err, "Keeper session without hello", "got", m.Kind)
+		return
+	}
+	s := &keeperSession{conn: c, role: m.Role, version: m.Version, pid: m.PID, holds: map[string]bool{}}
+	var adopted, refused []string
+	for i := 0; i < m.Holds; i++ {
+		hm, f, err := c.Recv()
+		if err != nil || hm.Kind != handover.Hold {
+			if f != nil {
+				f.Close()
+			}
+			klog.ErrorS(err, "Keeper session broke off while handing back its connections", "keeperPID", s.pid, "got", hm.Kind)
+			return
+		}
+		why := h.takeBack(s, hm, f)
+		if why != "" {
+			refused = append(refused, hm.Volume)
+			klog.InfoS("Refusing a connection a keeper holds", "volumeID", hm.Volume, "keeperPID", s.pid, "reason", why)
+			if err := c.Send(handover.Msg{Kind: handover.Drop, Volume: hm.Volume, Reason: why}, nil); err != nil {
+				return
+			}
+		} else {
+			adopted = append(adopted, hm.Volume)
+		}
+	}
+	h.mu.Lock()
+	h.sessions = append(h.sessions, s)
+	missing := h.missingLocked(s)
+	h.notifyLocked()
+	h.mu.Unlock()
+	klog.InfoS("Keeper connected", "keeperPID", s.pid, "version", s.version, "holds", m.Holds, "adopted", len(adopted), "refused", len(refused), "handing", len(missing))
+	for _, c := range missing {
+		if err := s.conn.Send(handover.Msg{Kind: handover.Serve, Volume: c.volume, Init: c.init}, c.dev); err != nil {
+			klog.ErrorS(err, "Handing a connection to the keeper", "volumeID", c.volume, "keeperPID", s.pid)
+			break
+		}
+	}
+	err = h.reports(s)
+	h.mu.Lock()
+	for i, x := range h.sessions {
+		if x == s {
+			h.sessions = append(h.sessions[:i], h.sessions[i+1:]...)
+			break
+		}
+	}
+	for _, cn := range h.conns {
+		if cn.servedBy != 0 && s.holds[cn.volume] {
+			cn.servedBy = 0 // unknown until another keeper reports
+		}
+	}
+	devs := h.devsLocked()
+	h.notifyLocked()
+	h.mu.Unlock()
+	// The requests its servers had read and not answered stay stuck until someone asks the kernel to queue
+	// them again: another keeper's servers answer them at once, the next keeper's when it takes over.
+	for _, d := range devs {
+		_, _ = fuseconn.Resend(int(d.Fd()))
+	}
+	klog.InfoS("Keeper session ended; the connections stay mounted, held by the plugin", "keeperPID", s.pid, "reason", err, "connections", len(devs))
+}
+
+// takeBack handles a connection a keeper holds; it returns why it is refused, "" if it is the plugin's.
+func (h *holder) takeBack(s *keeperSession, m handover.Msg, f *os.File) string {
+	defer func() {
+		if f != nil {
+			f.Close()
+		}
+	}()
+	h.mu.Lock()
+	c := h.conns[m.Volume]
+	h.mu.Unlock()
+	if c == nil {
+		return "the plugin has no record of this volume"
+	}
+	id, err := fuseconn.ID(int(f.Fd()))
+	if err != nil {
+		return fmt.Sprintf("cannot tell which connection the descriptor is: %v", err)
+	}
+	top, err := mounts.Top(c.mountpoint)
+	if err != nil || top == nil || top.Major != 0 || uint32(top.Minor) != id {
+		return fmt.Sprintf("connection %d is not the one mounted at the staging path %s (%v)", id, c.mountpoint, describeTop(top, err))
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	s.holds[m.Volume] = true
+	if c.dev != nil {
+		return "" // the plugin holds it already
+	}
+	if c.init != nil && len(m.Init) > 0 && !bytes.Equal(c.init, m.Init) {
+		return "its handover record differs from the one the plugin recorded"
+	}
+	c.dev, f = f, nil // adopted: kept open
+	if c.init == nil {
+		c.init = m.Init
+	}
+	klog.V(2).InfoS("Re-collected a FUSE connection from the keeper", "volumeID", c.volume, "connection", id, "keeperPID", s.pid)
+	return ""
+}
+
+func describeTop(top *mountinfo.Info, err error) string {
+	switch {
+	case err != nil:
+		return err.Error()
+	case top == nil:
+		return "nothing is mounted there"
+	}
+	return fmt.Sprintf("%s, device %d:%d", top.FSType, top.Major, top.Minor)
+}
+
+// missingLocked returns the connections to hand to s: every initialised one it does not hold (it takes them
+// over: any connected keeper can serve any connection), and a new one that no session holds yet (one server
+// only must answer its INIT).
+func (h *holder) missingLocked(s *keeperSession) []*keptConn {
+	var out []*keptConn
+	for _, c := range h.conns {
+		if c.dev == nil || c.ended || s.holds[c.volume] || (c.init == nil && h.heldLocked(c.volume)) {
+			continue
+		}
+		s.holds[c.volume] = true
+		out = append(out, c)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].volume < out[j].volume })
+	return out
+}
+
+// heldLocked reports whether a session holds the connection of volume.
+func (h *holder) heldLocked(volume string) bool {
+	for _, s := range h.sessions {
+		if s.holds[volume] {
+			return true
+		}
+	}
+	return false
+}
+
+// reports handles a keeper's messages until its session ends.
+func (h *holder) reports(s *keeperSession) error {
+	for {
+		m, f, err := s.conn.Recv()
+		if err != nil {
+			return err
+		}
+		if f != nil {
+			f.Close() // only Hold carries a descriptor, and only right after hello
+		}
+		h.mu.Lock()
+		c := h.conns[m.Volume]
+		switch {
+		case c == nil:
+		case m.Kind == handover.Served:
+			if c.init == nil {
+				c.init = m.Init
+			} else if !bytes.Equal(c.init, m.Init) {
+				klog.ErrorS(nil, "A keeper's server reports another handover record than recorded", "volumeID", m.Volume, "keeperPID", s.pid)
+			}
+			c.servedBy, c.version = m.PID, m.Version
+			klog.V(2).InfoS("FUSE connection served", "volumeID", m.Volume, "serverPID", m.PID, "version", m.Version, "keeperPID", s.pid)
+			// Every other keeper takes an initialised connection over too: any of them can serve it next.
+			for _, o := range h.sessions {
+				if o != s && !o.holds[c.volume] && c.dev != nil {
+					o.holds[c.volume] = true
+					go func(o *keeperSession, c *keptConn, init []byte) {
+						_ = o.conn.Send(handover.Msg{Kind: handover.Serve, Volume: c.volume, Init: init}, c.dev)
+					}(o, c, c.init)
+				}
+			}
+		case m.Kind == handover.Ended:
+			c.servedBy = 0
+			if m.Reason == "unmounted" {
+				c.ended = true
+				closeOnce(c.done)
+			}
+			klog.V(2).InfoS("A keeper's server stopped serving a connection", "volumeID", m.Volume, "keeperPID", s.pid, "reason", m.Reason)
+		}
+		h.notifyLocked()
+		h.mu.Unlock()
+	}
+}
+
+// devsLocked returns the plugin's copies.
+func (h *holder) devsLocked() []*os.File {
+	var out []*os.File
+	for _, c := range h.conns {
+		if c.dev != nil {
+			out = append(out, c.dev)
+		}
+	}
+	return out
+}
+
+// notifyLocked wakes everyone waiting for a change.
+func (h *holder) notifyLocked() {
+	close(h.changed)
+	h.changed = make(chan struct{})
+}
+
+// forgetLocked drops the plugin's copy of c and tells every keeper to drop theirs.
+func (h *holder) forgetLocked(c *keptConn) {
+	if h.conns[c.volume] == c {
+		delete(h.conns, c.volume)
+	}
+	if c.dev != nil {
+		c.dev.Close()
+		c.dev = nil
+	}
+	c.ended = true
+	closeOnce(c.done)
+	for _, s := range h.sessions {
+		if s.holds[c.volume] {
+			delete(s.holds, c.volume)
+			go func(s *keeperSession) { _ = s.conn.Send(handover.Msg{Kind: handover.Stop, Volume: c.volume}, nil) }(s)
+		}
+	}
+	h.notifyLocked()
+}
+
+func closeOnce(ch chan struct{}) {
+	select {
+	case <-ch:
+	default:
+		close(ch)
+	}
+}
