@@ -917,6 +917,13 @@ func TestFuseModeSidecarNeedsPodInfo(t *testing.T) {
 	}
 }
 
+// TestSidecarKeepFD: sidecar.keepFd reaches the plugin only in the sidecar mode.
+func TestSidecarKeepFD(t *testing.T) {
+	wantArg(t, container(t, render(t, "csi.plugin.fuseMode=sidecar", "sidecar.keepFd=true").ds, pluginContainer), "--sidecar-keep-fd", "--sidecar-keep-fd")
+	wantNoArg(t, container(t, render(t, "csi.plugin.fuseMode=sidecar").ds, pluginContainer), "--sidecar-keep-fd")
+	wantNoArg(t, container(t, render(t, "csi.plugin.fuseMode=child", "sidecar.keepFd=true").ds, pluginContainer), "--sidecar-keep-fd")
+}
+
 // TestKeeperMode: fuseMode=keeper adds the keeper DaemonSet: unprivileged as the user the plugin accepts, the
 // plugin's socket directory and nothing else of the host, its own selector, a rolling update that starts the
 // new keeper before the old one stops; and only in that mode.

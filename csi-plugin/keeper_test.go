@@ -244,7 +244,7 @@ func TestKeeperPlacement(t *testing.T) {
 	p = e.start(pluginArgs...)
 	t.Logf("plugin restarted: Probe ready after %s", time.Since(start).Round(time.Millisecond))
 	waitFor(t, "the restarted plugin to re-collect its copy from the keeper", func() bool {
-		return strings.Contains(p.logs.String(), `"Keeper connected"`) && strings.Contains(p.logs.String(), `adopted=1`)
+		return strings.Contains(p.logs.String(), `"Session connected"`) && strings.Contains(p.logs.String(), `adopted=1`)
 	})
 	// 4. Which the next keeper loss proves: the plugin's re-collected copy carries the connection again.
 	k.kill()

@@ -54,6 +54,7 @@ func run(ctx context.Context, args []string, streams command.Streams) error {
 	fl.StringVar(&cfg.FuseMode, "fuse-mode", fusemode.ChildName, "where FUSE servers run: "+strings.Join(fusemode.Names(), ", "))
 	fl.StringVar(&cfg.FuseOptions.DummyFusePath, "dummy-fuse-path", "", "dummy-fuse executable (default: beside this executable, else in $PATH)")
 	fl.BoolVar(&cfg.FuseOptions.DirectIO, "fuse-direct-io", false, "pass --direct-io to dummy-fuse")
+	fl.BoolVar(&cfg.FuseOptions.SidecarKeepFD, "sidecar-keep-fd", false, "sidecar mode: keep a copy of each target's FUSE descriptor, so that a restarted sidecar takes the live connection over instead of finding nothing")
 	fl.StringVar(&cfg.FuseOptions.KeeperSocket, "keeper-socket", "", "keeper mode: where keepers (csi-plugin keeper) connect (default: "+driver.KeeperSocketName+" beside the CSI socket)")
 	fl.IntVar(&cfg.FuseOptions.KeeperUID, "keeper-uid", -1, "keeper mode: the only user ID a keeper may connect as (-1: any user that can reach the socket)")
 	fl.IntVar(&cfg.HealthPort, "health-port", 0, "serve HTTP /healthz (200 once Probe is ready) on this port; 0 disables it")

@@ -233,6 +233,9 @@ func catalogSetups(t *testing.T) map[string]scenarioWant {
 		if sc.Plugin.FuseMode != "" && sc.Plugin.FuseMode != scenarios.FuseModeChild {
 			sets = append(sets, "csi.plugin.fuseMode="+sc.Plugin.FuseMode)
 		}
+		if sc.Plugin.SidecarKeepFD {
+			sets = append(sets, "sidecar.keepFd=true")
+		}
 		if sc.Plugin.Keeper.DirectIO {
 			sets = append(sets, "csi.plugin.directIO=true")
 		}

@@ -118,5 +118,29 @@ func sidecarScenarios() []Scenario {
 			},
 			Backends: sidecarBackends, BackendsWhy: sidecarBackendsWhy,
 		},
+		{
+			Name:  "sidecar-keep-fd",
+			Title: "Sidecar mode, beyond GCS: the plugin keeps its copy of the descriptor; the sidecar is killed",
+			Shows: "With --sidecar-keep-fd the plugin keeps its copy of the pod's FUSE descriptor and serves it to " +
+				"whichever sidecar connects, with the kernel's INIT as first answered. The killed sidecar's " +
+				"connection outlives it; kubelet restarts the native sidecar, which takes the connection over " +
+				"(INIT replayed, the requests its predecessor had read resent): a stall, where sidecar-killed " +
+				"gets ENOTCONN for good.",
+			Plugin: Plugin{FuseMode: FuseModeSidecar, SidecarKeepFD: true},
+			Pod: Pod{RestartPolicy: RestartAlways, Sidecar: &Sidecar{}, Containers: []Container{
+				{Name: reader, ExitOnError: true, KeepOpen: true, ReadInterval: keeperReadInterval},
+			}},
+			Steps: []Step{
+				warmUp,
+				Kill(SidecarContainer),
+				Start(SidecarContainer),
+				Observe(watchReads),
+			},
+			Expect: []Expectation{
+				{Check: NeverFails{C: reader, After: AfterKill, Reads: 10}},
+				{Check: VolumeDirAlive{}},
+			},
+			Backends: sidecarBackends, BackendsWhy: sidecarBackendsWhy,
+		},
 	}
 }

@@ -87,6 +87,9 @@ type Plugin struct {
 	FuseMode string
 	// Keeper is how the keeper runs in FuseModeKeeper.
 	Keeper Keeper
+	// SidecarKeepFD passes --sidecar-keep-fd in FuseModeSidecar: the plugin keeps its copy of each pod's FUSE
+	// descriptor, so that a restarted sidecar takes the connection over (the pod's sidecar notices by itself).
+	SidecarKeepFD bool
 }
 
 // Keeper is how `csi-plugin keeper` runs its FUSE servers.
@@ -122,6 +125,9 @@ func (p Plugin) Args() []string {
 	}
 	if p.FuseMode != "" {
 		args = append(args, "--fuse-mode="+p.FuseMode)
+	}
+	if p.SidecarKeepFD {
+		args = append(args, "--sidecar-keep-fd")
 	}
 	return args
 }
@@ -416,6 +422,9 @@ func (s *Scenario) Validate() error {
 		}
 	default:
 		return fmt.Errorf("scenario %s: unknown FUSE mode %q", s.Name, s.Plugin.FuseMode)
+	}
+	if s.Plugin.SidecarKeepFD && s.Plugin.FuseMode != FuseModeSidecar {
+		return fmt.Errorf("scenario %s: keeping the sidecar's descriptor without the sidecar FUSE mode", s.Name)
 	}
 	if s.Plugin.FuseMode != FuseModeKeeper && s.Plugin.Keeper != (Keeper{}) {
 		return fmt.Errorf("scenario %s: keeper settings without the keeper FUSE mode", s.Name)

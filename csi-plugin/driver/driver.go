@@ -263,6 +263,7 @@ func (d *Driver) loadRecords(ctx context.Context) error {
 		}
 		d.mu.Unlock()
 	}
+	d.recollectTargets(publishes)
 	if d.store == nil || !d.cfg.RestoreMounts {
 		return nil
 	}

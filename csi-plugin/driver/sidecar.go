@@ -38,14 +38,48 @@ func sidecarSocketDir(target string, volumeContext map[string]string) (string, s
 	if uid == "" {
 		return "", "", status.Errorf(codes.InvalidArgument, "volume_context has no %s: the sidecar mode needs podInfoOnMount: true in the CSIDriver", podUIDContextKey)
 	}
-	root, podUID, spec, ok := kubeletpath.SplitTarget(target)
-	if !ok {
-		return "", "", status.Errorf(codes.InvalidArgument, "target_path %q is not kubelet's <root>/pods/<uid>/volumes/kubernetes.io~csi/<name>/mount: the sidecar mode cannot find the pod's socket volume", clip(target))
+	podDir, socketDir, podUID, err := socketDirOf(target)
+	if err != nil {
+		return "", "", err
 	}
 	if podUID != uid {
 		return "", "", status.Errorf(codes.InvalidArgument, "target_path %q belongs to pod %q, not to pod %q of the volume context", clip(target), podUID, clip(uid))
 	}
-	return kubeletpath.PodDir(root, podUID), filepath.Join(kubeletpath.EmptyDirIn(fusemode.SidecarVolume), spec), nil
+	return podDir, socketDir, nil
+}
+
+// socketDirOf returns the pod directory of target, the directory of its socket relative to it, and the pod's
+// UID, from kubelet's layout of the target path alone.
+func socketDirOf(target string) (podDir, socketDir, podUID string, err error) {
+	root, podUID, spec, ok := kubeletpath.SplitTarget(target)
+	if !ok {
+		return "", "", "", status.Errorf(codes.InvalidArgument, "target_path %q is not kubelet's <root>/pods/<uid>/volumes/kubernetes.io~csi/<name>/mount: the sidecar mode cannot find the pod's socket volume", clip(target))
+	}
+	return kubeletpath.PodDir(root, podUID), filepath.Join(kubeletpath.EmptyDirIn(fusemode.SidecarVolume), spec), podUID, nil
+}
+
+// recollectTargets has a mode that keeps the sidecars' connections (fusemode.TargetHolder) take back those of
+// the recorded publishes of that mode.
+func (d *Driver) recollectTargets(publishes []state.Publish) {
+	th, ok := d.mode.(fusemode.TargetHolder)
+	if !ok {
+		return
+	}
+	var reqs []fusemode.TargetRequest
+	for _, p := range publishes {
+		if p.FuseMode != th.Name() {
+			continue
+		}
+		podDir, socketDir, _, err := socketDirOf(p.TargetPath)
+		if err != nil {
+			klog.ErrorS(err, "Cannot take back the connection of a target", "volumeID", p.VolumeID, "targetPath", p.TargetPath)
+			continue
+		}
+		reqs = append(reqs, fusemode.TargetRequest{VolumeID: p.VolumeID, Target: p.TargetPath, ReadOnly: p.ReadOnly, PodDir: podDir, SocketDir: socketDir})
+	}
+	for target, err := range th.RecollectTargets(reqs) {
+		klog.ErrorS(err, "Cannot take back the connection of a target from its sidecar", "targetPath", target)
+	}
 }
 
 // publishSidecar mounts target with a new FUSE connection and hands the connection to the pod's sidecar. A

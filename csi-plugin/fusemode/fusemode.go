@@ -64,6 +64,10 @@ type Options struct {
 	StartTimeout time.Duration
 	// SendTimeout bounds the sending of a descriptor to a sidecar that connected (sidecar mode, default 10s).
 	SendTimeout time.Duration
+	// SidecarKeepFD (sidecar mode) keeps the plugin's copy of each target's connection and serves it on the
+	// pod's socket to every sidecar that connects, so that a restarted sidecar takes the live connection over
+	// instead of finding nothing (GCS hands its only copy over and closes its own).
+	SidecarKeepFD bool
 	// KeeperSocket is where the keeper mode waits for keepers; KeeperUID is the only user ID a keeper may
 	// connect as (SO_PEERCRED), -1 for any.
 	KeeperSocket string

@@ -187,7 +187,7 @@ func (h *holder) session(c *handover.Conn) {
 	defer c.Close()
 	if want := h.uid; want >= 0 {
 		if uid, err := c.PeerUID(); err != nil || uid != want {
-			klog.ErrorS(err, "Refusing a keeper session from another user", "uid", uid, "want", want)
+			klog.ErrorS(err, "Refusing a session from another user", "socket", h.socket, "uid", uid, "want", want)
 			return
 		}
 	}
@@ -198,7 +198,7 @@ func (h *holder) session(c *handover.Conn) {
 		if f != nil {
 			f.Close()
 		}
-		klog.ErrorS(err, "Keeper session without hello", "got", m.Kind)
+		klog.ErrorS(err, "Session without hello", "socket", h.socket, "got", m.Kind)
 		return
 	}
 	s := &keeperSession{conn: c, role: m.Role, version: m.Version, pid: m.PID, holds: map[string]bool{}}
@@ -209,13 +209,13 @@ func (h *holder) session(c *handover.Conn) {
 			if f != nil {
 				f.Close()
 			}
-			klog.ErrorS(err, "Keeper session broke off while handing back its connections", "keeperPID", s.pid, "got", hm.Kind)
+			klog.ErrorS(err, "Session broke off while handing back its connections", "role", s.role, "pid", s.pid, "got", hm.Kind)
 			return
 		}
 		why := h.takeBack(s, hm, f)
 		if why != "" {
 			refused = append(refused, hm.Volume)
-			klog.InfoS("Refusing a connection a keeper holds", "volumeID", hm.Volume, "keeperPID", s.pid, "reason", why)
+			klog.InfoS("Refusing a connection held by the other end", "role", s.role, "volumeID", hm.Volume, "pid", s.pid, "reason", why)
 			if err := c.Send(handover.Msg{Kind: handover.Drop, Volume: hm.Volume, Reason: why}, nil); err != nil {
 				return
 			}
@@ -228,10 +228,10 @@ func (h *holder) session(c *handover.Conn) {
 	missing := h.missingLocked(s)
 	h.notifyLocked()
 	h.mu.Unlock()
-	klog.InfoS("Keeper connected", "keeperPID", s.pid, "version", s.version, "holds", m.Holds, "adopted", len(adopted), "refused", len(refused), "handing", len(missing))
+	klog.InfoS("Session connected", "role", s.role, "pid", s.pid, "version", s.version, "holds", m.Holds, "adopted", len(adopted), "refused", len(refused), "handing", len(missing))
 	for _, c := range missing {
 		if err := s.conn.Send(handover.Msg{Kind: handover.Serve, Volume: c.volume, Init: c.init}, c.dev); err != nil {
-			klog.ErrorS(err, "Handing a connection to the keeper", "volumeID", c.volume, "keeperPID", s.pid)
+			klog.ErrorS(err, "Handing a connection over", "role", s.role, "volumeID", c.volume, "pid", s.pid)
 			break
 		}
 	}
@@ -256,7 +256,7 @@ func (h *holder) session(c *handover.Conn) {
 	for _, d := range devs {
 		_, _ = fuseconn.Resend(int(d.Fd()))
 	}
-	klog.InfoS("Keeper session ended; the connections stay mounted, held by the plugin", "keeperPID", s.pid, "reason", err, "connections", len(devs))
+	klog.InfoS("Session ended; the connections stay mounted, held by the plugin", "role", s.role, "pid", s.pid, "reason", err, "connections", len(devs))
 }
 
 // takeBack handles a connection a keeper holds; it returns why it is refused, "" if it is the plugin's.
@@ -293,7 +293,7 @@ func (h *holder) takeBack(s *keeperSession, m handover.Msg, f *os.File) string {
 	if c.init == nil {
 		c.init = m.Init
 	}
-	klog.V(2).InfoS("Re-collected a FUSE connection from the keeper", "volumeID", c.volume, "connection", id, "keeperPID", s.pid)
+	klog.V(2).InfoS("Re-collected a FUSE connection", "role", s.role, "volumeID", c.volume, "connection", id, "pid", s.pid)
 	return ""
 }
 
@@ -351,10 +351,10 @@ func (h *holder) reports(s *keeperSession) error {
 			if c.init == nil {
 				c.init = m.Init
 			} else if !bytes.Equal(c.init, m.Init) {
-				klog.ErrorS(nil, "A keeper's server reports another handover record than recorded", "volumeID", m.Volume, "keeperPID", s.pid)
+				klog.ErrorS(nil, "A server reports another handover record than recorded", "role", s.role, "volumeID", m.Volume, "pid", s.pid)
 			}
 			c.servedBy, c.version = m.PID, m.Version
-			klog.V(2).InfoS("FUSE connection served", "volumeID", m.Volume, "serverPID", m.PID, "version", m.Version, "keeperPID", s.pid)
+			klog.V(2).InfoS("FUSE connection served", "role", s.role, "volumeID", m.Volume, "serverPID", m.PID, "version", m.Version, "pid", s.pid)
 			// Every other keeper takes an initialised connection over too: any of them can serve it next.
 			for _, o := range h.sessions {
 				if o != s && !o.holds[c.volume] && c.dev != nil {
@@ -370,7 +370,7 @@ func (h *holder) reports(s *keeperSession) error {
 				c.ended = true
 				closeOnce(c.done)
 			}
-			klog.V(2).InfoS("A keeper's server stopped serving a connection", "volumeID", m.Volume, "keeperPID", s.pid, "reason", m.Reason)
+			klog.V(2).InfoS("A server stopped serving a connection", "role", s.role, "volumeID", m.Volume, "pid", s.pid, "reason", m.Reason)
 		}
 		h.notifyLocked()
 		h.mu.Unlock()

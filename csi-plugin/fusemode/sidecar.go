@@ -15,6 +15,7 @@ import (
 
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/fdpass"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/fuseconn"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/handover"
 )
 
 // SidecarName is the mode of the GCS FUSE CSI driver (pkg/csi_mounter/csi_mounter.go in
@@ -49,6 +50,16 @@ type TargetMounter interface {
 	Pending(target string) bool
 }
 
+// TargetHolder is a TargetMounter that keeps each target's connection (the sidecar mode with KeepFD), and takes
+// the connections back from the sidecars after a restart of the plugin.
+type TargetHolder interface {
+	TargetMounter
+	// RecollectTargets takes back, from whichever sidecar connects to each target's socket, the connections of
+	// the targets the plugin's records say it mounted (only the connection the kernel shows mounted at the
+	// target is adopted). It returns what it could not set up, per target.
+	RecollectTargets(reqs []TargetRequest) map[string]error
+}
+
 // TargetRequest describes one target to mount.
 type TargetRequest struct {
 	VolumeID string
@@ -70,7 +81,8 @@ type Handover struct {
 type Sidecar struct {
 	opts    Options
 	mu      sync.Mutex
-	pending map[string]*waitingHandover // by target
+	pending map[string]*waitingHandover // by target: the descriptor still to send (GCS's design)
+	held    map[string]*heldTarget      // by target: the connections kept for the sidecars (KeepFD)
 }
 
 type waitingHandover struct {
@@ -83,7 +95,7 @@ func NewSidecar(opts Options) (*Sidecar, error) {
 	if opts.SendTimeout <= 0 {
 		opts.SendTimeout = 10 * time.Second
 	}
-	return &Sidecar{opts: opts, pending: map[string]*waitingHandover{}}, nil
+	return &Sidecar{opts: opts, pending: map[string]*waitingHandover{}, held: map[string]*heldTarget{}}, nil
 }
 
 // Name implements Mode.
@@ -94,16 +106,22 @@ func (s *Sidecar) Start(context.Context, Request) (Server, error) {
 	return nil, errors.New("sidecar mode mounts publish targets, not staging paths")
 }
 
-// Close ends every handover still waiting (as the plugin's exit would): their mounts die.
+// Close ends every handover still waiting (as the plugin's exit would): their mounts die. With KeepFD it only
+// stops listening: the sidecars serve on, and hand their copies to the next plugin.
 func (s *Sidecar) Close() error {
 	s.mu.Lock()
 	targets := make([]string, 0, len(s.pending))
 	for t := range s.pending {
 		targets = append(targets, t)
 	}
+	held := s.held
+	s.held = map[string]*heldTarget{}
 	s.mu.Unlock()
 	for _, t := range targets {
 		s.Release(t)
+	}
+	for _, t := range held {
+		t.release(true)
 	}
 	return nil
 }
@@ -119,42 +137,30 @@ func targetMount(readOnly bool) fuseconn.MountOptions {
 func (s *Sidecar) MountTarget(_ context.Context, req TargetRequest) (err error) {
 	s.mu.Lock()
 	_, busy := s.pending[req.Target]
+	_, held := s.held[req.Target]
 	s.mu.Unlock()
-	if busy {
+	if busy || held {
 		return fmt.Errorf("a handover of %s is already waiting", req.Target)
 	}
-	dir, err := openSocketDir(req.PodDir, req.SocketDir)
+	network := "unix"
+	if s.opts.SidecarKeepFD {
+		network = "unixpacket" // a session (package handover) instead of one message
+	}
+	ln, dev, sockDir, err := prepareTarget(req, network)
 	if err != nil {
 		return err
 	}
-	defer dir.Close()
-	ln, err := listenIn(dir, SocketName)
-	if err != nil {
-		return fmt.Errorf("socket in %s: %w", filepath.Join(req.PodDir, req.SocketDir), err)
+	socket := filepath.Join(req.PodDir, req.SocketDir, SocketName)
+	if s.opts.SidecarKeepFD {
+		h := newHolder(socket, -1) // any user: the pod runs its sidecar as it likes
+		t := &heldTarget{h: h, c: h.add(req.VolumeID, req.Target, dev), sockDir: sockDir}
+		h.serve(handover.ListenerOf(ln))
+		s.mu.Lock()
+		s.held[req.Target] = t
+		s.mu.Unlock()
+		klog.V(4).InfoS("Target mounted, its connection kept for the sidecar", "volumeID", req.VolumeID, "target", req.Target, "socket", socket)
+		return nil
 	}
-	dev, err := fuseconn.Open()
-	if err != nil {
-		_ = ln.Close()
-		_ = removeSocket(dir)
-		return err
-	}
-	if err := fuseconn.Mount(dev, req.Target, targetMount(req.ReadOnly)); err != nil {
-		_ = dev.Close()
-		_ = ln.Close()
-		_ = removeSocket(dir)
-		return err
-	}
-	// The directory descriptor outlives this call: the socket is removed through it once the handover ends.
-	keep, err := unix.Dup(int(dir.Fd()))
-	if err != nil {
-		_ = unix.Unmount(req.Target, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW)
-		_ = dev.Close()
-		_ = ln.Close()
-		_ = removeSocket(dir)
-		return fmt.Errorf("keeping the socket directory: %w", err)
-	}
-	unix.CloseOnExec(keep)
-	sockDir := os.NewFile(uintptr(keep), dir.Name())
 
 	ctx, cancel := context.WithCancel(context.Background())
 	h := &waitingHandover{cancel: cancel, done: make(chan struct{})}
@@ -179,15 +185,99 @@ func (s *Sidecar) MountTarget(_ context.Context, req TargetRequest) (err error) 
 		}
 		klog.V(2).InfoS("FUSE descriptor handed to the sidecar", "volumeID", req.VolumeID, "target", req.Target)
 	}()
-	klog.V(4).InfoS("Target mounted, waiting for the sidecar", "volumeID", req.VolumeID, "target", req.Target, "socket", filepath.Join(req.PodDir, req.SocketDir, SocketName))
+	klog.V(4).InfoS("Target mounted, waiting for the sidecar", "volumeID", req.VolumeID, "target", req.Target, "socket", socket)
 	return nil
+}
+
+// RecollectTargets implements TargetHolder; without KeepFD there is nothing to take back (the sidecars hold the
+// only copies).
+func (s *Sidecar) RecollectTargets(reqs []TargetRequest) map[string]error {
+	if !s.opts.SidecarKeepFD {
+		return nil
+	}
+	errs := map[string]error{}
+	for _, req := range reqs {
+		dir, err := openSocketDir(req.PodDir, req.SocketDir)
+		if err != nil {
+			errs[req.Target] = err
+			continue
+		}
+		ln, err := listenIn(dir, "unixpacket", SocketName)
+		if err != nil {
+			dir.Close()
+			errs[req.Target] = fmt.Errorf("socket in %s: %w", dir.Name(), err)
+			continue
+		}
+		h := newHolder(filepath.Join(req.PodDir, req.SocketDir, SocketName), -1)
+		t := &heldTarget{h: h, c: h.expect(req.VolumeID, req.Target, nil), sockDir: dir}
+		h.serve(handover.ListenerOf(ln))
+		s.mu.Lock()
+		s.held[req.Target] = t
+		s.mu.Unlock()
+	}
+	return errs
+}
+
+// prepareTarget opens the socket directory of req, listens there (network "unix" or "unixpacket"), opens a
+// connection and mounts req.Target with it. It returns the listener, the connection's descriptor and the socket
+// directory (kept open: the socket's address goes through it, and it is removed through it at the end), or an
+// error after undoing what it did.
+func prepareTarget(req TargetRequest, network string) (*net.UnixListener, *os.File, *os.File, error) {
+	dir, err := openSocketDir(req.PodDir, req.SocketDir)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	ln, err := listenIn(dir, network, SocketName)
+	if err != nil {
+		dir.Close()
+		return nil, nil, nil, fmt.Errorf("socket in %s: %w", filepath.Join(req.PodDir, req.SocketDir), err)
+	}
+	undo := func() {
+		_ = ln.Close()
+		_ = removeSocket(dir)
+		_ = dir.Close()
+	}
+	dev, err := fuseconn.Open()
+	if err != nil {
+		undo()
+		return nil, nil, nil, err
+	}
+	if err := fuseconn.Mount(dev, req.Target, targetMount(req.ReadOnly)); err != nil {
+		_ = dev.Close()
+		undo()
+		return nil, nil, nil, err
+	}
+	return ln, dev, dir, nil
+}
+
+// heldTarget is a target of the KeepFD sidecar mode: its holder, its connection, its socket directory.
+type heldTarget struct {
+	h       *holder
+	c       *keptConn
+	sockDir *os.File
+}
+
+// release drops every copy of the connection (forget: the sidecar is told to stop) or, with keep, only stops
+// listening (the plugin exits: the sidecar serves on and comes back to the next plugin), and removes the socket.
+func (t *heldTarget) release(keep bool) {
+	if !keep {
+		t.h.forget(t.c)
+	}
+	t.h.close()
+	_ = removeSocket(t.sockDir)
+	_ = t.sockDir.Close()
 }
 
 // Release implements TargetMounter.
 func (s *Sidecar) Release(target string) {
 	s.mu.Lock()
 	h := s.pending[target]
+	t := s.held[target]
+	delete(s.held, target)
 	s.mu.Unlock()
+	if t != nil {
+		t.release(false)
+	}
 	if h == nil {
 		return
 	}
@@ -195,11 +285,16 @@ func (s *Sidecar) Release(target string) {
 	<-h.done
 }
 
-// Pending implements TargetMounter.
+// Pending implements TargetMounter: with KeepFD, whether no sidecar serves the target's connection yet.
 func (s *Sidecar) Pending(target string) bool {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	_, ok := s.pending[target]
+	t := s.held[target]
+	s.mu.Unlock()
+	if t != nil {
+		served, _ := t.h.served(t.c)
+		return !served
+	}
 	return ok
 }
 
@@ -241,15 +336,15 @@ func openSocketDir(podDir, rel string) (*os.File, error) {
 	return os.NewFile(uintptr(fd), filepath.Join(podDir, rel)), nil
 }
 
-// listenIn listens on a socket called name in dir, replacing a socket left by an earlier handover. The address
-// goes through /proc/self/fd: short whatever dir's path (sun_path holds 108 bytes; GCS symlinks a short path
-// for the same reason), and no symlink on the way can move it.
-func listenIn(dir *os.File, name string) (*net.UnixListener, error) {
+// listenIn listens on a socket of network ("unix", "unixpacket") called name in dir, replacing a socket left by
+// an earlier handover. The address goes through /proc/self/fd: short whatever dir's path (sun_path holds 108
+// bytes; GCS symlinks a short path for the same reason), and no symlink on the way can move it.
+func listenIn(dir *os.File, network, name string) (*net.UnixListener, error) {
 	if err := removeSocket(dir); err != nil {
 		return nil, err
 	}
 	addr := fmt.Sprintf("/proc/self/fd/%d/%s", dir.Fd(), name)
-	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: addr, Net: "unix"})
+	ln, err := net.ListenUnix(network, &net.UnixAddr{Name: addr, Net: network})
 	if err != nil {
 		return nil, err
 	}

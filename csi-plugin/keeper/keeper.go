@@ -49,6 +49,9 @@ type Config struct {
 	StatusFile string
 	// RedialInterval is how often the keeper tries to reach the plugin while it cannot (default 100ms).
 	RedialInterval time.Duration
+	// Role is how it says hello to the plugin: "keeper" (the default), or "sidecar" when a pod's sidecar keeps
+	// its volume's connection this way.
+	Role string
 }
 
 // Keeper is the running keeper. All its state belongs to the goroutine of Run; everything else talks to it
@@ -113,6 +116,9 @@ func New(cfg Config, log io.Writer) (*Keeper, error) {
 	}
 	if cfg.RedialInterval <= 0 {
 		cfg.RedialInterval = 100 * time.Millisecond
+	}
+	if cfg.Role == "" {
+		cfg.Role = "keeper"
 	}
 	if cfg.StatusFile != "" {
 		if err := os.MkdirAll(filepath.Dir(cfg.StatusFile), 0o755); err != nil {
@@ -213,7 +219,7 @@ func (k *Keeper) handle(e event) (redial bool) {
 // its copies back; the plugin answers with the connections it has and the keeper lacks.
 func (k *Keeper) pluginConnected(c *handover.Conn) bool {
 	held := k.sortedConns()
-	err := c.Send(handover.Msg{Kind: handover.Hello, Role: "keeper", Version: version.Version, PID: os.Getpid(), Holds: len(held)}, nil)
+	err := c.Send(handover.Msg{Kind: handover.Hello, Role: k.cfg.Role, Version: version.Version, PID: os.Getpid(), Holds: len(held)}, nil)
 	for _, cn := range held {
 		if err != nil {
 			break
@@ -450,7 +456,7 @@ func (k *Keeper) sortedConns() []*conn {
 // logf writes a line stamped with this process's clock, as `csi-plugin sidecar` does: scenario backends read
 // the time of each event from it.
 func (k *Keeper) logf(format string, a ...any) {
-	fmt.Fprintf(k.log, "%s csi-plugin keeper: %s\n", time.Now().UTC().Format(time.RFC3339Nano), fmt.Sprintf(format, a...))
+	fmt.Fprintf(k.log, "%s csi-plugin %s: %s\n", time.Now().UTC().Format(time.RFC3339Nano), k.cfg.Role, fmt.Sprintf(format, a...))
 }
 
 // command line of a server.

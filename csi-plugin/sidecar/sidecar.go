@@ -17,7 +17,10 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/fusemode"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/keeper"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/command"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/fdpass"
 )
@@ -81,6 +84,21 @@ func Run(ctx context.Context, args []string, streams command.Streams) error {
 	case <-time.After(c.Delay):
 	}
 	dev, cfg, err := receive(ctx, socket, c.Wait, c.ReceiveTimeout)
+	if errors.Is(err, unix.EPROTOTYPE) {
+		// A session socket: the plugin keeps its copy of the connection (--sidecar-keep-fd). Be its keeper for
+		// this volume: the connection comes over the session, new or to take over, and a successor of this
+		// container gets it again.
+		logf(streams.Err, "the plugin keeps its copy of the connection (%s is a session socket): serving it as its keeper", socket)
+		var args []string
+		if directIO {
+			args = append(args, "--direct-io")
+		}
+		k, err := keeper.New(keeper.Config{PluginSocket: socket, DummyFusePath: dummyFuse, ServerArgs: args, VolumesPerServer: 1, Role: "sidecar"}, streams.Err)
+		if err != nil {
+			return err
+		}
+		return k.Run(ctx)
+	}
 	if err != nil {
 		return err
 	}

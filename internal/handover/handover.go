@@ -169,6 +169,10 @@ func Listen(path string, mode os.FileMode) (*Listener, error) {
 	return &Listener{l: l}, nil
 }
 
+// ListenerOf takes sessions on l, a listening unix sequenced-packet socket made elsewhere (e.g. bound through a
+// directory descriptor).
+func ListenerOf(l *net.UnixListener) *Listener { return &Listener{l: l} }
+
 // Accept waits for the next session.
 func (l *Listener) Accept() (*Conn, error) {
 	c, err := l.l.AcceptUnix()

@@ -25,8 +25,11 @@ const (
 	// sidecarMount is where the dfc-sidecar emptyDir appears in the sidecar; sidecarBin holds its binaries.
 	sidecarMount = "/mnt/" + fusemode.SidecarVolume
 	sidecarBin   = "/mnt/bin"
-	// sidecarServes is the line `csi-plugin sidecar` prints once it holds the descriptor (csi-plugin/sidecar).
-	sidecarServes = "received the FUSE descriptor"
+	// sidecarServes is the line `csi-plugin sidecar` prints once it holds the descriptor (csi-plugin/sidecar);
+	// sidecarServesKept the line it prints, as the keeper of a descriptor the plugin keeps a copy of
+	// (--sidecar-keep-fd), once its FUSE server serves it (csi-plugin/keeper).
+	sidecarServes     = "received the FUSE descriptor"
+	sidecarServesKept = "served by dummy-fuse"
 )
 
 // makeSidecarVolume creates the pod's dfc-sidecar emptyDir before the volume is published (kubelet sets up a
@@ -91,7 +94,7 @@ func (b *Backend) startSidecar() error {
 		prefix := fmt.Sprintf("sidecar#%d", inst)
 		scenarios.TailLines(logR, p.done, 20*time.Millisecond, func(line []byte) {
 			b.sidecarLog.WriteLine(prefix, line)
-			if bytes.Contains(line, []byte(sidecarServes)) {
+			if bytes.Contains(line, []byte(sidecarServes)) || bytes.Contains(line, []byte(sidecarServesKept)) {
 				b.sidecarEvent(scenarios.KReady, scenarios.LineTime(line, time.Now()), string(line))
 			}
 		})

@@ -1,0 +1,124 @@
+package main
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/fusemode"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/kubeletpath"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/testenv"
+)
+
+// podUIDKey is the volume context key of the pod's UID (kubelet sends it with podInfoOnMount).
+const podUIDKey = "csi.storage.k8s.io/pod.uid"
+
+// sidecarProc is one running `csi-plugin sidecar`.
+type sidecarProc struct {
+	cmd    *exec.Cmd
+	logs   *testenv.SyncBuffer
+	exited chan struct{}
+}
+
+// startSidecar runs the pod's sidecar for vol as nobody, as manifests/pod-sidecar.yaml does.
+func (e *env) startSidecar(vol, pod string) *sidecarProc {
+	e.t.Helper()
+	socket := filepath.Join(kubeletpath.PodDir(e.root, pod), kubeletpath.EmptyDirIn(fusemode.SidecarVolume), "pv-"+vol, fusemode.SocketName)
+	s := &sidecarProc{logs: &testenv.SyncBuffer{}, exited: make(chan struct{})}
+	s.cmd = exec.Command(e.plugin, "sidecar", "--socket", socket, "--dummy-fuse-path", e.dummyFuse, "--wait", "20s")
+	s.cmd.Stdout, s.cmd.Stderr = s.logs, s.logs
+	s.cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobody, Gid: nobody}}
+	if err := s.cmd.Start(); err != nil {
+		e.t.Fatal(err)
+	}
+	go func() { _ = s.cmd.Wait(); close(s.exited) }()
+	e.t.Cleanup(func() {
+		s.kill()
+		if e.t.Failed() {
+			e.t.Logf("sidecar output:\n%s", s.logs.String())
+		}
+	})
+	return s
+}
+
+// kill sends SIGKILL, as a container kill does; the FUSE server it runs dies with it.
+func (s *sidecarProc) kill() {
+	select {
+	case <-s.exited:
+		return
+	default:
+	}
+	_ = s.cmd.Process.Signal(syscall.SIGKILL)
+	<-s.exited
+}
+
+// publishForPod stages vol if needed and publishes it for pod as kubelet does with podInfoOnMount, after
+// creating the pod's socket emptyDir (0777, as kubelet makes emptyDirs).
+func (e *env) publishForPod(p *plugin, vol, pod string) {
+	e.t.Helper()
+	dir := filepath.Join(kubeletpath.PodDir(e.root, pod), kubeletpath.EmptyDirIn(fusemode.SidecarVolume))
+	if err := os.MkdirAll(dir, 0o777); err != nil {
+		e.t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o777); err != nil {
+		e.t.Fatal(err)
+	}
+	e.stagePublish(p, vol)
+	if err := os.MkdirAll(filepath.Dir(e.targetPath(vol, pod)), 0o750); err != nil {
+		e.t.Fatal(err)
+	}
+	if _, err := p.node.NodePublishVolume(context.Background(), &csi.NodePublishVolumeRequest{VolumeId: vol, StagingTargetPath: e.stagingPath(vol),
+		TargetPath: e.targetPath(vol, pod), VolumeCapability: mountCap(), Readonly: true, VolumeContext: map[string]string{podUIDKey: pod}}); err != nil {
+		e.t.Fatalf("NodePublishVolume %s %s: %v", vol, pod, err)
+	}
+}
+
+// TestSidecarKeepFD: with --sidecar-keep-fd the plugin keeps its copy of the target's connection, so the pod's
+// sidecar can be killed and come back while two workloads (a kept descriptor, an open per read) never see a
+// failed read; after a plugin restart the plugin takes its copy back from the sidecar, and the next sidecar
+// kill is carried by it as well. Without the option (TestSidecarMode in driver/) the same kill is ENOTCONN for
+// good.
+func TestSidecarKeepFD(t *testing.T) {
+	e := newEnv(t, syscall.MS_PRIVATE)
+	for _, d := range []string{e.root, filepath.Dir(e.dummyFuse)} {
+		if err := os.Chmod(d, 0o755); err != nil { // the sidecar runs as nobody
+			t.Fatal(err)
+		}
+	}
+	args := []string{"--fuse-mode=sidecar", "--sidecar-keep-fd", "--restore-mounts"}
+	p := e.start(args...)
+	e.publishForPod(p, "vol-1", "pod-a")
+	sc := e.startSidecar("vol-1", "pod-a")
+	target := filepath.Join(e.targetPath("vol-1", "pod-a"), "dummy-file.txt")
+	keep := e.startReaderArgs(target, "--read-interval=5ms", "--direct-io")
+	reopen := e.startReaderArgs(target, "--read-interval=5ms", "--keep-open=false", "--direct-io")
+	readsOn(t, "through the sidecar", keep, reopen)
+	if !strings.Contains(sc.logs.String(), "serving it as its keeper") {
+		t.Errorf("the sidecar did not notice that the plugin keeps its copy:\n%s", sc.logs.String())
+	}
+
+	sc.kill()
+	sc = e.startSidecar("vol-1", "pod-a")
+	readsOn(t, "after the sidecar was killed and started again", keep, reopen)
+
+	p.kill()
+	p = e.start(args...)
+	waitFor(t, "the restarted plugin to take its copy back from the sidecar", func() bool {
+		return strings.Contains(p.logs.String(), `"Session connected"`) && strings.Contains(p.logs.String(), "adopted=1")
+	})
+	sc.kill()
+	e.startSidecar("vol-1", "pod-a")
+	readsOn(t, "after a plugin restart and another sidecar kill", keep, reopen)
+	t.Logf("longest read: %s with a kept descriptor, %s with an open per read", keep.maxLatency(), reopen.maxLatency())
+
+	for _, r := range []*reader{keep, reopen} {
+		_ = r.cmd.Process.Kill()
+	}
+	e.teardown(p, "vol-1", "pod-a")
+}
