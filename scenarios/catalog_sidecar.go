@@ -128,7 +128,7 @@ func sidecarScenarios() []Scenario {
 				"gets ENOTCONN for good.",
 			Plugin: Plugin{FuseMode: FuseModeSidecar, SidecarKeepFD: true},
 			Pod: Pod{RestartPolicy: RestartAlways, Sidecar: &Sidecar{}, Containers: []Container{
-				{Name: reader, ExitOnError: true, KeepOpen: true, ReadInterval: keeperReadInterval},
+				{Name: reader, ExitOnError: true, KeepOpen: true, ReadInterval: keeperReadInterval, DirectIO: true},
 			}},
 			Steps: []Step{
 				warmUp,

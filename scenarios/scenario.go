@@ -173,6 +173,9 @@ type Container struct {
 	SubPath string
 	// Propagation is the volume mount's mountPropagation; empty means None.
 	Propagation Propagation
+	// DirectIO passes --direct-io: every read reaches the FUSE server (O_DIRECT), so that a pause of the server
+	// shows as the read's latency even where the server itself lets the page cache answer.
+	DirectIO bool
 }
 
 // Mount returns the container's mount path (default /mnt).
@@ -209,6 +212,9 @@ func (c Container) WorkloadArgs(interval time.Duration) []string {
 	}
 	if c.ExitOnError {
 		args = append(args, "--exit-on-error")
+	}
+	if c.DirectIO {
+		args = append(args, "--direct-io")
 	}
 	return args
 }
