@@ -58,11 +58,6 @@ func (b *Backend) serverEvent(kind scenarios.Kind, t time.Time, msg, version str
 	b.rec.Add(scenarios.Event{Time: t, Source: scenarios.SrcComponent, Component: scenarios.FuseServer, Kind: kind, Message: msg, Detail: version})
 }
 
-// keeperSocket is the plugin's keeper socket on the host (beside its CSI socket, the plugin's default).
-func (b *Backend) keeperSocket() string {
-	return filepath.Join(filepath.Dir(b.sock), driver.KeeperSocketName)
-}
-
 // startKeeper starts a keeper container running pluginPath's `keeper` with fusePath as its FUSE server, and
 // returns once it runs (it serves once the plugin hands it connections: ready).
 func (b *Backend) startKeeper(pluginPath, fusePath string) (*keeperInstance, error) {
