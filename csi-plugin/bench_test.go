@@ -4,10 +4,8 @@ import (
 	"bufio"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -31,54 +29,20 @@ func BenchmarkRestore(b *testing.B) {
 func benchRestore(b *testing.B, volumes int) {
 	e := newEnv(b, unix.MS_SHARED)
 	p := e.start()
-	vols := make([]string, volumes)
-	for i := range vols {
-		vols[i] = fmt.Sprintf("vol-%04d", i)
-	}
-	// Set up in parallel: staging is not what is measured.
-	var wg sync.WaitGroup
-	work := make(chan string)
-	for w := 0; w < 16; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for vol := range work {
-				e.stagePublish(p, vol, "pod")
-			}
-		}()
-	}
-	for _, vol := range vols {
-		work <- vol
-	}
-	close(work)
-	wg.Wait()
+	vols := e.stagePublishMany(p, volumes, "pod")
 
-	b.ResetTimer()
-	var total time.Duration
-	for i := 0; i < b.N; i++ {
-		b.StopTimer()
+	avg := e.timeRestarts(b, &p, []string{"--restore-mounts", "--restore-strategy=rebind"}, func(p *plugin) {
 		p.kill9(p.children())
 		plugintest.WaitDead(b, e.targetPath(vols[0], "pod"))
 		plugintest.WaitDead(b, e.targetPath(vols[volumes-1], "pod"))
-		b.StartTimer()
-
-		start := time.Now()
-		p = e.launch("--restore-mounts", "--restore-strategy=rebind")
-		p.waitReady(5 * time.Minute)
-		took := time.Since(start)
-		total += took
-
-		b.StopTimer()
+	}, func(p *plugin) {
 		for _, vol := range vols {
 			plugintest.MustRead(b, e.targetPath(vol, "pod"))
 		}
 		if n := len(p.children()); n != volumes {
 			b.Fatalf("%d FUSE servers after the restore, want %d", n, volumes)
 		}
-		b.StartTimer()
-	}
-	b.StopTimer()
-	avg := total / time.Duration(b.N)
+	})
 	b.ReportMetric(avg.Seconds(), "s/restore")
 	b.ReportMetric(float64(avg.Microseconds())/1000/float64(volumes), "ms/volume")
 
@@ -104,6 +68,27 @@ func benchRestore(b *testing.B, volumes int) {
 	b.Logf("%d volumes: start→ready %v (%v per volume); RSS plugin %d MB + %d FUSE servers = %d MB total (PSS %d MB); CPU used so far: plugin %v, FUSE servers %v",
 		volumes, avg.Round(time.Millisecond), (avg / time.Duration(volumes)).Round(time.Microsecond),
 		pluginRSS/1024, len(pids)-1, rss/1024, pss/1024, pluginCPU, serversCPU)
+}
+
+// timeRestarts kills the plugin *p with kill and starts it again with args, b.N times, and returns the average
+// time from starting the new process to Probe ready; check runs after each restart, untimed.
+func (e *env) timeRestarts(b *testing.B, p **plugin, args []string, kill, check func(*plugin)) time.Duration {
+	b.ResetTimer()
+	var total time.Duration
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		kill(*p)
+		b.StartTimer()
+		start := time.Now()
+		*p = e.launch(args...)
+		(*p).waitReady(5 * time.Minute)
+		total += time.Since(start)
+		b.StopTimer()
+		check(*p)
+		b.StartTimer()
+	}
+	b.StopTimer()
+	return total / time.Duration(b.N)
 }
 
 // procCPU returns the user+system CPU time pid has used (fields 14 and 15 of /proc/PID/stat, in clock ticks of
@@ -161,59 +146,20 @@ func BenchmarkKeeperRestart(b *testing.B) {
 
 func benchKeeperRestart(b *testing.B, volumes int) {
 	e := newEnv(b, unix.MS_SHARED)
-	for _, d := range []string{e.root, filepath.Dir(e.dummyFuse)} {
-		if err := os.Chmod(d, 0o755); err != nil {
-			b.Fatal(err)
-		}
-	}
+	e.allowNobody()
 	args := []string{"--fuse-mode=keeper", "--restore-mounts", "--keeper-uid=65534"}
 	p := e.start(args...)
 	k := e.startKeeper()
-	vols := make([]string, volumes)
-	for i := range vols {
-		vols[i] = fmt.Sprintf("vol-%04d", i)
-	}
-	var wg sync.WaitGroup
-	work := make(chan string)
-	for w := 0; w < 16; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for vol := range work {
-				e.stagePublish(p, vol, "pod")
-			}
-		}()
-	}
-	for _, vol := range vols {
-		work <- vol
-	}
-	close(work)
-	wg.Wait()
+	vols := e.stagePublishMany(p, volumes, "pod")
 
-	b.ResetTimer()
-	var total time.Duration
-	for i := 0; i < b.N; i++ {
-		b.StopTimer()
-		p.kill()
-		b.StartTimer()
-
-		start := time.Now()
-		p = e.launch(args...)
-		p.waitReady(5 * time.Minute)
-		took := time.Since(start)
-		total += took
-
-		b.StopTimer()
+	avg := e.timeRestarts(b, &p, args, (*plugin).kill, func(p *plugin) {
 		for _, vol := range vols {
 			plugintest.MustRead(b, e.targetPath(vol, "pod"))
 		}
 		waitFor(b, "the plugin to re-collect every connection", func() bool {
 			return strings.Contains(p.logs.String(), fmt.Sprintf("adopted=%d", volumes))
 		})
-		b.StartTimer()
-	}
-	b.StopTimer()
-	avg := total / time.Duration(b.N)
+	})
 	b.ReportMetric(avg.Seconds(), "s/start-to-ready")
 
 	servers := childrenOf(b, k.cmd.Process.Pid)

@@ -16,6 +16,7 @@ import (
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/keeper"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/dummy-fuse-workload/workload"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/mounts"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/testenv"
 )
 
 // soakKillsEnv sets how many kills TestKeeperSoak makes; make soak-keeper sets 50.
@@ -46,11 +47,7 @@ func TestKeeperSoak(t *testing.T) {
 		kills = n
 	}
 	e := newEnv(t, syscall.MS_PRIVATE)
-	for _, d := range []string{e.root, filepath.Dir(e.dummyFuse)} {
-		if err := os.Chmod(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
+	e.allowNobody()
 	pluginArgs := []string{"--fuse-mode=keeper", "--restore-mounts", "--keeper-uid=65534"}
 	p := e.start(pluginArgs...)
 	k := e.startKeeper()
@@ -64,7 +61,7 @@ func TestKeeperSoak(t *testing.T) {
 	}
 	readsOn(t, "before the first kill", readers...)
 	mountsBefore := countMounts(t, e.root)
-	keeperFDs, pluginFDs := openFDs(t, k.cmd.Process.Pid), openFDs(t, p.cmd.Process.Pid)
+	keeperFDs, pluginFDs := testenv.OpenFDs(t, k.cmd.Process.Pid), testenv.OpenFDs(t, p.cmd.Process.Pid)
 
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))
 	var log []soakKill
@@ -81,7 +78,7 @@ func TestKeeperSoak(t *testing.T) {
 			}
 			k.servedBy("vol-1", old)
 			sk.successor = k.lastServerStart(t)
-			keeperFDsAfter = append(keeperFDsAfter, openFDs(t, k.cmd.Process.Pid))
+			keeperFDsAfter = append(keeperFDsAfter, testenv.OpenFDs(t, k.cmd.Process.Pid))
 		case 1:
 			sk.what = "keeper"
 			sk.killed = time.Now()
@@ -89,7 +86,7 @@ func TestKeeperSoak(t *testing.T) {
 			sk.successor = time.Now()
 			k = e.startKeeper()
 			k.servedBy("vol-1", 0)
-			pluginFDsAfter = append(pluginFDsAfter, openFDs(t, p.cmd.Process.Pid))
+			pluginFDsAfter = append(pluginFDsAfter, testenv.OpenFDs(t, p.cmd.Process.Pid))
 		default:
 			sk.what = "plugin"
 			sk.killed = time.Now()
@@ -190,15 +187,6 @@ func (k *keeperProc) lastServerStart(t testing.TB) time.Time {
 		t.Fatal("the keeper's log shows no server start")
 	}
 	return last
-}
-
-func openFDs(t testing.TB, pid int) int {
-	t.Helper()
-	entries, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return len(entries)
 }
 
 func countMounts(t testing.TB, dir string) int {

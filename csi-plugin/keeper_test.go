@@ -27,17 +27,54 @@ import (
 // nobody is the user the keeper runs as in these tests, as in the chart: it needs no privilege.
 const nobody = 65534
 
-// keeperProc is one running `csi-plugin keeper`.
-type keeperProc struct {
+// nobodyProc is a csi-plugin subcommand (keeper, sidecar) run as user nobody without capabilities, as their
+// pods run them.
+type nobodyProc struct {
 	t      testing.TB
 	cmd    *exec.Cmd
 	logs   *testenv.SyncBuffer
 	exited chan struct{}
+}
+
+// startNobody starts `csi-plugin args...` as nobody; it is killed when the test ends, and its output logged if
+// the test failed.
+func (e *env) startNobody(args ...string) *nobodyProc {
+	e.t.Helper()
+	p := &nobodyProc{t: e.t, logs: &testenv.SyncBuffer{}, exited: make(chan struct{})}
+	p.cmd = exec.Command(e.plugin, args...)
+	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobody, Gid: nobody}, Setpgid: true}
+	if err := p.cmd.Start(); err != nil {
+		e.t.Fatal(err)
+	}
+	go func() { _ = p.cmd.Wait(); close(p.exited) }()
+	e.t.Cleanup(func() {
+		p.kill()
+		if e.t.Failed() {
+			e.t.Logf("csi-plugin %s output:\n%s", args[0], p.logs.String())
+		}
+	})
+	return p
+}
+
+// kill sends SIGKILL, as a container kill does; the FUSE servers it runs die with it (parent-death signal).
+func (p *nobodyProc) kill() {
+	select {
+	case <-p.exited:
+		return
+	default:
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGKILL)
+	<-p.exited
+}
+
+// keeperProc is one running `csi-plugin keeper`.
+type keeperProc struct {
+	*nobodyProc
 	status string
 }
 
-// startKeeper runs the keeper as user nobody against the env's plugin, with its status file in a directory of
-// its own.
+// startKeeper runs the keeper against the env's plugin, with its status file in a directory of its own.
 func (e *env) startKeeper(args ...string) *keeperProc {
 	e.t.Helper()
 	statusDir := filepath.Join(e.root, "keeper")
@@ -47,34 +84,9 @@ func (e *env) startKeeper(args ...string) *keeperProc {
 	if err := os.Chown(statusDir, nobody, nobody); err != nil {
 		e.t.Fatal(err)
 	}
-	k := &keeperProc{t: e.t, logs: &testenv.SyncBuffer{}, exited: make(chan struct{}), status: filepath.Join(statusDir, "status.json")}
-	argv := append([]string{"keeper", "--plugin-socket=" + filepath.Join(e.sockDir, "keeper.sock"), "--dummy-fuse-path=" + e.dummyFuse,
-		"--status-file=" + k.status}, args...)
-	k.cmd = exec.Command(e.plugin, argv...)
-	k.cmd.Stdout, k.cmd.Stderr = k.logs, k.logs
-	k.cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobody, Gid: nobody}, Setpgid: true}
-	if err := k.cmd.Start(); err != nil {
-		e.t.Fatal(err)
-	}
-	go func() { _ = k.cmd.Wait(); close(k.exited) }()
-	e.t.Cleanup(func() {
-		k.kill()
-		if e.t.Failed() {
-			e.t.Logf("keeper output:\n%s", k.logs.String())
-		}
-	})
-	return k
-}
-
-// kill sends SIGKILL to the keeper; its FUSE servers die with it (parent-death signal), as in its pod.
-func (k *keeperProc) kill() {
-	select {
-	case <-k.exited:
-		return
-	default:
-	}
-	_ = k.cmd.Process.Signal(syscall.SIGKILL)
-	<-k.exited
+	status := filepath.Join(statusDir, "status.json")
+	return &keeperProc{nobodyProc: e.startNobody(append([]string{"keeper", "--plugin-socket=" + filepath.Join(e.sockDir, "keeper.sock"),
+		"--dummy-fuse-path=" + e.dummyFuse, "--status-file=" + status}, args...)...), status: status}
 }
 
 // servers returns the keeper's status: which server serves which volume.
@@ -205,11 +217,7 @@ func (r *reader) maxLatency() time.Duration {
 // together ends the connection. Nothing is ever remounted.
 func TestKeeperPlacement(t *testing.T) {
 	e := newEnv(t, syscall.MS_PRIVATE)
-	for _, d := range []string{e.root, filepath.Dir(e.dummyFuse)} {
-		if err := os.Chmod(d, 0o755); err != nil { // the keeper runs as nobody: it must reach the socket and dummy-fuse
-			t.Fatal(err)
-		}
-	}
+	e.allowNobody()
 	pluginArgs := []string{"--fuse-mode=keeper", "--restore-mounts", "--keeper-uid=65534"}
 	p := e.start(pluginArgs...)
 	// Direct I/O: every read reaches a server, so a read during a gap shows as its latency.

@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -265,6 +266,43 @@ func (e *env) stagePublish(p *plugin, vol string, pods ...string) {
 		if _, err := p.node.NodePublishVolume(ctx, &csi.NodePublishVolumeRequest{VolumeId: vol, StagingTargetPath: e.stagingPath(vol),
 			TargetPath: e.targetPath(vol, pod), VolumeCapability: mountCap(), Readonly: true}); err != nil {
 			e.t.Fatalf("NodePublishVolume %s %s: %v", vol, pod, err)
+		}
+	}
+}
+
+// stagePublishMany stages and publishes n volumes (vol-0000, …) for pod, 16 at a time (a set-up, not what the
+// benchmarks measure), and returns their IDs.
+func (e *env) stagePublishMany(p *plugin, n int, pod string) []string {
+	vols := make([]string, n)
+	for i := range vols {
+		vols[i] = fmt.Sprintf("vol-%04d", i)
+	}
+	var wg sync.WaitGroup
+	work := make(chan string)
+	for w := 0; w < 16; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for vol := range work {
+				e.stagePublish(p, vol, pod)
+			}
+		}()
+	}
+	for _, vol := range vols {
+		work <- vol
+	}
+	close(work)
+	wg.Wait()
+	return vols
+}
+
+// allowNobody opens the test's root and the binaries' directory to user nobody: the keeper and the sidecar run
+// as it and must reach the plugin's socket and dummy-fuse.
+func (e *env) allowNobody() {
+	e.t.Helper()
+	for _, d := range []string{e.root, filepath.Dir(e.dummyFuse)} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			e.t.Fatal(err)
 		}
 	}
 }

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -13,49 +12,16 @@ import (
 
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/fusemode"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/kubeletpath"
-	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/testenv"
 )
 
 // podUIDKey is the volume context key of the pod's UID (kubelet sends it with podInfoOnMount).
 const podUIDKey = "csi.storage.k8s.io/pod.uid"
 
-// sidecarProc is one running `csi-plugin sidecar`.
-type sidecarProc struct {
-	cmd    *exec.Cmd
-	logs   *testenv.SyncBuffer
-	exited chan struct{}
-}
-
 // startSidecar runs the pod's sidecar for vol as nobody, as manifests/pod-sidecar.yaml does.
-func (e *env) startSidecar(vol, pod string) *sidecarProc {
+func (e *env) startSidecar(vol, pod string) *nobodyProc {
 	e.t.Helper()
 	socket := filepath.Join(kubeletpath.PodDir(e.root, pod), kubeletpath.EmptyDirIn(fusemode.SidecarVolume), "pv-"+vol, fusemode.SocketName)
-	s := &sidecarProc{logs: &testenv.SyncBuffer{}, exited: make(chan struct{})}
-	s.cmd = exec.Command(e.plugin, "sidecar", "--socket", socket, "--dummy-fuse-path", e.dummyFuse, "--wait", "20s")
-	s.cmd.Stdout, s.cmd.Stderr = s.logs, s.logs
-	s.cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobody, Gid: nobody}}
-	if err := s.cmd.Start(); err != nil {
-		e.t.Fatal(err)
-	}
-	go func() { _ = s.cmd.Wait(); close(s.exited) }()
-	e.t.Cleanup(func() {
-		s.kill()
-		if e.t.Failed() {
-			e.t.Logf("sidecar output:\n%s", s.logs.String())
-		}
-	})
-	return s
-}
-
-// kill sends SIGKILL, as a container kill does; the FUSE server it runs dies with it.
-func (s *sidecarProc) kill() {
-	select {
-	case <-s.exited:
-		return
-	default:
-	}
-	_ = s.cmd.Process.Signal(syscall.SIGKILL)
-	<-s.exited
+	return e.startNobody("sidecar", "--socket", socket, "--dummy-fuse-path", e.dummyFuse, "--wait", "20s")
 }
 
 // publishForPod stages vol if needed and publishes it for pod as kubelet does with podInfoOnMount, after
@@ -86,11 +52,7 @@ func (e *env) publishForPod(p *plugin, vol, pod string) {
 // good.
 func TestSidecarKeepFD(t *testing.T) {
 	e := newEnv(t, syscall.MS_PRIVATE)
-	for _, d := range []string{e.root, filepath.Dir(e.dummyFuse)} {
-		if err := os.Chmod(d, 0o755); err != nil { // the sidecar runs as nobody
-			t.Fatal(err)
-		}
-	}
+	e.allowNobody()
 	args := []string{"--fuse-mode=sidecar", "--sidecar-keep-fd", "--restore-mounts"}
 	p := e.start(args...)
 	e.publishForPod(p, "vol-1", "pod-a")

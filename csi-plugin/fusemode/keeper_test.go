@@ -39,6 +39,19 @@ func mountConn(t *testing.T, dir string) *os.File {
 	return dev
 }
 
+// dialKeeper connects to k's socket as a keeper would; the session is closed when the test ends.
+func dialKeeper(t *testing.T, k *Keeper) *handover.Conn {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := handover.Dial(ctx, k.opts.KeeperSocket, 10*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
 func newTestKeeper(t *testing.T, uid int) (*Keeper, string) {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "keeper") // short: it holds a socket
@@ -72,13 +85,7 @@ func TestRecollectAdoptsOnlyItsOwnConnections(t *testing.T) {
 		t.Fatal("no Server for the recorded volume")
 	}
 
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	c, err := handover.Dial(ctx, k.opts.KeeperSocket, 10*time.Millisecond)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := dialKeeper(t, k)
 	send := func(m handover.Msg, f *os.File) {
 		t.Helper()
 		if err := c.Send(m, f); err != nil {
@@ -151,13 +158,7 @@ func TestKeeperRefusesOtherUsers(t *testing.T) {
 	if _, err := k.Recollect(nil); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	c, err := handover.Dial(ctx, k.opts.KeeperSocket, 10*time.Millisecond)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := dialKeeper(t, k)
 	if _, _, err := c.Recv(); !errors.Is(err, io.EOF) {
 		t.Errorf("a session of uid %d with KeeperUID 4242: %v, want it closed", os.Getuid(), err)
 	}

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/testenv"
 )
 
 type config struct {
@@ -40,16 +42,6 @@ func socketPair(t *testing.T, typ int) (*net.UnixConn, *net.UnixConn) {
 		return c.(*net.UnixConn)
 	}
 	return conn(fds[0]), conn(fds[1])
-}
-
-// openFDs counts this process's open descriptors, to catch a leak.
-func openFDs(t *testing.T) int {
-	t.Helper()
-	entries, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return len(entries)
 }
 
 func pipe(t *testing.T) (*os.File, *os.File) {
@@ -121,7 +113,7 @@ func TestBadMessages(t *testing.T) {
 			if len(fds) > 0 {
 				oob = unix.UnixRights(fds...)
 			}
-			before := openFDs(t)
+			before := testenv.OpenFDs(t, 0)
 			if _, _, err := a.WriteMsgUnix([]byte(tc.data), oob, nil); err != nil {
 				t.Fatal(err)
 			}
@@ -134,7 +126,7 @@ func TestBadMessages(t *testing.T) {
 			if !strings.Contains(err.Error(), tc.wantErr) {
 				t.Errorf("error %q, want it to contain %q", err, tc.wantErr)
 			}
-			if after := openFDs(t); after != before {
+			if after := testenv.OpenFDs(t, 0); after != before {
 				t.Errorf("%d descriptors open after the refused message, %d before: received ones leaked", after, before)
 			}
 		})

@@ -43,15 +43,6 @@ func fuseDev(t *testing.T) *os.File {
 	return f
 }
 
-func openFDs(t *testing.T) int {
-	t.Helper()
-	entries, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return len(entries)
-}
-
 // TestSession: every kind of message arrives as sent, the descriptor with the message it was sent with.
 func TestSession(t *testing.T) {
 	a, b := pair(t)
@@ -149,7 +140,7 @@ func TestRecvRefusesGarbage(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			a, b := pair(t)
-			before := openFDs(t)
+			before := testenv.OpenFDs(t, 0)
 			if err := fdpass.WriteMsg(a.c, []byte(tc.data), tc.f, time.Time{}); err != nil {
 				t.Fatal(err)
 			}
@@ -163,7 +154,7 @@ func TestRecvRefusesGarbage(t *testing.T) {
 			if !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "protocol error") {
 				t.Errorf("error %q, want a protocol error containing %q", err, tc.want)
 			}
-			if after := openFDs(t); after != before {
+			if after := testenv.OpenFDs(t, 0); after != before {
 				t.Errorf("%d descriptors open after the refused message, %d before", after, before)
 			}
 		})

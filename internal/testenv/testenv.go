@@ -78,3 +78,17 @@ func build(dir, pkgDir string) (string, error) {
 	}
 	return out, nil
 }
+
+// OpenFDs counts the open descriptors of process pid (0: this one), to catch a leak.
+func OpenFDs(t testing.TB, pid int) int {
+	t.Helper()
+	dir := "/proc/self/fd"
+	if pid != 0 {
+		dir = fmt.Sprintf("/proc/%d/fd", pid)
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(entries)
+}
