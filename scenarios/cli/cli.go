@@ -25,8 +25,9 @@ import (
 
 const usage = `Usage: dfc-scenario [flags] SCENARIO... | all
 
-Runs FUSE mount-loss scenarios: kills the CSI plugin container under a running workload and checks, from
-the workload's log, the container runtime and stat of the volume paths, what happens.
+Runs FUSE mount-loss scenarios: kills a component of the FUSE storage stack under a running workload (the
+CSI plugin container, a FUSE server, the keeper, the pod's FUSE sidecar) and checks, from the workload's log,
+the container runtime and stat of the volume paths, what happens.
 Scenarios: %s
 Exit code: 0 when every expected outcome of every scenario held, 1 otherwise, 2 on a usage error.
 
