@@ -195,18 +195,38 @@ func drawComponent(b *svgBuf, l svgLayout, ev *Evidence, c Component, y, h float
 		state string
 	}
 	var segs []seg
+	state := func() string {
+		if len(segs) == 0 {
+			return ""
+		}
+		return segs[len(segs)-1].state
+	}
+	set := func(t time.Time, st string) {
+		if state() != st {
+			segs = append(segs, seg{t, st})
+		}
+	}
+	// Instances can overlap (an upgrade starts the new one before the old one exits): the component is down
+	// when it is killed, or when its last running instance exited.
+	running := 0
 	for _, e := range ev.Events {
 		if e.Component != c {
 			continue
 		}
 		switch e.Kind {
 		case KStarted:
-			segs = append(segs, seg{e.Time, "starting"})
+			running++
+			if state() != "serving" {
+				set(e.Time, "starting")
+			}
 		case KReady:
-			segs = append(segs, seg{e.Time, "serving"})
-		case KKilled, KExited:
-			if len(segs) == 0 || segs[len(segs)-1].state != "down" {
-				segs = append(segs, seg{e.Time, "down"})
+			set(e.Time, "serving")
+		case KKilled:
+			set(e.Time, "down")
+		case KExited:
+			if running--; running <= 0 {
+				running = 0
+				set(e.Time, "down")
 			}
 		}
 	}
@@ -405,15 +425,15 @@ func drawLegend(b *svgBuf, l svgLayout, y float64) {
 	item(func(x float64) { b.f(`<path d="M%.1f %.1f l6 6 l-6 6 l-6 -6 z" fill="%s"/>`, x+5, y-6, colFail) }, "start failed (kubelet)")
 	item(func(x float64) { b.f(`<rect x="%.1f" y="%.1f" width="11" height="11" fill="%s"/>`, x, y-5.5, colRun) }, "instance running")
 	x, y = 16, y+20
-	item(func(x float64) { b.f(`<rect x="%.1f" y="%.1f" width="11" height="11" fill="%s"/>`, x, y-5.5, colUp) }, "plugin serving / stat ok")
-	item(func(x float64) { b.f(`<rect x="%.1f" y="%.1f" width="11" height="11" fill="%s"/>`, x, y-5.5, colWarm) }, "plugin starting")
-	item(func(x float64) { b.f(`<rect x="%.1f" y="%.1f" width="11" height="11" fill="%s"/>`, x, y-5.5, colDown) }, "plugin down / stat fails")
+	item(func(x float64) { b.f(`<rect x="%.1f" y="%.1f" width="11" height="11" fill="%s"/>`, x, y-5.5, colUp) }, "component serving / stat ok")
+	item(func(x float64) { b.f(`<rect x="%.1f" y="%.1f" width="11" height="11" fill="%s"/>`, x, y-5.5, colWarm) }, "component starting")
+	item(func(x float64) { b.f(`<rect x="%.1f" y="%.1f" width="11" height="11" fill="%s"/>`, x, y-5.5, colDown) }, "component down / stat fails")
 	item(func(x float64) {
 		b.f(`<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s" stroke-width="2" stroke-dasharray="6 4"/>`, x, y, x+11, y, colKill)
-	}, "plugin killed")
+	}, "component killed")
 	item(func(x float64) {
 		b.f(`<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s" stroke-width="2" stroke-dasharray="6 4"/>`, x, y, x+11, y, colRestart)
-	}, "plugin started")
+	}, "component started")
 }
 
 // failureClass names a start failure in a few words.
