@@ -55,6 +55,10 @@ archive=$IMAGE_OUTPUT/dummy-fuse-csi-$IMAGE_TAG.tar
 [ -f "$archive" ] || die "make image wrote no $archive"
 echo "kind-up: loading $archive into $CLUSTER"
 "$KIND" load image-archive "$archive" --name "$CLUSTER"
+# Its next build too: keeper-upgrade rolls the keeper to it (keeper.imageTag=$IMAGE_TAG-next).
+next=$IMAGE_OUTPUT/dummy-fuse-csi-$IMAGE_TAG-next.tar
+[ -f "$next" ] || die "make image wrote no $next"
+"$KIND" load image-archive "$next" --name "$CLUSTER"
 
 # 3. Chart. The plugin pod is privileged: label its namespace for Pod Security admission where enforced.
 "$KUBECTL" --context "$CONTEXT" create namespace "$NAMESPACE" --dry-run=client -o yaml |

@@ -34,7 +34,7 @@ func newStubs(t *testing.T, scripts map[string]string) stubs {
 		"docker": `exit 0`,
 		"helm":   `exit 0`,
 		// What hack/mkimage/image.sh writes: the ref file and the tagged archive.
-		"make": `v=${2#VERSION=}; mkdir -p "$IMAGE_OUTPUT"; echo "dummy-fuse-csi:$v" >"$IMAGE_OUTPUT/dummy-fuse-csi.ref"; : >"$IMAGE_OUTPUT/dummy-fuse-csi-$v.tar"`,
+		"make": `v=${2#VERSION=}; mkdir -p "$IMAGE_OUTPUT"; echo "dummy-fuse-csi:$v" >"$IMAGE_OUTPUT/dummy-fuse-csi.ref"; : >"$IMAGE_OUTPUT/dummy-fuse-csi-$v.tar"; : >"$IMAGE_OUTPUT/dummy-fuse-csi-$v-next.tar"`,
 		"kubectl": `case "$*" in
   *"get daemonset"*) echo daemonset.apps/dummy-fuse-csi-node ;;
   *"get csidriver"*) echo dummy-fuse-csi ;;
@@ -139,6 +139,7 @@ func TestKindUpCreatesLoadsInstalls(t *testing.T) {
 		"kind create cluster --name dummy-fuse-csi --config manifests/kind-config.yaml",
 		"make image VERSION=" + tag,
 		"kind load image-archive " + filepath.Join(s.imageOut, "dummy-fuse-csi-"+tag+".tar") + " --name dummy-fuse-csi",
+		"kind load image-archive " + filepath.Join(s.imageOut, "dummy-fuse-csi-"+tag+"-next.tar") + " --name dummy-fuse-csi",
 		"kubectl --context kind-dummy-fuse-csi label namespace dummy-fuse-csi --overwrite pod-security.kubernetes.io/enforce=privileged",
 		"helm upgrade --install dummy-fuse-csi chart/ --kube-context kind-dummy-fuse-csi --namespace dummy-fuse-csi --set image.tag=" + tag,
 		"kubectl --context kind-dummy-fuse-csi -n dummy-fuse-csi rollout status daemonset.apps/dummy-fuse-csi-node",

@@ -144,10 +144,12 @@ mounts_under() {
 kubectl_admin() { "$K8S_BIN/kubectl" --kubeconfig "$KUBECONFIG_PATH" "$@"; }
 ctr_k8s() { ctr --address "$CONTAINERD_SOCK" --namespace k8s.io "$@"; }
 
-# current_image_tars DIR: the tarballs of the last `make image` (pause + the tag in dummy-fuse-csi.ref).
+# current_image_tars DIR: the tarballs of the last `make image` (pause, the tag in dummy-fuse-csi.ref and its
+# next build).
 current_image_tars() {
   local ref
   echo "$1/pause-3.10.tar"
   ref=$(cat "$1/dummy-fuse-csi.ref" 2>/dev/null) || return 0
   echo "$1/dummy-fuse-csi-${ref#*:}.tar"
+  echo "$1/dummy-fuse-csi-${ref#*:}-next.tar"
 }

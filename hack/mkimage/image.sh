@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# `make image`: builds the project's static binaries and writes two FROM-scratch image tarballs without a
+# `make image`: builds the project's static binaries and writes three FROM-scratch image tarballs without a
 # container engine (hack/mkimage, github.com/google/go-containerregistry):
 #   _output/images/dummy-fuse-csi-<version>.tar  dummy-fuse-csi:<version>  csi-plugin, csi-remediate,
 #                                                 dummy-fuse, dummy-fuse-workload in /usr/local/bin (no ENTRYPOINT)
+#   _output/images/dummy-fuse-csi-<version>-next.tar  the same with the next build of csi-plugin and dummy-fuse
+#                                                 (<version>-next), for the keeper-upgrade scenario
 #   _output/images/pause-3.10.tar                dummy-fuse-csi/pause:3.10  the cluster's pod sandbox image
 # Load with `kind load image-archive FILE`, `docker load -i FILE` or `ctr -n k8s.io images import FILE`
 # (`make cluster-load-images` for the from-source cluster). _output/images/dummy-fuse-csi.ref holds the tag.
@@ -40,8 +42,22 @@ go build -o "$BIN/tools/mkimage" ./hack/mkimage
   --cmd /usr/local/bin/csi-plugin \
   --label "org.opencontainers.image.title=dummy-fuse-csi" \
   --label "org.opencontainers.image.version=$VERSION"
+# The next build (make build's bin/next: csi-plugin and dummy-fuse stamped <version>-next), what the keeper-upgrade
+# scenario rolls the keeper to: the same image with those two binaries.
+NEXT_IMAGE=${IMAGE}-next
+next_files=()
+for cmd in $IMAGE_CMDS; do
+  src=$BIN/$cmd
+  [ -x "$BIN/next/$cmd" ] && src=$BIN/next/$cmd
+  next_files+=(--file "$src:/usr/local/bin/$cmd")
+done
+"$BIN/tools/mkimage" --tag "$NEXT_IMAGE" --output "$OUT/dummy-fuse-csi-$TAG_VERSION-next.tar" --created "$CREATED" \
+  "${next_files[@]}" --dir /tmp:1777 --env PATH=/usr/local/bin \
+  --cmd /usr/local/bin/csi-plugin \
+  --label "org.opencontainers.image.title=dummy-fuse-csi" \
+  --label "org.opencontainers.image.version=$VERSION-next"
 "$BIN/tools/mkimage" --tag "$PAUSE_IMAGE" --output "$OUT/pause-3.10.tar" --created "$CREATED" \
   --file "$BIN/pause:/pause" --entrypoint /pause \
   --label "org.opencontainers.image.title=dummy-fuse-csi pause"
 echo "$IMAGE" >"$OUT/dummy-fuse-csi.ref"
-echo "image $IMAGE in $OUT/dummy-fuse-csi-$TAG_VERSION.tar"
+echo "image $IMAGE in $OUT/dummy-fuse-csi-$TAG_VERSION.tar, its next build $NEXT_IMAGE in $OUT/dummy-fuse-csi-$TAG_VERSION-next.tar"
