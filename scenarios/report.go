@@ -175,15 +175,11 @@ func Markdown(o *Outcome) string {
 	fmt.Fprintf(&b, "- pod: restartPolicy `%s`, one CSI volume (static PV), %d container(s):\n\n", sc.Pod.RestartPolicy, len(sc.Pod.Containers))
 	b.WriteString("| container | workload flags | mountPath | subPath | propagation |\n|---|---|---|---|---|\n")
 	for _, c := range sc.Pod.Containers {
-		iv := c.ReadInterval
-		if iv <= 0 {
-			iv = t.ReadInterval
-		}
 		sub := c.SubPath
 		if sub == "" {
 			sub = "—"
 		}
-		fmt.Fprintf(&b, "| %s | `%s` | %s | %s | %s |\n", c.Name, strings.Join(c.WorkloadArgs(iv), " "), c.Mount(), sub, c.Prop())
+		fmt.Fprintf(&b, "| %s | `%s` | %s | %s | %s |\n", c.Name, strings.Join(c.WorkloadArgs(t.ReadInterval), " "), c.Mount(), sub, c.Prop())
 	}
 
 	b.WriteString("\n## Steps\n\n")

@@ -202,8 +202,13 @@ func (c Container) File() string {
 	return path.Join(c.Mount(), FileName)
 }
 
-// WorkloadArgs returns dummy-fuse-workload's arguments for this container with the given read interval.
-func (c Container) WorkloadArgs(interval time.Duration) []string {
+// WorkloadArgs returns dummy-fuse-workload's arguments for this container; its own ReadInterval wins over the
+// backend's default.
+func (c Container) WorkloadArgs(defaultInterval time.Duration) []string {
+	interval := c.ReadInterval
+	if interval <= 0 {
+		interval = defaultInterval
+	}
 	args := []string{
 		"--file=" + c.File(),
 		"--log-format=json",

@@ -158,11 +158,7 @@ func (m *manifests) workloadPod(sc *scenarios.Scenario, n names, image string, i
 		ctr.Name = c.Name
 		ctr.Image = image
 		ctr.ImagePullPolicy = corev1.PullIfNotPresent
-		iv := c.ReadInterval
-		if iv <= 0 {
-			iv = interval
-		}
-		ctr.Args = c.WorkloadArgs(iv)
+		ctr.Args = c.WorkloadArgs(interval)
 		prop := corev1.MountPropagationNone
 		if c.Prop() == scenarios.PropagationHostToContainer {
 			prop = corev1.MountPropagationHostToContainer

@@ -152,17 +152,13 @@ func (c *container) start() (*proc, error) {
 	if c.spec.Prop() == scenarios.PropagationHostToContainer {
 		prop = "rslave"
 	}
-	interval := c.spec.ReadInterval
-	if interval <= 0 {
-		interval = b.opts.ReadInterval
-	}
 	c.mu.Lock()
 	inst := c.starts
 	c.mu.Unlock()
 	logPath := filepath.Join(b.dir, "containers", fmt.Sprintf("%s-%d.log", c.spec.Name, inst))
 	p, err := b.launch(initConfig{
 		Mounts: []initMount{{Source: src, Target: c.spec.Mount(), Propagation: prop}},
-		Argv:   append([]string{b.opts.WorkloadPath}, c.spec.WorkloadArgs(interval)...),
+		Argv:   append([]string{b.opts.WorkloadPath}, c.spec.WorkloadArgs(b.opts.ReadInterval)...),
 	}, logPath)
 	if err != nil {
 		return nil, err
