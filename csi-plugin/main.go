@@ -1,7 +1,8 @@
 // Command csi-plugin is the dummy-fuse CSI node plugin: it stages volumes by starting dummy-fuse on the staging
 // path, publishes them with bind mounts, records its mounts and can restore them after a restart.
 // `csi-plugin sidecar` is the unprivileged container of the workload pod in the sidecar FUSE mode (package
-// sidecar). The remediator is a binary of its own, csi-remediate (cmd/csi-remediate).
+// sidecar); `csi-plugin sidecar-crash`, run in that container, kills its FUSE server as a crash would. The
+// remediator is a binary of its own, csi-remediate (cmd/csi-remediate).
 package main
 
 import (
@@ -27,8 +28,13 @@ func main() { os.Exit(command.Main("csi-plugin", run, os.Args[1:], command.OS())
 // run is the whole command: it serves until ctx ends (SIGTERM/SIGINT) and returns nil then. Bad flags or a
 // configuration the driver refuses are a *command.UsageError (exit 2); a failure to start or serve is exit 1.
 func run(ctx context.Context, args []string, streams command.Streams) error {
-	if len(args) > 0 && args[0] == "sidecar" {
-		return sidecar.Run(ctx, args[1:], streams)
+	if len(args) > 0 {
+		switch args[0] {
+		case "sidecar":
+			return sidecar.Run(ctx, args[1:], streams)
+		case "sidecar-crash":
+			return sidecar.Crash(ctx, args[1:], streams)
+		}
 	}
 	var (
 		cfg         driver.Config

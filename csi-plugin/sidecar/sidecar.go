@@ -75,6 +75,12 @@ func Run(ctx context.Context, args []string, streams command.Streams) error {
 			return errors.New("dummy-fuse not found beside this executable nor in $PATH")
 		}
 	}
+	// The first line says when the container started (the sidecar's own clock, see logf).
+	if c.Delay > 0 {
+		logf(streams.Err, "started: connecting to %s in %s", socket, c.Delay)
+	} else {
+		logf(streams.Err, "started: connecting to %s", socket)
+	}
 	select {
 	case <-ctx.Done():
 		return nil
