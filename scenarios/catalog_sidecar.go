@@ -2,13 +2,6 @@ package scenarios
 
 import "time"
 
-// The sidecar scenarios' backends: the Kubernetes backend deploys neither the plugin's sidecar mode nor a pod
-// with the FUSE sidecar yet.
-var (
-	sidecarBackends    = []string{BackendLocal}
-	sidecarBackendsWhy = "the kube backend cannot deploy the plugin's sidecar mode and a pod with the FUSE sidecar yet"
-)
-
 // SidecarDelay is how long sidecar-late holds its sidecar back.
 const SidecarDelay = time.Second
 
@@ -39,7 +32,6 @@ func sidecarScenarios() []Scenario {
 				{Check: NeverFails{C: reader, After: AfterPluginBack, Reads: 5}},
 				{Check: VolumeDirAlive{}},
 			},
-			Backends: sidecarBackends, BackendsWhy: sidecarBackendsWhy,
 		},
 		{
 			Name:  "sidecar-late",
@@ -60,7 +52,6 @@ func sidecarScenarios() []Scenario {
 				{Check: NeverFails{C: reader, After: FromStart, Reads: 3}},
 				{Check: VolumeDirAlive{}},
 			},
-			Backends: sidecarBackends, BackendsWhy: sidecarBackendsWhy,
 		},
 		{
 			Name:  "sidecar-killed",
@@ -88,7 +79,6 @@ func sidecarScenarios() []Scenario {
 				{Check: Restarts{C: reader, Min: 0, Max: 0}},
 				{Check: VolumeDir{Errno: "ENOTCONN", After: AfterRestart}},
 			},
-			Backends: sidecarBackends, BackendsWhy: sidecarBackendsWhy,
 		},
 		{
 			Name:  "sidecar-new-pod",
@@ -116,7 +106,6 @@ func sidecarScenarios() []Scenario {
 				{Check: NoGoodReadUntil{C: reader, Component: WorkloadPod}},
 				{Check: Recovers{C: reader, Instance: NewInstance}},
 			},
-			Backends: sidecarBackends, BackendsWhy: sidecarBackendsWhy,
 		},
 	}
 }

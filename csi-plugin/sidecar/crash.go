@@ -61,11 +61,11 @@ func crash(proc string, init int, out io.Writer) error {
 	var errs []error
 	for _, pid := range children {
 		comm, _ := os.ReadFile(filepath.Join(proc, strconv.Itoa(pid), "comm"))
+		// Said before it is done: in a container, this process dies with the sidecar right after the kill.
+		logf(out, "SIGKILL to pid %d (%s), the FUSE server of pid %d", pid, strings.TrimSpace(string(comm)), init)
 		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
 			errs = append(errs, fmt.Errorf("kill pid %d: %w", pid, err))
-			continue
 		}
-		logf(out, "SIGKILL pid %d (%s), the FUSE server of pid %d", pid, strings.TrimSpace(string(comm)), init)
 	}
 	return errors.Join(errs...)
 }

@@ -74,7 +74,7 @@ func TestCrashKillsTheServer(t *testing.T) {
 	if err := crash("/proc", sidecar.Process.Pid, &out); err != nil {
 		t.Fatalf("crash: %v", err)
 	}
-	if want := fmt.Sprintf("SIGKILL pid %d (sleep)", server); !strings.Contains(out.String(), want) {
+	if want := fmt.Sprintf("SIGKILL to pid %d (sleep)", server); !strings.Contains(out.String(), want) {
 		t.Errorf("output %q, want %q", out.String(), want)
 	}
 	done := make(chan error, 1)

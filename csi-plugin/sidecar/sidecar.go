@@ -22,6 +22,9 @@ import (
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/fdpass"
 )
 
+// Received is what the sidecar's line says once it holds the descriptor: scenario backends read it in its log.
+const Received = "received the FUSE descriptor"
+
 // Config is the sidecar's command line.
 type Config struct {
 	// Socket is where the plugin serves the volume's descriptor: <SidecarVolume mount>/<volume name>/socket.
@@ -90,7 +93,7 @@ func Run(ctx context.Context, args []string, streams command.Streams) error {
 	if err != nil {
 		return err
 	}
-	logf(streams.Err, "received the FUSE descriptor of volume %s (readOnly=%v) from %s", cfg.VolumeID, cfg.ReadOnly, socket)
+	logf(streams.Err, "%s of volume %s (readOnly=%v) from %s", Received, cfg.VolumeID, cfg.ReadOnly, socket)
 
 	cmdArgs := []string{"/dev/fd/3"}
 	if directIO {

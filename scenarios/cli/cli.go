@@ -146,15 +146,26 @@ func selectFor(backend string, names []string) (run []scenarios.Scenario, leftOu
 		if err != nil {
 			return nil, nil, err
 		}
-		for _, s := range sel {
-			switch err := s.RunsOn(backend); {
-			case err == nil:
-				run = append(run, s)
-			case n == "all":
-				leftOut = append(leftOut, err.Error())
-			default:
-				return nil, nil, err
-			}
+		r, l, err := runnable(backend, sel, n == "all")
+		if err != nil {
+			return nil, nil, err
+		}
+		run, leftOut = append(run, r...), append(leftOut, l...)
+	}
+	return run, leftOut, nil
+}
+
+// runnable returns the scenarios of scs that backend can run; the others are an error, or, when scs is the
+// whole catalog (all), left out with the reason.
+func runnable(backend string, scs []scenarios.Scenario, all bool) (run []scenarios.Scenario, leftOut []string, err error) {
+	for _, s := range scs {
+		switch err := s.RunsOn(backend); {
+		case err == nil:
+			run = append(run, s)
+		case all:
+			leftOut = append(leftOut, err.Error())
+		default:
+			return nil, nil, err
 		}
 	}
 	return run, leftOut, nil

@@ -126,7 +126,14 @@ func TestWorkloadPod(t *testing.T) {
 		if string(p.Spec.RestartPolicy) != string(sc.Pod.RestartPolicy) || p.Spec.DNSPolicy != corev1.DNSDefault {
 			t.Errorf("%s: restartPolicy %s, dnsPolicy %s", sc.Name, p.Spec.RestartPolicy, p.Spec.DNSPolicy)
 		}
-		if len(p.Spec.Volumes) != 1 || p.Spec.Volumes[0].PersistentVolumeClaim.ClaimName != n.pvc {
+		wantVolumes := 1
+		if sc.Pod.Sidecar != nil {
+			wantVolumes = 2
+			checkSidecar(t, &sc, p, n)
+		} else if len(p.Spec.InitContainers) != 0 {
+			t.Errorf("%s: init containers %+v, want none", sc.Name, p.Spec.InitContainers)
+		}
+		if len(p.Spec.Volumes) != wantVolumes || p.Spec.Volumes[0].PersistentVolumeClaim.ClaimName != n.pvc {
 			t.Errorf("%s: volumes %+v", sc.Name, p.Spec.Volumes)
 		}
 		if len(p.Spec.Containers) != len(sc.Pod.Containers) {
@@ -156,6 +163,24 @@ func TestWorkloadPod(t *testing.T) {
 	}
 	if c := m.claim(n, nil); c.Spec.VolumeName != n.pv || c.Namespace != n.namespace {
 		t.Errorf("PVC %+v", c)
+	}
+}
+
+// checkSidecar checks the FUSE sidecar of a sidecar-mode scenario's pod: the native sidecar of the manifest
+// with the build's image, the scenario's delay and the socket of the run's volume in the socket volume.
+func checkSidecar(t *testing.T, sc *scenarios.Scenario, p *corev1.Pod, n names) {
+	t.Helper()
+	i := fuseSidecar(&p.Spec)
+	if i < 0 || len(p.Spec.InitContainers) != 1 {
+		t.Fatalf("%s: init containers %+v, want the FUSE sidecar", sc.Name, p.Spec.InitContainers)
+	}
+	c := p.Spec.InitContainers[i]
+	wantArgs := sc.Pod.Sidecar.Args("/dfc-sidecar/" + n.pv + "/socket")
+	if c.Image != "dummy-fuse-csi:test" || !slices.Equal(c.Args, wantArgs) || c.SecurityContext == nil || c.SecurityContext.RunAsNonRoot == nil || !*c.SecurityContext.RunAsNonRoot {
+		t.Errorf("%s: sidecar %s image %s args %q security %+v, want args %q, non-root", sc.Name, c.Name, c.Image, c.Args, c.SecurityContext, wantArgs)
+	}
+	if v := p.Spec.Volumes[len(p.Spec.Volumes)-1]; v.Name != "dfc-sidecar" || v.EmptyDir == nil {
+		t.Errorf("%s: the socket volume is %+v", sc.Name, v)
 	}
 }
 

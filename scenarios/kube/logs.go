@@ -9,6 +9,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
 )
@@ -90,17 +91,22 @@ type instanceHandler struct {
 // without repeating lines.
 func (b *Backend) follow(w *podWatch, container string, timestamps bool, h instanceHandler) {
 	defer b.wg.Done()
+	// The pod the watch holds now: a pod created again under the same name is another pod, followed anew.
+	p0, _, _ := w.get()
 	for n := 0; b.ctx.Err() == nil; n++ {
 		var info instanceInfo
 		p, err := w.await(b.ctx, 0, func(p *corev1.Pod, deleted bool) bool {
 			if p == nil {
 				return deleted
 			}
+			if p0 != nil && p.UID != p0.UID {
+				return true // another pod: this one is gone
+			}
 			var ok bool
 			info, ok = instanceOf(p, container, n)
 			return ok || deleted
 		})
-		if err != nil || p == nil {
+		if err != nil || p == nil || (p0 != nil && p.UID != p0.UID) {
 			return
 		}
 		if info == (instanceInfo{}) { // the pod was deleted before this instance existed
@@ -112,7 +118,7 @@ func (b *Backend) follow(w *podWatch, container string, timestamps bool, h insta
 			continue
 		}
 		b.streamInstance(w, p.Name, container, n, info, timestamps, h)
-		term, gone := b.awaitTermination(w, container, info.id)
+		term, gone := b.awaitTermination(w, p.UID, container, info.id)
 		h.end(n, info, term, gone)
 		if gone {
 			return
@@ -163,11 +169,15 @@ func stillRunning(p *corev1.Pod, container, id string) bool {
 	return ok && cs.State.Running != nil && cs.ContainerID == id
 }
 
-// awaitTermination waits (at most 10 s) until the status shows how instance id ended, or the pod is gone.
-func (b *Backend) awaitTermination(w *podWatch, container, id string) (*corev1.ContainerStateTerminated, bool) {
+// awaitTermination waits (at most 10 s) until the status shows how instance id ended, or the pod (uid) is gone.
+func (b *Backend) awaitTermination(w *podWatch, uid types.UID, container, id string) (*corev1.ContainerStateTerminated, bool) {
 	var term *corev1.ContainerStateTerminated
 	var gone bool
 	_, _ = w.await(b.ctx, 10*time.Second, func(p *corev1.Pod, deleted bool) bool {
+		if p != nil && p.UID != uid {
+			gone = true // created again: the pod of this instance is gone
+			return true
+		}
 		if p != nil {
 			term = terminationOf(p, container, id)
 		}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/fusemode"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/sidecar"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/kubeletpath"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
 )
@@ -25,8 +26,6 @@ const (
 	// sidecarMount is where the dfc-sidecar emptyDir appears in the sidecar; sidecarBin holds its binaries.
 	sidecarMount = "/mnt/" + fusemode.SidecarVolume
 	sidecarBin   = "/mnt/bin"
-	// sidecarServes is the line `csi-plugin sidecar` prints once it holds the descriptor (csi-plugin/sidecar).
-	sidecarServes = "received the FUSE descriptor"
 )
 
 // makeSidecarVolume creates the pod's dfc-sidecar emptyDir before the volume is published (kubelet sets up a
@@ -91,7 +90,7 @@ func (b *Backend) startSidecar() error {
 		prefix := fmt.Sprintf("sidecar#%d", inst)
 		scenarios.TailLines(logR, p.done, 20*time.Millisecond, func(line []byte) {
 			b.sidecarLog.WriteLine(prefix, line)
-			if bytes.Contains(line, []byte(sidecarServes)) {
+			if bytes.Contains(line, []byte(sidecar.Received)) {
 				b.sidecarEvent(scenarios.KReady, scenarios.LineTime(line, time.Now()), string(line))
 			}
 		})
