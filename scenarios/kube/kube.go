@@ -175,10 +175,9 @@ type Backend struct {
 	cfg     *rest.Config // for exec into the sidecar
 	podSpec *corev1.Pod  // the workload pod as created (again by the pod component)
 	// The pod's FUSE sidecar (sidecar mode): its container's name and log.
-	sidecarName   string
-	sidecarLog    *scenarios.LogFile
-	sidecarKilled time.Time          // the last kill of the sidecar
-	probeStop     context.CancelFunc // ends the host probe of the current pod's paths
+	sidecarName string
+	sidecarLog  *scenarios.LogFile
+	probeStop   context.CancelFunc // ends the host probe of the current pod's paths
 
 	mu       sync.Mutex
 	workload *podWatch

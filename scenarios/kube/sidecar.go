@@ -94,8 +94,7 @@ func (b *Backend) killSidecar(ctx context.Context) error {
 	}
 	id := cs.ContainerID
 	cmd := []string{sidecarCommand(p, b.sidecarName), sidecarCrash}
-	b.sidecarKilled = time.Now()
-	b.sidecarEvent(scenarios.KKilled, b.sidecarKilled, fmt.Sprintf("exec %s in container %s (%s): SIGKILL of its FUSE server",
+	b.sidecarEvent(scenarios.KKilled, time.Time{}, fmt.Sprintf("exec %s in container %s (%s): SIGKILL of its FUSE server",
 		strings.Join(cmd, " "), b.sidecarName, shortID(id)))
 	out, execErr := b.exec(ctx, p.Name, b.sidecarName, cmd)
 	b.logf("exec %s in %s: %q, %v", strings.Join(cmd, " "), b.sidecarName, out, execErr)
@@ -114,22 +113,12 @@ func (b *Backend) killSidecar(ctx context.Context) error {
 	return nil
 }
 
-// startSidecar waits until kubelet has started the sidecar again after the last kill (it restarts a native
-// sidecar by itself) and returns once it runs; it serves only if the plugin has a descriptor for it, which
-// KReady will say.
+// startSidecar waits until kubelet has started the sidecar again after its kill (it restarts a native sidecar
+// by itself) and returns once it runs; it serves only if the plugin has a descriptor for it, which KReady will
+// say.
 func (b *Backend) startSidecar(ctx context.Context) error {
-	killed := b.sidecarKilled
-	restarted := func(e scenarios.Event) bool {
-		return e.Component == scenarios.SidecarContainer && e.Kind == scenarios.KStarted && e.Time.After(killed)
-	}
-	deadline := time.Now().Add(b.opts.SetupTimeout)
-	for b.rec.Count(restarted) == 0 {
-		if time.Now().After(deadline) {
-			return fmt.Errorf("kubelet did not start the sidecar %s again within %s (see kube.log)", b.sidecarName, b.opts.SetupTimeout)
-		}
-		if err := scenarios.Sleep(ctx, 100*time.Millisecond); err != nil {
-			return err
-		}
+	if err := b.rec.AwaitRestart(ctx, scenarios.SidecarContainer, b.opts.SetupTimeout); err != nil {
+		return fmt.Errorf("%w (see kube.log)", err)
 	}
 	b.progress("kubelet started the sidecar container %s again", b.sidecarName)
 	return nil

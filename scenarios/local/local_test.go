@@ -89,8 +89,8 @@ func (b *Backend) procs() []*proc {
 	if b.plugin != nil {
 		ps = append(ps, b.plugin)
 	}
-	if b.sidecar != nil {
-		ps = append(ps, b.sidecar)
+	if p := b.sidecarProc(); p != nil {
+		ps = append(ps, p)
 	}
 	for _, c := range b.containers {
 		if p := c.current(); p != nil {
@@ -362,7 +362,7 @@ func TestSidecarUnprivileged(t *testing.T) {
 	if err := b.Setup(context.Background(), &sc, env); err != nil {
 		t.Fatal(err)
 	}
-	pid := b.sidecar.pid()
+	pid := b.sidecarProc().pid()
 	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		t.Fatal(err)

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/fusemode"
@@ -43,19 +44,54 @@ func (b *Backend) makeSidecarVolume() error {
 	return nil
 }
 
+// sidecarCtr is the pod's FUSE sidecar container with kubelet's handling of a native sidecar: started before
+// the pod's containers, started again whenever it exits (restartPolicy: Always) after the container restart
+// back-off, for the life of the pod.
+type sidecarCtr struct {
+	mu     sync.Mutex
+	cur    *proc
+	starts int           // instances started so far (for their log files)
+	out    chan struct{} // closed when the current instance's output is fully read
+	bo     restartBackoff
+}
+
+func (s *sidecarCtr) current() *proc {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cur
+}
+
+// waitOutput waits (at most 2 s) until the current instance's output is read.
+func (s *sidecarCtr) waitOutput() {
+	s.mu.Lock()
+	out := s.out
+	s.mu.Unlock()
+	if out != nil {
+		select {
+		case <-out:
+		case <-time.After(2 * time.Second):
+		}
+	}
+}
+
 // sidecarEvent records an event of the sidecar container's lifecycle.
 func (b *Backend) sidecarEvent(kind scenarios.Kind, t time.Time, msg string) {
 	b.rec.Add(scenarios.Event{Time: t, Source: scenarios.SrcComponent, Component: scenarios.SidecarContainer, Kind: kind, Message: msg})
 }
 
-// startSidecar starts the sidecar container and returns once it runs, as kubelet starts the workload
-// containers once a native sidecar without a startup probe is running (it does not wait for it to serve).
-// KReady is recorded when the sidecar logs that it received the descriptor.
+// startSidecar starts an instance of the sidecar container and returns once it runs, as kubelet starts the
+// workload containers once a native sidecar without a startup probe is running (it does not wait for it to
+// serve). KReady is recorded when the sidecar logs that it received the descriptor.
 func (b *Backend) startSidecar() error {
+	s := b.sidecar
 	socket := filepath.Join(sidecarMount, pvName, fusemode.SocketName)
 	args := append(b.sc.Pod.Sidecar.Args(socket), "--dummy-fuse-path="+filepath.Join(sidecarBin, "dummy-fuse"))
 	plugin := filepath.Join(sidecarBin, "csi-plugin")
-	logPath := filepath.Join(b.dir, "containers", fmt.Sprintf("sidecar-%d.log", b.sidecarStarts))
+	s.mu.Lock()
+	inst := s.starts
+	s.starts++
+	s.mu.Unlock()
+	logPath := filepath.Join(b.dir, "containers", fmt.Sprintf("sidecar-%d.log", inst))
 	p, err := b.launch(initConfig{
 		Mounts: []initMount{
 			{Source: b.sidecarDir, Target: sidecarMount, Propagation: "rprivate"},
@@ -73,17 +109,16 @@ func (b *Backend) startSidecar() error {
 		_ = p.stop(time.Second)
 		return err
 	}
-	inst := b.sidecarStarts
-	b.sidecarStarts++
-	b.sidecar = p
+	out := make(chan struct{})
+	s.mu.Lock()
+	s.cur, s.out = p, out
+	s.mu.Unlock()
 	b.sidecarEvent(scenarios.KStarted, time.Time{}, fmt.Sprintf("pid %d, uid %d, %s", p.pid(), sidecarUser, strings.Join(args, " ")))
 	b.logf("sidecar#%d: started pid %d as uid %d: %s %s, log %s", inst, p.pid(), sidecarUser, plugin, strings.Join(args, " "), logPath)
 	go func() {
 		<-p.done
-		b.sidecarEvent(scenarios.KExited, p.exitTime, p.state.String())
+		b.sidecarEvent(scenarios.KExited, p.exitTime, fmt.Sprintf("sidecar#%d exited with code %d (%s)", inst, p.exitCode(), p.state))
 	}()
-	out := make(chan struct{})
-	b.sidecarOut = out
 	go func() {
 		defer close(out)
 		defer logR.Close()
@@ -98,7 +133,39 @@ func (b *Backend) startSidecar() error {
 	return nil
 }
 
+// superviseSidecar is kubelet's handling of the running native sidecar until ctx (the pod's) ends: whenever
+// it exits it is started again once the restart back-off allows, the first time at once (the real kubelet
+// started it again about 1 s after its FUSE server was killed: its next sync, v1.37.2 and v1.36.3).
+func (b *Backend) superviseSidecar(ctx context.Context) {
+	defer b.wg.Done()
+	s := b.sidecar
+	for {
+		p := s.current()
+		select {
+		case <-p.done:
+		case <-ctx.Done():
+			return // the pod's deletion or the teardown stops it
+		}
+		s.waitOutput()
+		for !s.bo.sync(p.exitTime, time.Now()) {
+			if scenarios.Sleep(ctx, s.bo.base) != nil {
+				return
+			}
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		if err := b.startSidecar(); err != nil {
+			b.logf("sidecar: restart failed: %v", err)
+			if scenarios.Sleep(ctx, s.bo.base) != nil {
+				return
+			}
+		}
+	}
+}
+
 // killSidecar sends SIGKILL to the sidecar container's init (PID 1 of its namespace: dummy-fuse dies with it).
+// Like a native sidecar's on a node, it does not stay down: superviseSidecar starts it again.
 func (b *Backend) killSidecar(ctx context.Context) error {
-	return b.killContainer(ctx, b.sidecar, "sidecar container", b.sidecarEvent)
+	return b.killContainer(ctx, b.sidecar.current(), "sidecar container", b.sidecarEvent)
 }
