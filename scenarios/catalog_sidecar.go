@@ -1,6 +1,12 @@
 package scenarios
 
-import "time"
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+)
 
 // SidecarDelay is how long sidecar-late holds its sidecar back.
 const SidecarDelay = time.Second
@@ -108,4 +114,73 @@ func sidecarScenarios() []Scenario {
 			},
 		},
 	}
+}
+
+// WithSidecarDelay returns the scenario with its FUSE sidecar held back by d instead (sidecar-late at another
+// delay), named <name>-<d>: the expectation that the first access waits for the sidecar is about d.
+func (s Scenario) WithSidecarDelay(d time.Duration) (Scenario, error) {
+	if s.Pod.Sidecar == nil {
+		return s, fmt.Errorf("scenario %s: the pod has no sidecar to hold back", s.Name)
+	}
+	if d < 0 {
+		return s, fmt.Errorf("scenario %s: negative sidecar delay %s", s.Name, d)
+	}
+	s.Name = fmt.Sprintf("%s-%s", s.Name, d)
+	s.Title = fmt.Sprintf("%s (sidecar delay %s)", s.Title, d)
+	sc := *s.Pod.Sidecar
+	sc.Delay = d
+	s.Pod.Sidecar = &sc
+	s.Expect = slices.Clone(s.Expect)
+	for i, e := range s.Expect {
+		if c, ok := e.Check.(BlocksUntilServed); ok {
+			c.Delay = d
+			s.Expect[i].Check = c
+		}
+	}
+	return s, nil
+}
+
+// VarySidecarDelay replaces each scenario of list whose FUSE sidecar is held back (sidecar-late) by one variant
+// per delay (WithSidecarDelay), to see how long the first access waits as the delay varies; the others stay.
+// It is an error when no scenario of list holds its sidecar back.
+func VarySidecarDelay(list []Scenario, delays []time.Duration) ([]Scenario, error) {
+	var out []Scenario
+	varied := false
+	for _, s := range list {
+		if s.Pod.Sidecar == nil || s.Pod.Sidecar.Delay <= 0 {
+			out = append(out, s)
+			continue
+		}
+		varied = true
+		for _, d := range delays {
+			v, err := s.WithSidecarDelay(d)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, v)
+		}
+	}
+	if !varied {
+		return nil, errors.New("no scenario selected holds its sidecar back (sidecar-late does)")
+	}
+	return out, nil
+}
+
+// ParseDelays parses a list of durations separated by commas or spaces ("0s,1s,3s").
+func ParseDelays(s string) ([]time.Duration, error) {
+	var out []time.Duration
+	for _, f := range strings.FieldsFunc(s, func(r rune) bool { return r == ',' || r == ' ' }) {
+		d, err := time.ParseDuration(f)
+		if err != nil {
+			return nil, err
+		}
+		if d < 0 {
+			return nil, fmt.Errorf("negative delay %s", d)
+		}
+		out = append(out, d)
+	}
+	if len(out) == 0 {
+		return nil, errors.New("no delay given")
+	}
+	return out, nil
 }

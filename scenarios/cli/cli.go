@@ -47,7 +47,9 @@ type config struct {
 	versionDependent bool
 	// kubeletVersion is the kubelet the local backend models.
 	kubeletVersion string
-	scenarios      []scenarios.Scenario
+	// sidecarDelays: run the scenarios that hold their sidecar back once per delay.
+	sidecarDelays string
+	scenarios     []scenarios.Scenario
 	// leftOut says, per scenario of "all" that the backend cannot run, why it is left out.
 	leftOut []string
 	// readIntervalSet: --read-interval was given (the kube backend has its own default).
@@ -92,6 +94,7 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	fl.BoolVar(&cfg.list, "list", false, "list the scenarios and exit")
 	fl.BoolVar(&cfg.versionDependent, "version-dependent", false, "with --list: only the names of the scenarios whose expected outcome depends on the kubelet version, one per line (for CI)")
 	fl.StringVar(&cfg.kubeletVersion, "kubelet-version", local.KubeletVersions[0], "local: the kubelet version to model ("+strings.Join(local.KubeletVersions, ", ")+", or its minor); the kube backend judges by the node's kubelet")
+	fl.StringVar(&cfg.sidecarDelays, "sidecar-delay", "", "run sidecar-late once per sidecar delay in this list (e.g. 0s,1s,3s; runs are named sidecar-late-<delay>), to see how long the first access waits as the delay varies")
 	fl.StringVar(&cfg.kube.Kubeconfig, "kubeconfig", "", "kube: kubeconfig file (default $KUBECONFIG, else ~/.kube/config)")
 	fl.StringVar(&cfg.kube.Context, "context", "", "kube: kubeconfig context (default: the current one)")
 	fl.StringVar(&cfg.kube.Image, "image", "", "kube: dummy-fuse-csi image already on the node (default: the tag of the last make image)")
@@ -127,6 +130,15 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	var err error
 	if cfg.scenarios, cfg.leftOut, err = selectFor(cfg.backend, fl.Args()); err != nil {
 		return cfg, &command.UsageError{Err: err}
+	}
+	if cfg.sidecarDelays != "" {
+		delays, err := scenarios.ParseDelays(cfg.sidecarDelays)
+		if err == nil {
+			cfg.scenarios, err = scenarios.VarySidecarDelay(cfg.scenarios, delays)
+		}
+		if err != nil {
+			return cfg, command.Usagef("--sidecar-delay: %v", err)
+		}
 	}
 	if cfg.binDir == "" {
 		exe, err := os.Executable()

@@ -35,6 +35,10 @@ func TestParse(t *testing.T) {
 		{args: []string{"sidecar-killed"}, code: -1, names: "sidecar-killed"},
 		{args: []string{"--backend=kube", "sidecar-killed"}, code: -1, names: "sidecar-killed"},
 		{args: []string{"--backend=kube", "all"}, code: -1, names: strings.Join(kubeNames(), ",")},
+		{args: []string{"--sidecar-delay=0s,3s", "restart", "sidecar-late"}, code: -1, names: "restart,sidecar-late-0s,sidecar-late-3s"},
+		{args: []string{"--sidecar-delay=3s", "restart"}, code: 2, out: "--sidecar-delay: no scenario selected holds its sidecar back"},
+		{args: []string{"--sidecar-delay=-1s", "sidecar-late"}, code: 2, out: "--sidecar-delay: negative delay"},
+		{args: []string{"--sidecar-delay=soon", "sidecar-late"}, code: 2, out: "--sidecar-delay: time: invalid duration"},
 	}
 	for _, tc := range cases {
 		var stdout, stderr bytes.Buffer
