@@ -10,8 +10,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
-
-	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
 )
 
 // instanceInfo is what the pod status says about one instance (0, 1, … = its restart count) of a container.
@@ -153,14 +151,17 @@ func (b *Backend) streamInstance(w *podWatch, pod, container string, n int, info
 		if !info.current {
 			return
 		}
-		// A followed stream ends when the container exits; if it still runs, the stream broke: resume.
-		p, deleted, _ := w.get()
-		if deleted || p == nil || !stillRunning(p, container, info.id) || attempt > 20 {
+		// A followed stream ends when the container exits; if it still runs, the stream broke: resume. The pod
+		// status learns of an exit up to a PLEG relist (1 s) later, and kubelet may have started the next
+		// instance by then (a native sidecar's restart comes at once), whose log a resumed stream would read as
+		// this one's: a stream is resumed only when the instance still runs 5 s after the stream ended.
+		_, err = w.await(b.ctx, 5*time.Second, func(p *corev1.Pod, deleted bool) bool {
+			return deleted || p == nil || !stillRunning(p, container, info.id)
+		})
+		if err == nil || b.ctx.Err() != nil || attempt > 20 {
 			return
 		}
-		if scenarios.Sleep(b.ctx, time.Second) != nil {
-			return
-		}
+		b.logf("logs %s %s#%d: the stream ended while it still runs: resumed", pod, container, n)
 	}
 }
 
