@@ -8,6 +8,13 @@ import (
 	"time"
 )
 
+// sidecarReleases is why the sidecar scenarios run on every kubelet release: the sidecar's start before the
+// containers and its restarts go through kubelet's handling of restartable init containers, which v1.37 changed
+// (computeInitContainerActions in pkg/kubelet/kuberuntime/kuberuntime_container.go decides whether the pod has
+// initialized from the current sandbox's containers only). v1.36.3 and v1.37.2 gave the same outcomes.
+const sidecarReleases = "kubelet v1.37 changed its handling of restartable init containers (computeInitContainerActions, " +
+	"pkg/kubelet/kuberuntime/kuberuntime_container.go), which starts and restarts the native sidecar"
+
 // SidecarDelay is how long sidecar-late holds its sidecar back.
 const SidecarDelay = time.Second
 
@@ -22,7 +29,8 @@ func sidecarScenarios() []Scenario {
 				"unprivileged sidecar serves the mount's /dev/fuse descriptor. Killing and restarting the plugin " +
 				"changes nothing for the workload: its descriptor, opened before the kill, keeps reading, and the " +
 				"host volume dir never dies, so nothing is mounted again.",
-			Plugin: Plugin{RestoreMounts: true, RestoreStrategy: StrategyRebind, FuseMode: FuseModeSidecar},
+			EveryRelease: sidecarReleases,
+			Plugin:       Plugin{RestoreMounts: true, RestoreStrategy: StrategyRebind, FuseMode: FuseModeSidecar},
 			Pod: Pod{RestartPolicy: RestartAlways, Sidecar: &Sidecar{}, Containers: []Container{
 				{Name: reader, ExitOnError: true, KeepOpen: true},
 			}},
@@ -45,7 +53,8 @@ func sidecarScenarios() []Scenario {
 			Shows: "Until the sidecar takes the descriptor and answers the kernel's INIT, every access to the mount " +
 				"blocks, stat included: the container runtime's stat of the volume dir before the workload's " +
 				"container starts waits for the sidecar, then the workload reads without ever seeing an error.",
-			Plugin: Plugin{FuseMode: FuseModeSidecar},
+			EveryRelease: sidecarReleases,
+			Plugin:       Plugin{FuseMode: FuseModeSidecar},
 			Pod: Pod{RestartPolicy: RestartAlways, Sidecar: &Sidecar{Delay: SidecarDelay}, Containers: []Container{
 				{Name: reader, ExitOnError: true, KeepOpen: false},
 			}},
@@ -65,7 +74,8 @@ func sidecarScenarios() []Scenario {
 			Shows: "The sidecar holds the only descriptor of the mount (the plugin closed its copy once sent): when " +
 				"it dies, the mount dies (ENOTCONN). Kubelet restarts the native sidecar, but it finds no socket and " +
 				"nothing to serve; the mount stays dead for the running container, which only a new pod would fix.",
-			Plugin: Plugin{FuseMode: FuseModeSidecar},
+			EveryRelease: sidecarReleases,
+			Plugin:       Plugin{FuseMode: FuseModeSidecar},
 			Pod: Pod{RestartPolicy: RestartAlways, Sidecar: &Sidecar{}, Containers: []Container{
 				{Name: reader, KeepOpen: false},
 			}},
@@ -92,7 +102,8 @@ func sidecarScenarios() []Scenario {
 			Shows: "What fixes sidecar-killed: deleting the pod (kubelet unpublishes and unstages its volume) and " +
 				"creating it again (a new pod UID, a new NodePublishVolume, a new descriptor for its new sidecar). " +
 				"The new pod's container reads again; the sidecar's restart before that did not help.",
-			Plugin: Plugin{FuseMode: FuseModeSidecar},
+			EveryRelease: sidecarReleases,
+			Plugin:       Plugin{FuseMode: FuseModeSidecar},
 			Pod: Pod{RestartPolicy: RestartAlways, Sidecar: &Sidecar{}, Containers: []Container{
 				{Name: reader, KeepOpen: false},
 			}},

@@ -284,6 +284,10 @@ type Scenario struct {
 	Expect []Expectation
 	// Note is shown in the report (e.g. how sure we are about an expected outcome).
 	Note string
+	// EveryRelease says why the scenario is to be checked on every kubelet release CI covers although its
+	// expected outcome is the same on all: the kubelet code it goes through differs between them. Empty: the
+	// newest release is enough, unless the outcome depends on the version (VersionDependent).
+	EveryRelease string
 	// Backends names the backends (Backend.Name) that can deploy the setup; empty means every backend.
 	// BackendsWhy says why the others cannot (yet).
 	Backends    []string
@@ -307,6 +311,12 @@ func (s *Scenario) VersionDependent() bool {
 		}
 	}
 	return false
+}
+
+// OnEveryRelease reports whether the scenario is to be run on every kubelet release CI covers: its outcome
+// depends on the version, or the kubelet code it goes through changed between releases (EveryRelease).
+func (s *Scenario) OnEveryRelease() bool {
+	return s.VersionDependent() || s.EveryRelease != ""
 }
 
 // ExpectFor returns the expectations that apply to a run on kubelet v.

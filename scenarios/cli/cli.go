@@ -43,8 +43,9 @@ type config struct {
 	backoffMax   time.Duration
 	keep         bool
 	list         bool
-	// versionDependent: --list shows only the scenarios whose expected outcome depends on the kubelet version.
-	versionDependent bool
+	// versionDependent: --list shows only the scenarios whose expected outcome depends on the kubelet version;
+	// everyRelease: only those to run on every kubelet release (scenarios.Scenario.OnEveryRelease).
+	versionDependent, everyRelease bool
 	// kubeletVersion is the kubelet the local backend models.
 	kubeletVersion string
 	// sidecarDelays: run the scenarios that hold their sidecar back once per delay.
@@ -71,7 +72,7 @@ func Run(ctx context.Context, args []string, streams command.Streams) error {
 		return err
 	}
 	if cfg.list {
-		return list(streams.Out, cfg.versionDependent)
+		return list(streams.Out, cfg.versionDependent, cfg.everyRelease)
 	}
 	// The first Ctrl-C lets the run clean up; a second one kills at once.
 	stop := context.AfterFunc(ctx, func() { signal.Reset(syscall.SIGINT, syscall.SIGTERM) })
@@ -92,7 +93,8 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	fl.DurationVar(&cfg.backoffMax, "backoff-max", 0, "container restart back-off cap (default 30 × base; kubelet: 5m)")
 	fl.BoolVar(&cfg.keep, "keep", false, "leave the plugin, the workload and the mounts up after the run, and print how to clean up")
 	fl.BoolVar(&cfg.list, "list", false, "list the scenarios and exit")
-	fl.BoolVar(&cfg.versionDependent, "version-dependent", false, "with --list: only the names of the scenarios whose expected outcome depends on the kubelet version, one per line (for CI)")
+	fl.BoolVar(&cfg.versionDependent, "version-dependent", false, "with --list: only the names of the scenarios whose expected outcome depends on the kubelet version, one per line")
+	fl.BoolVar(&cfg.everyRelease, "every-release", false, "with --list: only the names of the scenarios to run on every kubelet release, one per line (for CI): the version-dependent ones and those whose kubelet code changed between releases")
 	fl.StringVar(&cfg.kubeletVersion, "kubelet-version", local.KubeletVersions[0], "local: the kubelet version to model ("+strings.Join(local.KubeletVersions, ", ")+", or its minor); the kube backend judges by the node's kubelet")
 	fl.StringVar(&cfg.sidecarDelays, "sidecar-delay", "", "run sidecar-late once per sidecar delay in this list (e.g. 0s,1s,3s; runs are named sidecar-late-<delay>), to see how long the first access waits as the delay varies")
 	fl.StringVar(&cfg.kube.Kubeconfig, "kubeconfig", "", "kube: kubeconfig file (default $KUBECONFIG, else ~/.kube/config)")
@@ -112,8 +114,8 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	if cfg.list {
 		return cfg, nil
 	}
-	if cfg.versionDependent {
-		return cfg, command.Usagef("--version-dependent goes with --list")
+	if cfg.versionDependent || cfg.everyRelease {
+		return cfg, command.Usagef("--version-dependent and --every-release go with --list")
 	}
 	if _, err := local.ModelledKubelet(cfg.kubeletVersion); err != nil {
 		return cfg, command.Usagef("--kubelet-version: %v", err)
@@ -184,16 +186,20 @@ func runnable(backend string, scs []scenarios.Scenario, all bool) (run []scenari
 }
 
 // list prints the catalog: name, title and, for a scenario whose outcome depends on the kubelet version, the
-// kubelet ranges it distinguishes; with versionDependent only the names of those, one per line.
-func list(w io.Writer, versionDependent bool) error {
+// kubelet ranges it distinguishes; with versionDependent or everyRelease only the names of those scenarios
+// (or of those to run on every release), one per line.
+func list(w io.Writer, versionDependent, everyRelease bool) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	for _, s := range scenarios.Catalog() {
 		switch {
-		case versionDependent && s.VersionDependent():
-			fmt.Fprintln(tw, s.Name)
-		case versionDependent:
+		case versionDependent || everyRelease:
+			if (versionDependent && s.VersionDependent()) || (everyRelease && s.OnEveryRelease()) {
+				fmt.Fprintln(tw, s.Name)
+			}
 		case s.VersionDependent():
 			fmt.Fprintf(tw, "%s\t%s\t(outcome depends on the kubelet version: %s)\n", s.Name, s.Title, strings.Join(kubeletRanges(&s), ", "))
+		case s.EveryRelease != "":
+			fmt.Fprintf(tw, "%s\t%s\t(run on every kubelet release: %s)\n", s.Name, s.Title, s.EveryRelease)
 		default:
 			fmt.Fprintf(tw, "%s\t%s\n", s.Name, s.Title)
 		}

@@ -31,7 +31,8 @@ func TestParse(t *testing.T) {
 		{args: []string{"--list"}, code: 0, out: "depends on the kubelet version: kubelet < v1.37, kubelet ≥ v1.37"},
 		{args: []string{"--kubelet-version=v1.36", "subpath"}, code: -1, names: "subpath"},
 		{args: []string{"--kubelet-version=v1.35.4", "subpath"}, code: 2, out: "does not model kubelet v1.35.4"},
-		{args: []string{"--version-dependent", "subpath"}, code: 2, out: "goes with --list"},
+		{args: []string{"--version-dependent", "subpath"}, code: 2, out: "go with --list"},
+		{args: []string{"--every-release", "subpath"}, code: 2, out: "go with --list"},
 		{args: []string{"sidecar-killed"}, code: -1, names: "sidecar-killed"},
 		{args: []string{"--backend=kube", "sidecar-killed"}, code: -1, names: "sidecar-killed"},
 		{args: []string{"--backend=kube", "all"}, code: -1, names: strings.Join(kubeNames(), ",")},
@@ -107,19 +108,24 @@ func TestAllLeavesOut(t *testing.T) {
 }
 
 // TestListVersionDependent: CI reads the names of the scenarios to run on a second kubelet version from
-// --list --version-dependent, one per line and nothing else.
+// --list --every-release, one per line and nothing else; --version-dependent names those whose outcome differs.
 func TestListVersionDependent(t *testing.T) {
-	var stdout, stderr bytes.Buffer
-	if err := Run(context.Background(), []string{"--list", "--version-dependent"}, command.Streams{Out: &stdout, Err: &stderr}); err != nil {
-		t.Fatalf("%v: %s", err, stderr.String())
-	}
-	var want []string
-	for _, sc := range scenarios.Catalog() {
-		if sc.VersionDependent() {
-			want = append(want, sc.Name+"\n")
+	for flag, want := range map[string]func(*scenarios.Scenario) bool{
+		"--version-dependent": (*scenarios.Scenario).VersionDependent,
+		"--every-release":     (*scenarios.Scenario).OnEveryRelease,
+	} {
+		var stdout, stderr bytes.Buffer
+		if err := Run(context.Background(), []string{"--list", flag}, command.Streams{Out: &stdout, Err: &stderr}); err != nil {
+			t.Fatalf("%s: %v: %s", flag, err, stderr.String())
 		}
-	}
-	if len(want) == 0 || stdout.String() != strings.Join(want, "") {
-		t.Errorf("output %q, want %q", stdout.String(), strings.Join(want, ""))
+		var names []string
+		for _, sc := range scenarios.Catalog() {
+			if want(&sc) {
+				names = append(names, sc.Name+"\n")
+			}
+		}
+		if len(names) == 0 || stdout.String() != strings.Join(names, "") {
+			t.Errorf("%s: output %q, want %q", flag, stdout.String(), strings.Join(names, ""))
+		}
 	}
 }

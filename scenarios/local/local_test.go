@@ -113,12 +113,12 @@ func run(t *testing.T, ctx context.Context, b *Backend, sc scenarios.Scenario, d
 }
 
 // TestScenarios runs every scenario of the catalog on the local backend modelling the newest kubelet, and the
-// scenarios whose outcome depends on the kubelet version on every other modelled kubelet as well; each expected
-// outcome for that kubelet must hold.
+// scenarios to check on every release (their outcome or the kubelet code under them depends on the version) on
+// every other modelled kubelet as well; each expected outcome for that kubelet must hold.
 func TestScenarios(t *testing.T) {
 	for i, kv := range KubeletVersions {
 		for _, sc := range scenarios.Catalog() {
-			if i > 0 && !sc.VersionDependent() {
+			if i > 0 && !sc.OnEveryRelease() {
 				continue
 			}
 			t.Run(kv+"/"+sc.Name, func(t *testing.T) {
