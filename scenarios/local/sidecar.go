@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/fusemode"
@@ -48,30 +47,8 @@ func (b *Backend) makeSidecarVolume() error {
 // the pod's containers, started again whenever it exits (restartPolicy: Always) after the container restart
 // back-off, for the life of the pod.
 type sidecarCtr struct {
-	mu     sync.Mutex
-	cur    *proc
-	starts int           // instances started so far (for their log files)
-	out    chan struct{} // closed when the current instance's output is fully read
-	bo     restartBackoff
-}
-
-func (s *sidecarCtr) current() *proc {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.cur
-}
-
-// waitOutput waits (at most 2 s) until the current instance's output is read.
-func (s *sidecarCtr) waitOutput() {
-	s.mu.Lock()
-	out := s.out
-	s.mu.Unlock()
-	if out != nil {
-		select {
-		case <-out:
-		case <-time.After(2 * time.Second):
-		}
-	}
+	instances
+	bo restartBackoff
 }
 
 // sidecarEvent records an event of the sidecar container's lifecycle.
@@ -111,7 +88,7 @@ func (b *Backend) startSidecar() error {
 	}
 	out := make(chan struct{})
 	s.mu.Lock()
-	s.cur, s.out = p, out
+	s.cur, s.output = p, out
 	s.mu.Unlock()
 	b.sidecarEvent(scenarios.KStarted, time.Time{}, fmt.Sprintf("pid %d, uid %d, %s", p.pid(), sidecarUser, strings.Join(args, " ")))
 	b.logf("sidecar#%d: started pid %d as uid %d: %s %s, log %s", inst, p.pid(), sidecarUser, plugin, strings.Join(args, " "), logPath)
