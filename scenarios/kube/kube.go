@@ -8,6 +8,11 @@
 //   - Killing the plugin keeps the plugin DaemonSet off the node (a nodeSelector no node matches) and deletes
 //     the plugin pod with grace period 0, like the original demo's `kubectl delete pod`; starting it lifts the
 //     nodeSelector and waits until the DaemonSet's new pod logs "Ready".
+//   - In the plugin's sidecar mode (chart fuseMode) the pod has the native FUSE sidecar of
+//     manifests/pod-sidecar.yaml. Killing it execs `csi-plugin sidecar-crash` in it (its FUSE server dies as in
+//     a crash, the container with it); kubelet starts it again by itself, and starting it waits for that
+//     (sidecar.go). Killing the pod deletes it and waits until kubelet unpublished and unstaged its volume;
+//     starting it creates it again, a new pod UID (pod.go).
 //   - Evidence comes from watches and log streams, never from polling: the workload containers' logs,
 //     followed per container instance (kubelet keeps only the previous one); the pod's container statuses
 //     (starts, exits, exit codes); the pod's Events (start failures with kubelet's message, back-off);

@@ -1,6 +1,7 @@
 package kube
 
 import (
+	"context"
 	"slices"
 	"strings"
 	"testing"
@@ -93,6 +94,27 @@ func TestInstanceOf(t *testing.T) {
 		} else if tc.termID != "" {
 			t.Errorf("%s: no termination, want %q's", tc.name, tc.termID)
 		}
+	}
+}
+
+// TestSidecarInstances: a native sidecar's restarts are in initContainerStatuses, and its instances are found
+// there like a container's.
+func TestSidecarInstances(t *testing.T) {
+	p := &corev1.Pod{Status: corev1.PodStatus{
+		ContainerStatuses: []corev1.ContainerStatus{{Name: "reader", ContainerID: "r0",
+			State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}},
+		InitContainerStatuses: []corev1.ContainerStatus{{Name: "dummy-fuse-sidecar", ContainerID: "s1", RestartCount: 1,
+			State:                corev1.ContainerState{Running: &corev1.ContainerStateRunning{}},
+			LastTerminationState: corev1.ContainerState{Terminated: term("s0", 137, "Error")}}},
+	}}
+	if info, ok := instanceOf(p, "dummy-fuse-sidecar", 0); !ok || !info.previous || info.term == nil || info.term.ExitCode != 137 {
+		t.Errorf("the killed sidecar instance: %+v, %t", info, ok)
+	}
+	if info, ok := instanceOf(p, "dummy-fuse-sidecar", 1); !ok || !info.current || info.id != "s1" {
+		t.Errorf("the restarted sidecar instance: %+v, %t", info, ok)
+	}
+	if terminationOf(p, "dummy-fuse-sidecar", "s0") == nil || !stillRunning(p, "dummy-fuse-sidecar", "s1") {
+		t.Error("the sidecar's termination and its running instance are not found")
 	}
 }
 
@@ -319,5 +341,28 @@ func TestRestartBackoffMax(t *testing.T) {
 	}
 	if _, _, err := restartBackoffMax([]byte("<html>")); err == nil {
 		t.Error("a non-JSON answer must be an error")
+	}
+}
+
+// TestUnstageWatchReset: after the pod component's deletion was unstaged, the teardown waits for another
+// NodeUnstageVolume, the new pod's.
+func TestUnstageWatchReset(t *testing.T) {
+	u := newUnstageWatch()
+	unstage := func(id string) {
+		u.observe("plugin#0", "[ID:"+id+"] GRPC call: /csi.v1.Node/NodeUnstageVolume", "vol")
+		u.observe("plugin#0", "[ID:"+id+`] GRPC request: {"volume_id":"vol"}`, "vol")
+		u.observe("plugin#0", "[ID:"+id+"] GRPC response: {}", "vol")
+	}
+	unstage("1")
+	if err := u.wait(context.Background(), time.Second); err != nil {
+		t.Fatalf("the first unstage: %v", err)
+	}
+	u.reset()
+	if err := u.wait(context.Background(), 50*time.Millisecond); err == nil {
+		t.Fatal("after reset, the old unstage still counts")
+	}
+	unstage("2")
+	if err := u.wait(context.Background(), time.Second); err != nil {
+		t.Fatalf("the second unstage: %v", err)
 	}
 }
