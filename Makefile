@@ -99,7 +99,7 @@ soak-keeper: ## keeper mode: DFC_SOAK_KILLS (50) random kills of one component u
 # Scenarios on a real cluster (scenarios/kube; scenarios/README.md, "Kubernetes backend")
 ################################################################################
 .PHONY: test-kube ci-kube
-test-kube: ## the catalog as e2e-framework go tests against $KUBECONFIG's cluster (DFC_SCENARIOS="subpath": only those)
+test-kube: ## the catalog as e2e-framework go tests against $KUBECONFIG's cluster (DFC_SCENARIOS="subpath": only those; DFC_SIDECAR_DELAYS="0s 3s": sidecar-late per delay)
 	DFC_KUBE_E2E=1 go test -count=1 -timeout 60m -v ./scenarios/kube/e2e/
 
 ci-kube: ## CI: the catalog on two kubelet releases (hack/ci-kube.sh), one cluster at a time, always cluster-down

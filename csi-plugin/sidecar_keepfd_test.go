@@ -7,6 +7,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 
@@ -68,6 +69,20 @@ func TestSidecarKeepFD(t *testing.T) {
 	sc.kill()
 	sc = e.startSidecar("vol-1", "pod-a")
 	readsOn(t, "after the sidecar was killed and started again", keep, reopen)
+
+	// Its FUSE server alone dies (csi-plugin sidecar-crash does this on a cluster): the sidecar exits with it,
+	// as without a kept copy, and the next instance takes the connection over.
+	waitFor(t, "the sidecar's FUSE server", func() bool { return len(childrenOf(t, sc.cmd.Process.Pid)) == 1 })
+	if err := syscall.Kill(childrenOf(t, sc.cmd.Process.Pid)[0], syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-sc.exited:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the sidecar lives on without its FUSE server:\n%s", sc.logs.String())
+	}
+	sc = e.startSidecar("vol-1", "pod-a")
+	readsOn(t, "after the sidecar's FUSE server was killed and the sidecar started again", keep, reopen)
 
 	p.kill()
 	p = e.start(args...)

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `make ci-kube`: the scenario catalog on the real kubelets of two Kubernetes releases, one cluster at a time.
 # The newest release runs every scenario; the newest release before kubelet's subPath repair runs only the
-# scenarios whose expected outcome depends on the kubelet version. For each release: make cluster-build
+# scenarios to check on every release: those whose expected outcome depends on the kubelet version, and those
+# whose kubelet code changed between the two (the native sidecar's). For each release: make cluster-build
 # (compiles it from Go module source the first time, cached after), make cluster-up (installs the Debian
 # packages the cluster needs, builds and imports the images), make test-kube with every skip a failure, and
 # make cluster-down, which also runs after a failure or an interrupt. Prints each step's duration and the
@@ -14,16 +15,16 @@ cd "$(dirname "$0")/.."
 # shellcheck source=hack/cluster/lib.sh
 source hack/cluster/lib.sh
 
-# The scenarios whose expected outcome depends on the kubelet version: the catalog says which (with the kubelet
-# code and PRs behind each outcome).
-VERSION_DEPENDENT_SCENARIOS=$(go run ./scenarios/cmd/dfc-scenario --list --version-dependent | xargs)
-[ -n "$VERSION_DEPENDENT_SCENARIOS" ] || die "the catalog names no version-dependent scenario"
+# The scenarios to check on every release: the catalog says which and why (the kubelet code and PRs behind each
+# version-dependent outcome, the kubelet code that changed under the others).
+EVERY_RELEASE_SCENARIOS=$(go run ./scenarios/cmd/dfc-scenario --list --every-release | xargs)
+[ -n "$EVERY_RELEASE_SCENARIOS" ] || die "the catalog names no scenario to run on every release"
 # The newest release without kubelet's subPath repair: v1.37 unmounts and binds again a subPath bind that
 # points at a dead FUSE connection (prepareSubpathTarget in pkg/volume/util/subpath/subpath_linux.go,
 # kubernetes PRs #138856 and #139275).
 OLDER_K8S_VERSION=v1.36.3
 # RELEASE=SCENARIOS, one cluster each, in this order; no scenarios = the whole catalog.
-RUNS=("$K8S_DEFAULT_VERSION=" "$OLDER_K8S_VERSION=$VERSION_DEPENDENT_SCENARIOS")
+RUNS=("$K8S_DEFAULT_VERSION=" "$OLDER_K8S_VERSION=$EVERY_RELEASE_SCENARIOS")
 
 MAKE=${MAKE:-make}
 need_root "the cluster runs kubelet and containerd on this machine"

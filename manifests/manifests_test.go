@@ -223,26 +223,7 @@ func catalogSetups(t *testing.T) map[string]scenarioWant {
 		if sc.Pod.RestartPolicy != scenarios.RestartAlways {
 			t.Errorf("scenario %s: restart policy %s; the manifests only use Always", sc.Name, sc.Pod.RestartPolicy)
 		}
-		var sets []string
-		if !sc.Plugin.RestoreMounts {
-			sets = append(sets, "csi.plugin.restoreMounts=false")
-		}
-		if sc.Plugin.RestoreStrategy != "" && sc.Plugin.RestoreStrategy != scenarios.StrategyRebind {
-			sets = append(sets, "csi.plugin.restoreStrategy="+sc.Plugin.RestoreStrategy)
-		}
-		if sc.Plugin.FuseMode != "" && sc.Plugin.FuseMode != scenarios.FuseModeChild {
-			sets = append(sets, "csi.plugin.fuseMode="+sc.Plugin.FuseMode)
-		}
-		if sc.Plugin.SidecarKeepFD {
-			sets = append(sets, "sidecar.keepFd=true")
-		}
-		if sc.Plugin.Keeper.DirectIO {
-			sets = append(sets, "csi.plugin.directIO=true")
-		}
-		if d := sc.Plugin.Keeper.ReadLatency; d > 0 {
-			sets = append(sets, "keeper.readLatency="+d.String())
-		}
-		w := scenarioWant{chartValues: strings.Join(sets, ","), containers: map[string]containerSetup{}}
+		w := scenarioWant{chartValues: strings.Join(sc.Plugin.ChartSets(), ","), containers: map[string]containerSetup{}}
 		for _, c := range sc.Pod.Containers {
 			w.containers[c.Name] = containerSetup{
 				exitOnError: c.ExitOnError, keepOpen: c.KeepOpen, propagation: corev1.MountPropagationMode(c.Prop()),

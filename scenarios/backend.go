@@ -42,7 +42,8 @@ type Backend interface {
 	// servers die with it), and records KKilled. It returns once c is gone, and c must stay down until Start:
 	// the steps in between (e.g. "wait until a start of the container fails") rely on it. A DaemonSet
 	// recreates a deleted pod at once, so a Kubernetes backend keeps it off the node first and undoes that in
-	// Start. A component the backend does not have is an error.
+	// Start. The exception is the pod's native sidecar, which kubelet starts again by itself: every backend
+	// lets that happen, and Start waits for it. A component the backend does not have is an error.
 	Kill(ctx context.Context, c Component) error
 	// Start starts component c again with the same configuration and state and returns once it serves
 	// (KReady). Like kubelet, no backend calls NodeStage/NodePublish again for volumes kubelet believes
@@ -76,8 +77,9 @@ const (
 	// PluginContainer is the CSI node plugin container; the FUSE servers it runs die with it.
 	PluginContainer Component = "plugin"
 	// SidecarContainer is the pod's FUSE sidecar (Pod.Sidecar), which serves the mount's /dev/fuse descriptor
-	// in the plugin's sidecar mode. Like kubelet with a native sidecar, Start starts it again and returns once
-	// it runs; it serves only if the plugin has a descriptor for it, and KReady says when it received one.
+	// in the plugin's sidecar mode. Kill kills its FUSE server as a crash does (the container exits with it);
+	// kubelet starts a native sidecar again by itself (the first time at once), so Start only waits until it
+	// runs again. It serves only if the plugin has a descriptor for it, and KReady says when it received one.
 	SidecarContainer Component = "sidecar"
 	// WorkloadPod is the workload pod as a whole. Kill deletes it the way kubelet tears a deleted pod down (its
 	// containers stopped, then NodeUnpublishVolume and NodeUnstageVolume); Start creates it again, as its
@@ -111,8 +113,8 @@ var components = map[Component]componentText{
 	},
 	SidecarContainer: {
 		noun:  "sidecar container",
-		kill:  "kill the pod's FUSE sidecar container (SIGKILL; the dummy-fuse serving the mount dies with it)",
-		start: "start the sidecar container again, as kubelet restarts a native sidecar",
+		kill:  "kill the pod's FUSE sidecar container (SIGKILL of the dummy-fuse serving the mount; the container exits with it)",
+		start: "wait until kubelet has started the native sidecar again (it does so by itself)",
 		ready: "sidecar received the FUSE descriptor",
 	},
 	KeeperContainer: {

@@ -1,13 +1,19 @@
 package scenarios
 
-import "time"
-
-// The sidecar scenarios' backends: the Kubernetes backend deploys neither the plugin's sidecar mode nor a pod
-// with the FUSE sidecar yet.
-var (
-	sidecarBackends    = []string{BackendLocal}
-	sidecarBackendsWhy = "the kube backend cannot deploy the plugin's sidecar mode and a pod with the FUSE sidecar yet"
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
 )
+
+// sidecarReleases is why the sidecar scenarios run on every kubelet release: the sidecar's start before the
+// containers and its restarts go through kubelet's handling of restartable init containers, which v1.37 changed
+// (computeInitContainerActions in pkg/kubelet/kuberuntime/kuberuntime_container.go decides whether the pod has
+// initialized from the current sandbox's containers only). v1.36.3 and v1.37.2 gave the same outcomes.
+const sidecarReleases = "kubelet v1.37 changed its handling of restartable init containers (computeInitContainerActions, " +
+	"pkg/kubelet/kuberuntime/kuberuntime_container.go), which starts and restarts the native sidecar"
 
 // SidecarDelay is how long sidecar-late holds its sidecar back.
 const SidecarDelay = time.Second
@@ -23,7 +29,8 @@ func sidecarScenarios() []Scenario {
 				"unprivileged sidecar serves the mount's /dev/fuse descriptor. Killing and restarting the plugin " +
 				"changes nothing for the workload: its descriptor, opened before the kill, keeps reading, and the " +
 				"host volume dir never dies, so nothing is mounted again.",
-			Plugin: Plugin{RestoreMounts: true, RestoreStrategy: StrategyRebind, FuseMode: FuseModeSidecar},
+			EveryRelease: sidecarReleases,
+			Plugin:       Plugin{RestoreMounts: true, RestoreStrategy: StrategyRebind, FuseMode: FuseModeSidecar},
 			Pod: Pod{RestartPolicy: RestartAlways, Sidecar: &Sidecar{}, Containers: []Container{
 				{Name: reader, ExitOnError: true, KeepOpen: true},
 			}},
@@ -39,7 +46,6 @@ func sidecarScenarios() []Scenario {
 				{Check: NeverFails{C: reader, After: AfterPluginBack, Reads: 5}},
 				{Check: VolumeDirAlive{}},
 			},
-			Backends: sidecarBackends, BackendsWhy: sidecarBackendsWhy,
 		},
 		{
 			Name:  "sidecar-late",
@@ -47,7 +53,8 @@ func sidecarScenarios() []Scenario {
 			Shows: "Until the sidecar takes the descriptor and answers the kernel's INIT, every access to the mount " +
 				"blocks, stat included: the container runtime's stat of the volume dir before the workload's " +
 				"container starts waits for the sidecar, then the workload reads without ever seeing an error.",
-			Plugin: Plugin{FuseMode: FuseModeSidecar},
+			EveryRelease: sidecarReleases,
+			Plugin:       Plugin{FuseMode: FuseModeSidecar},
 			Pod: Pod{RestartPolicy: RestartAlways, Sidecar: &Sidecar{Delay: SidecarDelay}, Containers: []Container{
 				{Name: reader, ExitOnError: true, KeepOpen: false},
 			}},
@@ -60,7 +67,6 @@ func sidecarScenarios() []Scenario {
 				{Check: NeverFails{C: reader, After: FromStart, Reads: 3}},
 				{Check: VolumeDirAlive{}},
 			},
-			Backends: sidecarBackends, BackendsWhy: sidecarBackendsWhy,
 		},
 		{
 			Name:  "sidecar-killed",
@@ -68,7 +74,8 @@ func sidecarScenarios() []Scenario {
 			Shows: "The sidecar holds the only descriptor of the mount (the plugin closed its copy once sent): when " +
 				"it dies, the mount dies (ENOTCONN). Kubelet restarts the native sidecar, but it finds no socket and " +
 				"nothing to serve; the mount stays dead for the running container, which only a new pod would fix.",
-			Plugin: Plugin{FuseMode: FuseModeSidecar},
+			EveryRelease: sidecarReleases,
+			Plugin:       Plugin{FuseMode: FuseModeSidecar},
 			Pod: Pod{RestartPolicy: RestartAlways, Sidecar: &Sidecar{}, Containers: []Container{
 				{Name: reader, KeepOpen: false},
 			}},
@@ -88,7 +95,6 @@ func sidecarScenarios() []Scenario {
 				{Check: Restarts{C: reader, Min: 0, Max: 0}},
 				{Check: VolumeDir{Errno: "ENOTCONN", After: AfterRestart}},
 			},
-			Backends: sidecarBackends, BackendsWhy: sidecarBackendsWhy,
 		},
 		{
 			Name:  "sidecar-new-pod",
@@ -96,7 +102,8 @@ func sidecarScenarios() []Scenario {
 			Shows: "What fixes sidecar-killed: deleting the pod (kubelet unpublishes and unstages its volume) and " +
 				"creating it again (a new pod UID, a new NodePublishVolume, a new descriptor for its new sidecar). " +
 				"The new pod's container reads again; the sidecar's restart before that did not help.",
-			Plugin: Plugin{FuseMode: FuseModeSidecar},
+			EveryRelease: sidecarReleases,
+			Plugin:       Plugin{FuseMode: FuseModeSidecar},
 			Pod: Pod{RestartPolicy: RestartAlways, Sidecar: &Sidecar{}, Containers: []Container{
 				{Name: reader, KeepOpen: false},
 			}},
@@ -116,7 +123,6 @@ func sidecarScenarios() []Scenario {
 				{Check: NoGoodReadUntil{C: reader, Component: WorkloadPod}},
 				{Check: Recovers{C: reader, Instance: NewInstance}},
 			},
-			Backends: sidecarBackends, BackendsWhy: sidecarBackendsWhy,
 		},
 		{
 			Name:  "sidecar-keep-fd",
@@ -140,7 +146,76 @@ func sidecarScenarios() []Scenario {
 				{Check: NeverFails{C: reader, After: AfterKill, Reads: 10}},
 				{Check: VolumeDirAlive{}},
 			},
-			Backends: sidecarBackends, BackendsWhy: sidecarBackendsWhy,
+			EveryRelease: sidecarReleases,
 		},
 	}
+}
+
+// WithSidecarDelay returns the scenario with its FUSE sidecar held back by d instead (sidecar-late at another
+// delay), named <name>-<d>: the expectation that the first access waits for the sidecar is about d.
+func (s Scenario) WithSidecarDelay(d time.Duration) (Scenario, error) {
+	if s.Pod.Sidecar == nil {
+		return s, fmt.Errorf("scenario %s: the pod has no sidecar to hold back", s.Name)
+	}
+	if d < 0 {
+		return s, fmt.Errorf("scenario %s: negative sidecar delay %s", s.Name, d)
+	}
+	s.Name = fmt.Sprintf("%s-%s", s.Name, d)
+	s.Title = fmt.Sprintf("%s (sidecar delay %s)", s.Title, d)
+	sc := *s.Pod.Sidecar
+	sc.Delay = d
+	s.Pod.Sidecar = &sc
+	s.Expect = slices.Clone(s.Expect)
+	for i, e := range s.Expect {
+		if c, ok := e.Check.(BlocksUntilServed); ok {
+			c.Delay = d
+			s.Expect[i].Check = c
+		}
+	}
+	return s, nil
+}
+
+// VarySidecarDelay replaces each scenario of list whose FUSE sidecar is held back (sidecar-late) by one variant
+// per delay (WithSidecarDelay), to see how long the first access waits as the delay varies; the others stay.
+// It is an error when no scenario of list holds its sidecar back.
+func VarySidecarDelay(list []Scenario, delays []time.Duration) ([]Scenario, error) {
+	var out []Scenario
+	varied := false
+	for _, s := range list {
+		if s.Pod.Sidecar == nil || s.Pod.Sidecar.Delay <= 0 {
+			out = append(out, s)
+			continue
+		}
+		varied = true
+		for _, d := range delays {
+			v, err := s.WithSidecarDelay(d)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, v)
+		}
+	}
+	if !varied {
+		return nil, errors.New("no scenario selected holds its sidecar back (sidecar-late does)")
+	}
+	return out, nil
+}
+
+// ParseDelays parses a list of durations separated by commas or spaces ("0s,1s,3s").
+func ParseDelays(s string) ([]time.Duration, error) {
+	var out []time.Duration
+	for _, f := range strings.FieldsFunc(s, func(r rune) bool { return r == ',' || r == ' ' }) {
+		d, err := time.ParseDuration(f)
+		if err != nil {
+			return nil, err
+		}
+		if d < 0 {
+			return nil, fmt.Errorf("negative delay %s", d)
+		}
+		out = append(out, d)
+	}
+	if len(out) == 0 {
+		return nil, errors.New("no delay given")
+	}
+	return out, nil
 }

@@ -587,33 +587,28 @@ func (c BlocksUntilServed) Label() string { return "until " + c.C + " reads" }
 func (c BlocksUntilServed) Containers() []string { return names(c.C) }
 
 func (c BlocksUntilServed) Eval(ev *Evidence, _ Timing) Result {
-	isSidecar := func(k Kind) func(Event) bool {
-		return func(e Event) bool { return e.Component == SidecarContainer && e.Kind == k }
-	}
-	started, ok := ev.First(time.Time{}, isSidecar(KStarted))
-	if !ok {
+	started, served, first := ev.SidecarServes(c.C)
+	switch {
+	case started.IsZero():
 		return Result{Why: "no start of the sidecar in the evidence"}
-	}
-	served, ok := ev.First(started.Time, isSidecar(KReady))
-	if !ok {
+	case served.IsZero():
 		return Result{Why: "the sidecar never received the descriptor"}
 	}
 	if f, ok := ev.First(time.Time{}, IsFailure(c.C)); ok {
 		return Result{Why: "it failed: " + cite(ev, f)}
 	}
-	first, ok := ev.First(time.Time{}, func(e Event) bool { return e.Container == c.C && e.IsGoodRead() })
-	if !ok {
+	if first.IsZero() {
 		return Result{Why: fmt.Sprintf("no good read of %s", c.C)}
 	}
 	why := fmt.Sprintf("sidecar started at %s, served %.3fs later; %s's first good read %.3fs after the sidecar started",
-		ev.Since(started.Time), served.Time.Sub(started.Time).Seconds(), c.C, first.Time.Sub(started.Time).Seconds())
+		ev.Since(started), served.Sub(started).Seconds(), c.C, first.Sub(started).Seconds())
 	if s, ok := ev.First(time.Time{}, func(e Event) bool { return e.Container == c.C && e.Kind == KContainerStarted }); ok {
-		why += fmt.Sprintf(" (its container started %.3fs after the sidecar)", s.Time.Sub(started.Time).Seconds())
+		why += fmt.Sprintf(" (its container started %.3fs after the sidecar)", s.Time.Sub(started).Seconds())
 	}
 	switch {
-	case first.Time.Before(served.Time):
+	case first.Before(served):
 		return Result{Why: why + ": it read before the sidecar served"}
-	case first.Time.Sub(started.Time) < c.Delay:
+	case first.Sub(started) < c.Delay:
 		return Result{Why: why + fmt.Sprintf(": sooner than the sidecar's delay %s", c.Delay)}
 	}
 	return Result{OK: true, Why: why}

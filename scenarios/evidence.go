@@ -266,6 +266,10 @@ type Measures struct {
 	// Stall is the longest open or read of any container that ended after the kill: how long a component's
 	// death kept a workload waiting where it did not fail (0 without a kill).
 	Stall time.Duration
+	// SidecarToServe and SidecarToRead (pods with a FUSE sidecar): the sidecar's first start → it received the
+	// descriptor, and → the first container's first good read; until then every access to the mount waited
+	// (sidecar-late). 0 if it did not happen.
+	SidecarToServe, SidecarToRead time.Duration
 	// Wall is the whole run, setup and teardown included (set by the runner).
 	Wall time.Duration
 }
@@ -273,6 +277,14 @@ type Measures struct {
 // Measure computes the measures for the pod's first container, primary.
 func (ev *Evidence) Measure(primary string) Measures {
 	var m Measures
+	if started, served, read := ev.SidecarServes(primary); !started.IsZero() {
+		if !served.IsZero() {
+			m.SidecarToServe = served.Sub(started)
+		}
+		if !read.IsZero() {
+			m.SidecarToRead = read.Sub(started)
+		}
+	}
 	k, ok := ev.KillTime()
 	if !ok {
 		return m
@@ -294,6 +306,26 @@ func (ev *Evidence) Measure(primary string) Measures {
 		}
 	}
 	return m
+}
+
+// SidecarServes returns the first start of the pod's FUSE sidecar, when it first received the descriptor after
+// that, and container c's first good read in the run; a zero time for what did not happen.
+func (ev *Evidence) SidecarServes(c string) (started, served, read time.Time) {
+	isSidecar := func(k Kind) func(Event) bool {
+		return func(e Event) bool { return e.Component == SidecarContainer && e.Kind == k }
+	}
+	s, ok := ev.First(time.Time{}, isSidecar(KStarted))
+	if !ok {
+		return
+	}
+	started = s.Time
+	if e, ok := ev.First(started, isSidecar(KReady)); ok {
+		served = e.Time
+	}
+	if e, ok := ev.First(time.Time{}, func(e Event) bool { return e.Container == c && e.IsGoodRead() }); ok {
+		read = e.Time
+	}
+	return
 }
 
 // ParseWorkloadLine turns one line of the workload's JSON log (a workload.Record) into an event of container c,

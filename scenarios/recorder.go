@@ -2,6 +2,7 @@ package scenarios
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"sync"
 	"time"
@@ -60,6 +61,39 @@ func (r *Recorder) Count(f func(Event) bool) int {
 		}
 	}
 	return n
+}
+
+// AwaitRestart waits until component c has started again after its last kill (a KStarted after its last
+// KKilled), at most timeout: for a component that its platform starts again by itself, as kubelet does a native
+// sidecar.
+func (r *Recorder) AwaitRestart(ctx context.Context, c Component, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		var killed, started time.Time
+		r.mu.Lock()
+		for _, e := range r.events {
+			switch {
+			case e.Component != c:
+			case e.Kind == KKilled && e.Time.After(killed):
+				killed = e.Time
+			case e.Kind == KStarted && e.Time.After(started):
+				started = e.Time
+			}
+		}
+		r.mu.Unlock()
+		if killed.IsZero() {
+			return fmt.Errorf("the %s was not killed", c.Noun())
+		}
+		if started.After(killed) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the %s did not start again within %s of its kill", c.Noun(), timeout)
+		}
+		if err := Sleep(ctx, 20*time.Millisecond); err != nil {
+			return err
+		}
+	}
 }
 
 // Sleep waits for d or until ctx is done, whichever comes first; it returns ctx's error in the latter case.

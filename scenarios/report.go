@@ -35,6 +35,31 @@ func (o *Outcome) stallMeasure() string {
 	return fmt.Sprintf("%.1fms", float64(o.Measures.Stall.Microseconds())/1000)
 }
 
+// sidecarMeasure formats a measure from the sidecar's start: "–" for a pod without a FUSE sidecar.
+func (o *Outcome) sidecarMeasure(d time.Duration) string {
+	if o.Scenario.Pod.Sidecar == nil {
+		return "–"
+	}
+	return FormatMeasure(d)
+}
+
+// measuredLine says what was measured, in one line.
+func (o *Outcome) measuredLine() string {
+	m := o.Measures
+	var parts []string
+	if o.Scenario.Kills() {
+		parts = append(parts, "kill → first ENOTCONN "+o.killMeasure(m.KillToError), "kill → volume dir restored "+o.killMeasure(m.KillToRestore),
+			"kill → first good read again "+o.killMeasure(m.KillToRecovery), "longest open/read after the kill "+o.stallMeasure())
+	} else {
+		parts = append(parts, "no step kills anything")
+	}
+	if sc := o.Scenario.Pod.Sidecar; sc != nil {
+		parts = append(parts, fmt.Sprintf("sidecar (delay %s) start → served %s → first good read %s", sc.Delay,
+			o.sidecarMeasure(m.SidecarToServe), o.sidecarMeasure(m.SidecarToRead)))
+	}
+	return strings.Join(append(parts, "wall "+m.Wall.Round(10*time.Millisecond).String()), " · ")
+}
+
 // PrintVerdicts prints one PASS/FAIL line per expected outcome, the measures, and why a run failed.
 func PrintVerdicts(w io.Writer, o *Outcome) {
 	fmt.Fprintf(w, "verdicts (kubelet %s):\n", o.Kubelet)
@@ -55,24 +80,18 @@ func PrintVerdicts(w io.Writer, o *Outcome) {
 	if o.CleanupErr != nil {
 		fmt.Fprintf(w, "  FAIL  cleanup: %v\n", o.CleanupErr)
 	}
-	m := o.Measures
-	if !o.Scenario.Kills() {
-		fmt.Fprintf(w, "measured: no step kills anything · wall %s\n", m.Wall.Round(10*time.Millisecond))
-		return
-	}
-	fmt.Fprintf(w, "measured: kill → first ENOTCONN %s · kill → volume dir restored %s · kill → first good read again %s · longest open/read after the kill %s · wall %s\n",
-		o.killMeasure(m.KillToError), o.killMeasure(m.KillToRestore), o.killMeasure(m.KillToRecovery), o.stallMeasure(), m.Wall.Round(10*time.Millisecond))
+	fmt.Fprintf(w, "measured: %s\n", o.measuredLine())
 }
 
 // PrintSummary prints one line per outcome: its result, the measured intervals and its report.
 func PrintSummary(w io.Writer, outcomes []*Outcome) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "  scenario\tkubelet\tresult\tkill→ENOTCONN\tkill→volume restored\tkill→good read\tstall\twall\treport")
+	fmt.Fprintln(tw, "  scenario\tkubelet\tresult\tkill→ENOTCONN\tkill→volume restored\tkill→good read\tstall\tsidecar→good read\twall\treport")
 	for _, o := range outcomes {
 		m := o.Measures
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", o.Scenario.Name, o.Kubelet, passFail(o.Passed()),
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", o.Scenario.Name, o.Kubelet, passFail(o.Passed()),
 			o.killMeasure(m.KillToError), o.killMeasure(m.KillToRestore), o.killMeasure(m.KillToRecovery), o.stallMeasure(),
-			m.Wall.Round(10*time.Millisecond), filepath.Join(o.Dir, "report.md"))
+			o.sidecarMeasure(m.SidecarToRead), m.Wall.Round(10*time.Millisecond), filepath.Join(o.Dir, "report.md"))
 	}
 	tw.Flush()
 }
@@ -159,9 +178,9 @@ func Markdown(o *Outcome) string {
 	}
 
 	m := o.Measures
-	b.WriteString("\n## Measured\n\n| kill → first ENOTCONN | kill → volume dir restored | kill → first good read again | longest open/read after the kill (stall) | wall time of the run |\n|---|---|---|---|---|\n")
-	fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n\n", o.killMeasure(m.KillToError), o.killMeasure(m.KillToRestore),
-		o.killMeasure(m.KillToRecovery), o.stallMeasure(), m.Wall.Round(10*time.Millisecond))
+	b.WriteString("\n## Measured\n\n| kill → first ENOTCONN | kill → volume dir restored | kill → first good read again | longest open/read after the kill (stall) | sidecar start → served | sidecar start → first good read | wall time of the run |\n|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s |\n\n", o.killMeasure(m.KillToError), o.killMeasure(m.KillToRestore),
+		o.killMeasure(m.KillToRecovery), o.stallMeasure(), o.sidecarMeasure(m.SidecarToServe), o.sidecarMeasure(m.SidecarToRead), m.Wall.Round(10*time.Millisecond))
 	if len(sc.Pod.Containers) > 0 {
 		fmt.Fprintf(&b, "Times are for container `%s`; \"never\" means it did not happen during the run.\n", sc.Pod.Containers[0].Name)
 	}

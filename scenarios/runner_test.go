@@ -409,6 +409,10 @@ func TestRunsOn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := sc.RunsOn(BackendKube); err != nil {
+		t.Errorf("%s on kube: %v", sc.Name, err)
+	}
+	sc.Backends, sc.BackendsWhy = []string{BackendLocal}, "the kube backend cannot deploy it"
 	if err := sc.RunsOn(BackendLocal); err != nil {
 		t.Errorf("local: %v", err)
 	}

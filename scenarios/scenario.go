@@ -132,6 +132,32 @@ func (p Plugin) Args() []string {
 	return args
 }
 
+// ChartSets returns the chart's values (helm --set form) that deploy this setup, only those that differ from
+// the chart's defaults (chart/values.yaml): the Kubernetes backend installs with them and the labelled
+// manifests name them (manifests/README.md).
+func (p Plugin) ChartSets() []string {
+	var sets []string
+	if !p.RestoreMounts {
+		sets = append(sets, "csi.plugin.restoreMounts=false")
+	}
+	if p.RestoreStrategy != "" && p.RestoreStrategy != StrategyRebind {
+		sets = append(sets, "csi.plugin.restoreStrategy="+p.RestoreStrategy)
+	}
+	if p.FuseMode != "" && p.FuseMode != FuseModeChild {
+		sets = append(sets, "csi.plugin.fuseMode="+p.FuseMode)
+	}
+	if p.SidecarKeepFD {
+		sets = append(sets, "sidecar.keepFd=true")
+	}
+	if p.Keeper.DirectIO {
+		sets = append(sets, "csi.plugin.directIO=true")
+	}
+	if d := p.Keeper.ReadLatency; d > 0 {
+		sets = append(sets, "keeper.readLatency="+d.String())
+	}
+	return sets
+}
+
 // Pod is the workload pod: one volume (the dummy-fuse CSI volume) used by one or more containers.
 type Pod struct {
 	RestartPolicy RestartPolicy
@@ -339,6 +365,10 @@ type Scenario struct {
 	Expect []Expectation
 	// Note is shown in the report (e.g. how sure we are about an expected outcome).
 	Note string
+	// EveryRelease says why the scenario is to be checked on every kubelet release CI covers although its
+	// expected outcome is the same on all: the kubelet code it goes through differs between them. Empty: the
+	// newest release is enough, unless the outcome depends on the version (VersionDependent).
+	EveryRelease string
 	// Backends names the backends (Backend.Name) that can deploy the setup; empty means every backend.
 	// BackendsWhy says why the others cannot (yet).
 	Backends    []string
@@ -362,6 +392,12 @@ func (s *Scenario) VersionDependent() bool {
 		}
 	}
 	return false
+}
+
+// OnEveryRelease reports whether the scenario is to be run on every kubelet release CI covers: its outcome
+// depends on the version, or the kubelet code it goes through changed between releases (EveryRelease).
+func (s *Scenario) OnEveryRelease() bool {
+	return s.VersionDependent() || s.EveryRelease != ""
 }
 
 // ExpectFor returns the expectations that apply to a run on kubelet v.

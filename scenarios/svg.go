@@ -170,12 +170,15 @@ func measureArrows(o *Outcome) []measureArrow {
 	if ev == nil {
 		return nil
 	}
-	k, ok := ev.KillTime()
-	if !ok {
-		return nil
-	}
 	var out []measureArrow
 	m := o.Measures
+	if started, _, _ := ev.SidecarServes(""); m.SidecarToRead > 0 && !started.IsZero() {
+		out = append(out, measureArrow{started, started.Add(m.SidecarToRead), "sidecar start → first good read " + FormatMeasure(m.SidecarToRead), colSubtle})
+	}
+	k, ok := ev.KillTime()
+	if !ok {
+		return out
+	}
 	if m.KillToError > 0 {
 		out = append(out, measureArrow{k, k.Add(m.KillToError), "kill → first ENOTCONN " + FormatMeasure(m.KillToError), colBad})
 	}

@@ -35,6 +35,10 @@ import (
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/version"
 )
 
+// Served is what the keeper's line says once a FUSE server serves a volume: scenario backends read it in its
+// log ("volume <id>: served by dummy-fuse <version> pid <pid>").
+const Served = "served by dummy-fuse"
+
 // Config is the keeper's command line.
 type Config struct {
 	// PluginSocket is the plugin's keeper session socket.
@@ -52,6 +56,10 @@ type Config struct {
 	// Role is how it says hello to the plugin: "keeper" (the default), or "sidecar" when a pod's sidecar keeps
 	// its volume's connection this way.
 	Role string
+	// ExitWithServer makes the keeper exit when a FUSE server dies instead of starting another one: a pod's
+	// sidecar lives and dies with its FUSE server, as in the sidecar mode without a kept copy, and kubelet's
+	// restart of the container is what takes the connection over.
+	ExitWithServer bool
 }
 
 // Keeper is the running keeper. All its state belongs to the goroutine of Run; everything else talks to it
@@ -68,6 +76,7 @@ type Keeper struct {
 	plugin    *handover.Conn // the session with the plugin, nil while there is none
 	crashes   []time.Time    // recent unexpected server exits, for the restart back-off
 	statusErr error          // the last failure to write the status file
+	exitErr   error          // why Run must return (ExitWithServer)
 	quit      chan struct{}  // closed when Run returns: nobody receives events any more
 }
 
@@ -154,6 +163,10 @@ func (k *Keeper) Run(ctx context.Context) error {
 				}
 			}
 			k.writeStatus()
+			if k.exitErr != nil {
+				k.shutdown()
+				return k.exitErr
+			}
 		}
 	}
 }
@@ -346,7 +359,7 @@ func (k *Keeper) serverMsg(srv *server, m handover.Msg) {
 		if cn.init == nil {
 			cn.init = m.Init
 		}
-		k.logf("volume %s: served by dummy-fuse %s pid %d", m.Volume, m.Version, srv.pid)
+		k.logf("volume %s: "+Served+" %s pid %d", m.Volume, m.Version, srv.pid)
 		k.tellPlugin(handover.Msg{Kind: handover.Served, Volume: m.Volume, Init: cn.init, PID: srv.pid, Version: m.Version})
 	case handover.Ended:
 		delete(srv.volumes, m.Volume)
@@ -374,6 +387,10 @@ func (k *Keeper) serverGone(srv *server, err error) {
 	}
 	sort.Strings(orphans)
 	k.logf("FUSE server pid %d exited (%v); its connections stay mounted, held here: %s", srv.pid, err, strings.Join(orphans, ", "))
+	if k.cfg.ExitWithServer {
+		k.exitErr = fmt.Errorf("FUSE server pid %d exited (%v): exiting with it; the plugin keeps its copy of the connection for the next instance", srv.pid, err)
+		return
+	}
 	if time.Since(srv.started) < quickDeath {
 		k.noteCrash() // a server that dies right after its start may do so again: count it for the back-off
 	}

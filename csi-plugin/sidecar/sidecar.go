@@ -25,6 +25,9 @@ import (
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/fdpass"
 )
 
+// Received is what the sidecar's line says once it holds the descriptor: scenario backends read it in its log.
+const Received = "received the FUSE descriptor"
+
 // Config is the sidecar's command line.
 type Config struct {
 	// Socket is where the plugin serves the volume's descriptor: <SidecarVolume mount>/<volume name>/socket.
@@ -78,6 +81,12 @@ func Run(ctx context.Context, args []string, streams command.Streams) error {
 			return errors.New("dummy-fuse not found beside this executable nor in $PATH")
 		}
 	}
+	// The first line says when the container started (the sidecar's own clock, see logf).
+	if c.Delay > 0 {
+		logf(streams.Err, "started: connecting to %s in %s", socket, c.Delay)
+	} else {
+		logf(streams.Err, "started: connecting to %s", socket)
+	}
 	select {
 	case <-ctx.Done():
 		return nil
@@ -87,13 +96,13 @@ func Run(ctx context.Context, args []string, streams command.Streams) error {
 	if errors.Is(err, unix.EPROTOTYPE) {
 		// A session socket: the plugin keeps its copy of the connection (--sidecar-keep-fd). Be its keeper for
 		// this volume: the connection comes over the session, new or to take over, and a successor of this
-		// container gets it again.
+		// container gets it again. It lives and dies with its FUSE server, as without the kept copy.
 		logf(streams.Err, "the plugin keeps its copy of the connection (%s is a session socket): serving it as its keeper", socket)
 		var args []string
 		if directIO {
 			args = append(args, "--direct-io")
 		}
-		k, err := keeper.New(keeper.Config{PluginSocket: socket, DummyFusePath: dummyFuse, ServerArgs: args, VolumesPerServer: 1, Role: "sidecar"}, streams.Err)
+		k, err := keeper.New(keeper.Config{PluginSocket: socket, DummyFusePath: dummyFuse, ServerArgs: args, VolumesPerServer: 1, Role: "sidecar", ExitWithServer: true}, streams.Err)
 		if err != nil {
 			return err
 		}
@@ -102,7 +111,7 @@ func Run(ctx context.Context, args []string, streams command.Streams) error {
 	if err != nil {
 		return err
 	}
-	logf(streams.Err, "received the FUSE descriptor of volume %s (readOnly=%v) from %s", cfg.VolumeID, cfg.ReadOnly, socket)
+	logf(streams.Err, "%s of volume %s (readOnly=%v) from %s", Received, cfg.VolumeID, cfg.ReadOnly, socket)
 
 	cmdArgs := []string{"/dev/fd/3"}
 	if directIO {

@@ -44,11 +44,14 @@ type config struct {
 	backoffMax   time.Duration
 	keep         bool
 	list         bool
-	// versionDependent: --list shows only the scenarios whose expected outcome depends on the kubelet version.
-	versionDependent bool
+	// versionDependent: --list shows only the scenarios whose expected outcome depends on the kubelet version;
+	// everyRelease: only those to run on every kubelet release (scenarios.Scenario.OnEveryRelease).
+	versionDependent, everyRelease bool
 	// kubeletVersion is the kubelet the local backend models.
 	kubeletVersion string
-	scenarios      []scenarios.Scenario
+	// sidecarDelays: run the scenarios that hold their sidecar back once per delay.
+	sidecarDelays string
+	scenarios     []scenarios.Scenario
 	// leftOut says, per scenario of "all" that the backend cannot run, why it is left out.
 	leftOut []string
 	// readIntervalSet: --read-interval was given (the kube backend has its own default).
@@ -70,7 +73,7 @@ func Run(ctx context.Context, args []string, streams command.Streams) error {
 		return err
 	}
 	if cfg.list {
-		return list(streams.Out, cfg.versionDependent)
+		return list(streams.Out, cfg.versionDependent, cfg.everyRelease)
 	}
 	// The first Ctrl-C lets the run clean up; a second one kills at once.
 	stop := context.AfterFunc(ctx, func() { signal.Reset(syscall.SIGINT, syscall.SIGTERM) })
@@ -91,8 +94,10 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	fl.DurationVar(&cfg.backoffMax, "backoff-max", 0, "container restart back-off cap (default 30 × base; kubelet: 5m)")
 	fl.BoolVar(&cfg.keep, "keep", false, "leave the plugin, the workload and the mounts up after the run, and print how to clean up")
 	fl.BoolVar(&cfg.list, "list", false, "list the scenarios and exit")
-	fl.BoolVar(&cfg.versionDependent, "version-dependent", false, "with --list: only the names of the scenarios whose expected outcome depends on the kubelet version, one per line (for CI)")
+	fl.BoolVar(&cfg.versionDependent, "version-dependent", false, "with --list: only the names of the scenarios whose expected outcome depends on the kubelet version, one per line")
+	fl.BoolVar(&cfg.everyRelease, "every-release", false, "with --list: only the names of the scenarios to run on every kubelet release, one per line (for CI): the version-dependent ones and those whose kubelet code changed between releases")
 	fl.StringVar(&cfg.kubeletVersion, "kubelet-version", local.KubeletVersions[0], "local: the kubelet version to model ("+strings.Join(local.KubeletVersions, ", ")+", or its minor); the kube backend judges by the node's kubelet")
+	fl.StringVar(&cfg.sidecarDelays, "sidecar-delay", "", "run sidecar-late once per sidecar delay in this list (e.g. 0s,1s,3s; runs are named sidecar-late-<delay>), to see how long the first access waits as the delay varies")
 	fl.StringVar(&cfg.kube.Kubeconfig, "kubeconfig", "", "kube: kubeconfig file (default $KUBECONFIG, else ~/.kube/config)")
 	fl.StringVar(&cfg.kube.Context, "context", "", "kube: kubeconfig context (default: the current one)")
 	fl.StringVar(&cfg.kube.Image, "image", "", "kube: dummy-fuse-csi image already on the node (default: the tag of the last make image)")
@@ -110,8 +115,8 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	if cfg.list {
 		return cfg, nil
 	}
-	if cfg.versionDependent {
-		return cfg, command.Usagef("--version-dependent goes with --list")
+	if cfg.versionDependent || cfg.everyRelease {
+		return cfg, command.Usagef("--version-dependent and --every-release go with --list")
 	}
 	if _, err := local.ModelledKubelet(cfg.kubeletVersion); err != nil {
 		return cfg, command.Usagef("--kubelet-version: %v", err)
@@ -128,6 +133,15 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	var err error
 	if cfg.scenarios, cfg.leftOut, err = selectFor(cfg.backend, fl.Args()); err != nil {
 		return cfg, &command.UsageError{Err: err}
+	}
+	if cfg.sidecarDelays != "" {
+		delays, err := scenarios.ParseDelays(cfg.sidecarDelays)
+		if err == nil {
+			cfg.scenarios, err = scenarios.VarySidecarDelay(cfg.scenarios, delays)
+		}
+		if err != nil {
+			return cfg, command.Usagef("--sidecar-delay: %v", err)
+		}
 	}
 	if cfg.binDir == "" {
 		exe, err := os.Executable()
@@ -147,31 +161,46 @@ func selectFor(backend string, names []string) (run []scenarios.Scenario, leftOu
 		if err != nil {
 			return nil, nil, err
 		}
-		for _, s := range sel {
-			switch err := s.RunsOn(backend); {
-			case err == nil:
-				run = append(run, s)
-			case n == "all":
-				leftOut = append(leftOut, err.Error())
-			default:
-				return nil, nil, err
-			}
+		r, l, err := runnable(backend, sel, n == "all")
+		if err != nil {
+			return nil, nil, err
+		}
+		run, leftOut = append(run, r...), append(leftOut, l...)
+	}
+	return run, leftOut, nil
+}
+
+// runnable returns the scenarios of scs that backend can run; the others are an error, or, when scs is the
+// whole catalog (all), left out with the reason.
+func runnable(backend string, scs []scenarios.Scenario, all bool) (run []scenarios.Scenario, leftOut []string, err error) {
+	for _, s := range scs {
+		switch err := s.RunsOn(backend); {
+		case err == nil:
+			run = append(run, s)
+		case all:
+			leftOut = append(leftOut, err.Error())
+		default:
+			return nil, nil, err
 		}
 	}
 	return run, leftOut, nil
 }
 
 // list prints the catalog: name, title and, for a scenario whose outcome depends on the kubelet version, the
-// kubelet ranges it distinguishes; with versionDependent only the names of those, one per line.
-func list(w io.Writer, versionDependent bool) error {
+// kubelet ranges it distinguishes; with versionDependent or everyRelease only the names of those scenarios
+// (or of those to run on every release), one per line.
+func list(w io.Writer, versionDependent, everyRelease bool) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	for _, s := range scenarios.Catalog() {
 		switch {
-		case versionDependent && s.VersionDependent():
-			fmt.Fprintln(tw, s.Name)
-		case versionDependent:
+		case versionDependent || everyRelease:
+			if (versionDependent && s.VersionDependent()) || (everyRelease && s.OnEveryRelease()) {
+				fmt.Fprintln(tw, s.Name)
+			}
 		case s.VersionDependent():
 			fmt.Fprintf(tw, "%s\t%s\t(outcome depends on the kubelet version: %s)\n", s.Name, s.Title, strings.Join(kubeletRanges(&s), ", "))
+		case s.EveryRelease != "":
+			fmt.Fprintf(tw, "%s\t%s\t(run on every kubelet release: %s)\n", s.Name, s.Title, s.EveryRelease)
 		default:
 			fmt.Fprintf(tw, "%s\t%s\n", s.Name, s.Title)
 		}

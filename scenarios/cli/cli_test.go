@@ -31,10 +31,15 @@ func TestParse(t *testing.T) {
 		{args: []string{"--list"}, code: 0, out: "depends on the kubelet version: kubelet < v1.37, kubelet ≥ v1.37"},
 		{args: []string{"--kubelet-version=v1.36", "subpath"}, code: -1, names: "subpath"},
 		{args: []string{"--kubelet-version=v1.35.4", "subpath"}, code: 2, out: "does not model kubelet v1.35.4"},
-		{args: []string{"--version-dependent", "subpath"}, code: 2, out: "goes with --list"},
+		{args: []string{"--version-dependent", "subpath"}, code: 2, out: "go with --list"},
+		{args: []string{"--every-release", "subpath"}, code: 2, out: "go with --list"},
 		{args: []string{"sidecar-killed"}, code: -1, names: "sidecar-killed"},
-		{args: []string{"--backend=kube", "sidecar-killed"}, code: 2, out: "scenario sidecar-killed cannot run on the kube backend (it runs on: local)"},
+		{args: []string{"--backend=kube", "sidecar-killed"}, code: -1, names: "sidecar-killed"},
 		{args: []string{"--backend=kube", "all"}, code: -1, names: strings.Join(kubeNames(), ",")},
+		{args: []string{"--sidecar-delay=0s,3s", "restart", "sidecar-late"}, code: -1, names: "restart,sidecar-late-0s,sidecar-late-3s"},
+		{args: []string{"--sidecar-delay=3s", "restart"}, code: 2, out: "--sidecar-delay: no scenario selected holds its sidecar back"},
+		{args: []string{"--sidecar-delay=-1s", "sidecar-late"}, code: 2, out: "--sidecar-delay: negative delay"},
+		{args: []string{"--sidecar-delay=soon", "sidecar-late"}, code: 2, out: "--sidecar-delay: time: invalid duration"},
 	}
 	for _, tc := range cases {
 		var stdout, stderr bytes.Buffer
@@ -77,39 +82,50 @@ func kubeNames() []string {
 	return out
 }
 
-// TestAllLeavesOut: "all" on a backend that cannot run some scenarios leaves them out, saying why.
+// TestAllLeavesOut: "all" runs what the backend can run and leaves out, saying why, what it cannot; a
+// scenario it cannot run named explicitly is an error.
 func TestAllLeavesOut(t *testing.T) {
 	cfg, err := parse([]string{"--backend=kube", "all"}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(cfg.leftOut) == 0 || len(cfg.leftOut)+len(cfg.scenarios) != len(scenarios.Catalog()) {
+	if len(cfg.scenarios) != len(kubeNames()) || len(cfg.leftOut)+len(cfg.scenarios) != len(scenarios.Catalog()) {
 		t.Fatalf("left out %q, running %d of %d", cfg.leftOut, len(cfg.scenarios), len(scenarios.Catalog()))
 	}
-	for _, why := range cfg.leftOut {
-		if !strings.Contains(why, "cannot run on the kube backend") {
-			t.Errorf("left out without a reason: %q", why)
-		}
+	localOnly := scenarios.Scenario{Name: "local-only", Backends: []string{scenarios.BackendLocal}, BackendsWhy: "no reason"}
+	both := scenarios.Scenario{Name: "both"}
+	run, leftOut, err := runnable(scenarios.BackendKube, []scenarios.Scenario{localOnly, both}, true)
+	if err != nil || len(run) != 1 || run[0].Name != "both" || len(leftOut) != 1 ||
+		!strings.Contains(leftOut[0], "cannot run on the kube backend") || !strings.Contains(leftOut[0], "no reason") {
+		t.Errorf("all on kube: run %v, left out %q, %v", run, leftOut, err)
 	}
-	if cfg, err := parse([]string{"all"}, io.Discard); err != nil || len(cfg.leftOut) != 0 {
-		t.Errorf("local all: %v, left out %q", err, cfg.leftOut)
+	if _, _, err := runnable(scenarios.BackendKube, []scenarios.Scenario{localOnly}, false); err == nil {
+		t.Error("a scenario named explicitly that the backend cannot run is no error")
+	}
+	if run, leftOut, err := runnable(scenarios.BackendLocal, []scenarios.Scenario{localOnly, both}, true); err != nil || len(run) != 2 || len(leftOut) != 0 {
+		t.Errorf("all on local: run %v, left out %q, %v", run, leftOut, err)
 	}
 }
 
 // TestListVersionDependent: CI reads the names of the scenarios to run on a second kubelet version from
-// --list --version-dependent, one per line and nothing else.
+// --list --every-release, one per line and nothing else; --version-dependent names those whose outcome differs.
 func TestListVersionDependent(t *testing.T) {
-	var stdout, stderr bytes.Buffer
-	if err := Run(context.Background(), []string{"--list", "--version-dependent"}, command.Streams{Out: &stdout, Err: &stderr}); err != nil {
-		t.Fatalf("%v: %s", err, stderr.String())
-	}
-	var want []string
-	for _, sc := range scenarios.Catalog() {
-		if sc.VersionDependent() {
-			want = append(want, sc.Name+"\n")
+	for flag, want := range map[string]func(*scenarios.Scenario) bool{
+		"--version-dependent": (*scenarios.Scenario).VersionDependent,
+		"--every-release":     (*scenarios.Scenario).OnEveryRelease,
+	} {
+		var stdout, stderr bytes.Buffer
+		if err := Run(context.Background(), []string{"--list", flag}, command.Streams{Out: &stdout, Err: &stderr}); err != nil {
+			t.Fatalf("%s: %v: %s", flag, err, stderr.String())
 		}
-	}
-	if len(want) == 0 || stdout.String() != strings.Join(want, "") {
-		t.Errorf("output %q, want %q", stdout.String(), strings.Join(want, ""))
+		var names []string
+		for _, sc := range scenarios.Catalog() {
+			if want(&sc) {
+				names = append(names, sc.Name+"\n")
+			}
+		}
+		if len(names) == 0 || stdout.String() != strings.Join(names, "") {
+			t.Errorf("%s: output %q, want %q", flag, stdout.String(), strings.Join(names, ""))
+		}
 	}
 }

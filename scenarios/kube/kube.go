@@ -8,6 +8,11 @@
 //   - Killing the plugin keeps the plugin DaemonSet off the node (a nodeSelector no node matches) and deletes
 //     the plugin pod with grace period 0, like the original demo's `kubectl delete pod`; starting it lifts the
 //     nodeSelector and waits until the DaemonSet's new pod logs "Ready".
+//   - In the plugin's sidecar mode (chart fuseMode) the pod has the native FUSE sidecar of
+//     manifests/pod-sidecar.yaml. Killing it execs `csi-plugin sidecar-crash` in it (its FUSE server dies as in
+//     a crash, the container with it); kubelet starts it again by itself, and starting it waits for that
+//     (sidecar.go). Killing the pod deletes it and waits until kubelet unpublished and unstaged its volume;
+//     starting it creates it again, a new pod UID (pod.go).
 //   - Evidence comes from watches and log streams, never from polling: the workload containers' logs,
 //     followed per container instance (kubelet keeps only the previous one); the pod's container statuses
 //     (starts, exits, exit codes); the pod's Events (start failures with kubelet's message, back-off);
@@ -166,10 +171,18 @@ type Backend struct {
 	helm  *helmRelease
 	vols  map[string]string // path label → host path
 	uid   string            // the workload pod's UID
+	uids  []string          // every workload pod's UID (the pod component creates new ones)
 	node  string
 	local bool // the node's kubelet dir is on this machine
 
 	kubeLog, pluginLog, workloadLog, kubeletLogOut *scenarios.LogFile
+
+	cfg     *rest.Config // for exec into the sidecar
+	podSpec *corev1.Pod  // the workload pod as created (again by the pod component)
+	// The pod's FUSE sidecar (sidecar mode): its container's name and log.
+	sidecarName string
+	sidecarLog  *scenarios.LogFile
+	probeStop   context.CancelFunc // ends the host probe of the current pod's paths
 
 	mu       sync.Mutex
 	workload *podWatch
@@ -269,6 +282,12 @@ func (b *Backend) Setup(ctx context.Context, sc *scenarios.Scenario, env *scenar
 	if b.cs, err = kubernetes.NewForConfig(cfg); err != nil {
 		return err
 	}
+	b.cfg = cfg
+	if sc.Pod.Sidecar != nil {
+		if b.sidecarLog, err = env.Log("sidecar.log"); err != nil {
+			return err
+		}
+	}
 	if b.man, err = loadManifests(filepath.Join(b.opts.Repo, "manifests")); err != nil {
 		return err
 	}
@@ -303,8 +322,8 @@ func (b *Backend) Setup(ctx context.Context, sc *scenarios.Scenario, env *scenar
 	if err != nil {
 		return err
 	}
-	b.progress("helm install %s (restoreMounts=%t, restoreStrategy=%s, image %s)", releaseName,
-		sc.Plugin.RestoreMounts, strategyOf(sc.Plugin), b.opts.Image)
+	b.progress("helm install %s (restoreMounts=%t, restoreStrategy=%s, fuseMode=%s, image %s)", releaseName,
+		sc.Plugin.RestoreMounts, strategyOf(sc.Plugin), fuseModeOf(sc.Plugin), b.opts.Image)
 	b.installed = true // a failed install may have created objects: uninstall in Stop either way
 	if err := b.helm.install(ctx, vals, b.opts.SetupTimeout); err != nil {
 		return err
@@ -350,33 +369,55 @@ func (b *Backend) Setup(ctx context.Context, sc *scenarios.Scenario, env *scenar
 		return err
 	}
 	writeYAML(filepath.Join(b.dir, "workload-pod.yaml"), pod)
-	created, err := b.cs.CoreV1().Pods(b.n.namespace).Create(ctx, pod, metav1.CreateOptions{})
+	b.podSpec = pod
+	if i := fuseSidecar(&pod.Spec); i >= 0 {
+		b.sidecarName = pod.Spec.InitContainers[i].Name
+	}
+	return b.podUp(ctx, true)
+}
+
+// podUp creates the workload pod (again: a new pod UID) and follows it: its node, its host paths, its
+// containers and FUSE sidecar, its probe; the first time also the node's kubelet (version, back-off, log). It
+// returns once every container has had its first start attempt.
+func (b *Backend) podUp(ctx context.Context, first bool) error {
+	created, err := b.cs.CoreV1().Pods(b.n.namespace).Create(ctx, b.podSpec.DeepCopy(), metav1.CreateOptions{})
 	if err != nil {
 		return fmt.Errorf("create pod: %w", err)
 	}
-	b.progress("pod %s/%s created (PV %s, PVC %s)", b.n.namespace, b.n.pod, b.n.pv, b.n.pvc)
+	uid := created.UID
+	b.progress("pod %s/%s created (uid %s, PV %s, PVC %s)", b.n.namespace, b.n.pod, shortUID(string(uid)), b.n.pv, b.n.pvc)
+	ours := func(p *corev1.Pod) bool { return p != nil && p.UID == uid }
 
 	// Scheduled: now the node and the pod's host paths are known.
-	p, err := b.workload.await(ctx, b.opts.SetupTimeout, func(p *corev1.Pod, _ bool) bool { return p != nil && p.Spec.NodeName != "" })
+	p, err := b.workload.await(ctx, b.opts.SetupTimeout, func(p *corev1.Pod, _ bool) bool { return ours(p) && p.Spec.NodeName != "" })
 	if err != nil {
 		return fmt.Errorf("pod %s not scheduled: %w", b.n.pod, err)
 	}
-	b.node = p.Spec.NodeName
-	if err := b.readKubeletVersion(ctx); err != nil {
-		return err
+	if first {
+		b.node = p.Spec.NodeName
+		if err := b.readKubeletVersion(ctx); err != nil {
+			return err
+		}
+		b.readRestartBackoffMax(ctx)
 	}
-	b.readRestartBackoffMax(ctx)
-	b.setPaths(string(created.UID))
-	if err := b.startKubeletLog(ctx); err != nil {
-		return err
+	b.setPaths(string(uid))
+	if first {
+		if err := b.startKubeletLog(ctx); err != nil {
+			return err
+		}
 	}
-	for _, c := range sc.Pod.Containers {
-		b.trackContainer(c.Name)
+	for _, c := range b.sc.Pod.Containers {
+		// A new pod's instances are numbered on from the old pod's (kubelet counts from 0 again), as the local
+		// backend does, so that the evidence tells them apart.
+		b.trackContainer(c.Name, b.starts(c.Name))
+	}
+	if b.sc.Pod.Sidecar != nil {
+		b.trackSidecar()
 	}
 
 	// "Every container has had its first start attempt": it runs, ran, or failed to start.
 	if _, err := b.workload.await(ctx, b.opts.SetupTimeout, func(p *corev1.Pod, _ bool) bool {
-		return p != nil && allAttempted(p, sc)
+		return ours(p) && allAttempted(p, b.sc)
 	}); err != nil {
 		return fmt.Errorf("the pod's containers did not start (see kube.log): %w", err)
 	}
@@ -455,6 +496,13 @@ func runNames(scenario string) names {
 	return names{namespace: ns, pv: ns, pvc: "dummy-fuse-pvc", pod: "workload", volumeHandle: ns}
 }
 
+func fuseModeOf(p scenarios.Plugin) string {
+	if p.FuseMode == "" {
+		return "chart default"
+	}
+	return p.FuseMode
+}
+
 func strategyOf(p scenarios.Plugin) string {
 	if p.RestoreStrategy == "" {
 		return "chart default"
@@ -465,10 +513,6 @@ func strategyOf(p scenarios.Plugin) string {
 // chartValues are the chart's values for the scenario's plugin setup.
 func (b *Backend) chartValues() (map[string]any, error) {
 	repo, tag := splitImage(b.opts.Image)
-	plugin := map[string]any{"restoreMounts": b.sc.Plugin.RestoreMounts}
-	if b.sc.Plugin.RestoreStrategy != "" {
-		plugin["restoreStrategy"] = b.sc.Plugin.RestoreStrategy
-	}
 	vals := map[string]any{
 		"fullnameOverride": releaseName,
 		"image":            map[string]any{"repository": repo, "tag": tag, "pullPolicy": "IfNotPresent"},
@@ -476,7 +520,13 @@ func (b *Backend) chartValues() (map[string]any, error) {
 		"driverName":       b.opts.DriverName,
 		"stateDir":         b.opts.StateDir,
 		"logVerbosity":     5, // every GRPC call with request and response, as the local backend logs
-		"csi":              map[string]any{"plugin": plugin},
+	}
+	if b.sc.Plugin.FuseMode == scenarios.FuseModeSidecar {
+		// The plugin finds the pod's socket volume by the pod UID that kubelet puts in the volume context.
+		vals["csiDriver"] = map[string]any{"podInfoOnMount": true}
+	}
+	if err := mergeSets(vals, b.sc.Plugin.ChartSets()); err != nil {
+		return nil, err
 	}
 	if err := mergeSets(vals, b.opts.ChartValues); err != nil {
 		return nil, err
@@ -488,6 +538,7 @@ func (b *Backend) chartValues() (map[string]any, error) {
 // setPaths sets the host paths of the pod's volume as kubelet lays them out.
 func (b *Backend) setPaths(uid string) {
 	b.uid = uid
+	b.uids = append(b.uids, uid)
 	root := b.opts.KubeletDir
 	b.vols = map[string]string{
 		scenarios.PathRoot:    root,
@@ -515,10 +566,14 @@ func allAttempted(p *corev1.Pod, sc *scenarios.Scenario) bool {
 	return true
 }
 
+// containerStatus returns the status of the pod's container name, or of its init container name (a native
+// sidecar's restarts are in initContainerStatuses).
 func containerStatus(p *corev1.Pod, name string) (corev1.ContainerStatus, bool) {
-	for _, cs := range p.Status.ContainerStatuses {
-		if cs.Name == name {
-			return cs, true
+	for _, list := range [][]corev1.ContainerStatus{p.Status.ContainerStatuses, p.Status.InitContainerStatuses} {
+		for _, cs := range list {
+			if cs.Name == name {
+				return cs, true
+			}
 		}
 	}
 	return corev1.ContainerStatus{}, false

@@ -1,6 +1,7 @@
 package kube
 
 import (
+	"context"
 	"slices"
 	"strings"
 	"testing"
@@ -96,6 +97,27 @@ func TestInstanceOf(t *testing.T) {
 	}
 }
 
+// TestSidecarInstances: a native sidecar's restarts are in initContainerStatuses, and its instances are found
+// there like a container's.
+func TestSidecarInstances(t *testing.T) {
+	p := &corev1.Pod{Status: corev1.PodStatus{
+		ContainerStatuses: []corev1.ContainerStatus{{Name: "reader", ContainerID: "r0",
+			State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}},
+		InitContainerStatuses: []corev1.ContainerStatus{{Name: "dummy-fuse-sidecar", ContainerID: "s1", RestartCount: 1,
+			State:                corev1.ContainerState{Running: &corev1.ContainerStateRunning{}},
+			LastTerminationState: corev1.ContainerState{Terminated: term("s0", 137, "Error")}}},
+	}}
+	if info, ok := instanceOf(p, "dummy-fuse-sidecar", 0); !ok || !info.previous || info.term == nil || info.term.ExitCode != 137 {
+		t.Errorf("the killed sidecar instance: %+v, %t", info, ok)
+	}
+	if info, ok := instanceOf(p, "dummy-fuse-sidecar", 1); !ok || !info.current || info.id != "s1" {
+		t.Errorf("the restarted sidecar instance: %+v, %t", info, ok)
+	}
+	if terminationOf(p, "dummy-fuse-sidecar", "s0") == nil || !stillRunning(p, "dummy-fuse-sidecar", "s1") {
+		t.Error("the sidecar's termination and its running instance are not found")
+	}
+}
+
 func TestStartFailed(t *testing.T) {
 	if !startFailed(term("c", 128, "StartError")) || startFailed(term("c", 1, "Error")) || startFailed(nil) {
 		t.Error("only runc's StartError/ContainerCannotRun terminations are failed starts")
@@ -126,7 +148,14 @@ func TestWorkloadPod(t *testing.T) {
 		if string(p.Spec.RestartPolicy) != string(sc.Pod.RestartPolicy) || p.Spec.DNSPolicy != corev1.DNSDefault {
 			t.Errorf("%s: restartPolicy %s, dnsPolicy %s", sc.Name, p.Spec.RestartPolicy, p.Spec.DNSPolicy)
 		}
-		if len(p.Spec.Volumes) != 1 || p.Spec.Volumes[0].PersistentVolumeClaim.ClaimName != n.pvc {
+		wantVolumes := 1
+		if sc.Pod.Sidecar != nil {
+			wantVolumes = 2
+			checkSidecar(t, &sc, p, n)
+		} else if len(p.Spec.InitContainers) != 0 {
+			t.Errorf("%s: init containers %+v, want none", sc.Name, p.Spec.InitContainers)
+		}
+		if len(p.Spec.Volumes) != wantVolumes || p.Spec.Volumes[0].PersistentVolumeClaim.ClaimName != n.pvc {
 			t.Errorf("%s: volumes %+v", sc.Name, p.Spec.Volumes)
 		}
 		if len(p.Spec.Containers) != len(sc.Pod.Containers) {
@@ -156,6 +185,24 @@ func TestWorkloadPod(t *testing.T) {
 	}
 	if c := m.claim(n, nil); c.Spec.VolumeName != n.pv || c.Namespace != n.namespace {
 		t.Errorf("PVC %+v", c)
+	}
+}
+
+// checkSidecar checks the FUSE sidecar of a sidecar-mode scenario's pod: the native sidecar of the manifest
+// with the build's image, the scenario's delay and the socket of the run's volume in the socket volume.
+func checkSidecar(t *testing.T, sc *scenarios.Scenario, p *corev1.Pod, n names) {
+	t.Helper()
+	i := fuseSidecar(&p.Spec)
+	if i < 0 || len(p.Spec.InitContainers) != 1 {
+		t.Fatalf("%s: init containers %+v, want the FUSE sidecar", sc.Name, p.Spec.InitContainers)
+	}
+	c := p.Spec.InitContainers[i]
+	wantArgs := sc.Pod.Sidecar.Args("/dfc-sidecar/" + n.pv + "/socket")
+	if c.Image != "dummy-fuse-csi:test" || !slices.Equal(c.Args, wantArgs) || c.SecurityContext == nil || c.SecurityContext.RunAsNonRoot == nil || !*c.SecurityContext.RunAsNonRoot {
+		t.Errorf("%s: sidecar %s image %s args %q security %+v, want args %q, non-root", sc.Name, c.Name, c.Image, c.Args, c.SecurityContext, wantArgs)
+	}
+	if v := p.Spec.Volumes[len(p.Spec.Volumes)-1]; v.Name != "dfc-sidecar" || v.EmptyDir == nil {
+		t.Errorf("%s: the socket volume is %+v", sc.Name, v)
 	}
 }
 
@@ -294,5 +341,28 @@ func TestRestartBackoffMax(t *testing.T) {
 	}
 	if _, _, err := restartBackoffMax([]byte("<html>")); err == nil {
 		t.Error("a non-JSON answer must be an error")
+	}
+}
+
+// TestUnstageWatchReset: after the pod component's deletion was unstaged, the teardown waits for another
+// NodeUnstageVolume, the new pod's.
+func TestUnstageWatchReset(t *testing.T) {
+	u := newUnstageWatch()
+	unstage := func(id string) {
+		u.observe("plugin#0", "[ID:"+id+"] GRPC call: /csi.v1.Node/NodeUnstageVolume", "vol")
+		u.observe("plugin#0", "[ID:"+id+`] GRPC request: {"volume_id":"vol"}`, "vol")
+		u.observe("plugin#0", "[ID:"+id+"] GRPC response: {}", "vol")
+	}
+	unstage("1")
+	if err := u.wait(context.Background(), time.Second); err != nil {
+		t.Fatalf("the first unstage: %v", err)
+	}
+	u.reset()
+	if err := u.wait(context.Background(), 50*time.Millisecond); err == nil {
+		t.Fatal("after reset, the old unstage still counts")
+	}
+	unstage("2")
+	if err := u.wait(context.Background(), time.Second); err != nil {
+		t.Fatalf("the second unstage: %v", err)
 	}
 }

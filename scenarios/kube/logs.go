@@ -9,8 +9,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-
-	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // instanceInfo is what the pod status says about one instance (0, 1, … = its restart count) of a container.
@@ -90,17 +89,22 @@ type instanceHandler struct {
 // without repeating lines.
 func (b *Backend) follow(w *podWatch, container string, timestamps bool, h instanceHandler) {
 	defer b.wg.Done()
+	// The pod the watch holds now: a pod created again under the same name is another pod, followed anew.
+	p0, _, _ := w.get()
 	for n := 0; b.ctx.Err() == nil; n++ {
 		var info instanceInfo
 		p, err := w.await(b.ctx, 0, func(p *corev1.Pod, deleted bool) bool {
 			if p == nil {
 				return deleted
 			}
+			if p0 != nil && p.UID != p0.UID {
+				return true // another pod: this one is gone
+			}
 			var ok bool
 			info, ok = instanceOf(p, container, n)
 			return ok || deleted
 		})
-		if err != nil || p == nil {
+		if err != nil || p == nil || (p0 != nil && p.UID != p0.UID) {
 			return
 		}
 		if info == (instanceInfo{}) { // the pod was deleted before this instance existed
@@ -112,7 +116,7 @@ func (b *Backend) follow(w *podWatch, container string, timestamps bool, h insta
 			continue
 		}
 		b.streamInstance(w, p.Name, container, n, info, timestamps, h)
-		term, gone := b.awaitTermination(w, container, info.id)
+		term, gone := b.awaitTermination(w, p.UID, container, info.id)
 		h.end(n, info, term, gone)
 		if gone {
 			return
@@ -147,14 +151,17 @@ func (b *Backend) streamInstance(w *podWatch, pod, container string, n int, info
 		if !info.current {
 			return
 		}
-		// A followed stream ends when the container exits; if it still runs, the stream broke: resume.
-		p, deleted, _ := w.get()
-		if deleted || p == nil || !stillRunning(p, container, info.id) || attempt > 20 {
+		// A followed stream ends when the container exits; if it still runs, the stream broke: resume. The pod
+		// status learns of an exit up to a PLEG relist (1 s) later, and kubelet may have started the next
+		// instance by then (a native sidecar's restart comes at once), whose log a resumed stream would read as
+		// this one's: a stream is resumed only when the instance still runs 5 s after the stream ended.
+		_, err = w.await(b.ctx, 5*time.Second, func(p *corev1.Pod, deleted bool) bool {
+			return deleted || p == nil || !stillRunning(p, container, info.id)
+		})
+		if err == nil || b.ctx.Err() != nil || attempt > 20 {
 			return
 		}
-		if scenarios.Sleep(b.ctx, time.Second) != nil {
-			return
-		}
+		b.logf("logs %s %s#%d: the stream ended while it still runs: resumed", pod, container, n)
 	}
 }
 
@@ -163,11 +170,15 @@ func stillRunning(p *corev1.Pod, container, id string) bool {
 	return ok && cs.State.Running != nil && cs.ContainerID == id
 }
 
-// awaitTermination waits (at most 10 s) until the status shows how instance id ended, or the pod is gone.
-func (b *Backend) awaitTermination(w *podWatch, container, id string) (*corev1.ContainerStateTerminated, bool) {
+// awaitTermination waits (at most 10 s) until the status shows how instance id ended, or the pod (uid) is gone.
+func (b *Backend) awaitTermination(w *podWatch, uid types.UID, container, id string) (*corev1.ContainerStateTerminated, bool) {
 	var term *corev1.ContainerStateTerminated
 	var gone bool
 	_, _ = w.await(b.ctx, 10*time.Second, func(p *corev1.Pod, deleted bool) bool {
+		if p != nil && p.UID != uid {
+			gone = true // created again: the pod of this instance is gone
+			return true
+		}
 		if p != nil {
 			term = terminationOf(p, container, id)
 		}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/fusemode"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
 )
 
@@ -73,17 +75,38 @@ func decodeFile(path string, into any) error {
 	return nil
 }
 
-// podFor returns the manifest pod labelled with the scenario's name, else the original demo's (pod.yaml,
-// labelled "restart"), else the first.
-func (m *manifests) podFor(name string) corev1.Pod {
-	for _, want := range []string{name, "restart"} {
-		for _, p := range m.pods {
-			if p.Labels[scenarioLabel] == want {
-				return *p.DeepCopy()
-			}
+// podFor returns the manifest pod labelled with the scenario's name, else the one of its FUSE mode: the pod
+// with the FUSE sidecar (pod-sidecar.yaml) in the sidecar mode, else the original demo's (pod.yaml, labelled
+// "restart"); else the first.
+func (m *manifests) podFor(sc *scenarios.Scenario) corev1.Pod {
+	for _, p := range m.pods {
+		if p.Labels[scenarioLabel] == sc.Name {
+			return *p.DeepCopy()
+		}
+	}
+	for _, p := range m.pods {
+		if withSidecar := fuseSidecar(&p.Spec) >= 0; withSidecar == (sc.Pod.Sidecar != nil) &&
+			(withSidecar || p.Labels[scenarioLabel] == "restart") {
+			return *p.DeepCopy()
 		}
 	}
 	return *m.pods[0].DeepCopy()
+}
+
+// fuseSidecar returns the index of the pod's FUSE sidecar among its init containers: a native sidecar
+// (restartPolicy Always) that mounts the plugin's socket volume; -1 if there is none.
+func fuseSidecar(spec *corev1.PodSpec) int {
+	for i, c := range spec.InitContainers {
+		if c.RestartPolicy == nil || *c.RestartPolicy != corev1.ContainerRestartPolicyAlways {
+			continue
+		}
+		for _, vm := range c.VolumeMounts {
+			if vm.Name == fusemode.SidecarVolume {
+				return i
+			}
+		}
+	}
+	return -1
 }
 
 // names of the run's objects.
@@ -120,18 +143,28 @@ func (m *manifests) claim(n names, labels map[string]string) *corev1.PersistentV
 // the image of this build. The catalog is the truth; the manifest gives everything else (command, grace
 // period, volume).
 func (m *manifests) workloadPod(sc *scenarios.Scenario, n names, image string, interval time.Duration, labels map[string]string) (*corev1.Pod, error) {
-	base := m.podFor(sc.Name)
-	var vol *corev1.Volume
+	base := m.podFor(sc)
+	var vol, socketVol *corev1.Volume
 	for i := range base.Spec.Volumes {
-		if base.Spec.Volumes[i].PersistentVolumeClaim != nil {
-			vol = &base.Spec.Volumes[i]
-			break
+		switch v := &base.Spec.Volumes[i]; {
+		case v.PersistentVolumeClaim != nil && vol == nil:
+			vol = v
+		case v.Name == fusemode.SidecarVolume:
+			socketVol = v
 		}
 	}
 	if vol == nil || len(base.Spec.Containers) == 0 {
 		return nil, fmt.Errorf("manifest pod %s has no container or no PVC volume", base.Name)
 	}
 	vol.PersistentVolumeClaim.ClaimName = n.pvc
+	var initCtrs []corev1.Container
+	if sc.Pod.Sidecar != nil {
+		i := fuseSidecar(&base.Spec)
+		if i < 0 || socketVol == nil {
+			return nil, fmt.Errorf("manifest pod %s has no FUSE sidecar (a native sidecar mounting the emptyDir %s)", base.Name, fusemode.SidecarVolume)
+		}
+		initCtrs = []corev1.Container{sidecarContainer(base.Spec.InitContainers[i], *sc.Pod.Sidecar, n, image)}
+	}
 	pod := &corev1.Pod{
 		TypeMeta:   base.TypeMeta,
 		ObjectMeta: base.ObjectMeta,
@@ -141,6 +174,10 @@ func (m *manifests) workloadPod(sc *scenarios.Scenario, n names, image string, i
 	pod.Labels = mergeLabels(pod.Labels, labels)
 	pod.Labels[scenarioLabel] = sc.Name
 	pod.Spec.Volumes = []corev1.Volume{*vol}
+	pod.Spec.InitContainers = initCtrs
+	if initCtrs != nil {
+		pod.Spec.Volumes = append(pod.Spec.Volumes, *socketVol)
+	}
 	// The workload needs no DNS. A cluster without cluster DNS (the from-source one) would otherwise make
 	// kubelet warn MissingClusterDNS at every sync, and its event spam filter (25 Warning events per pod,
 	// then one per 5 minutes) would drop the "Failed" start-failure events the checks need.
@@ -169,6 +206,21 @@ func (m *manifests) workloadPod(sc *scenarios.Scenario, n names, image string, i
 		pod.Spec.Containers = append(pod.Spec.Containers, ctr)
 	}
 	return pod, nil
+}
+
+// sidecarContainer is the manifest's FUSE sidecar for this run: the build's image, and `csi-plugin sidecar`
+// with the scenario's flags and the socket of the run's volume (<socket volume mount>/<PV name>/socket).
+func sidecarContainer(c corev1.Container, sc scenarios.Sidecar, n names, image string) corev1.Container {
+	c = *c.DeepCopy()
+	c.Image, c.ImagePullPolicy = image, corev1.PullIfNotPresent
+	mount := "/" + fusemode.SidecarVolume
+	for _, vm := range c.VolumeMounts {
+		if vm.Name == fusemode.SidecarVolume {
+			mount = vm.MountPath
+		}
+	}
+	c.Args = sc.Args(path.Join(mount, n.pv, fusemode.SocketName))
+	return c
 }
 
 // probePod reads the volume's file through the host's volume and staging dirs (hostPath, HostToContainer, so

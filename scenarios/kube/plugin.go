@@ -24,6 +24,12 @@ func (b *Backend) Kill(ctx context.Context, c scenarios.Component) error {
 	switch c {
 	case scenarios.PluginContainer:
 		return b.killPlugin(ctx)
+	case scenarios.SidecarContainer:
+		if b.sidecarName != "" {
+			return b.killSidecar(ctx)
+		}
+	case scenarios.WorkloadPod:
+		return b.killPod(ctx)
 	}
 	return fmt.Errorf("kube backend: cannot kill %s", c)
 }
@@ -33,6 +39,12 @@ func (b *Backend) Start(ctx context.Context, c scenarios.Component) error {
 	switch c {
 	case scenarios.PluginContainer:
 		return b.startPlugin(ctx)
+	case scenarios.SidecarContainer:
+		if b.sidecarName != "" {
+			return b.startSidecar(ctx)
+		}
+	case scenarios.WorkloadPod:
+		return b.startPod(ctx)
 	}
 	return fmt.Errorf("kube backend: cannot start %s", c)
 }

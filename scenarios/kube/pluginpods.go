@@ -179,12 +179,25 @@ func (u *unstageWatch) observe(who, msg, handle string) {
 	}
 }
 
+// reset forgets a NodeUnstageVolume seen so far: the next wait waits for another one (of a new pod's volume).
+func (u *unstageWatch) reset() {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.calls, u.ours, u.lastErr = map[string]bool{}, map[string]bool{}, ""
+	if u.closed {
+		u.done, u.closed = make(chan struct{}), false
+	}
+}
+
 // wait waits until NodeUnstageVolume of the run's volume succeeded.
 func (u *unstageWatch) wait(ctx context.Context, timeout time.Duration) error {
 	t := time.NewTimer(timeout)
 	defer t.Stop()
+	u.mu.Lock()
+	done := u.done
+	u.mu.Unlock()
 	select {
-	case <-u.done:
+	case <-done:
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()

@@ -5,6 +5,7 @@ package kube
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -119,7 +120,7 @@ func (b *Backend) logPodState(p *corev1.Pod, deleted bool) {
 	} else if p.DeletionTimestamp != nil {
 		s.WriteString(" terminating")
 	}
-	for _, cs := range p.Status.ContainerStatuses {
+	for _, cs := range append(slices.Clone(p.Status.InitContainerStatuses), p.Status.ContainerStatuses...) {
 		fmt.Fprintf(&s, "; %s restarts=%d %s", cs.Name, cs.RestartCount, stateText(cs.State))
 		if t := cs.LastTerminationState.Terminated; t != nil {
 			fmt.Fprintf(&s, " last=exited(%d %s)", t.ExitCode, t.Reason)

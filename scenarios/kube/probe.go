@@ -3,9 +3,11 @@ package kube
 import (
 	"context"
 	"fmt"
+	"maps"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/kubeletpath"
@@ -30,21 +32,49 @@ func (b *Backend) startProbe(ctx context.Context) error {
 	}
 	b.logf("probe of the volume paths: %s", mode)
 	if mode == "host" {
+		pctx, cancel := context.WithCancel(b.ctx)
+		b.probeStop = cancel
+		paths := maps.Clone(b.vols)
 		b.wg.Add(1)
 		go func() {
 			defer b.wg.Done()
-			scenarios.StatHostPaths(b.ctx, b.rec, b.vols, 100*time.Millisecond)
+			scenarios.StatHostPaths(pctx, b.rec, paths, 100*time.Millisecond)
 		}()
 		return nil
 	}
 	return b.podProbe(ctx)
 }
 
+// stopProbe ends the probe of the current pod's volume paths, before the pod goes (its paths go with it): the
+// host probe's loop, or the probe pod, deleted and awaited.
+func (b *Backend) stopProbe(ctx context.Context) error {
+	if b.probeStop != nil {
+		b.probeStop()
+		b.probeStop = nil
+		return nil
+	}
+	p, deleted, _ := b.probe.get()
+	if p == nil || deleted {
+		return nil
+	}
+	if err := b.cs.CoreV1().Pods(b.n.namespace).Delete(ctx, p.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("delete probe pod: %w", err)
+	}
+	if _, err := b.probe.await(ctx, time.Minute, func(_ *corev1.Pod, deleted bool) bool { return deleted }); err != nil {
+		return fmt.Errorf("probe pod %s not gone: %w", p.Name, err)
+	}
+	return nil
+}
+
 func (b *Backend) podProbe(ctx context.Context) error {
 	p := probePod(b.n, b.opts.Image, b.node, b.vols[scenarios.PathVolume], b.vols[scenarios.PathStaging], 500*time.Millisecond,
 		map[string]string{managedByLabel: managedBy})
-	if _, err := b.cs.CoreV1().Pods(b.n.namespace).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+	created, err := b.cs.CoreV1().Pods(b.n.namespace).Create(ctx, p, metav1.CreateOptions{})
+	if err != nil {
 		return fmt.Errorf("create probe pod: %w", err)
+	}
+	if _, err := b.probe.await(ctx, b.opts.SetupTimeout, func(p *corev1.Pod, _ bool) bool { return p != nil && p.UID == created.UID }); err != nil {
+		return fmt.Errorf("probe pod not seen: %w", err)
 	}
 	states := scenarios.NewProbeStates(b.rec)
 	for _, label := range []string{scenarios.PathVolume, scenarios.PathStaging} {
@@ -68,8 +98,8 @@ func (b *Backend) podProbe(ctx context.Context) error {
 			end: func(int, instanceInfo, *corev1.ContainerStateTerminated, bool) {},
 		})
 	}
-	_, err := b.probe.await(ctx, b.opts.SetupTimeout, func(p *corev1.Pod, _ bool) bool {
-		if p == nil {
+	_, err = b.probe.await(ctx, b.opts.SetupTimeout, func(p *corev1.Pod, deleted bool) bool {
+		if p == nil || deleted || p.UID != created.UID {
 			return false
 		}
 		for _, cs := range p.Status.ContainerStatuses {

@@ -182,12 +182,16 @@ func (b *Backend) removeStale(ctx context.Context) error {
 	return nil
 }
 
-// checkMounts verifies, on the node itself, that no mount of this run is left below kubelet's dir.
+// checkMounts verifies, on the node itself, that no mount of this run is left below kubelet's dir: the staging
+// dir and the dirs of every pod of the run.
 func (b *Backend) checkMounts() error {
-	podDir := kubeletpath.PodDir(b.opts.KubeletDir, b.uid)
 	staging := filepath.Dir(b.vols[scenarios.PathStaging])
+	dirs := []string{staging}
+	for _, uid := range b.uids {
+		dirs = append(dirs, kubeletpath.PodDir(b.opts.KubeletDir, uid))
+	}
 	var left []*mountinfo.Info
-	for _, dir := range []string{podDir, staging} {
+	for _, dir := range dirs {
 		ms, err := mounts.Under(dir)
 		if err != nil {
 			return err
@@ -201,7 +205,7 @@ func (b *Backend) checkMounts() error {
 		}
 		return fmt.Errorf("%d mounts of this run left on the node: %s", len(left), strings.Join(ps, ", "))
 	}
-	b.logf("teardown: no mount left below %s or %s", podDir, staging)
+	b.logf("teardown: no mount left below %s", strings.Join(dirs, ", "))
 	return nil
 }
 
@@ -255,7 +259,7 @@ func (b *Backend) stopLoops() {
 }
 
 func (b *Backend) closeLogs() {
-	for _, w := range []*scenarios.LogFile{b.workloadLog, b.pluginLog, b.kubeletLogOut, b.kubeLog} {
+	for _, w := range []*scenarios.LogFile{b.workloadLog, b.pluginLog, b.sidecarLog, b.kubeletLogOut, b.kubeLog} {
 		_ = w.Close()
 	}
 }

@@ -12,9 +12,9 @@ import (
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
 )
 
-// trackContainer follows the workload container c: its log lines (with their own times) and, from the pod
-// status, each instance's start and exit.
-func (b *Backend) trackContainer(c string) {
+// trackContainer follows the workload container c of the current pod: its log lines (with their own times)
+// and, from the pod status, each instance's start and exit. Instance n of the pod is recorded as base+n.
+func (b *Backend) trackContainer(c string, base int) {
 	type inst struct {
 		started bool
 		exitAt  time.Time // the workload's own "exit" line
@@ -35,9 +35,9 @@ func (b *Backend) trackContainer(c string) {
 	b.wg.Add(1)
 	go b.follow(b.workload, c, false, instanceHandler{
 		line: func(n int, info instanceInfo, line []byte, _ time.Time) {
-			b.workloadLog.WriteLine(fmt.Sprintf("%s#%d", c, n), line)
-			e := scenarios.ParseWorkloadLine(line, c, n, time.Now())
-			recordStart(n, info, e.Time)
+			e := scenarios.ParseWorkloadLine(line, c, base+n, time.Now())
+			b.workloadLog.WriteLine(fmt.Sprintf("%s#%d", c, base+n), line)
+			recordStart(base+n, info, e.Time)
 			if e.Kind == scenarios.KWorkloadExit {
 				cur.exitAt = e.Time
 			}
@@ -45,6 +45,7 @@ func (b *Backend) trackContainer(c string) {
 		},
 		end: func(n int, info instanceInfo, term *corev1.ContainerStateTerminated, gone bool) {
 			defer func() { cur = inst{} }()
+			n += base
 			if info.lost {
 				b.rec.Add(scenarios.Event{Source: scenarios.SrcWorkload, Kind: scenarios.KLog, Container: c, Instance: n,
 					Message: "(this instance's log is lost: it restarted again before its log was read)"})

@@ -26,23 +26,29 @@ type container struct {
 	bo    restartBackoff
 
 	firstAttempt chan struct{}
+	instances
+}
 
+// instances are the instances of a container (a workload container, the FUSE sidecar): the current one and how
+// many were started.
+type instances struct {
 	mu     sync.Mutex
 	cur    *proc
 	output chan struct{} // closed when the current instance's output is fully read
 	starts int           // successful starts so far: the next instance's number
 }
 
-func (c *container) current() *proc {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.cur
+func (i *instances) current() *proc {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	return i.cur
 }
 
-func (c *container) waitOutput() {
-	c.mu.Lock()
-	out := c.output
-	c.mu.Unlock()
+// waitOutput waits (at most 2 s) until the current instance's output is read.
+func (i *instances) waitOutput() {
+	i.mu.Lock()
+	out := i.output
+	i.mu.Unlock()
 	if out != nil {
 		select {
 		case <-out:

@@ -45,7 +45,7 @@ type keeperInstance struct {
 
 // The keeper's log lines the backend turns into evidence (csi-plugin/keeper, keeper.go).
 var (
-	keeperServed    = regexp.MustCompile(`volume (\S+): served by dummy-fuse (\S+) pid (\d+)`)
+	keeperServed    = regexp.MustCompile(`volume (\S+): ` + keeper.Served + ` (\S+) pid (\d+)`)
 	keeperConnected = []byte("connected to the plugin")
 	keeperExited    = regexp.MustCompile(`FUSE server pid (\d+) exited \(([^)]*)\)`)
 )

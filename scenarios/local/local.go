@@ -137,13 +137,10 @@ type Backend struct {
 	pluginStarts int
 	csi          *csiClient
 
-	// The pod's FUSE sidecar (sidecar mode): its process, starts so far, emptyDir, log and the end of its
-	// current instance's output.
-	sidecar       *proc
-	sidecarStarts int
-	sidecarDir    string
-	sidecarLog    *scenarios.LogFile
-	sidecarOut    chan struct{}
+	// The pod's FUSE sidecar (sidecar mode; nil without), its emptyDir and log.
+	sidecar    *sidecarCtr
+	sidecarDir string
+	sidecarLog *scenarios.LogFile
 
 	containers []*container
 	loopCtx    context.Context    // the kubelet loops' and the probe's, for the life of the backend
@@ -211,6 +208,7 @@ func (b *Backend) Setup(ctx context.Context, sc *scenarios.Scenario, env *scenar
 			return err
 		}
 		b.sidecarLog = logs[0]
+		b.sidecar = &sidecarCtr{}
 	}
 	if sc.Plugin.FuseMode == scenarios.FuseModeKeeper {
 		if logs, err = env.Logs("keeper.log"); err != nil {
@@ -293,11 +291,15 @@ func (b *Backend) podUp(ctx context.Context) error {
 		scenarios.StatHostPaths(podCtx, b.rec, map[string]string{
 			scenarios.PathVolume: b.vol.target, scenarios.PathStaging: b.vol.staging}, b.opts.ProbeInterval)
 	}()
-	// A native sidecar starts before the pod's containers (kubelet's SidecarContainers, GA in v1.33).
-	if sc.Pod.Sidecar != nil {
+	// A native sidecar starts before the pod's containers (kubelet's SidecarContainers, GA in v1.33); its
+	// restart back-off is the new pod's own.
+	if b.sidecar != nil {
+		b.sidecar.bo = restartBackoff{base: b.opts.BackoffBase, max: b.opts.BackoffMax}
 		if err := b.startSidecar(); err != nil {
 			return err
 		}
+		b.wg.Add(1)
+		go b.superviseSidecar(podCtx)
 	}
 	previous := b.containers
 	b.containers = nil
@@ -335,17 +337,14 @@ func (b *Backend) stopPod(logPrefix string) error {
 			c.waitOutput()
 		}
 	}
-	if p := b.sidecar; p != nil && !p.exited() {
-		b.logf("%sstop sidecar pid %d", logPrefix, p.pid())
-		if err := p.stop(2 * time.Second); err != nil {
-			errs = append(errs, fmt.Errorf("stop sidecar: %w", err))
+	if b.sidecar != nil {
+		if p := b.sidecar.current(); p != nil && !p.exited() {
+			b.logf("%sstop sidecar pid %d", logPrefix, p.pid())
+			if err := p.stop(2 * time.Second); err != nil {
+				errs = append(errs, fmt.Errorf("stop sidecar: %w", err))
+			}
 		}
-	}
-	if b.sidecarOut != nil {
-		select {
-		case <-b.sidecarOut:
-		case <-time.After(2 * time.Second):
-		}
+		b.sidecar.waitOutput()
 	}
 	if b.podUID != "" {
 		done, err := unmountAll(kubeletpath.SubPaths(b.root, b.podUID))
@@ -382,7 +381,7 @@ func (b *Backend) Kill(ctx context.Context, c scenarios.Component) error {
 	case scenarios.PluginContainer:
 		return b.killPlugin(ctx)
 	case scenarios.SidecarContainer:
-		if b.sc.Pod.Sidecar != nil {
+		if b.sidecar != nil {
 			return b.killSidecar(ctx)
 		}
 	case scenarios.KeeperContainer:
@@ -417,13 +416,10 @@ func (b *Backend) Start(ctx context.Context, c scenarios.Component) error {
 		}
 		return b.startPlugin(ctx)
 	case scenarios.SidecarContainer:
-		if b.sc.Pod.Sidecar == nil {
-			break
+		if b.sidecar != nil {
+			// The local kubelet starts it again by itself (superviseSidecar), as the real one does.
+			return b.rec.AwaitRestart(ctx, scenarios.SidecarContainer, b.opts.BackoffMax+10*time.Second)
 		}
-		if b.sidecar != nil && !b.sidecar.exited() {
-			return errors.New("the sidecar is still running")
-		}
-		return b.startSidecar()
 	case scenarios.KeeperContainer:
 		if b.keeper != nil {
 			return b.restartKeeper(ctx)
@@ -628,6 +624,14 @@ func (b *Backend) Stop(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
+// sidecarProc is the sidecar container's current instance, nil if none.
+func (b *Backend) sidecarProc() *proc {
+	if b.sidecar == nil {
+		return nil
+	}
+	return b.sidecar.current()
+}
+
 // KeepNote says, after Stop with Keep, what was left running and the commands that clean it up.
 func (b *Backend) KeepNote() string { return b.keepNote }
 
@@ -640,7 +644,7 @@ func (b *Backend) printKeep() {
 		fmt.Fprintf(&w, "  plugin container: pid %d (csi-plugin, init of its PID namespace), socket %s\n", b.plugin.pid(), b.sock)
 		pids = append(pids, fmt.Sprint(b.plugin.pid()))
 	}
-	if p := b.sidecar; p != nil && !p.exited() {
+	if p := b.sidecarProc(); p != nil && !p.exited() {
 		fmt.Fprintf(&w, "  sidecar container: pid %d (csi-plugin sidecar, uid %d)\n", p.pid(), sidecarUser)
 		pids = append(pids, fmt.Sprint(p.pid()))
 	}

@@ -103,8 +103,8 @@ func (b *Backend) procs() []*proc {
 	if b.plugin != nil {
 		ps = append(ps, b.plugin)
 	}
-	if b.sidecar != nil {
-		ps = append(ps, b.sidecar)
+	if p := b.sidecarProc(); p != nil {
+		ps = append(ps, p)
 	}
 	for _, k := range b.keepers() {
 		ps = append(ps, k.p)
@@ -130,12 +130,12 @@ func run(t *testing.T, ctx context.Context, b *Backend, sc scenarios.Scenario, d
 }
 
 // TestScenarios runs every scenario of the catalog on the local backend modelling the newest kubelet, and the
-// scenarios whose outcome depends on the kubelet version on every other modelled kubelet as well; each expected
-// outcome for that kubelet must hold.
+// scenarios to check on every release (their outcome or the kubelet code under them depends on the version) on
+// every other modelled kubelet as well; each expected outcome for that kubelet must hold.
 func TestScenarios(t *testing.T) {
 	for i, kv := range KubeletVersions {
 		for _, sc := range scenarios.Catalog() {
-			if i > 0 && !sc.VersionDependent() {
+			if i > 0 && !sc.OnEveryRelease() {
 				continue
 			}
 			t.Run(kv+"/"+sc.Name, func(t *testing.T) {
@@ -382,7 +382,7 @@ func TestSidecarUnprivileged(t *testing.T) {
 	if err := b.Setup(context.Background(), &sc, env); err != nil {
 		t.Fatal(err)
 	}
-	pid := b.sidecar.pid()
+	pid := b.sidecarProc().pid()
 	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		t.Fatal(err)

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/fusemode"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/keeper"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/sidecar"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/kubeletpath"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
 )
@@ -25,11 +27,6 @@ const (
 	// sidecarMount is where the dfc-sidecar emptyDir appears in the sidecar; sidecarBin holds its binaries.
 	sidecarMount = "/mnt/" + fusemode.SidecarVolume
 	sidecarBin   = "/mnt/bin"
-	// sidecarServes is the line `csi-plugin sidecar` prints once it holds the descriptor (csi-plugin/sidecar);
-	// sidecarServesKept the line it prints, as the keeper of a descriptor the plugin keeps a copy of
-	// (--sidecar-keep-fd), once its FUSE server serves it (csi-plugin/keeper).
-	sidecarServes     = "received the FUSE descriptor"
-	sidecarServesKept = "served by dummy-fuse"
 )
 
 // makeSidecarVolume creates the pod's dfc-sidecar emptyDir before the volume is published (kubelet sets up a
@@ -47,19 +44,32 @@ func (b *Backend) makeSidecarVolume() error {
 	return nil
 }
 
+// sidecarCtr is the pod's FUSE sidecar container with kubelet's handling of a native sidecar: started before
+// the pod's containers, started again whenever it exits (restartPolicy: Always) after the container restart
+// back-off, for the life of the pod.
+type sidecarCtr struct {
+	instances
+	bo restartBackoff
+}
+
 // sidecarEvent records an event of the sidecar container's lifecycle.
 func (b *Backend) sidecarEvent(kind scenarios.Kind, t time.Time, msg string) {
 	b.rec.Add(scenarios.Event{Time: t, Source: scenarios.SrcComponent, Component: scenarios.SidecarContainer, Kind: kind, Message: msg})
 }
 
-// startSidecar starts the sidecar container and returns once it runs, as kubelet starts the workload
-// containers once a native sidecar without a startup probe is running (it does not wait for it to serve).
-// KReady is recorded when the sidecar logs that it received the descriptor.
+// startSidecar starts an instance of the sidecar container and returns once it runs, as kubelet starts the
+// workload containers once a native sidecar without a startup probe is running (it does not wait for it to
+// serve). KReady is recorded when the sidecar logs that it received the descriptor.
 func (b *Backend) startSidecar() error {
+	s := b.sidecar
 	socket := filepath.Join(sidecarMount, pvName, fusemode.SocketName)
 	args := append(b.sc.Pod.Sidecar.Args(socket), "--dummy-fuse-path="+filepath.Join(sidecarBin, "dummy-fuse"))
 	plugin := filepath.Join(sidecarBin, "csi-plugin")
-	logPath := filepath.Join(b.dir, "containers", fmt.Sprintf("sidecar-%d.log", b.sidecarStarts))
+	s.mu.Lock()
+	inst := s.starts
+	s.starts++
+	s.mu.Unlock()
+	logPath := filepath.Join(b.dir, "containers", fmt.Sprintf("sidecar-%d.log", inst))
 	p, err := b.launch(initConfig{
 		Mounts: []initMount{
 			{Source: b.sidecarDir, Target: sidecarMount, Propagation: "rprivate"},
@@ -77,24 +87,25 @@ func (b *Backend) startSidecar() error {
 		_ = p.stop(time.Second)
 		return err
 	}
-	inst := b.sidecarStarts
-	b.sidecarStarts++
-	b.sidecar = p
+	out := make(chan struct{})
+	s.mu.Lock()
+	s.cur, s.output = p, out
+	s.mu.Unlock()
 	b.sidecarEvent(scenarios.KStarted, time.Time{}, fmt.Sprintf("pid %d, uid %d, %s", p.pid(), sidecarUser, strings.Join(args, " ")))
 	b.logf("sidecar#%d: started pid %d as uid %d: %s %s, log %s", inst, p.pid(), sidecarUser, plugin, strings.Join(args, " "), logPath)
 	go func() {
 		<-p.done
-		b.sidecarEvent(scenarios.KExited, p.exitTime, p.state.String())
+		b.sidecarEvent(scenarios.KExited, p.exitTime, fmt.Sprintf("sidecar#%d exited with code %d (%s)", inst, p.exitCode(), p.state))
 	}()
-	out := make(chan struct{})
-	b.sidecarOut = out
 	go func() {
 		defer close(out)
 		defer logR.Close()
 		prefix := fmt.Sprintf("sidecar#%d", inst)
 		scenarios.TailLines(logR, p.done, 20*time.Millisecond, func(line []byte) {
 			b.sidecarLog.WriteLine(prefix, line)
-			if bytes.Contains(line, []byte(sidecarServes)) || bytes.Contains(line, []byte(sidecarServesKept)) {
+			// The sidecar says it holds the descriptor (csi-plugin/sidecar), or, keeping a descriptor the plugin keeps a
+			// copy of (--sidecar-keep-fd), that its FUSE server serves it (csi-plugin/keeper).
+			if bytes.Contains(line, []byte(sidecar.Received)) || bytes.Contains(line, []byte(keeper.Served)) {
 				b.sidecarEvent(scenarios.KReady, scenarios.LineTime(line, time.Now()), string(line))
 			}
 		})
@@ -102,7 +113,39 @@ func (b *Backend) startSidecar() error {
 	return nil
 }
 
+// superviseSidecar is kubelet's handling of the running native sidecar until ctx (the pod's) ends: whenever
+// it exits it is started again once the restart back-off allows, the first time at once (the real kubelet
+// started it again about 1 s after its FUSE server was killed: its next sync, v1.37.2 and v1.36.3).
+func (b *Backend) superviseSidecar(ctx context.Context) {
+	defer b.wg.Done()
+	s := b.sidecar
+	for {
+		p := s.current()
+		select {
+		case <-p.done:
+		case <-ctx.Done():
+			return // the pod's deletion or the teardown stops it
+		}
+		s.waitOutput()
+		for !s.bo.sync(p.exitTime, time.Now()) {
+			if scenarios.Sleep(ctx, s.bo.base) != nil {
+				return
+			}
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		if err := b.startSidecar(); err != nil {
+			b.logf("sidecar: restart failed: %v", err)
+			if scenarios.Sleep(ctx, s.bo.base) != nil {
+				return
+			}
+		}
+	}
+}
+
 // killSidecar sends SIGKILL to the sidecar container's init (PID 1 of its namespace: dummy-fuse dies with it).
+// Like a native sidecar's on a node, it does not stay down: superviseSidecar starts it again.
 func (b *Backend) killSidecar(ctx context.Context) error {
-	return b.killContainer(ctx, b.sidecar, "sidecar container", b.sidecarEvent)
+	return b.killContainer(ctx, b.sidecar.current(), "sidecar container", b.sidecarEvent)
 }

@@ -23,10 +23,12 @@ import (
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios/kube"
 )
 
-// optInEnv turns the cluster tests on; selectEnv names the scenarios to run (space-separated; empty: all).
+// optInEnv turns the cluster tests on; selectEnv names the scenarios to run (space-separated; empty: all);
+// delaysEnv runs sidecar-late once per sidecar delay it lists ("0s 1s 3s").
 const (
 	optInEnv  = "DFC_KUBE_E2E"
 	selectEnv = "DFC_SCENARIOS"
+	delaysEnv = "DFC_SIDECAR_DELAYS"
 )
 
 // testEnv is e2e-framework's environment: TestMain's Setup and Finish and every feature run in it. It is the
@@ -169,6 +171,15 @@ func TestScenarios(t *testing.T) {
 	selected, err := scenarios.Select(strings.Fields(os.Getenv(selectEnv)))
 	if err != nil {
 		t.Fatalf("%s: %v", selectEnv, err)
+	}
+	if v := os.Getenv(delaysEnv); v != "" {
+		delays, err := scenarios.ParseDelays(v)
+		if err == nil {
+			selected, err = scenarios.VarySidecarDelay(selected, delays)
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", delaysEnv, err)
+		}
 	}
 	var feats []features.Feature
 	for _, sc := range selected {

@@ -1,0 +1,110 @@
+package sidecar
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/command"
+)
+
+// Crash is `csi-plugin sidecar-crash`: run in the sidecar container (kubectl exec, or client-go's
+// remotecommand), it kills the container's FUSE server with SIGKILL, as a crash of the server would. The
+// sidecar (`csi-plugin sidecar`, PID 1 of the container) then exits with the server's status (137) and kubelet
+// restarts the native sidecar. A scenario needs this on a real cluster: the image has no shell and no kill, and
+// PID 1 itself cannot be killed from inside its own PID namespace (the kernel drops signals to a namespace's
+// init that it has no handler for, SIGKILL included).
+//
+// The server is found as the kernel lists PID 1's children (/proc/1/task/*/children), never by its name; and
+// only when PID 1 runs this same executable, so that nothing happens when it is run anywhere but in a sidecar
+// container (on a host, PID 1's children are every service).
+func Crash(_ context.Context, args []string, streams command.Streams) error {
+	fl := flag.NewFlagSet("csi-plugin sidecar-crash", flag.ContinueOnError)
+	fl.SetOutput(streams.Err)
+	fl.Usage = func() {
+		fmt.Fprintln(fl.Output(), "Usage: csi-plugin sidecar-crash\n\nIn the FUSE sidecar container: SIGKILL the FUSE server (the children of csi-plugin sidecar, PID 1), as a crash does.")
+	}
+	if err := command.Parse(fl, args); err != nil {
+		return err
+	}
+	if fl.NArg() != 0 {
+		return command.Usagef("unexpected arguments: %q", fl.Args())
+	}
+	return crash("/proc", 1, streams.Out)
+}
+
+// crash kills every child of process init (a csi-plugin sidecar running this same executable) with SIGKILL and
+// says which, in /proc mounted at proc.
+func crash(proc string, init int, out io.Writer) error {
+	initDir := filepath.Join(proc, strconv.Itoa(init))
+	same, err := sameFile(filepath.Join(initDir, "exe"), filepath.Join(proc, "self", "exe"))
+	if err != nil {
+		return fmt.Errorf("is pid %d csi-plugin sidecar? %w", init, err)
+	}
+	if !same {
+		return fmt.Errorf("pid %d does not run this executable: not in a FUSE sidecar container, nothing killed", init)
+	}
+	children, err := childrenOf(initDir)
+	if err != nil {
+		return err
+	}
+	if len(children) == 0 {
+		return fmt.Errorf("pid %d (csi-plugin sidecar) has no child: no FUSE server runs (it did not receive a descriptor yet?)", init)
+	}
+	var errs []error
+	for _, pid := range children {
+		comm, _ := os.ReadFile(filepath.Join(proc, strconv.Itoa(pid), "comm"))
+		// Said before it is done: in a container, this process dies with the sidecar right after the kill.
+		logf(out, "SIGKILL to pid %d (%s), the FUSE server of pid %d", pid, strings.TrimSpace(string(comm)), init)
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+			errs = append(errs, fmt.Errorf("kill pid %d: %w", pid, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// childrenOf lists the children of the process at dir (/proc/<pid>), of all its threads: a child belongs to the
+// thread that forked it.
+func childrenOf(dir string) ([]int, error) {
+	files, err := filepath.Glob(filepath.Join(dir, "task", "*", "children"))
+	if err != nil || len(files) == 0 {
+		return nil, fmt.Errorf("no %s/task/*/children (a kernel without CONFIG_PROC_CHILDREN?): %v", dir, err)
+	}
+	var pids []int
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if errors.Is(err, os.ErrNotExist) {
+			continue // the thread ended
+		}
+		if err != nil {
+			return nil, err
+		}
+		for _, s := range strings.Fields(string(b)) {
+			pid, err := strconv.Atoi(s)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %q is no pid", f, s)
+			}
+			pids = append(pids, pid)
+		}
+	}
+	return pids, nil
+}
+
+func sameFile(a, b string) (bool, error) {
+	sa, err := os.Stat(a)
+	if err != nil {
+		return false, err
+	}
+	sb, err := os.Stat(b)
+	if err != nil {
+		return false, err
+	}
+	return os.SameFile(sa, sb), nil
+}
