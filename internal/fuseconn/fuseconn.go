@@ -182,8 +182,13 @@ func RequestTimeouts() (def, max time.Duration, err error) {
 	return def, max, err
 }
 
-// PauseLimit is how long a connection may go without a server before the kernel aborts it: the effective
-// request timeout for our servers (the default one, capped by the maximum), 0 if none.
+// timeoutCheck is FUSE_TIMEOUT_TIMER_FREQ (fs/fuse/fuse_i.h): the kernel checks a connection's requests this
+// often, and raises a shorter timeout to it (measured: 1 s asked, aborted after 25 s, TestRequestTimeoutEndsAPause
+// in dummy-fuse). So a connection is aborted between its timeout and that plus this much of silence.
+const timeoutCheck = 15 * time.Second
+
+// PauseLimit is how long a connection may surely go without a server before the kernel aborts it: the effective
+// request timeout for our servers (the default one, capped by the maximum, at least timeoutCheck), 0 if none.
 func PauseLimit() (time.Duration, error) {
 	def, max, err := RequestTimeouts()
 	return effectiveTimeout(def, max), err
@@ -192,11 +197,12 @@ func PauseLimit() (time.Duration, error) {
 // effectiveTimeout is the timeout a connection gets whose server asks for none: the default, capped by the
 // maximum (which also applies alone).
 func effectiveTimeout(def, max time.Duration) time.Duration {
-	switch {
-	case def == 0:
-		return max
-	case max == 0 || def < max:
-		return def
+	t := max
+	if def != 0 && (max == 0 || def < max) {
+		t = def
 	}
-	return max
+	if t != 0 && t < timeoutCheck {
+		return timeoutCheck
+	}
+	return t
 }

@@ -128,7 +128,8 @@ func uname() string {
 	return unix.ByteSliceToString(u.Release[:])
 }
 
-// TestEffectiveTimeout: the default applies, capped by the maximum, which also applies alone.
+// TestEffectiveTimeout: the default applies, capped by the maximum, which also applies alone; never below the
+// kernel's check period.
 func TestEffectiveTimeout(t *testing.T) {
 	for _, c := range []struct{ def, max, want time.Duration }{
 		{0, 0, 0},
@@ -136,6 +137,8 @@ func TestEffectiveTimeout(t *testing.T) {
 		{0, time.Minute, time.Minute},
 		{30 * time.Second, time.Minute, 30 * time.Second},
 		{2 * time.Minute, time.Minute, time.Minute},
+		{time.Second, 0, timeoutCheck},
+		{0, 5 * time.Second, timeoutCheck},
 	} {
 		if got := effectiveTimeout(c.def, c.max); got != c.want {
 			t.Errorf("default %s, max %s: %s, want %s", c.def, c.max, got, c.want)
