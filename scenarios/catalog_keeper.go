@@ -5,11 +5,12 @@ import "time"
 // Containers of the keeper rows besides reader and reopen: one that reads the volume through a subPath.
 const sub = "subpath"
 
-// The keeper rows' backends: the Kubernetes backend deploys neither the keeper nor its kills yet.
-var (
-	keeperBackends    = []string{BackendLocal}
-	keeperBackendsWhy = "the kube backend cannot deploy the keeper placement yet"
-)
+// keeperReleases is why the keeper scenarios run on every kubelet release: their promise, no failed read
+// whichever single holder dies, is to hold on every kubelet the project covers, and the subPath reader's bind
+// goes through kubelet's subPath code, which v1.37 changed (prepareSubpathTarget in
+// pkg/volume/util/subpath/subpath_linux.go).
+const keeperReleases = "the keeper's promise (no failed read) is to hold on every kubelet covered, and the subPath bind goes " +
+	"through kubelet's subPath code, which v1.37 changed (prepareSubpathTarget, pkg/volume/util/subpath/subpath_linux.go)"
 
 // keeperReadInterval is how often the keeper rows' workloads read: often enough that a pause between FUSE
 // servers falls on a read, which then measures it.
@@ -58,7 +59,7 @@ func keeperScenarios() []Scenario {
 			},
 			Expect: append(neverFail(reader, reopen, sub),
 				Expectation{Check: NeverFails{C: reader, After: AfterPluginBack, Reads: 5}}),
-			Backends: keeperBackends, BackendsWhy: keeperBackendsWhy,
+			EveryRelease: keeperReleases,
 		},
 		{
 			Name:  "keeper-server-crash",
@@ -75,7 +76,7 @@ func keeperScenarios() []Scenario {
 				Observe(watchReads),
 			},
 			Expect:   neverFail(reader, reopen, sub),
-			Backends: keeperBackends, BackendsWhy: keeperBackendsWhy,
+			EveryRelease: keeperReleases,
 		},
 		{
 			Name:  "keeper-in-flight",
@@ -98,7 +99,7 @@ func keeperScenarios() []Scenario {
 				{Check: InFlightReadSucceeds{C: reader}},
 				{Check: NeverFails{C: reader, After: AfterKill, Reads: 2}},
 			},
-			Backends: keeperBackends, BackendsWhy: keeperBackendsWhy,
+			EveryRelease: keeperReleases,
 		},
 		{
 			Name:  "keeper-restart",
@@ -114,7 +115,7 @@ func keeperScenarios() []Scenario {
 				Observe(watchReads),
 			},
 			Expect:   neverFail(reader, reopen, sub),
-			Backends: keeperBackends, BackendsWhy: keeperBackendsWhy,
+			EveryRelease: keeperReleases,
 		},
 		{
 			Name:  "keeper-upgrade",
@@ -131,7 +132,7 @@ func keeperScenarios() []Scenario {
 			},
 			Expect: append(neverFail(reader, reopen, sub),
 				Expectation{Check: NewVersionServes{}}),
-			Backends: keeperBackends, BackendsWhy: keeperBackendsWhy,
+			EveryRelease: keeperReleases,
 		},
 		{
 			Name:  "keeper-all-holders",
@@ -159,7 +160,7 @@ func keeperScenarios() []Scenario {
 				{Check: Restarts{C: reader, Min: 0, Max: 0}},
 				{Check: VolumeDir{Errno: "ENOTCONN", After: AfterPluginBack}},
 			},
-			Backends: keeperBackends, BackendsWhy: keeperBackendsWhy,
+			EveryRelease: keeperReleases,
 		},
 	}
 }

@@ -67,28 +67,38 @@ func (r *Recorder) Count(f func(Event) bool) int {
 // KKilled), at most timeout: for a component that its platform starts again by itself, as kubelet does a native
 // sidecar.
 func (r *Recorder) AwaitRestart(ctx context.Context, c Component, timeout time.Duration) error {
+	return r.awaitAfterKill(ctx, c, KStarted, "start", timeout)
+}
+
+// AwaitReady waits until component c serves again after its last kill (a KReady after its last KKilled), at
+// most timeout: for a component that another one starts again, as the keeper does its FUSE servers.
+func (r *Recorder) AwaitReady(ctx context.Context, c Component, timeout time.Duration) error {
+	return r.awaitAfterKill(ctx, c, KReady, "serve", timeout)
+}
+
+func (r *Recorder) awaitAfterKill(ctx context.Context, c Component, kind Kind, verb string, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for {
-		var killed, started time.Time
+		var killed, after time.Time
 		r.mu.Lock()
 		for _, e := range r.events {
 			switch {
 			case e.Component != c:
 			case e.Kind == KKilled && e.Time.After(killed):
 				killed = e.Time
-			case e.Kind == KStarted && e.Time.After(started):
-				started = e.Time
+			case e.Kind == kind && e.Time.After(after):
+				after = e.Time
 			}
 		}
 		r.mu.Unlock()
 		if killed.IsZero() {
 			return fmt.Errorf("the %s was not killed", c.Noun())
 		}
-		if started.After(killed) {
+		if after.After(killed) {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("the %s did not start again within %s of its kill", c.Noun(), timeout)
+			return fmt.Errorf("the %s did not %s again within %s of its kill", c.Noun(), verb, timeout)
 		}
 		if err := Sleep(ctx, 20*time.Millisecond); err != nil {
 			return err

@@ -244,7 +244,7 @@ func (k *Keeper) pluginConnected(c *handover.Conn) bool {
 		c.Close()
 		return true
 	}
-	k.logf("connected to the plugin; handed it %d connection(s) held here", len(held))
+	k.logf(fmtConnected, len(held))
 	k.plugin = c
 	go func() {
 		for {
@@ -359,7 +359,7 @@ func (k *Keeper) serverMsg(srv *server, m handover.Msg) {
 		if cn.init == nil {
 			cn.init = m.Init
 		}
-		k.logf("volume %s: "+Served+" %s pid %d", m.Volume, m.Version, srv.pid)
+		k.logf(fmtServed, m.Volume, m.Version, srv.pid)
 		k.tellPlugin(handover.Msg{Kind: handover.Served, Volume: m.Volume, Init: cn.init, PID: srv.pid, Version: m.Version})
 	case handover.Ended:
 		delete(srv.volumes, m.Volume)
@@ -386,7 +386,7 @@ func (k *Keeper) serverGone(srv *server, err error) {
 		}
 	}
 	sort.Strings(orphans)
-	k.logf("FUSE server pid %d exited (%v); its connections stay mounted, held here: %s", srv.pid, err, strings.Join(orphans, ", "))
+	k.logf(fmtExited, srv.pid, err, strings.Join(orphans, ", "))
 	if k.cfg.ExitWithServer {
 		k.exitErr = fmt.Errorf("FUSE server pid %d exited (%v): exiting with it; the plugin keeps its copy of the connection for the next instance", srv.pid, err)
 		return

@@ -50,6 +50,26 @@ func (h *helmRelease) install(ctx context.Context, vals map[string]any, timeout 
 	return nil
 }
 
+// upgrade upgrades the release to vals (all of them: nothing is reused) without waiting: the backend waits for
+// what it needs itself.
+func (h *helmRelease) upgrade(ctx context.Context, vals map[string]any, timeout time.Duration) error {
+	chrt, err := loader.Load(h.chartDir)
+	if err != nil {
+		return fmt.Errorf("load chart %s: %w", h.chartDir, err)
+	}
+	cfg, err := h.config()
+	if err != nil {
+		return err
+	}
+	up := action.NewUpgrade(cfg)
+	up.Namespace = h.namespace
+	up.Timeout = timeout
+	if _, err := up.RunWithContext(ctx, h.name, chrt, vals); err != nil {
+		return fmt.Errorf("helm upgrade %s (chart %s) in namespace %s: %w", h.name, h.chartDir, h.namespace, err)
+	}
+	return nil
+}
+
 // uninstall removes the release and waits until its objects are deleted; a missing release is fine.
 func (h *helmRelease) uninstall(timeout time.Duration) error {
 	cfg, err := h.config()

@@ -13,6 +13,10 @@
 //     a crash, the container with it); kubelet starts it again by itself, and starting it waits for that
 //     (sidecar.go). Killing the pod deletes it and waits until kubelet unpublished and unstaged its volume;
 //     starting it creates it again, a new pod UID (pod.go).
+//   - In the keeper mode (chart fuseMode keeper) the chart's keeper DaemonSet runs the FUSE servers (keeper.go).
+//     Killing the keeper deletes its pod as the plugin's is (its DaemonSet kept off the node until the start);
+//     killing a FUSE server execs `csi-plugin keeper crash --volume <id>` in the keeper; upgrading it is a
+//     helm upgrade to the next build's image (keeper.imageTag=<tag>-next), a rolling update of the DaemonSet.
 //   - Evidence comes from watches and log streams, never from polling: the workload containers' logs,
 //     followed per container instance (kubelet keeps only the previous one); the pod's container statuses
 //     (starts, exits, exit codes); the pod's Events (start failures with kubelet's message, back-off);
@@ -63,9 +67,9 @@ const (
 	// managedBy labels every object of a run, so that a crashed run's leftovers can be found.
 	managedByLabel = "app.kubernetes.io/managed-by"
 	managedBy      = "dfc-scenario"
-	// pluginOffLabel is the nodeSelector key that keeps the plugin DaemonSet off every node between
-	// killing and starting the plugin.
-	pluginOffLabel  = "dummy-fuse-csi/scenario-plugin-off"
+	// offLabel is the nodeSelector key that keeps the plugin or the keeper DaemonSet off every node between
+	// killing and starting the plugin or the keeper.
+	offLabel        = "dummy-fuse-csi/scenario-off"
 	pluginContainer = "plugin"
 )
 
@@ -182,12 +186,14 @@ type Backend struct {
 	// The pod's FUSE sidecar (sidecar mode): its container's name and log.
 	sidecarName string
 	sidecarLog  *scenarios.LogFile
+	keeperLog   *scenarios.LogFile // keeper mode: the keeper pods' logs
 	probeStop   context.CancelFunc // ends the host probe of the current pod's paths
 
 	mu       sync.Mutex
 	workload *podWatch
 	probe    *podWatch
-	plugins  map[string]*pluginPod // by pod UID
+	plugins  map[string]*dsPod // by pod UID
+	keepers  map[string]*dsPod // by pod UID (keeper mode)
 	events   map[string]int32      // event UID → count seen
 	kubelet  *kubeletLog
 	unstage  *unstageWatch
@@ -197,7 +203,7 @@ type Backend struct {
 	wg        sync.WaitGroup
 	installed bool
 	nsCreated bool
-	pluginOff bool
+	off       map[string]bool // DaemonSet name → kept off the node (in the run's namespace)
 	stopped   bool
 	keepNote  string
 	podStates map[string]string // pod UID → its last state line in kube.log
@@ -207,7 +213,7 @@ var _ scenarios.Backend = (*Backend)(nil)
 
 // New returns a Kubernetes backend; configuration errors are reported by Start.
 func New(opts Options) *Backend {
-	b := &Backend{opts: opts, plugins: map[string]*pluginPod{}, events: map[string]int32{}, unstage: newUnstageWatch()}
+	b := &Backend{opts: opts, plugins: map[string]*dsPod{}, keepers: map[string]*dsPod{}, off: map[string]bool{}, events: map[string]int32{}, unstage: newUnstageWatch()}
 	b.optErr = b.opts.defaults()
 	return b
 }
@@ -288,6 +294,11 @@ func (b *Backend) Setup(ctx context.Context, sc *scenarios.Scenario, env *scenar
 			return err
 		}
 	}
+	if b.keeperMode() {
+		if b.keeperLog, err = env.Log("keeper.log"); err != nil {
+			return err
+		}
+	}
 	if b.man, err = loadManifests(filepath.Join(b.opts.Repo, "manifests")); err != nil {
 		return err
 	}
@@ -334,6 +345,12 @@ func (b *Backend) Setup(ctx context.Context, sc *scenarios.Scenario, env *scenar
 	}
 	if err := b.waitRegistered(ctx, pluginNode); err != nil {
 		return err
+	}
+	if b.keeperMode() {
+		// The plugin hands the keeper every connection it mounts: the volume's server runs once it is connected.
+		if err := b.waitKeeperReady(ctx, time.Time{}, b.opts.Image); err != nil {
+			return err
+		}
 	}
 
 	labels := map[string]string{managedByLabel: managedBy}

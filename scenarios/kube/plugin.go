@@ -30,6 +30,14 @@ func (b *Backend) Kill(ctx context.Context, c scenarios.Component) error {
 		}
 	case scenarios.WorkloadPod:
 		return b.killPod(ctx)
+	case scenarios.KeeperContainer:
+		if b.keeperMode() {
+			return b.killKeeper(ctx)
+		}
+	case scenarios.FuseServer:
+		if b.keeperMode() {
+			return b.killFuseServer(ctx)
+		}
 	}
 	return fmt.Errorf("kube backend: cannot kill %s", c)
 }
@@ -45,52 +53,66 @@ func (b *Backend) Start(ctx context.Context, c scenarios.Component) error {
 		}
 	case scenarios.WorkloadPod:
 		return b.startPod(ctx)
+	case scenarios.KeeperContainer:
+		if b.keeperMode() {
+			return b.startKeeper(ctx)
+		}
+	case scenarios.FuseServer:
+		// Nobody but the keeper starts a FUSE server.
+		if b.keeperMode() {
+			return b.rec.AwaitReady(ctx, scenarios.FuseServer, 30*time.Second)
+		}
 	}
 	return fmt.Errorf("kube backend: cannot start %s", c)
 }
 
 // Upgrade implements scenarios.Backend.
-func (b *Backend) Upgrade(_ context.Context, c scenarios.Component) error {
+func (b *Backend) Upgrade(ctx context.Context, c scenarios.Component) error {
+	if c == scenarios.KeeperContainer && b.keeperMode() {
+		return b.upgradeKeeper(ctx)
+	}
 	return fmt.Errorf("kube backend: cannot upgrade %s", c)
 }
 
-// killPlugin deletes the plugin pod on the workload's node. A DaemonSet replaces a deleted pod at once, and
-// the scenario needs the plugin down until it is started again, so first the DaemonSet gets a nodeSelector
-// that no node matches; then the plugin pod is deleted with grace period 0, like `kubectl delete pod
-// --grace-period=0 --force` (kubelet still sends SIGTERM and SIGKILL 2 s later; the plugin's FUSE servers
-// die with it either way).
+// killPlugin deletes the plugin pod on the workload's node (deleteNodePod).
 func (b *Backend) killPlugin(ctx context.Context) error {
-	pp, uid := b.servingPlugin()
+	return b.deleteNodePod(ctx, scenarios.PluginContainer, dsName(), b.plugins)
+}
+
+// deleteNodePod deletes the pod of DaemonSet ds (plugin or keeper) on the workload's node, which pods
+// follows. A DaemonSet replaces a deleted pod at once, and the scenario needs c down until it is started
+// again, so first the DaemonSet gets a nodeSelector that no node matches; then the pod is deleted with grace
+// period 0, like the original demo's `kubectl delete pod --grace-period=0 --force` (kubelet still sends
+// SIGTERM and SIGKILL 2 s later; the FUSE servers in the pod die with it either way).
+func (b *Backend) deleteNodePod(ctx context.Context, c scenarios.Component, ds string, pods map[string]*dsPod) error {
+	pp, uid := b.runningPod(pods)
 	if pp == nil {
-		return fmt.Errorf("no running plugin pod on node %s", b.node)
+		return fmt.Errorf("no running pod of DaemonSet %s on node %s", ds, b.node)
 	}
-	if err := b.setPluginOff(ctx, b.n.namespace, true); err != nil {
+	if err := b.setOff(ctx, b.n.namespace, ds, true); err != nil {
 		return err
 	}
-	b.rec.Add(scenarios.Event{Source: scenarios.SrcComponent, Component: scenarios.PluginContainer, Kind: scenarios.KKilled,
+	b.rec.Add(scenarios.Event{Source: scenarios.SrcComponent, Component: c, Kind: scenarios.KKilled,
 		Message: fmt.Sprintf("kubectl delete pod %s --grace-period=0 --force", pp.name)})
 	zero := int64(0)
 	err := b.cs.CoreV1().Pods(b.n.namespace).Delete(ctx, pp.name, metav1.DeleteOptions{
 		GracePeriodSeconds: &zero, Preconditions: &metav1.Preconditions{UID: (*types.UID)(&uid)}})
 	if err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("delete plugin pod %s: %w", pp.name, err)
+		return fmt.Errorf("delete %s pod %s: %w", c.Noun(), pp.name, err)
 	}
-	b.progress("plugin pod %s deleted (grace period 0), DaemonSet kept off the node", pp.name)
+	b.progress("%s pod %s deleted (grace period 0), DaemonSet %s kept off the node", c.Noun(), pp.name, ds)
 	if _, err := pp.w.await(ctx, 30*time.Second, func(_ *corev1.Pod, deleted bool) bool { return deleted }); err != nil {
-		return fmt.Errorf("plugin pod %s not gone: %w", pp.name, err)
+		return fmt.Errorf("pod %s not gone: %w", pp.name, err)
 	}
 	// The API object goes at once; the container dies on the node when kubelet kills it: its log ends then.
-	if err := pp.waitDown(ctx, 30*time.Second); err != nil {
-		return err
-	}
-	return nil
+	return pp.waitDown(ctx, 30*time.Second)
 }
 
 // startPlugin lets the DaemonSet run on the node again; it returns once the new plugin pod logged "Ready"
 // (its restore is done and Probe answers ready).
 func (b *Backend) startPlugin(ctx context.Context) error {
 	since := time.Now()
-	if err := b.setPluginOff(ctx, b.n.namespace, false); err != nil {
+	if err := b.setOff(ctx, b.n.namespace, dsName(), false); err != nil {
 		return err
 	}
 	b.progress("DaemonSet %s may run on the node again", dsName())
@@ -98,11 +120,12 @@ func (b *Backend) startPlugin(ctx context.Context) error {
 	return err
 }
 
-// servingPlugin is the plugin pod on the workload's node that logged "Ready" last and is not deleted.
-func (b *Backend) servingPlugin() (*pluginPod, string) {
+// runningPod is the pod of pods on the workload's node whose container runs (its log is followed), and is
+// not deleted.
+func (b *Backend) runningPod(pods map[string]*dsPod) (*dsPod, string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	for uid, pp := range b.plugins {
+	for uid, pp := range pods {
 		p, deleted, _ := pp.w.get()
 		if deleted || p == nil || p.DeletionTimestamp != nil || (b.node != "" && pp.node != b.node) {
 			continue
@@ -117,21 +140,19 @@ func (b *Backend) servingPlugin() (*pluginPod, string) {
 	return nil, ""
 }
 
-// setPluginOff adds (off) or removes the nodeSelector that keeps the plugin DaemonSet of namespace ns off
-// every node.
-func (b *Backend) setPluginOff(ctx context.Context, ns string, off bool) error {
-	var patch []byte
-	pt := types.MergePatchType
+// setOff adds (off) or removes the nodeSelector that keeps DaemonSet ds of namespace ns off every node.
+func (b *Backend) setOff(ctx context.Context, ns, ds string, off bool) error {
+	patch := []byte(fmt.Sprintf(`{"spec":{"template":{"spec":{"nodeSelector":{%q:null}}}}}`, offLabel))
 	if off {
-		patch = []byte(fmt.Sprintf(`{"spec":{"template":{"spec":{"nodeSelector":{%q:"true"}}}}}`, pluginOffLabel))
-	} else {
-		patch = []byte(fmt.Sprintf(`{"spec":{"template":{"spec":{"nodeSelector":{%q:null}}}}}`, pluginOffLabel))
+		patch = []byte(fmt.Sprintf(`{"spec":{"template":{"spec":{"nodeSelector":{%q:"true"}}}}}`, offLabel))
 	}
-	if _, err := b.cs.AppsV1().DaemonSets(ns).Patch(ctx, dsName(), pt, patch, metav1.PatchOptions{}); err != nil {
-		return fmt.Errorf("patch DaemonSet %s/%s nodeSelector: %w", ns, dsName(), err)
+	if _, err := b.cs.AppsV1().DaemonSets(ns).Patch(ctx, ds, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		return fmt.Errorf("patch DaemonSet %s/%s nodeSelector: %w", ns, ds, err)
 	}
 	if ns == b.n.namespace {
-		b.pluginOff = off
+		b.mu.Lock()
+		b.off[ds] = off
+		b.mu.Unlock()
 	}
 	return nil
 }
@@ -155,7 +176,7 @@ func (b *Backend) waitPluginReady(ctx context.Context, since time.Time) (string,
 		if n > 0 {
 			return node, nil
 		}
-		if err := b.pluginImageProblem(); err != nil {
+		if err := b.imageProblem(b.plugins, b.opts.Image); err != nil {
 			return "", err
 		}
 		if time.Now().After(deadline) {
@@ -189,12 +210,12 @@ func (b *Backend) waitRegistered(ctx context.Context, node string) error {
 	return nil
 }
 
-// pluginImageProblem reports a plugin pod that cannot start because its image is not on the node: nothing
-// is pulled for a locally built image, so waiting longer would not help.
-func (b *Backend) pluginImageProblem() error {
+// imageProblem reports a pod of pods that cannot start because its image (image, for the hint) is not on the
+// node: nothing is pulled for a locally built image, so waiting longer would not help.
+func (b *Backend) imageProblem(pods map[string]*dsPod, image string) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	for _, pp := range b.plugins {
+	for _, pp := range pods {
 		p, deleted, _ := pp.w.get()
 		if p == nil || deleted {
 			continue
@@ -202,8 +223,8 @@ func (b *Backend) pluginImageProblem() error {
 		for _, cs := range p.Status.ContainerStatuses {
 			if w := cs.State.Waiting; w != nil && (w.Reason == "ErrImageNeverPull" || w.Reason == "ErrImagePull" ||
 				w.Reason == "ImagePullBackOff" || w.Reason == "InvalidImageName") {
-				return fmt.Errorf("plugin pod %s: %s: %s — is image %s on node %s? (make image, then make cluster-load-images, "+
-					"or kind load image-archive _output/images/dummy-fuse-csi-<tag>.tar)", pp.name, w.Reason, w.Message, b.opts.Image, pp.node)
+				return fmt.Errorf("pod %s: %s: %s — is image %s on node %s? (make image, then make cluster-load-images, "+
+					"or kind load image-archive _output/images/dummy-fuse-csi-<tag>.tar)", pp.name, w.Reason, w.Message, image, pp.node)
 			}
 		}
 	}

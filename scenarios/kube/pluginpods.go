@@ -1,6 +1,7 @@
 package kube
 
-// Plugin pods: the plugin DaemonSet's pods, their logs and readiness, and NodeUnstageVolume in their log.
+// Plugin pods: the plugin DaemonSet's pods, their logs and readiness, and NodeUnstageVolume in their log. The
+// keeper DaemonSet's pods (keeper.go) are followed the same way.
 
 import (
 	"context"
@@ -15,8 +16,8 @@ import (
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
 )
 
-// pluginPod is one pod of the plugin DaemonSet.
-type pluginPod struct {
+// dsPod is one pod of the plugin or the keeper DaemonSet.
+type dsPod struct {
 	w    *podWatch
 	name string
 	node string
@@ -27,8 +28,12 @@ type pluginPod struct {
 	endCh   chan struct{} // closed and replaced when an instance's log ends
 }
 
+func newDSPod(p *corev1.Pod) *dsPod {
+	return &dsPod{w: newPodWatch(), name: p.Name, node: p.Spec.NodeName, endCh: make(chan struct{})}
+}
+
 // startOnce reports whether instance n's start is still to be recorded, and marks it recorded.
-func (pp *pluginPod) startOnce(n int) bool {
+func (pp *dsPod) startOnce(n int) bool {
 	pp.mu.Lock()
 	defer pp.mu.Unlock()
 	pp.running = true
@@ -39,7 +44,7 @@ func (pp *pluginPod) startOnce(n int) bool {
 	return true
 }
 
-func (pp *pluginPod) markEnded() {
+func (pp *dsPod) markEnded() {
 	pp.mu.Lock()
 	defer pp.mu.Unlock()
 	pp.running = false
@@ -48,7 +53,7 @@ func (pp *pluginPod) markEnded() {
 }
 
 // waitDown waits until no instance of the pod runs (its log stream ended).
-func (pp *pluginPod) waitDown(ctx context.Context, timeout time.Duration) error {
+func (pp *dsPod) waitDown(ctx context.Context, timeout time.Duration) error {
 	deadline := time.NewTimer(timeout)
 	defer deadline.Stop()
 	for {
@@ -62,7 +67,7 @@ func (pp *pluginPod) waitDown(ctx context.Context, timeout time.Duration) error 
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-deadline.C:
-			return fmt.Errorf("plugin pod %s still logging %s after its deletion", pp.name, timeout)
+			return fmt.Errorf("pod %s still logging %s after its deletion", pp.name, timeout)
 		case <-ch:
 		}
 	}
@@ -75,7 +80,7 @@ func (b *Backend) onPluginPod(p *corev1.Pod, deleted bool) {
 	b.mu.Lock()
 	pp, known := b.plugins[uid]
 	if !known {
-		pp = &pluginPod{w: newPodWatch(), name: p.Name, node: p.Spec.NodeName, endCh: make(chan struct{})}
+		pp = newDSPod(p)
 		b.plugins[uid] = pp
 	}
 	pp.node = p.Spec.NodeName
@@ -88,7 +93,7 @@ func (b *Backend) onPluginPod(p *corev1.Pod, deleted bool) {
 	go b.follow(pp.w, pluginContainer, true, instanceHandler{
 		line: func(n int, info instanceInfo, line []byte, ts time.Time) {
 			if pp.startOnce(n) {
-				b.pluginEvent(pp, scenarios.KStarted, stampTime(info.startedAt, ts), fmt.Sprintf("pod %s on %s", pp.name, pp.node))
+				b.nodeEvent(pp, scenarios.PluginContainer, scenarios.KStarted, stampTime(info.startedAt, ts), fmt.Sprintf("pod %s on %s", pp.name, pp.node), "")
 			}
 			stamp := ts
 			if stamp.IsZero() {
@@ -96,7 +101,7 @@ func (b *Backend) onPluginPod(p *corev1.Pod, deleted bool) {
 			}
 			b.pluginLog.WriteLine(fmt.Sprintf("%s %s#%d", stamp.UTC().Format("15:04:05.000000"), pp.name, n), line)
 			if strings.Contains(string(line), `] "Ready"`) {
-				b.pluginEvent(pp, scenarios.KReady, stamp, fmt.Sprintf("pod %s: %s", pp.name, klogMessage(line)))
+				b.nodeEvent(pp, scenarios.PluginContainer, scenarios.KReady, stamp, fmt.Sprintf("pod %s: %s", pp.name, klogMessage(line)), "")
 			}
 			b.unstage.observe(fmt.Sprintf("%s#%d", pp.name, n), klogMessage(line), b.n.volumeHandle)
 		},
@@ -108,19 +113,20 @@ func (b *Backend) onPluginPod(p *corev1.Pod, deleted bool) {
 			case gone:
 				msg += " deleted"
 			}
-			b.pluginEvent(pp, scenarios.KExited, time.Now(), msg)
+			b.nodeEvent(pp, scenarios.PluginContainer, scenarios.KExited, time.Now(), msg, "")
 			pp.markEnded()
 		},
 	})
 }
 
-func (b *Backend) pluginEvent(pp *pluginPod, kind scenarios.Kind, t time.Time, msg string) {
-	// Only the plugin on the workload's node matters to the scenario; the others go to kube.log.
+// nodeEvent records an event of component c from pod pp. Only the pods on the workload's node matter to the
+// scenario; the others go to kube.log.
+func (b *Backend) nodeEvent(pp *dsPod, c scenarios.Component, kind scenarios.Kind, t time.Time, msg, detail string) {
 	if b.node != "" && pp.node != b.node {
-		b.logf("plugin %s on another node: %s %s", pp.name, kind, msg)
+		b.logf("%s %s on another node: %s %s", c.Noun(), pp.name, kind, msg)
 		return
 	}
-	b.rec.Add(scenarios.Event{Time: t, Source: scenarios.SrcComponent, Component: scenarios.PluginContainer, Kind: kind, Message: msg})
+	b.rec.Add(scenarios.Event{Time: t, Source: scenarios.SrcComponent, Component: c, Kind: kind, Message: msg, Detail: detail})
 }
 
 // klogMessage strips klog's header ("I1122 04:50:01.123456   1 server.go:158] ") from a line.

@@ -108,6 +108,8 @@ func (b *Backend) onPod(o any, deleted bool) {
 		b.probe.set(p, deleted)
 	case p.Labels["app.kubernetes.io/component"] == "node" && p.Labels["app.kubernetes.io/instance"] == releaseName:
 		b.onPluginPod(p, deleted)
+	case p.Labels["app.kubernetes.io/component"] == keeperContainer && p.Labels["app.kubernetes.io/instance"] == releaseName:
+		b.onKeeperPod(p, deleted)
 	}
 }
 

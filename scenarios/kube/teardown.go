@@ -39,7 +39,7 @@ func (b *Backend) Stop(ctx context.Context) error {
 		return nil
 	}
 	var errs []error
-	if b.pluginOff {
+	if b.off[dsName()] {
 		b.progress("teardown: bringing the plugin back so that kubelet can unpublish and unstage")
 		if err := b.startPlugin(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("plugin back for teardown: %w", err))
@@ -159,7 +159,7 @@ func (b *Backend) removeStale(ctx context.Context) error {
 		b.progress("removing the leftovers of an earlier run: namespace %s", ns.Name)
 		n := names{namespace: ns.Name, pv: ns.Name, pvc: "dummy-fuse-pvc", volumeHandle: ns.Name}
 		// Its plugin must serve for kubelet to unmount its volume.
-		if err := b.setPluginOff(ctx, ns.Name, false); err != nil && !apierrors.IsNotFound(errors.Unwrap(err)) {
+		if err := b.setOff(ctx, ns.Name, dsName(), false); err != nil && !apierrors.IsNotFound(errors.Unwrap(err)) {
 			b.logf("%v", err)
 		}
 		if errs := b.teardown(ctx, n, nil); len(errs) > 0 {
@@ -229,9 +229,11 @@ func (b *Backend) keepText() string {
 	fmt.Fprintf(&w, "--keep: the run's objects are left in place (the next run removes them).\n")
 	fmt.Fprintf(&w, "  kubectl -n %s get pods            # the workload pod %s and the plugin DaemonSet %s\n", b.n.namespace, b.n.pod, dsName())
 	fmt.Fprintf(&w, "  kubectl -n %s describe pod %s\n", b.n.namespace, b.n.pod)
-	if b.pluginOff {
-		fmt.Fprintf(&w, "  the plugin is off: kubectl -n %s patch ds %s --type=merge -p '{\"spec\":{\"template\":{\"spec\":{\"nodeSelector\":{%q:null}}}}}'\n",
-			b.n.namespace, dsName(), pluginOffLabel)
+	for _, ds := range []string{dsName(), keeperDSName()} {
+		if b.off[ds] {
+			fmt.Fprintf(&w, "  %s is kept off the node: kubectl -n %s patch ds %s --type=merge -p '{\"spec\":{\"template\":{\"spec\":{\"nodeSelector\":{%q:null}}}}}'\n",
+				ds, b.n.namespace, ds, offLabel)
+		}
 	}
 	fmt.Fprintf(&w, "Clean up with (in this order, so that kubelet unmounts everything):\n")
 	fmt.Fprintf(&w, "  kubectl -n %s delete pod -l %s=%s --wait\n", b.n.namespace, managedByLabel, managedBy)
@@ -259,7 +261,7 @@ func (b *Backend) stopLoops() {
 }
 
 func (b *Backend) closeLogs() {
-	for _, w := range []*scenarios.LogFile{b.workloadLog, b.pluginLog, b.sidecarLog, b.kubeletLogOut, b.kubeLog} {
+	for _, w := range []*scenarios.LogFile{b.workloadLog, b.pluginLog, b.keeperLog, b.sidecarLog, b.kubeletLogOut, b.kubeLog} {
 		_ = w.Close()
 	}
 }

@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -42,13 +41,6 @@ type keeperInstance struct {
 	connected chan struct{} // closed once it is connected to the plugin (it serves whatever the plugin hands it)
 	served    chan struct{} // closed at its first "served" line: it serves the volume
 }
-
-// The keeper's log lines the backend turns into evidence (csi-plugin/keeper, keeper.go).
-var (
-	keeperServed    = regexp.MustCompile(`volume (\S+): ` + keeper.Served + ` (\S+) pid (\d+)`)
-	keeperConnected = []byte("connected to the plugin")
-	keeperExited    = regexp.MustCompile(`FUSE server pid (\d+) exited \(([^)]*)\)`)
-)
 
 func (b *Backend) keeperEvent(kind scenarios.Kind, t time.Time, msg string) {
 	b.rec.Add(scenarios.Event{Time: t, Source: scenarios.SrcComponent, Component: scenarios.KeeperContainer, Kind: kind, Message: msg})
@@ -114,18 +106,22 @@ func (b *Backend) startKeeper(pluginPath, fusePath string) (*keeperInstance, err
 		scenarios.TailLines(logR, p.done, 20*time.Millisecond, func(line []byte) {
 			b.keeperLog.WriteLine(prefix, line)
 			t := scenarios.LineTime(line, time.Now())
-			if bytes.Contains(line, keeperConnected) && !closed(k.connected) {
-				close(k.connected)
-				b.keeperEvent(scenarios.KReady, t, fmt.Sprintf("keeper#%d connected to the plugin", n))
-			}
-			if m := keeperServed.FindSubmatch(line); m != nil && string(m[1]) == volumeHandle {
-				b.serverEvent(scenarios.KReady, t, fmt.Sprintf("keeper#%d: dummy-fuse %s pid %s serves the volume", n, m[2], m[3]), string(m[2]))
+			switch ev := keeper.LogLine(line); ev.Kind {
+			case keeper.LogConnected:
+				if !closed(k.connected) {
+					close(k.connected)
+					b.keeperEvent(scenarios.KReady, t, fmt.Sprintf("keeper#%d connected to the plugin", n))
+				}
+			case keeper.LogServed:
+				if ev.Volume != volumeHandle {
+					break
+				}
+				b.serverEvent(scenarios.KReady, t, fmt.Sprintf("keeper#%d: dummy-fuse %s pid %d serves the volume", n, ev.Version, ev.PID), ev.Version)
 				if !closed(k.served) {
 					close(k.served)
 				}
-			}
-			if m := keeperExited.FindSubmatch(line); m != nil {
-				b.serverEvent(scenarios.KExited, t, fmt.Sprintf("keeper#%d: FUSE server pid %s: %s", n, m[1], m[2]), "")
+			case keeper.LogServerExited:
+				b.serverEvent(scenarios.KExited, t, fmt.Sprintf("keeper#%d: FUSE server pid %d: %s", n, ev.PID, ev.Reason), "")
 			}
 		})
 	}()
@@ -248,27 +244,6 @@ func (b *Backend) killFuseServer(ctx context.Context) error {
 	b.logf("FUSE server pid %d (%d in keeper#%d): SIGKILL", pid, nsPID, b.keeper.n)
 	// Gone once its pidfd is readable (pidfd_open(2)); the keeper reaps it.
 	return waitPidfd(ctx, pidfd, 10*time.Second)
-}
-
-// waitFuseServer waits until a FUSE server serves the volume again after the last kill.
-func (b *Backend) waitFuseServer(ctx context.Context) error {
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		ev := b.rec.Snapshot()
-		if k, ok := ev.First(time.Time{}, func(e scenarios.Event) bool {
-			return e.Kind == scenarios.KKilled && e.Component == scenarios.FuseServer
-		}); ok {
-			if _, ok := ev.First(k.Time, func(e scenarios.Event) bool { return e.Kind == scenarios.KReady && e.Component == scenarios.FuseServer }); ok {
-				return nil
-			}
-		}
-		if time.Now().After(deadline) {
-			return errors.New("no FUSE server served the volume again within 30s")
-		}
-		if err := scenarios.Sleep(ctx, 20*time.Millisecond); err != nil {
-			return err
-		}
-	}
 }
 
 // binaryVersion asks a binary of the project for its version (--version).

@@ -426,7 +426,7 @@ func (b *Backend) Start(ctx context.Context, c scenarios.Component) error {
 		}
 	case scenarios.FuseServer:
 		if b.keeper != nil {
-			return b.waitFuseServer(ctx)
+			return b.rec.AwaitReady(ctx, scenarios.FuseServer, 30*time.Second)
 		}
 	case scenarios.WorkloadPod:
 		if !b.podDeleted {

@@ -1,0 +1,227 @@
+package kube
+
+// The keeper of the plugin's keeper mode (chart fuseMode keeper): the keeper DaemonSet's pods, followed like the
+// plugin's (their logs into keeper.log, with what csi-plugin/keeper.LogLine reads in them as evidence), and the
+// steps on them: deleting the keeper pod, starting it again, killing a FUSE server in it, and a rolling update
+// to the next build.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/keeper"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
+)
+
+const keeperContainer = "keeper"
+
+// keeperDSName is the chart's keeper DaemonSet (chart/templates/keeper.yaml).
+func keeperDSName() string { return releaseName + "-keeper" }
+
+// nextSuffix is how the next build is stamped: hack/build.sh stamps its binaries <version>-next, and
+// hack/mkimage/image.sh tags its image <tag>-next.
+const nextSuffix = "-next"
+
+func (b *Backend) keeperMode() bool {
+	return b.sc != nil && b.sc.Plugin.FuseMode == scenarios.FuseModeKeeper
+}
+
+// onKeeperPod follows every keeper pod from its first appearance: its log into keeper.log; its start;
+// "connected to the plugin" as KReady of the keeper; a FUSE server serving the run's volume as KReady of the
+// FUSE server (Detail: its version) and a server's exit as its KExited; the pod's end as the keeper's KExited.
+func (b *Backend) onKeeperPod(p *corev1.Pod, deleted bool) {
+	uid := string(p.UID)
+	b.mu.Lock()
+	kp, known := b.keepers[uid]
+	if !known {
+		kp = newDSPod(p)
+		b.keepers[uid] = kp
+	}
+	kp.node = p.Spec.NodeName
+	b.mu.Unlock()
+	kp.w.set(p, deleted)
+	if known || b.keeperLog == nil {
+		return
+	}
+	b.wg.Add(1)
+	go b.follow(kp.w, keeperContainer, true, instanceHandler{
+		line: func(n int, info instanceInfo, line []byte, ts time.Time) {
+			if kp.startOnce(n) {
+				b.nodeEvent(kp, scenarios.KeeperContainer, scenarios.KStarted, stampTime(info.startedAt, ts),
+					fmt.Sprintf("pod %s on %s (image %s)", kp.name, kp.node, imageOf(p, keeperContainer)), "")
+			}
+			if ts.IsZero() {
+				ts = time.Now()
+			}
+			b.keeperLog.WriteLine(fmt.Sprintf("%s %s#%d", ts.UTC().Format("15:04:05.000000"), kp.name, n), line)
+			t := scenarios.LineTime(line, ts)
+			switch ev := keeper.LogLine(line); ev.Kind {
+			case keeper.LogConnected:
+				b.nodeEvent(kp, scenarios.KeeperContainer, scenarios.KReady, t, fmt.Sprintf("pod %s connected to the plugin", kp.name), "")
+			case keeper.LogServed:
+				if ev.Volume == b.n.volumeHandle {
+					b.nodeEvent(kp, scenarios.FuseServer, scenarios.KReady, t,
+						fmt.Sprintf("pod %s: dummy-fuse %s pid %d serves the volume", kp.name, ev.Version, ev.PID), ev.Version)
+				}
+			case keeper.LogServerExited:
+				b.nodeEvent(kp, scenarios.FuseServer, scenarios.KExited, t, fmt.Sprintf("pod %s: FUSE server pid %d: %s", kp.name, ev.PID, ev.Reason), "")
+			}
+		},
+		end: func(n int, _ instanceInfo, term *corev1.ContainerStateTerminated, gone bool) {
+			msg := "pod " + kp.name
+			switch {
+			case term != nil:
+				msg += fmt.Sprintf(" exited with code %d (%s)", term.ExitCode, term.Reason)
+			case gone:
+				msg += " deleted"
+			}
+			b.nodeEvent(kp, scenarios.KeeperContainer, scenarios.KExited, time.Now(), msg, "")
+			kp.markEnded()
+		},
+	})
+}
+
+// imageOf is the image of container name of p.
+func imageOf(p *corev1.Pod, name string) string {
+	for _, c := range p.Spec.Containers {
+		if c.Name == name {
+			return c.Image
+		}
+	}
+	return "?"
+}
+
+// waitKeeperReady waits until a keeper pod on the workload's node (any node before the workload is scheduled)
+// logged that it is connected to the plugin after since.
+func (b *Backend) waitKeeperReady(ctx context.Context, since time.Time, image string) error {
+	deadline := time.Now().Add(b.opts.SetupTimeout)
+	for {
+		if b.rec.Count(func(e scenarios.Event) bool {
+			return e.Kind == scenarios.KReady && e.Component == scenarios.KeeperContainer && !e.Time.Before(since)
+		}) > 0 {
+			return nil
+		}
+		if err := b.imageProblem(b.keepers, image); err != nil {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("no keeper pod connected to the plugin within %s (see keeper.log and kube.log)", b.opts.SetupTimeout)
+		}
+		if err := scenarios.Sleep(ctx, 100*time.Millisecond); err != nil {
+			return err
+		}
+	}
+}
+
+// killKeeper deletes the keeper pod on the workload's node (its FUSE servers die with it; the plugin keeps its
+// copies of the connections).
+func (b *Backend) killKeeper(ctx context.Context) error {
+	return b.deleteNodePod(ctx, scenarios.KeeperContainer, keeperDSName(), b.keepers)
+}
+
+// startKeeper lets the keeper DaemonSet run on the node again; it returns once the new keeper is connected to
+// the plugin (which hands it every connection it holds).
+func (b *Backend) startKeeper(ctx context.Context) error {
+	since := time.Now()
+	if err := b.setOff(ctx, b.n.namespace, keeperDSName(), false); err != nil {
+		return err
+	}
+	b.progress("DaemonSet %s may run on the node again", keeperDSName())
+	return b.waitKeeperReady(ctx, since, b.opts.Image)
+}
+
+// killFuseServer kills the FUSE server that serves the run's volume, as a crash would: `csi-plugin keeper crash
+// --volume <id>` executed in the keeper container sends it SIGKILL (the PIDs are the keeper's own; the image
+// has no shell). It returns once the keeper logged the server's exit.
+func (b *Backend) killFuseServer(ctx context.Context) error {
+	kp, _ := b.runningPod(b.keepers)
+	if kp == nil {
+		return fmt.Errorf("no running keeper pod on node %s", b.node)
+	}
+	cmd := []string{"/usr/local/bin/csi-plugin", "keeper", "crash", "--volume", b.n.volumeHandle}
+	exited := func(e scenarios.Event) bool { return e.Kind == scenarios.KExited && e.Component == scenarios.FuseServer }
+	before := b.rec.Count(exited)
+	b.rec.Add(scenarios.Event{Source: scenarios.SrcComponent, Component: scenarios.FuseServer, Kind: scenarios.KKilled,
+		Message: fmt.Sprintf("exec %s in pod %s: SIGKILL of the volume's FUSE server", strings.Join(cmd, " "), kp.name)})
+	out, err := b.exec(ctx, kp.name, keeperContainer, cmd)
+	out = strings.TrimSpace(out)
+	b.logf("exec %s in %s: %q, %v", strings.Join(cmd, " "), kp.name, out, err)
+	if err != nil {
+		return fmt.Errorf("exec %s in pod %s: %s: %w", strings.Join(cmd, " "), kp.name, out, err)
+	}
+	b.progress("%s", out)
+	deadline := time.Now().Add(30 * time.Second)
+	for b.rec.Count(exited) == before {
+		if time.Now().After(deadline) {
+			return errors.New("the keeper did not log the FUSE server's exit within 30s (see keeper.log)")
+		}
+		if err := scenarios.Sleep(ctx, 20*time.Millisecond); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// upgradeKeeper rolls the keeper DaemonSet to the next build, as a user does (helm upgrade --set
+// keeper.imageTag=<tag>-next): the chart's rolling update (maxSurge 1) starts the new keeper beside the old one,
+// the plugin hands it every connection and its servers take them over, then the DaemonSet controller deletes
+// the old pod (SIGTERM: its servers exit without unmounting). It returns once a server of the new version
+// serves the volume and the old keeper is gone.
+func (b *Backend) upgradeKeeper(ctx context.Context) error {
+	old, _ := b.runningPod(b.keepers)
+	if old == nil {
+		return fmt.Errorf("no running keeper pod on node %s to upgrade", b.node)
+	}
+	var cur string
+	for _, e := range b.rec.Snapshot().Events {
+		if e.Kind == scenarios.KReady && e.Component == scenarios.FuseServer {
+			cur = e.Detail
+		}
+	}
+	if cur == "" {
+		return errors.New("no FUSE server serves the volume yet: nothing to upgrade")
+	}
+	if strings.HasSuffix(cur, nextSuffix) {
+		return fmt.Errorf("the running FUSE server is already the next build (%s)", cur)
+	}
+	next := cur + nextSuffix
+	repo, tag := splitImage(b.opts.Image)
+	image := repo + ":" + tag + nextSuffix
+	vals, err := b.chartValues()
+	if err != nil {
+		return err
+	}
+	if err := mergeSets(vals, []string{"keeper.imageTag=" + tag + nextSuffix}); err != nil {
+		return err
+	}
+	b.rec.Add(scenarios.Event{Source: scenarios.SrcComponent, Component: scenarios.KeeperContainer, Kind: scenarios.KUpgraded,
+		Message: fmt.Sprintf("keeper %s → %s: helm upgrade --set keeper.imageTag=%s%s", cur, next, tag, nextSuffix), Detail: next})
+	b.progress("helm upgrade %s: keeper image %s (dummy-fuse %s → %s)", releaseName, image, cur, next)
+	if err := b.helm.upgrade(ctx, vals, b.opts.SetupTimeout); err != nil {
+		return err
+	}
+	deadline := time.Now().Add(b.opts.SetupTimeout)
+	for b.rec.Count(func(e scenarios.Event) bool {
+		return e.Kind == scenarios.KReady && e.Component == scenarios.FuseServer && e.Detail == next
+	}) == 0 {
+		if err := b.imageProblem(b.keepers, image); err != nil {
+			return fmt.Errorf("%w (make image builds the next build's image too)", err)
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("no FUSE server of %s served the volume within %s of the upgrade (see keeper.log and kube.log)", next, b.opts.SetupTimeout)
+		}
+		if err := scenarios.Sleep(ctx, 100*time.Millisecond); err != nil {
+			return err
+		}
+	}
+	if err := old.waitDown(ctx, b.opts.SetupTimeout); err != nil {
+		return fmt.Errorf("the old keeper: %w", err)
+	}
+	b.progress("keeper rolled to %s; the old keeper pod %s is gone", next, old.name)
+	return nil
+}
