@@ -75,7 +75,7 @@ func keeperScenarios() []Scenario {
 				Start(FuseServer),
 				Observe(watchReads),
 			},
-			Expect:   neverFail(reader, reopen, sub),
+			Expect:       neverFail(reader, reopen, sub),
 			EveryRelease: keeperReleases,
 		},
 		{
@@ -114,7 +114,7 @@ func keeperScenarios() []Scenario {
 				Start(KeeperContainer),
 				Observe(watchReads),
 			},
-			Expect:   neverFail(reader, reopen, sub),
+			Expect:       neverFail(reader, reopen, sub),
 			EveryRelease: keeperReleases,
 		},
 		{

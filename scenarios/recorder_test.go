@@ -17,7 +17,7 @@ func TestAwaitAfterKill(t *testing.T) {
 	}
 	r.Add(Event{Time: t0, Component: FuseServer, Kind: KReady})
 	r.Add(Event{Time: t0.Add(time.Second), Component: FuseServer, Kind: KKilled})
-	r.Add(Event{Time: t0.Add(2 * time.Second), Component: FuseServer, Kind: KStarted}) // not the awaited kind
+	r.Add(Event{Time: t0.Add(2 * time.Second), Component: FuseServer, Kind: KStarted})    // not the awaited kind
 	r.Add(Event{Time: t0.Add(2 * time.Second), Component: KeeperContainer, Kind: KReady}) // another component
 	if err := r.AwaitReady(ctx, FuseServer, 30*time.Millisecond); err == nil || !strings.Contains(err.Error(), "did not serve again") {
 		t.Fatalf("no KReady after the kill: %v, want a timeout", err)

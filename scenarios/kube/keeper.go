@@ -144,7 +144,9 @@ func (b *Backend) killFuseServer(ctx context.Context) error {
 		return fmt.Errorf("no running keeper pod on node %s", b.node)
 	}
 	cmd := []string{"/usr/local/bin/csi-plugin", "keeper", "crash", "--volume", b.n.volumeHandle}
-	exited := func(e scenarios.Event) bool { return e.Kind == scenarios.KExited && e.Component == scenarios.FuseServer }
+	exited := func(e scenarios.Event) bool {
+		return e.Kind == scenarios.KExited && e.Component == scenarios.FuseServer
+	}
 	before := b.rec.Count(exited)
 	b.rec.Add(scenarios.Event{Source: scenarios.SrcComponent, Component: scenarios.FuseServer, Kind: scenarios.KKilled,
 		Message: fmt.Sprintf("exec %s in pod %s: SIGKILL of the volume's FUSE server", strings.Join(cmd, " "), kp.name)})

@@ -194,7 +194,7 @@ type Backend struct {
 	probe    *podWatch
 	plugins  map[string]*dsPod // by pod UID
 	keepers  map[string]*dsPod // by pod UID (keeper mode)
-	events   map[string]int32      // event UID → count seen
+	events   map[string]int32  // event UID → count seen
 	kubelet  *kubeletLog
 	unstage  *unstageWatch
 
