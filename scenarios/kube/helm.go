@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"helm.sh/helm/v3/pkg/action"
+	"helm.sh/helm/v3/pkg/chart"
 	"helm.sh/helm/v3/pkg/chart/loader"
 	"helm.sh/helm/v3/pkg/strvals"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
@@ -32,11 +33,7 @@ func (h *helmRelease) config() (*action.Configuration, error) {
 // install installs the chart without waiting: the backend waits for the plugin itself, and fails fast when
 // the plugin's image is not on the node.
 func (h *helmRelease) install(ctx context.Context, vals map[string]any, timeout time.Duration) error {
-	chrt, err := loader.Load(h.chartDir)
-	if err != nil {
-		return fmt.Errorf("load chart %s: %w", h.chartDir, err)
-	}
-	cfg, err := h.config()
+	chrt, cfg, err := h.load()
 	if err != nil {
 		return err
 	}
@@ -50,14 +47,20 @@ func (h *helmRelease) install(ctx context.Context, vals map[string]any, timeout 
 	return nil
 }
 
+// load loads the chart and the action configuration.
+func (h *helmRelease) load() (*chart.Chart, *action.Configuration, error) {
+	chrt, err := loader.Load(h.chartDir)
+	if err != nil {
+		return nil, nil, fmt.Errorf("load chart %s: %w", h.chartDir, err)
+	}
+	cfg, err := h.config()
+	return chrt, cfg, err
+}
+
 // upgrade upgrades the release to vals (all of them: nothing is reused) without waiting: the backend waits for
 // what it needs itself.
 func (h *helmRelease) upgrade(ctx context.Context, vals map[string]any, timeout time.Duration) error {
-	chrt, err := loader.Load(h.chartDir)
-	if err != nil {
-		return fmt.Errorf("load chart %s: %w", h.chartDir, err)
-	}
-	cfg, err := h.config()
+	chrt, cfg, err := h.load()
 	if err != nil {
 		return err
 	}

@@ -35,17 +35,8 @@ func (b *Backend) keeperMode() bool {
 // "connected to the plugin" as KReady of the keeper; a FUSE server serving the run's volume as KReady of the
 // FUSE server (Detail: its version) and a server's exit as its KExited; the pod's end as the keeper's KExited.
 func (b *Backend) onKeeperPod(p *corev1.Pod, deleted bool) {
-	uid := string(p.UID)
-	b.mu.Lock()
-	kp, known := b.keepers[uid]
-	if !known {
-		kp = newDSPod(p)
-		b.keepers[uid] = kp
-	}
-	kp.node = p.Spec.NodeName
-	b.mu.Unlock()
-	kp.w.set(p, deleted)
-	if known || b.keeperLog == nil {
+	kp, seen := b.observeDSPod(b.keepers, p, deleted)
+	if seen || b.keeperLog == nil {
 		return
 	}
 	b.wg.Add(1)
@@ -72,15 +63,8 @@ func (b *Backend) onKeeperPod(p *corev1.Pod, deleted bool) {
 				b.nodeEvent(kp, scenarios.FuseServer, scenarios.KExited, t, fmt.Sprintf("pod %s: FUSE server pid %d: %s", kp.name, ev.PID, ev.Reason), "")
 			}
 		},
-		end: func(n int, _ instanceInfo, term *corev1.ContainerStateTerminated, gone bool) {
-			msg := "pod " + kp.name
-			switch {
-			case term != nil:
-				msg += fmt.Sprintf(" exited with code %d (%s)", term.ExitCode, term.Reason)
-			case gone:
-				msg += " deleted"
-			}
-			b.nodeEvent(kp, scenarios.KeeperContainer, scenarios.KExited, time.Now(), msg, "")
+		end: func(_ int, _ instanceInfo, term *corev1.ContainerStateTerminated, gone bool) {
+			b.nodeEvent(kp, scenarios.KeeperContainer, scenarios.KExited, time.Now(), kp.endText(term, gone), "")
 			kp.markEnded()
 		},
 	})

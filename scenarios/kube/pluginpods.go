@@ -28,8 +28,18 @@ type dsPod struct {
 	endCh   chan struct{} // closed and replaced when an instance's log ends
 }
 
-func newDSPod(p *corev1.Pod) *dsPod {
-	return &dsPod{w: newPodWatch(), name: p.Name, node: p.Spec.NodeName, endCh: make(chan struct{})}
+// observeDSPod hands the pod's new state to its dsPod in pods, made on its first appearance; seen is false then.
+func (b *Backend) observeDSPod(pods map[string]*dsPod, p *corev1.Pod, deleted bool) (pp *dsPod, seen bool) {
+	b.mu.Lock()
+	pp, seen = pods[string(p.UID)]
+	if !seen {
+		pp = &dsPod{w: newPodWatch(), name: p.Name, endCh: make(chan struct{})}
+		pods[string(p.UID)] = pp
+	}
+	pp.node = p.Spec.NodeName
+	b.mu.Unlock()
+	pp.w.set(p, deleted)
+	return pp, seen
 }
 
 // startOnce reports whether instance n's start is still to be recorded, and marks it recorded.
@@ -42,6 +52,18 @@ func (pp *dsPod) startOnce(n int) bool {
 	}
 	pp.started = n + 1
 	return true
+}
+
+// endText says how an instance of the pod ended: term is its termination (nil when unknown), gone says the
+// pod was deleted.
+func (pp *dsPod) endText(term *corev1.ContainerStateTerminated, gone bool) string {
+	switch {
+	case term != nil:
+		return fmt.Sprintf("pod %s exited with code %d (%s)", pp.name, term.ExitCode, term.Reason)
+	case gone:
+		return "pod " + pp.name + " deleted"
+	}
+	return "pod " + pp.name + " ended"
 }
 
 func (pp *dsPod) markEnded() {
@@ -76,17 +98,8 @@ func (pp *dsPod) waitDown(ctx context.Context, timeout time.Duration) error {
 // onPluginPod follows every plugin pod from its first appearance: its log (klog lines with the runtime's
 // timestamps) into plugin.log, "Ready" as KReady of the plugin container, and its start and end.
 func (b *Backend) onPluginPod(p *corev1.Pod, deleted bool) {
-	uid := string(p.UID)
-	b.mu.Lock()
-	pp, known := b.plugins[uid]
-	if !known {
-		pp = newDSPod(p)
-		b.plugins[uid] = pp
-	}
-	pp.node = p.Spec.NodeName
-	b.mu.Unlock()
-	pp.w.set(p, deleted)
-	if known {
+	pp, seen := b.observeDSPod(b.plugins, p, deleted)
+	if seen {
 		return
 	}
 	b.wg.Add(1)
@@ -105,15 +118,8 @@ func (b *Backend) onPluginPod(p *corev1.Pod, deleted bool) {
 			}
 			b.unstage.observe(fmt.Sprintf("%s#%d", pp.name, n), klogMessage(line), b.n.volumeHandle)
 		},
-		end: func(n int, _ instanceInfo, term *corev1.ContainerStateTerminated, gone bool) {
-			msg := "pod " + pp.name
-			switch {
-			case term != nil:
-				msg += fmt.Sprintf(" exited with code %d (%s)", term.ExitCode, term.Reason)
-			case gone:
-				msg += " deleted"
-			}
-			b.nodeEvent(pp, scenarios.PluginContainer, scenarios.KExited, time.Now(), msg, "")
+		end: func(_ int, _ instanceInfo, term *corev1.ContainerStateTerminated, gone bool) {
+			b.nodeEvent(pp, scenarios.PluginContainer, scenarios.KExited, time.Now(), pp.endText(term, gone), "")
 			pp.markEnded()
 		},
 	})
