@@ -66,6 +66,8 @@ type Config struct {
 	DryRun bool
 	// Now is the clock (tests); nil means time.Now.
 	Now func() time.Time
+	// Log receives the remediator's decisions with their evidence; the zero value means klog's global logger.
+	Log klog.Logger
 }
 
 // Remediator remembers, between passes, when it first saw each target unhealthy and when it last acted on each
@@ -96,18 +98,21 @@ func New(cfg Config) (*Remediator, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.Log.GetSink() == nil {
+		cfg.Log = klog.Background()
+	}
 	return &Remediator{cfg: cfg, unhealthySince: map[string]time.Time{}, lastAction: map[types.UID]time.Time{}}, nil
 }
 
 // Run makes a pass every interval until ctx ends. A failed pass is logged; the next one starts afresh.
 func (r *Remediator) Run(ctx context.Context, interval time.Duration) error {
-	klog.InfoS("Starting remediator", "node", r.cfg.NodeName, "interval", interval, "grace", r.cfg.Grace, "rateLimit", r.cfg.RateLimit,
+	r.cfg.Log.Info("Starting remediator", "node", r.cfg.NodeName, "interval", interval, "grace", r.cfg.Grace, "rateLimit", r.cfg.RateLimit,
 		"dryRun", r.cfg.DryRun, "strategy", r.cfg.Strategy, "stateDir", r.cfg.StateDir)
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
 		if err := r.Pass(ctx); err != nil && ctx.Err() == nil {
-			klog.ErrorS(err, "Remediation pass failed")
+			r.cfg.Log.Error(err, "Remediation pass failed")
 		}
 		select {
 		case <-ctx.Done():
@@ -125,7 +130,7 @@ func (r *Remediator) Pass(ctx context.Context) error {
 	}
 	_, pubs, bad := store.Load()
 	for _, err := range bad {
-		klog.ErrorS(err, "Skipping unusable mount record")
+		r.cfg.Log.Error(err, "Skipping unusable mount record")
 	}
 	byPod := map[string][]state.Publish{}
 	for _, p := range pubs {
@@ -165,12 +170,12 @@ func (r *Remediator) Pass(ctx context.Context) error {
 func (r *Remediator) kubeletVersion(ctx context.Context) *version.Version {
 	node, err := r.cfg.Client.Nodes().Get(ctx, r.cfg.NodeName, metav1.GetOptions{})
 	if err != nil {
-		klog.ErrorS(err, "Reading the node's kubelet version; the subPath rule is off for this pass", "node", r.cfg.NodeName)
+		r.cfg.Log.Error(err, "Reading the node's kubelet version; the subPath rule is off for this pass", "node", r.cfg.NodeName)
 		return nil
 	}
 	v, err := version.ParseGeneric(node.Status.NodeInfo.KubeletVersion)
 	if err != nil {
-		klog.ErrorS(err, "Parsing the node's kubelet version; the subPath rule is off for this pass", "node", r.cfg.NodeName)
+		r.cfg.Log.Error(err, "Parsing the node's kubelet version; the subPath rule is off for this pass", "node", r.cfg.NodeName)
 		return nil
 	}
 	return v
@@ -188,7 +193,7 @@ func (r *Remediator) volumes(ctx context.Context, pod *corev1.Pod, recs []state.
 		}
 		problem, err := r.cfg.Health.Problem(ctx, rec.VolumeID, rec.TargetPath)
 		if err != nil {
-			klog.ErrorS(err, "The plugin did not say whether the volume is healthy; no decision on it this pass", "pod", klog.KObj(pod), "volumeID", rec.VolumeID, "target", rec.TargetPath)
+			r.cfg.Log.Error(err, "The plugin did not say whether the volume is healthy; no decision on it this pass", "pod", klog.KObj(pod), "volumeID", rec.VolumeID, "target", rec.TargetPath)
 			continue
 		}
 		v := volumeState{VolumeID: rec.VolumeID, Target: rec.TargetPath, PodVolumes: names, MountedAt: rec.Time, Problem: problem}
@@ -275,14 +280,14 @@ func (r *Remediator) decide(ctx context.Context, pod *corev1.Pod, vols []volumeS
 	}
 	log := []any{"pod", klog.KObj(pod), "podUID", pod.UID, "owner", owner, "kubelet", kubeletVersion, "evidence", why}
 	if !due {
-		klog.InfoS("Remediation: waiting out the grace period", append(log, "grace", r.cfg.Grace)...)
+		r.cfg.Log.Info("Remediation: waiting out the grace period", append(log, "grace", r.cfg.Grace)...)
 		return nil
 	}
 	r.mu.Lock()
 	last, acted := r.lastAction[pod.UID]
 	if acted && now.Sub(last) < r.cfg.RateLimit {
 		r.mu.Unlock()
-		klog.InfoS("Remediation: rate limited", append(log, "lastAction", last, "rateLimit", r.cfg.RateLimit)...)
+		r.cfg.Log.Info("Remediation: rate limited", append(log, "lastAction", last, "rateLimit", r.cfg.RateLimit)...)
 		return nil
 	}
 	r.lastAction[pod.UID] = now
@@ -290,9 +295,9 @@ func (r *Remediator) decide(ctx context.Context, pod *corev1.Pod, vols []volumeS
 
 	switch {
 	case recreated && r.cfg.DryRun:
-		klog.InfoS("Remediation: would delete the pod (dry run)", log...)
+		r.cfg.Log.Info("Remediation: would delete the pod (dry run)", log...)
 	case recreated:
-		klog.InfoS("Remediation: deleting the pod so that its controller recreates it", log...)
+		r.cfg.Log.Info("Remediation: deleting the pod so that its controller recreates it", log...)
 		r.event(ctx, pod, corev1.EventTypeNormal, ReasonDeleted, fmt.Sprintf("Deleting the pod so that %s recreates it with a fresh mount: %s", owner, why))
 		uid := pod.UID
 		err := r.cfg.Client.Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
@@ -300,9 +305,9 @@ func (r *Remediator) decide(ctx context.Context, pod *corev1.Pod, vols []volumeS
 			return fmt.Errorf("deleting pod %s/%s: %w", pod.Namespace, pod.Name, err)
 		}
 	case r.cfg.DryRun:
-		klog.InfoS("Remediation: would leave the pod alone and record a warning (dry run)", log...)
+		r.cfg.Log.Info("Remediation: would leave the pod alone and record a warning (dry run)", log...)
 	default:
-		klog.InfoS("Remediation: leaving the pod alone, nothing would recreate it", log...)
+		r.cfg.Log.Info("Remediation: leaving the pod alone, nothing would recreate it", log...)
 		r.event(ctx, pod, corev1.EventTypeWarning, ReasonLeftAlone, fmt.Sprintf("Left alone: %s, so deleting it would lose it; delete it yourself to get a fresh mount. %s", owner, why))
 	}
 	return nil
@@ -323,6 +328,6 @@ func (r *Remediator) event(ctx context.Context, pod *corev1.Pod, typ, reason, ms
 		ReportingController: "dummy-fuse-csi.io/remediator", ReportingInstance: r.cfg.NodeName,
 	}
 	if _, err := r.cfg.Client.Events(pod.Namespace).Create(ctx, ev, metav1.CreateOptions{}); err != nil {
-		klog.ErrorS(err, "Recording an event", "pod", klog.KObj(pod), "reason", reason)
+		r.cfg.Log.Error(err, "Recording an event", "pod", klog.KObj(pod), "reason", reason)
 	}
 }
