@@ -40,7 +40,7 @@ const (
 // Catalog returns every scenario, in a stable order: the FUSE servers in the plugin (restart first), then
 // each other placement of them (catalog_*.go).
 func Catalog() []Scenario {
-	return slices.Concat(childScenarios(), sidecarScenarios(), keeperScenarios())
+	return slices.Concat(childScenarios(), sidecarScenarios(), keeperScenarios(), healthScenarios())
 }
 
 // The waits that many scenarios share.
@@ -53,9 +53,17 @@ var (
 	// Before the plugin comes back, stat of the volume dir must have failed: right after the kill it may
 	// still succeed from the attribute cache (1 s), and "restored" means nothing without "dead" first.
 	hostDead = WaitFor(VolumeDir{Errno: "ENOTCONN", After: AfterKill}, Dur{Fixed: 10 * time.Second})
+	// untilENOTCONN waits for the reader's first ENOTCONN after a kill.
+	untilENOTCONN = WaitFor(FailsWith{C: reader, Errno: "ENOTCONN"}, Dur{Fixed: 10 * time.Second})
 )
 
 // childScenarios are the scenarios of the plugin's default FUSE placement: each FUSE server is a child of the
+// deadThenBack are the steps of a plugin restart that the volume does not survive: warm-up reads, the kill, a
+// wait until the workload notices (noticed), until the host volume dir is dead, the plugin's start, then more.
+func deadThenBack(noticed Step, more ...Step) []Step {
+	return append([]Step{warmUp, KillPlugin(), noticed, hostDead, StartPlugin()}, more...)
+}
+
 // plugin and dies with it, which is the mount loss the testbed is about.
 func childScenarios() []Scenario {
 	return []Scenario{
@@ -69,15 +77,11 @@ func childScenarios() []Scenario {
 			Pod: Pod{RestartPolicy: RestartAlways, Containers: []Container{
 				{Name: reader, ExitOnError: true, KeepOpen: true},
 			}},
-			Steps: []Step{
-				warmUp,
-				KillPlugin(),
+			Steps: deadThenBack(
 				WaitFor(StartFails{C: reader, Contains: failedToStatVolume}, Dur{Fixed: 10 * time.Second, Backoffs: 4}),
-				hostDead,
-				StartPlugin(),
 				WaitFor(Recovers{C: reader}, Dur{Fixed: 10 * time.Second, Backoffs: 12}),
 				Observe(Dur{Reads: 3}),
-			},
+			),
 			Expect: []Expectation{
 				{Check: FailsWith{C: reader, Errno: "ENOTCONN", Within: Dur{Fixed: 5 * time.Second, Reads: 2}}},
 				{Check: Exits{C: reader, Code: 1}},
@@ -95,14 +99,7 @@ func childScenarios() []Scenario {
 			Pod: Pod{RestartPolicy: RestartAlways, Containers: []Container{
 				{Name: reader, KeepOpen: true},
 			}},
-			Steps: []Step{
-				warmUp,
-				KillPlugin(),
-				WaitFor(FailsWith{C: reader, Errno: "ENOTCONN"}, Dur{Fixed: 10 * time.Second}),
-				hostDead,
-				StartPlugin(),
-				Observe(watchReads),
-			},
+			Steps: deadThenBack(untilENOTCONN, Observe(watchReads)),
 			Expect: []Expectation{
 				{Check: FailsWith{C: reader, Errno: "ENOTCONN", Within: Dur{Fixed: 5 * time.Second, Reads: 2}}},
 				{Check: KeepsFailing{C: reader, Errno: "ENOTCONN", After: AfterPluginBack}},
@@ -121,15 +118,11 @@ func childScenarios() []Scenario {
 			Pod: Pod{RestartPolicy: RestartAlways, Containers: []Container{
 				{Name: reader, KeepOpen: false},
 			}},
-			Steps: []Step{
-				warmUp,
-				KillPlugin(),
-				WaitFor(FailsWith{C: reader, Errno: "ENOTCONN"}, Dur{Fixed: 10 * time.Second}),
-				hostDead,
-				StartPlugin(),
+			Steps: deadThenBack(
+				untilENOTCONN,
 				WaitFor(VolumeDir{After: AfterPluginBack}, Dur{Fixed: 10 * time.Second}),
 				Observe(watchReads),
-			},
+			),
 			Expect: []Expectation{
 				{Check: FailsWith{C: reader, Errno: "ENOTCONN", Within: Dur{Fixed: 5 * time.Second, Reads: 2}}},
 				{Check: VolumeDir{After: AfterPluginBack}},
@@ -147,14 +140,10 @@ func childScenarios() []Scenario {
 			Pod: Pod{RestartPolicy: RestartAlways, Containers: []Container{
 				{Name: reader, ExitOnError: true, KeepOpen: true},
 			}},
-			Steps: []Step{
-				warmUp,
-				KillPlugin(),
+			Steps: deadThenBack(
 				WaitFor(StartFails{C: reader, Contains: failedToStatVolume}, Dur{Fixed: 10 * time.Second, Backoffs: 4}),
-				hostDead,
-				StartPlugin(),
 				Observe(watchStarts),
-			},
+			),
 			Expect: []Expectation{
 				{Check: FailsWith{C: reader, Errno: "ENOTCONN", Within: Dur{Fixed: 5 * time.Second, Reads: 2}}},
 				{Check: Exits{C: reader, Code: 1}},
@@ -209,15 +198,11 @@ func childScenarios() []Scenario {
 			Pod: Pod{RestartPolicy: RestartAlways, Containers: []Container{
 				{Name: reader, ExitOnError: true, KeepOpen: true, SubPath: FileName, MountPath: "/mnt/" + FileName},
 			}},
-			Steps: []Step{
-				warmUp,
-				KillPlugin(),
+			Steps: deadThenBack(
 				WaitFor(StartFails{C: reader, Contains: failedToPrepareSubPath}, Dur{Fixed: 10 * time.Second, Backoffs: 4}),
-				hostDead,
-				StartPlugin(),
 				WaitFor(VolumeDir{After: AfterPluginBack}, Dur{Fixed: 10 * time.Second}),
 				Observe(watchStarts),
-			},
+			),
 			Expect: []Expectation{
 				{Check: FailsWith{C: reader, Errno: "ENOTCONN", Within: Dur{Fixed: 5 * time.Second, Reads: 2}}},
 				{Check: Exits{C: reader, Code: 1}},

@@ -147,7 +147,7 @@ func keeperScenarios() []Scenario {
 				warmUp,
 				KillPlugin(),
 				Kill(KeeperContainer),
-				WaitFor(FailsWith{C: reader, Errno: "ENOTCONN"}, Dur{Fixed: 10 * time.Second}),
+				untilENOTCONN,
 				hostDead,
 				StartPlugin(),
 				Start(KeeperContainer),

@@ -82,7 +82,7 @@ func sidecarScenarios() []Scenario {
 			Steps: []Step{
 				warmUp,
 				Kill(SidecarContainer),
-				WaitFor(FailsWith{C: reader, Errno: "ENOTCONN"}, Dur{Fixed: 10 * time.Second}),
+				untilENOTCONN,
 				hostDead,
 				Start(SidecarContainer),
 				Observe(watchReads),
@@ -110,7 +110,7 @@ func sidecarScenarios() []Scenario {
 			Steps: []Step{
 				warmUp,
 				Kill(SidecarContainer),
-				WaitFor(FailsWith{C: reader, Errno: "ENOTCONN"}, Dur{Fixed: 10 * time.Second}),
+				untilENOTCONN,
 				Start(SidecarContainer),
 				Observe(Dur{Reads: 5}),
 				Kill(WorkloadPod),

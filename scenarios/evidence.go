@@ -24,6 +24,8 @@ const (
 	SrcProbe Source = "probe"
 	// SrcRunner: the scenario runner (steps).
 	SrcRunner Source = "runner"
+	// SrcRemediator: the remediator (csi-remediate), its events on the pod.
+	SrcRemediator Source = "remediator"
 )
 
 // Kind is what happened.
@@ -56,6 +58,13 @@ const (
 	KExited   Kind = "exited"
 
 	KProbe Kind = "probe"
+
+	// KPodEvent is a Kubernetes Event on the workload pod: Detail is its reason, Message its type and message.
+	// Source is SrcKubelet for kubelet's (VolumeConditionAbnormal), SrcRemediator for the remediator's.
+	KPodEvent Kind = "pod_event"
+	// KVolumeHealth is a change of the pod's status.volumeHealth (kubelet v1.37): Message is the volume's
+	// conditions, "" when it has none (healthy).
+	KVolumeHealth Kind = "volume_health"
 
 	KStep        Kind = "step"
 	KStepTimeout Kind = "step_timeout"

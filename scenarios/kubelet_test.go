@@ -2,6 +2,7 @@ package scenarios
 
 import (
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -111,11 +112,13 @@ func TestEvaluateByKubelet(t *testing.T) {
 	}
 }
 
-// TestCatalogVersions: the subpath scenario expects different outcomes before and since the fix, every other
-// scenario the same on every kubelet, and every scenario has expectations on both sides of the fix.
+// TestCatalogVersions: the subPath scenarios expect different outcomes before and since kubelet's subPath fix,
+// health-report before and since its volume health manager, every other scenario the same on every kubelet,
+// and every scenario has expectations on both sides.
 func TestCatalogVersions(t *testing.T) {
+	dependent := []string{"subpath", "remediate-subpath", "health-report"}
 	for _, sc := range Catalog() {
-		if got, want := sc.VersionDependent(), sc.Name == "subpath"; got != want {
+		if got, want := sc.VersionDependent(), slices.Contains(dependent, sc.Name); got != want {
 			t.Errorf("%s: VersionDependent = %t, want %t", sc.Name, got, want)
 		}
 		for _, v := range []string{"v1.36.3", "v1.37.2"} {

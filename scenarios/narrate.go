@@ -68,7 +68,7 @@ func (n *narrator) describe(e Event) string {
 	switch e.Source {
 	case SrcRunner:
 		return "── " + e.Message
-	case SrcComponent, SrcKubelet:
+	case SrcComponent, SrcKubelet, SrcRemediator:
 		return EventText(e)
 	case SrcProbe:
 		state := "ok"
@@ -139,6 +139,13 @@ func EventText(e Event) string {
 		return "start failed: " + e.Message
 	case KBackOff, KVolumeMounted:
 		return e.Message
+	case KPodEvent:
+		return "pod event: " + e.Message
+	case KVolumeHealth:
+		if e.Message == "" {
+			return "pod.status.volumeHealth: no condition"
+		}
+		return "pod.status.volumeHealth: " + e.Message
 	case KProbe:
 		if e.Errno == "" {
 			return fmt.Sprintf("host %s dir: stat ok", e.Path)

@@ -90,6 +90,16 @@ type Plugin struct {
 	// SidecarKeepFD passes --sidecar-keep-fd in FuseModeSidecar: the plugin keeps its copy of each pod's FUSE
 	// descriptor, so that a restarted sidecar takes the connection over (the pod's sidecar notices by itself).
 	SidecarKeepFD bool
+	// Remediation deploys the opt-in remediator (csi-remediate; chart remediation.enabled) beside the plugin;
+	// nil: none.
+	Remediation *Remediation
+}
+
+// Remediation is how the remediator runs (csi-plugin/remediate).
+type Remediation struct {
+	// Grace is how long a pod is given to heal on its own before the remediator acts (--grace), Interval the
+	// time between its passes (--interval).
+	Grace, Interval time.Duration
 }
 
 // Keeper is how `csi-plugin keeper` runs its FUSE servers.
@@ -155,16 +165,25 @@ func (p Plugin) ChartSets() []string {
 	if d := p.Keeper.ReadLatency; d > 0 {
 		sets = append(sets, "keeper.readLatency="+d.String())
 	}
+	if r := p.Remediation; r != nil {
+		sets = append(sets, "remediation.enabled=true", "remediation.grace="+r.Grace.String(), "remediation.interval="+r.Interval.String())
+	}
 	return sets
 }
 
 // Pod is the workload pod: one volume (the dummy-fuse CSI volume) used by one or more containers.
 type Pod struct {
 	RestartPolicy RestartPolicy
-	Containers    []Container
+	// Controller is the kind of the pod's controller: "" for a bare pod, ControllerReplicaSet for a
+	// Deployment's pod, which the ReplicaSet creates anew (a new pod UID) when it is deleted.
+	Controller string
+	Containers []Container
 	// Sidecar is the pod's FUSE sidecar, required by the plugin's sidecar mode; nil means none.
 	Sidecar *Sidecar
 }
+
+// ControllerReplicaSet is Pod.Controller for a Deployment's pod.
+const ControllerReplicaSet = "ReplicaSet"
 
 // Sidecar is the pod's native sidecar container (an init container with restartPolicy: Always, as
 // manifests/pod-sidecar.yaml has it): `csi-plugin sidecar` running as an unprivileged user without
@@ -365,6 +384,10 @@ type Scenario struct {
 	Expect []Expectation
 	// Note is shown in the report (e.g. how sure we are about an expected outcome).
 	Note string
+	// VolumeHealth runs kubelet with the CSIVolumeHealth gate and a volumeStatsAggPeriod of HealthPeriod: it
+	// asks the plugin for the volume's health and reports it the way its version does (a VolumeConditionAbnormal
+	// event up to v1.36, pod.status.volumeHealth from v1.37).
+	VolumeHealth bool
 	// EveryRelease says why the scenario is to be checked on every kubelet release CI covers although its
 	// expected outcome is the same on all: the kubelet code it goes through differs between them. Empty: the
 	// newest release is enough, unless the outcome depends on the version (VersionDependent).

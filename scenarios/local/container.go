@@ -34,6 +34,7 @@ type container struct {
 type instances struct {
 	mu     sync.Mutex
 	cur    *proc
+	prev   *proc         // the instance before cur
 	output chan struct{} // closed when the current instance's output is fully read
 	starts int           // successful starts so far: the next instance's number
 }
@@ -177,7 +178,7 @@ func (c *container) start() (*proc, error) {
 
 	c.mu.Lock()
 	c.starts++
-	c.cur = p
+	c.prev, c.cur = c.cur, p
 	output := make(chan struct{})
 	c.output = output
 	c.mu.Unlock()

@@ -132,6 +132,8 @@ type Backend struct {
 	keeperStarts             int
 	keeperPlugin, keeperFuse string
 	keeperLog                *scenarios.LogFile
+	// remediatorLog holds the remediator's decisions (Plugin.Remediation).
+	remediatorLog *scenarios.LogFile
 
 	plugin       *proc
 	pluginStarts int
@@ -150,6 +152,11 @@ type Backend struct {
 	rootBound  bool
 	stopped    bool
 	keepNote   string
+
+	// mu guards csi, vol, podUID, podDeleted and containers against the background loops (bg): the volume
+	// health probe and the remediator, which read them, and the remediator's recreation of the pod.
+	mu sync.Mutex
+	bg sync.WaitGroup // the background loops, for the life of the backend (loopCtx)
 }
 
 var _ scenarios.Backend = (*Backend)(nil)
@@ -216,6 +223,12 @@ func (b *Backend) Setup(ctx context.Context, sc *scenarios.Scenario, env *scenar
 		}
 		b.keeperLog = logs[0]
 	}
+	if sc.Plugin.Remediation != nil {
+		if logs, err = env.Logs("remediator.log"); err != nil {
+			return err
+		}
+		b.remediatorLog = logs[0]
+	}
 
 	if err := makeRShared(b.root); err != nil {
 		return err
@@ -250,7 +263,18 @@ func (b *Backend) Setup(ctx context.Context, sc *scenarios.Scenario, env *scenar
 		}
 	}
 	b.loopCtx, b.cancel = context.WithCancel(context.WithoutCancel(ctx))
-	return b.podUp(ctx)
+	if err := b.podUp(ctx); err != nil {
+		return err
+	}
+	if sc.VolumeHealth {
+		b.bg.Add(1)
+		go b.watchVolumeHealth(b.loopCtx)
+	}
+	if r := sc.Plugin.Remediation; r != nil {
+		b.bg.Add(1)
+		go b.runRemediator(b.loopCtx, *r)
+	}
+	return nil
 }
 
 // podUp is what kubelet does for a new pod: a new pod UID, its emptyDir, NodeStageVolume and
@@ -260,13 +284,15 @@ func (b *Backend) Setup(ctx context.Context, sc *scenarios.Scenario, env *scenar
 func (b *Backend) podUp(ctx context.Context) error {
 	sc := b.sc
 	uid := newUID()
-	b.podUID = uid
-	b.vol = volume{
+	vol := volume{
 		driver: b.opts.DriverName, handle: volumeHandle, pvName: pvName,
 		podName: podName, podNamespace: podNamespace, podUID: uid,
 		staging: kubeletpath.Staging(b.root, b.opts.DriverName, volumeHandle),
 		target:  kubeletpath.Target(b.root, uid, pvName),
 	}
+	b.mu.Lock()
+	b.podUID, b.vol = uid, vol
+	b.mu.Unlock()
 	b.rec.SetPaths(map[string]string{
 		scenarios.PathRoot: b.root, scenarios.PathVolume: b.vol.target, scenarios.PathStaging: b.vol.staging,
 	})
@@ -302,14 +328,19 @@ func (b *Backend) podUp(ctx context.Context) error {
 		go b.superviseSidecar(podCtx)
 	}
 	previous := b.containers
-	b.containers = nil
+	var containers []*container
 	for i, spec := range sc.Pod.Containers {
 		c := &container{b: b, spec: spec, index: i, firstAttempt: make(chan struct{}),
 			bo: restartBackoff{base: b.opts.BackoffBase, max: b.opts.BackoffMax}}
 		if i < len(previous) {
 			c.starts = previous[i].starts
 		}
-		b.containers = append(b.containers, c)
+		containers = append(containers, c)
+	}
+	b.mu.Lock()
+	b.containers = containers
+	b.mu.Unlock()
+	for _, c := range containers {
 		b.wg.Add(1)
 		go c.loop(podCtx)
 	}
@@ -393,12 +424,12 @@ func (b *Backend) Kill(ctx context.Context, c scenarios.Component) error {
 			return b.killFuseServer(ctx)
 		}
 	case scenarios.WorkloadPod:
-		if b.podDeleted {
+		if b.podGone() {
 			return errors.New("the pod is deleted already")
 		}
 		b.rec.Add(scenarios.Event{Source: scenarios.SrcComponent, Component: scenarios.WorkloadPod, Kind: scenarios.KKilled,
 			Message: "pod " + b.podUID + " deleted: containers stopped, volume unpublished and unstaged"})
-		b.podDeleted = true
+		b.setPodDeleted(true)
 		err := b.podDown(ctx)
 		b.rec.Add(scenarios.Event{Source: scenarios.SrcComponent, Component: scenarios.WorkloadPod, Kind: scenarios.KExited,
 			Message: "pod " + b.podUID + " gone"})
@@ -429,10 +460,10 @@ func (b *Backend) Start(ctx context.Context, c scenarios.Component) error {
 			return b.rec.AwaitReady(ctx, scenarios.FuseServer, 30*time.Second)
 		}
 	case scenarios.WorkloadPod:
-		if !b.podDeleted {
+		if !b.podGone() {
 			return errors.New("the pod still exists")
 		}
-		b.podDeleted = false
+		b.setPodDeleted(false)
 		if err := b.podUp(ctx); err != nil {
 			return err
 		}
@@ -520,12 +551,16 @@ func (b *Backend) startPlugin(ctx context.Context) error {
 		b.pluginEvent(scenarios.KExited, p.exitTime, p.state.String())
 	}()
 
-	if b.csi != nil {
-		b.csi.Close()
-	}
-	var err error
-	if b.csi, err = dialCSI(b.sock); err != nil {
+	c, err := dialCSI(b.sock)
+	if err != nil {
 		return err
+	}
+	b.mu.Lock()
+	old := b.csi
+	b.csi = c
+	b.mu.Unlock()
+	if old != nil {
+		old.Close()
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
@@ -565,6 +600,7 @@ func (b *Backend) Stop(ctx context.Context) error {
 	if b.cancel != nil {
 		b.cancel()
 	}
+	b.bg.Wait()
 	b.wg.Wait()
 	if b.opts.Keep && b.sc != nil {
 		b.printKeep()
@@ -674,7 +710,7 @@ func (b *Backend) printKeep() {
 }
 
 func (b *Backend) closeLogs() {
-	for _, l := range []*scenarios.LogFile{b.workloadLog, b.pluginLog, b.kubeletLog, b.sidecarLog, b.keeperLog} {
+	for _, l := range []*scenarios.LogFile{b.workloadLog, b.pluginLog, b.kubeletLog, b.sidecarLog, b.keeperLog, b.remediatorLog} {
 		if l != nil {
 			_ = l.Close()
 		}
@@ -701,6 +737,7 @@ func (b *Backend) logLines(prefix string, lines []string) {
 
 // proc is a started process and its exit.
 type proc struct {
+	started  time.Time
 	cmd      *exec.Cmd
 	done     chan struct{}
 	state    *os.ProcessState
@@ -708,7 +745,7 @@ type proc struct {
 }
 
 func startedProc(cmd *exec.Cmd) *proc {
-	p := &proc{cmd: cmd, done: make(chan struct{})}
+	p := &proc{started: time.Now(), cmd: cmd, done: make(chan struct{})}
 	go func() {
 		_ = cmd.Wait()
 		p.exitTime = time.Now()

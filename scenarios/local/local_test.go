@@ -162,6 +162,9 @@ func TestScenarios(t *testing.T) {
 				if sc.Plugin.FuseMode == scenarios.FuseModeKeeper {
 					want += " keeper.log"
 				}
+				if sc.Plugin.Remediation != nil {
+					want += " remediator.log"
+				}
 				if got := strings.Join(o.Artifacts, " "); got != want {
 					t.Errorf("artifacts %q, want %q: the plugin's, the workload's, the local kubelet's, and the sidecar's or the keeper's logs", got, want)
 				}

@@ -1,0 +1,130 @@
+package scenarios
+
+import (
+	"time"
+
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/remediate"
+)
+
+// The health rows' backends: the Kubernetes backend follows one bare pod by name, so it cannot run a
+// Deployment's pods yet, and the cluster CI starts runs without the CSIVolumeHealth gate.
+var (
+	healthBackends    = []string{BackendLocal}
+	healthBackendsWhy = "the kube backend cannot follow a Deployment's pods yet, and CI's cluster runs without the CSIVolumeHealth gate"
+)
+
+// remediation is how the remediate rows run the remediator: a short grace period and frequent passes, for a
+// fast run (the chart's defaults are 2m and 30s).
+var remediation = &Remediation{Grace: 2 * time.Second, Interval: 500 * time.Millisecond}
+
+// remediatorReleases is why the remediate rows run on every kubelet release: the remediator's decision reads
+// the node's kubelet version (its subPath rule, csi-plugin/remediate/decide.go).
+const remediatorReleases = "the remediator's decision depends on the node's kubelet version (its subPath rule, csi-plugin/remediate/decide.go)"
+
+// recoverWait bounds the wait for a recreated pod's first good read: the grace period, a pass, the pod's
+// teardown and setup.
+var recoverWait = Dur{Fixed: 30 * time.Second}
+
+// healthScenarios are the rows of volume health: what kubelet reports of a dead volume, per version, and the
+// opt-in remediator, which deletes the pods that nothing else will heal when a controller recreates them.
+func healthScenarios() []Scenario {
+	bare := Pod{RestartPolicy: RestartAlways, Containers: []Container{{Name: reader, KeepOpen: false}}}
+	owned := bare
+	owned.Controller = ControllerReplicaSet
+	restore := Plugin{RestoreMounts: true, RestoreStrategy: StrategyRebind, Remediation: remediation}
+	failsFirst := Expectation{Check: FailsWith{C: reader, Errno: "ENOTCONN", Within: Dur{Fixed: 5 * time.Second, Reads: 2}}}
+	deleted := Expectation{Check: PodEvent{Reason: remediate.ReasonDeleted}}
+	notDeleted := Expectation{Check: PodEvent{Reason: remediate.ReasonDeleted, None: true}}
+	reported := Dur{Fixed: HealthPeriod + time.Second}
+	return []Scenario{
+		{
+			Name:  "health-report",
+			Title: "Volume health: kubelet reports the dead volume, as its version does",
+			Shows: "With the CSIVolumeHealth gate kubelet asks the plugin about the volume every volumeStatsAggPeriod. " +
+				"Up to v1.36 it reads the VolumeCondition of NodeGetVolumeStats and records a VolumeConditionAbnormal " +
+				"Warning event on the pod; v1.37 calls NodeGetVolumeHealth and writes pod.status.volumeHealth. Only the " +
+				"plugin can answer, so the report comes within a period of its return. It reports; nothing acts.",
+			Plugin:       Plugin{},
+			Pod:          Pod{RestartPolicy: RestartAlways, Containers: []Container{{Name: reader, KeepOpen: true}}},
+			VolumeHealth: true,
+			Steps: []Step{
+				warmUp,
+				Observe(Dur{Fixed: 2 * HealthPeriod}),
+				KillPlugin(),
+				untilENOTCONN,
+				hostDead,
+				StartPlugin(),
+				Observe(Dur{Fixed: 2 * HealthPeriod}),
+			},
+			Expect: []Expectation{
+				failsFirst,
+				{Check: HealthReported{After: AfterPluginBack, Within: reported},
+					Kubelet: KubeletBefore(VolumeHealthManagerIn), Source: "pkg/kubelet/server/stats/volume_stat_calculator.go (v1.36)"},
+				{Check: HealthReported{Status: true, After: AfterPluginBack, Within: reported},
+					Kubelet: KubeletSince(VolumeHealthManagerIn), Source: "pkg/kubelet/volumemanager/volumehealth/ (v1.37)"},
+				{Check: NeverRecovers{C: reader, After: AfterPluginBack, For: Dur{Fixed: 2 * HealthPeriod}}},
+			},
+			Backends: healthBackends, BackendsWhy: healthBackendsWhy,
+		},
+		{
+			Name:  "remediate-running",
+			Title: "Remediator: a Deployment's pod whose running container holds the dead mount is recreated",
+			Shows: "The plugin restores the volume, but the running container keeps the dead bind (restore-without-exit). " +
+				"The remediator sees it from the plugin's records and the container's start time, and deletes the pod; " +
+				"its ReplicaSet creates a new one, which gets a fresh mount and reads again.",
+			Plugin: restore,
+			Pod:    owned,
+			Steps:  deadThenBack(untilENOTCONN, WaitFor(Recovers{C: reader}, recoverWait), Observe(Dur{Reads: 3})),
+			Expect: []Expectation{
+				failsFirst,
+				deleted,
+				{Check: NoGoodReadUntil{C: reader, Component: WorkloadPod}},
+				{Check: Recovers{C: reader, Instance: NewInstance}},
+			},
+			Backends: healthBackends, BackendsWhy: healthBackendsWhy, EveryRelease: remediatorReleases,
+		},
+		{
+			Name:  "remediate-subpath",
+			Title: "Remediator: a subPath that the kubelet will not repair is recovered through a new pod",
+			Shows: "As in subpath: up to v1.36 kubelet re-uses the dead subPath bind at every restart, forever. The " +
+				"remediator deletes the Deployment's pod there, and the new pod reads. Since v1.37 kubelet repairs the " +
+				"bind itself at the container's restart and the remediator leaves the pod alone.",
+			Plugin: restore,
+			Pod: Pod{RestartPolicy: RestartAlways, Controller: ControllerReplicaSet, Containers: []Container{
+				{Name: reader, ExitOnError: true, KeepOpen: true, SubPath: FileName, MountPath: "/mnt/" + FileName},
+			}},
+			Steps: deadThenBack(
+				WaitFor(StartFails{C: reader, Contains: failedToPrepareSubPath}, Dur{Fixed: 10 * time.Second, Backoffs: 4}),
+				WaitFor(Recovers{C: reader}, recoverWait), Observe(Dur{Reads: 3})),
+			Expect: []Expectation{
+				failsFirst,
+				{Check: Exits{C: reader, Code: 1}},
+				{Check: Recovers{C: reader, Instance: NewInstance}},
+				{Check: deleted.Check, Kubelet: KubeletBefore(SubPathFixedIn), Source: SubPathSourceBefore},
+				{Check: notDeleted.Check, Kubelet: KubeletSince(SubPathFixedIn), Source: SubPathSourceSince},
+			},
+			Backends: healthBackends, BackendsWhy: healthBackendsWhy, EveryRelease: remediatorReleases,
+		},
+		{
+			Name:  "remediate-bare-pod",
+			Title: "Remediator: a bare pod is left alone, with a Warning event that says why",
+			Shows: "The same dead mount as remediate-running, but no controller would recreate the pod: deleting it would " +
+				"lose it. The remediator records a Warning event on the pod instead, and the pod stays broken.",
+			Plugin: restore,
+			Pod:    bare,
+			Steps: deadThenBack(
+				untilENOTCONN,
+				WaitFor(PodEvent{Reason: remediate.ReasonLeftAlone}, recoverWait),
+				Observe(watchReads),
+			),
+			Expect: []Expectation{
+				failsFirst,
+				{Check: PodEvent{Reason: remediate.ReasonLeftAlone}},
+				notDeleted,
+				{Check: NeverRecovers{C: reader, After: AfterPluginBack, For: watchReads}},
+				{Check: Restarts{C: reader, Min: 0, Max: 0}},
+			},
+			Backends: healthBackends, BackendsWhy: healthBackendsWhy, EveryRelease: remediatorReleases,
+		},
+	}
+}
