@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 
@@ -66,6 +67,9 @@ func containerInit(cfgJSON string) error {
 	if len(cfg.Argv) == 0 {
 		return fmt.Errorf("container init: no command")
 	}
+	// no_new_privs is a property of the calling thread (prctl(2)), unlike the IDs, which Go sets on every
+	// thread: the prctl and the exec must run on one thread, or the command may start without it.
+	runtime.LockOSThread()
 	// fd 3 must not reach the workload: its closing tells the runtime that exec succeeded.
 	unix.CloseOnExec(3)
 	if err := unix.Mount("", "/", "", unix.MS_SLAVE|unix.MS_REC, ""); err != nil {

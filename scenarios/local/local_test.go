@@ -385,6 +385,11 @@ func TestSidecarUnprivileged(t *testing.T) {
 	if err := b.Setup(context.Background(), &sc, env); err != nil {
 		t.Fatal(err)
 	}
+	// It serves: the volume dir answers (stat would block until the sidecar took the descriptor). Only then is
+	// its process surely past its init's setup (the user, no_new_privs) and running the sidecar itself.
+	if _, err := os.Stat(filepath.Join(b.vol.target, scenarios.FileName)); err != nil {
+		t.Errorf("the sidecar does not serve the mount: %v", err)
+	}
 	pid := b.sidecarProc().pid()
 	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
@@ -404,9 +409,5 @@ func TestSidecarUnprivileged(t *testing.T) {
 	}
 	for k := range want {
 		t.Errorf("sidecar pid %d: no %s in /proc/PID/status", pid, k)
-	}
-	// It serves: the volume dir answers (stat would block until the sidecar took the descriptor).
-	if _, err := os.Stat(filepath.Join(b.vol.target, scenarios.FileName)); err != nil {
-		t.Errorf("the sidecar does not serve the mount: %v", err)
 	}
 }
