@@ -26,6 +26,11 @@ OLDER_K8S_VERSION=v1.36.3
 # RELEASE=SCENARIOS, one cluster each, in this order; no scenarios = the whole catalog.
 RUNS=("$K8S_DEFAULT_VERSION=" "$OLDER_K8S_VERSION=$EVERY_RELEASE_SCENARIOS")
 
+# The clusters run with kubelet's volume health on (the alpha CSIVolumeHealth gate, on every component: v1.37's
+# API server drops pod.status.volumeHealth without it) and probed every 2 s, the health-report scenario's
+# scenarios.HealthPeriod, instead of every minute.
+export FEATURE_GATES=${FEATURE_GATES:-CSIVolumeHealth=true} VOLUME_STATS_AGG_PERIOD=${VOLUME_STATS_AGG_PERIOD:-2s}
+
 MAKE=${MAKE:-make}
 need_root "the cluster runs kubelet and containerd on this machine"
 ARTIFACTS=${DFC_KUBE_ARTIFACTS:-$PWD/_output/kube-e2e/ci-$(date +%Y%m%d-%H%M%S)}

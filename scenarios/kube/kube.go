@@ -207,6 +207,8 @@ type Backend struct {
 	stopped   bool
 	keepNote  string
 	podStates map[string]string // pod UID → its last state line in kube.log
+	// volumeHealth: pod UID → its status.volumeHealth for the run's volume, as last recorded (VolumeHealth)
+	volumeHealth map[string]string
 }
 
 var _ scenarios.Backend = (*Backend)(nil)
@@ -416,6 +418,9 @@ func (b *Backend) podUp(ctx context.Context, first bool) error {
 			return err
 		}
 		b.readRestartBackoffMax(ctx)
+		if b.sc.VolumeHealth {
+			b.checkVolumeHealthConfig(ctx)
+		}
 	}
 	b.setPaths(string(uid))
 	if first {

@@ -104,6 +104,9 @@ func (b *Backend) onPod(o any, deleted bool) {
 	switch {
 	case p.Name == b.n.pod:
 		b.workload.set(p, deleted)
+		if b.sc.VolumeHealth {
+			b.observeVolumeHealth(p)
+		}
 	case p.Name == b.n.pod+"-probe":
 		b.probe.set(p, deleted)
 	case p.Labels["app.kubernetes.io/component"] == "node" && p.Labels["app.kubernetes.io/instance"] == releaseName:
