@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"net/http"
 	"os"
@@ -588,6 +589,52 @@ func TestRestoreSkipsCorruptRecords(t *testing.T) {
 		if !strings.Contains(logs, "Skipping unusable mount record") || !strings.Contains(logs, f) {
 			t.Errorf("no log line names the unusable record %s:\n%s", f, logs)
 		}
+	}
+	e.teardown(p2, "vol-a", "pod-1")
+}
+
+// TestRestoreForgetsWhatKubeletRemoved: a record whose kubelet directory is gone (here: the node's kubelet
+// directory wiped while the plugin was down, the plugin's state directory kept) is forgotten, not restored: no
+// directory of it is created again and nothing is mounted there, while the other volume comes back.
+func TestRestoreForgetsWhatKubeletRemoved(t *testing.T) {
+	e := newEnv(t, unix.MS_PRIVATE)
+	p1 := e.start()
+	e.stagePublish(p1, "vol-a", "pod-1")
+	e.stagePublish(p1, "vol-b", "pod-2")
+	p1.kill9(p1.children())
+	gone := []string{e.targetPath("vol-b", "pod-2"), e.stagingPath("vol-b")}
+	for _, path := range gone {
+		plugintest.WaitDead(t, path)
+		if _, err := mounts.UnmountAll(path); err != nil {
+			t.Fatal(err)
+		}
+		// What kubelet's removeMountDir leaves: neither the path nor its parent (vol_data.json's directory).
+		if err := os.RemoveAll(filepath.Dir(path)); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	p2 := e.start("--restore-mounts")
+	plugintest.MustRead(t, e.targetPath("vol-a", "pod-1"))
+	logs := p2.logs.String()
+	for _, want := range []string{`"Not restoring staging mount: kubelet removed the directory of this path`,
+		`"Not restoring target: kubelet removed the directory of this path`, "ok=2 failed=0 skipped=0 forgotten=2"} {
+		if !strings.Contains(logs, want) {
+			t.Errorf("log lacks %q:\n%s", want, logs)
+		}
+	}
+	for _, path := range gone {
+		if _, err := os.Lstat(filepath.Dir(path)); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("%s: %v, want it not created again", filepath.Dir(path), err)
+		}
+	}
+	st, err := state.Open(e.state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stages, pubs, errs := st.Load()
+	if len(stages) != 1 || stages[0].VolumeID != "vol-a" || len(pubs) != 1 || pubs[0].VolumeID != "vol-a" || len(errs) != 0 {
+		t.Errorf("records after the restore: %+v %+v %v, want vol-a's only", stages, pubs, errs)
 	}
 	e.teardown(p2, "vol-a", "pod-1")
 }

@@ -270,7 +270,7 @@ func (d *Driver) loadRecords(ctx context.Context) error {
 	start := time.Now()
 	res := restore.Run(ctx, stages, publishes, d.cfg.RestoreWorkers, restorer{d})
 	klog.InfoS("Restored mounts", "strategy", d.cfg.RestoreStrategy, "volumes", len(stages), "targets", len(publishes),
-		"ok", res.OK, "failed", res.Failed, "skipped", res.Skipped, "duration", time.Since(start))
+		"ok", res.OK, "failed", res.Failed, "skipped", res.Skipped, "forgotten", res.Forgotten, "duration", time.Since(start))
 	return nil
 }
 

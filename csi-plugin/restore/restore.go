@@ -5,6 +5,7 @@ package restore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -42,6 +43,11 @@ func ParseStrategy(s string) (Strategy, error) {
 	return "", fmt.Errorf("unknown restore strategy %q (want %q or %q)", s, Rebind, Stack)
 }
 
+// ErrKubeletDone is what a Restorer returns, after forgetting the record, for a path whose directory kubelet
+// has removed: kubelet does so only once it is done with the volume there (or the node's kubelet directory was
+// wiped), so nothing will ever unmount what a restore would mount there, nor call the plugin for it again.
+var ErrKubeletDone = errors.New("kubelet removed the directory of this path: the record is forgotten, nothing is mounted")
+
 // Restorer does the mount work for one record; Run only schedules and logs. The table is one snapshot of the
 // mount table taken before the restore started (parsed once, not once per volume); each volume's paths are
 // only touched by its own worker, so the snapshot stays true for them.
@@ -52,9 +58,9 @@ type Restorer interface {
 	RestorePublish(ctx context.Context, table *mounts.Table, rec state.Publish) (string, error)
 }
 
-// Result counts restored records (stages and publishes alike).
+// Result counts restored records (stages and publishes alike); Forgotten are those of ErrKubeletDone.
 type Result struct {
-	OK, Failed, Skipped int
+	OK, Failed, Skipped, Forgotten int
 }
 
 // Run restores stages and their publishes with at most workers volumes at a time and returns the counts. Each
@@ -75,11 +81,12 @@ func Run(ctx context.Context, stages []state.Stage, publishes []state.Publish, w
 		res Result
 		wg  sync.WaitGroup
 	)
-	count := func(ok, failed, skipped int) {
+	count := func(ok, failed, skipped, forgotten int) {
 		mu.Lock()
 		res.OK += ok
 		res.Failed += failed
 		res.Skipped += skipped
+		res.Forgotten += forgotten
 		mu.Unlock()
 	}
 	if workers < 1 {
@@ -95,26 +102,36 @@ func Run(ctx context.Context, stages []state.Stage, publishes []state.Publish, w
 			defer func() { <-sem; wg.Done() }()
 			start := time.Now()
 			action, err := r.RestoreStage(ctx, table, s)
-			if err != nil {
+			switch {
+			case errors.Is(err, ErrKubeletDone):
+				// Its targets are normally gone too; those that are not fail below (their staging mount is gone).
+				klog.InfoS("Not restoring staging mount: "+err.Error(), "volumeID", s.VolumeID, "stagingPath", s.StagingPath)
+				count(0, 0, 0, 1)
+			case err != nil:
 				klog.ErrorS(err, "Failed to restore staging mount", "volumeID", s.VolumeID, "stagingPath", s.StagingPath)
 				for _, p := range pubs {
 					klog.ErrorS(nil, "Not restoring target: its staging mount failed", "volumeID", p.VolumeID, "targetPath", p.TargetPath)
 				}
-				count(0, 1, len(pubs))
+				count(0, 1, len(pubs), 0)
 				return
+			default:
+				klog.InfoS("Restored staging mount", "volumeID", s.VolumeID, "stagingPath", s.StagingPath, "action", action, "duration", time.Since(start))
+				count(1, 0, 0, 0)
 			}
-			klog.InfoS("Restored staging mount", "volumeID", s.VolumeID, "stagingPath", s.StagingPath, "action", action, "duration", time.Since(start))
-			count(1, 0, 0)
 			for _, p := range pubs {
 				start := time.Now()
 				action, err := r.RestorePublish(ctx, table, p)
-				if err != nil {
+				switch {
+				case errors.Is(err, ErrKubeletDone):
+					klog.InfoS("Not restoring target: "+err.Error(), "volumeID", p.VolumeID, "targetPath", p.TargetPath)
+					count(0, 0, 0, 1)
+				case err != nil:
 					klog.ErrorS(err, "Failed to restore target", "volumeID", p.VolumeID, "targetPath", p.TargetPath)
-					count(0, 1, 0)
-					continue
+					count(0, 1, 0, 0)
+				default:
+					klog.InfoS("Restored target", "volumeID", p.VolumeID, "targetPath", p.TargetPath, "action", action, "duration", time.Since(start))
+					count(1, 0, 0, 0)
 				}
-				klog.InfoS("Restored target", "volumeID", p.VolumeID, "targetPath", p.TargetPath, "action", action, "duration", time.Since(start))
-				count(1, 0, 0)
 			}
 		}()
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ import (
 // fakeRestorer records the order of calls and how many volumes were in flight at once.
 type fakeRestorer struct {
 	failStage map[string]bool
+	gone      map[string]bool // volumes whose kubelet directories are gone
 
 	mu          sync.Mutex
 	staged      map[string]bool
@@ -39,6 +41,9 @@ func (f *fakeRestorer) RestoreStage(_ context.Context, _ *mounts.Table, rec stat
 	if f.failStage[rec.VolumeID] {
 		return "", errors.New("injected failure")
 	}
+	if f.gone[rec.VolumeID] {
+		return "", ErrKubeletDone
+	}
 	f.staged[rec.VolumeID] = true
 	return "remounted", nil
 }
@@ -46,6 +51,10 @@ func (f *fakeRestorer) RestoreStage(_ context.Context, _ *mounts.Table, rec stat
 func (f *fakeRestorer) RestorePublish(_ context.Context, _ *mounts.Table, rec state.Publish) (string, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.gone[rec.VolumeID] {
+		f.events = append(f.events, "forget "+rec.TargetPath)
+		return "", ErrKubeletDone
+	}
 	if !f.staged[rec.VolumeID] {
 		return "", fmt.Errorf("publish of %s before its stage", rec.VolumeID)
 	}
@@ -65,7 +74,7 @@ func TestRunOrdersAndBoundsWork(t *testing.T) {
 		}
 	}
 	pubs = append(pubs, state.Publish{VolumeID: "orphan", StagingPath: "/s/orphan", TargetPath: "/p/orphan"})
-	f := &fakeRestorer{failStage: map[string]bool{"vol-07": true}, staged: map[string]bool{}, release: make(chan struct{})}
+	f := &fakeRestorer{failStage: map[string]bool{"vol-07": true}, gone: map[string]bool{"vol-13": true}, staged: map[string]bool{}, release: make(chan struct{})}
 
 	done := make(chan Result)
 	go func() { done <- Run(context.Background(), stages, pubs, workers, f) }()
@@ -89,10 +98,14 @@ func TestRunOrdersAndBoundsWork(t *testing.T) {
 	if f.maxInFlight != workers {
 		t.Errorf("max volumes in flight = %d, want %d", f.maxInFlight, workers)
 	}
-	// 39 stages + 78 publishes restored; vol-07's stage failed; its 2 publishes and the orphan skipped.
-	want := Result{OK: 39 + 78, Failed: 1, Skipped: 3}
+	// 38 stages + 76 publishes restored; vol-07's stage failed; its 2 publishes and the orphan skipped; vol-13's
+	// stage and its 2 publishes forgotten (the publishes still get their turn, to be forgotten too).
+	want := Result{OK: 38 + 76, Failed: 1, Skipped: 3, Forgotten: 3}
 	if res != want {
 		t.Errorf("Run = %+v, want %+v", res, want)
+	}
+	if !slices.Contains(f.events, "forget /p/a/vol-13") || !slices.Contains(f.events, "forget /p/b/vol-13") {
+		t.Errorf("the publishes of a volume whose stage was forgotten were not offered to the restorer: %v", f.events)
 	}
 	for _, e := range f.events {
 		if e == "publish /p/a/vol-07" || e == "publish /p/orphan" {
