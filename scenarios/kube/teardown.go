@@ -45,6 +45,13 @@ func (b *Backend) Stop(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("plugin back for teardown: %w", err))
 		}
 	}
+	if b.off[keeperDSName()] {
+		// Without its FUSE servers the volume's mounts do not answer, and kubelet's stat of them would hang.
+		b.progress("teardown: bringing the keeper back so that the volume answers kubelet's unmount checks")
+		if err := b.startKeeper(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("keeper back for teardown: %w", err))
+		}
+	}
 	b.dumpState(ctx)
 	errs = append(errs, b.teardown(ctx, b.n, b.unstage)...)
 	b.stopLoops()

@@ -44,6 +44,16 @@ type suite struct {
 
 	mu       sync.Mutex
 	outcomes []*scenarios.Outcome
+	// dirty names the scenario whose teardown failed: what it left on the node (mounts a dead FUSE server
+	// holds, pods kubelet cannot remove) would be measured by every later scenario, and each would wait out
+	// its own teardown's timeouts, so the later ones fail at once instead.
+	dirty string
+}
+
+func (s *suite) dirtied() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.dirty
 }
 
 type suiteKey struct{}
@@ -203,6 +213,9 @@ func scenarioFeature(sc scenarios.Scenario) features.Feature {
 			if s.problem != "" {
 				testenv.SkipOrFail(t, s.problem)
 			}
+			if why := s.dirtied(); why != "" {
+				t.Fatal(why) // a failure, not a skip: the cluster was there, the catalog did not run
+			}
 			o := s.opts
 			o.Progress = func(msg string) { t.Log(msg) }
 			// The live timeline streams with -v (a scenario takes a minute or more), else it is logged at the end.
@@ -262,13 +275,17 @@ func scenarioFeature(sc scenarios.Scenario) features.Feature {
 			t.Errorf("report: %v", err)
 		}
 		t.Logf("report %s", filepath.Join(o.Dir, "report.md"))
-		if o.CleanupErr != nil {
-			t.Errorf("cleanup: %v", o.CleanupErr)
-		}
 		s := suiteOf(ctx)
 		s.mu.Lock()
+		defer s.mu.Unlock()
+		if o.CleanupErr != nil {
+			t.Errorf("cleanup: %v", o.CleanupErr)
+			if s.dirty == "" {
+				s.dirty = fmt.Sprintf("not run: the teardown of scenario %s failed and left the node unclean (see its report); "+
+					"make cluster-down, then run the scenarios again", sc.Name)
+			}
+		}
 		s.outcomes = append(s.outcomes, o)
-		s.mu.Unlock()
 		return ctx
 	}).Feature()
 }
