@@ -79,6 +79,12 @@ fi
 if [ -f "$DFC_CLUSTER_DIR/ip-forward" ]; then
   cat "$DFC_CLUSTER_DIR/ip-forward" >/proc/sys/net/ipv4/ip_forward
 fi
+# up.sh's stand-in for kube-proxy (the kubernetes Service's DNAT).
+for hook in PREROUTING OUTPUT; do
+  while iptables -t nat -D "$hook" -j DFC-KUBERNETES-SVC 2>/dev/null; do :; done
+done
+iptables -t nat -F DFC-KUBERNETES-SVC 2>/dev/null || true
+iptables -t nat -X DFC-KUBERNETES-SVC 2>/dev/null || true
 # kubelet's own chains: KUBE-FIREWALL (filter; INPUT and OUTPUT jump to it), the canaries, the hint.
 for ipt in iptables ip6tables; do
   for hook in INPUT OUTPUT; do

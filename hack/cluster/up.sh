@@ -176,6 +176,15 @@ if ! awk '$5 == "/" { exit ($0 ~ / shared:[0-9]+ /) ? 0 : 1 }' /proc/self/mounti
   mount --make-rshared /
 fi
 
+# In-cluster clients (the chart's remediator) reach the API server at the kubernetes Service's IP, the service
+# range's first; without kube-proxy nothing answers there, so one DNAT rule does its part for that Service
+# (pods: PREROUTING; host-network pods: OUTPUT). cluster-down removes the chain.
+iptables -t nat -N DFC-KUBERNETES-SVC 2>/dev/null || iptables -t nat -F DFC-KUBERNETES-SVC
+iptables -t nat -A DFC-KUBERNETES-SVC -d "$first_service_ip/32" -p tcp --dport 443 -j DNAT --to-destination "$NODE_IP:$API_PORT"
+for hook in PREROUTING OUTPUT; do
+  iptables -t nat -C "$hook" -j DFC-KUBERNETES-SVC 2>/dev/null || iptables -t nat -A "$hook" -j DFC-KUBERNETES-SVC
+done
+
 # The bridge plugin turns on IPv4 forwarding; cluster-down puts the old value back.
 cat /proc/sys/net/ipv4/ip_forward >"$DFC_CLUSTER_DIR/ip-forward"
 cat >"$CNI_CONF_DIR/10-dummy-fuse-csi.conflist" <<EOF
