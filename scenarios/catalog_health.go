@@ -6,13 +6,6 @@ import (
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/remediate"
 )
 
-// The remediate rows' backends: the Kubernetes backend follows one bare pod, created by itself, by name; a
-// Deployment's pods it cannot follow yet.
-var (
-	remediateBackends    = []string{BackendLocal}
-	remediateBackendsWhy = "the kube backend cannot follow a Deployment's pods yet"
-)
-
 // remediation is how the remediate rows run the remediator: a short grace period and frequent passes, for a
 // fast run (the chart's defaults are 2m and 30s).
 var remediation = &Remediation{Grace: 2 * time.Second, Interval: 500 * time.Millisecond}
@@ -82,7 +75,7 @@ func healthScenarios() []Scenario {
 				{Check: NoGoodReadUntil{C: reader, Component: WorkloadPod}},
 				{Check: Recovers{C: reader, Instance: NewInstance}},
 			},
-			Backends: remediateBackends, BackendsWhy: remediateBackendsWhy, EveryRelease: remediatorReleases,
+			EveryRelease: remediatorReleases,
 		},
 		{
 			Name:  "remediate-subpath",
@@ -104,7 +97,7 @@ func healthScenarios() []Scenario {
 				{Check: deleted.Check, Kubelet: KubeletBefore(SubPathFixedIn), Source: SubPathSourceBefore},
 				{Check: notDeleted.Check, Kubelet: KubeletSince(SubPathFixedIn), Source: SubPathSourceSince},
 			},
-			Backends: remediateBackends, BackendsWhy: remediateBackendsWhy, EveryRelease: remediatorReleases,
+			EveryRelease: remediatorReleases,
 		},
 		{
 			Name:  "remediate-bare-pod",
@@ -125,7 +118,7 @@ func healthScenarios() []Scenario {
 				{Check: NeverRecovers{C: reader, After: AfterPluginBack, For: watchReads}},
 				{Check: Restarts{C: reader, Min: 0, Max: 0}},
 			},
-			Backends: remediateBackends, BackendsWhy: remediateBackendsWhy, EveryRelease: remediatorReleases,
+			EveryRelease: remediatorReleases,
 		},
 	}
 }

@@ -41,7 +41,7 @@ func (b *Backend) onEvent(o any) {
 	t := stampTime(stamp, seen)
 	b.logf("event %s %s %s %s x%d (at %s): %s", ev.Type, ev.Reason, ev.InvolvedObject.Name, ev.InvolvedObject.FieldPath,
 		count, t.UTC().Format("15:04:05.000"), ev.Message)
-	if ev.InvolvedObject.Name != b.n.pod || string(ev.InvolvedObject.UID) != b.workloadUID() {
+	if string(ev.InvolvedObject.UID) != b.workloadUID() {
 		return
 	}
 	c := containerOf(ev.InvolvedObject.FieldPath)

@@ -108,3 +108,24 @@ func volumeHealthConfig(configz []byte) (gate bool, period time.Duration, err er
 	}
 	return c.KubeletConfig.FeatureGates["CSIVolumeHealth"], period, nil
 }
+
+const remediatorContainer = "remediator"
+
+// onRemediatorPod follows the remediator pods' logs (Plugin.Remediation) into remediator.log: its decisions with
+// their evidence. Its events on the workload pod are the evidence the checks read (events.go).
+func (b *Backend) onRemediatorPod(p *corev1.Pod, deleted bool) {
+	rp, seen := b.observeDSPod(b.remediators, p, deleted)
+	if seen || b.remediatorLog == nil {
+		return
+	}
+	b.wg.Add(1)
+	go b.follow(rp.w, remediatorContainer, true, instanceHandler{
+		line: func(n int, _ instanceInfo, line []byte, ts time.Time) {
+			if ts.IsZero() {
+				ts = time.Now()
+			}
+			b.remediatorLog.WriteLine(fmt.Sprintf("%s %s#%d", ts.UTC().Format("15:04:05.000000"), rp.name, n), line)
+		},
+		end: func(int, instanceInfo, *corev1.ContainerStateTerminated, bool) {},
+	})
+}

@@ -38,10 +38,12 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/kubernetes"
@@ -187,16 +189,20 @@ type Backend struct {
 	sidecarName string
 	sidecarLog  *scenarios.LogFile
 	keeperLog   *scenarios.LogFile // keeper mode: the keeper pods' logs
-	probeStop   context.CancelFunc // ends the host probe of the current pod's paths
+	// remediatorLog: the remediator pods' logs (Plugin.Remediation)
+	remediatorLog *scenarios.LogFile
+	probeStop     context.CancelFunc // ends the host probe of the current pod's paths
 
 	mu       sync.Mutex
 	workload *podWatch
 	probe    *podWatch
 	plugins  map[string]*dsPod // by pod UID
 	keepers  map[string]*dsPod // by pod UID (keeper mode)
-	events   map[string]int32  // event UID → count seen
-	kubelet  *kubeletLog
-	unstage  *unstageWatch
+	// remediators are the remediator DaemonSet's pods, by pod UID (Plugin.Remediation).
+	remediators map[string]*dsPod
+	events      map[string]int32 // event UID → count seen
+	kubelet     *kubeletLog
+	unstage     *unstageWatch
 
 	ctx       context.Context // lives from Start to Stop: informers, log streams, probes
 	cancel    context.CancelFunc
@@ -209,13 +215,15 @@ type Backend struct {
 	podStates map[string]string // pod UID → its last state line in kube.log
 	// volumeHealth: pod UID → its status.volumeHealth for the run's volume, as last recorded (VolumeHealth)
 	volumeHealth map[string]string
+	// deletingPod: the backend itself deletes the workload pod (the pod component's kill)
+	deletingPod atomic.Bool
 }
 
 var _ scenarios.Backend = (*Backend)(nil)
 
 // New returns a Kubernetes backend; configuration errors are reported by Start.
 func New(opts Options) *Backend {
-	b := &Backend{opts: opts, plugins: map[string]*dsPod{}, keepers: map[string]*dsPod{}, off: map[string]bool{}, events: map[string]int32{}, unstage: newUnstageWatch()}
+	b := &Backend{opts: opts, plugins: map[string]*dsPod{}, keepers: map[string]*dsPod{}, remediators: map[string]*dsPod{}, off: map[string]bool{}, events: map[string]int32{}, unstage: newUnstageWatch()}
 	b.optErr = b.opts.defaults()
 	return b
 }
@@ -298,6 +306,11 @@ func (b *Backend) Setup(ctx context.Context, sc *scenarios.Scenario, env *scenar
 	}
 	if b.keeperMode() {
 		if b.keeperLog, err = env.Log("keeper.log"); err != nil {
+			return err
+		}
+	}
+	if sc.Plugin.Remediation != nil {
+		if b.remediatorLog, err = env.Log("remediator.log"); err != nil {
 			return err
 		}
 	}
@@ -399,12 +412,10 @@ func (b *Backend) Setup(ctx context.Context, sc *scenarios.Scenario, env *scenar
 // containers and FUSE sidecar, its probe; the first time also the node's kubelet (version, back-off, log). It
 // returns once every container has had its first start attempt.
 func (b *Backend) podUp(ctx context.Context, first bool) error {
-	created, err := b.cs.CoreV1().Pods(b.n.namespace).Create(ctx, b.podSpec.DeepCopy(), metav1.CreateOptions{})
+	uid, err := b.createWorkload(ctx)
 	if err != nil {
-		return fmt.Errorf("create pod: %w", err)
+		return err
 	}
-	uid := created.UID
-	b.progress("pod %s/%s created (uid %s, PV %s, PVC %s)", b.n.namespace, b.n.pod, shortUID(string(uid)), b.n.pv, b.n.pvc)
 	ours := func(p *corev1.Pod) bool { return p != nil && p.UID == uid }
 
 	// Scheduled: now the node and the pod's host paths are known.
@@ -446,6 +457,30 @@ func (b *Backend) podUp(ctx context.Context, first bool) error {
 	b.rec.Add(scenarios.Event{Source: scenarios.SrcKubelet, Kind: scenarios.KVolumeMounted,
 		Message: fmt.Sprintf("kubelet staged and published the volume (NodeStageVolume, NodePublishVolume) on node %s", b.node)})
 	return b.startProbe(ctx)
+}
+
+// createWorkload creates the workload pod, or for a controller's pod (Scenario.Pod.Controller) a Deployment of
+// it and waits for the pod its ReplicaSet creates; it returns the pod's UID.
+func (b *Backend) createWorkload(ctx context.Context) (types.UID, error) {
+	if b.sc.Pod.Controller == "" {
+		created, err := b.cs.CoreV1().Pods(b.n.namespace).Create(ctx, b.podSpec.DeepCopy(), metav1.CreateOptions{})
+		if err != nil {
+			return "", fmt.Errorf("create pod: %w", err)
+		}
+		b.progress("pod %s/%s created (uid %s, PV %s, PVC %s)", b.n.namespace, b.n.pod, shortUID(string(created.UID)), b.n.pv, b.n.pvc)
+		return created.UID, nil
+	}
+	d := workloadDeployment(b.podSpec)
+	writeYAML(filepath.Join(b.dir, "workload-deployment.yaml"), d)
+	if _, err := b.cs.AppsV1().Deployments(b.n.namespace).Create(ctx, d, metav1.CreateOptions{}); err != nil {
+		return "", fmt.Errorf("create Deployment: %w", err)
+	}
+	p, err := b.workload.await(ctx, b.opts.SetupTimeout, func(p *corev1.Pod, deleted bool) bool { return p != nil && !deleted })
+	if err != nil {
+		return "", fmt.Errorf("Deployment %s created no pod: %w", d.Name, err)
+	}
+	b.progress("Deployment %s/%s created; its pod %s (uid %s, PV %s, PVC %s)", b.n.namespace, d.Name, p.Name, shortUID(string(p.UID)), b.n.pv, b.n.pvc)
+	return p.UID, nil
 }
 
 // readKubeletVersion records the version of the kubelet on the pod's node (Node.status.nodeInfo.kubeletVersion):

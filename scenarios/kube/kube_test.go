@@ -272,12 +272,12 @@ func TestEvents(t *testing.T) {
 	b.n = names{namespace: "ns", pod: "workload"}
 	b.rec = &scenarios.Recorder{}
 	b.workload = newPodWatch()
-	b.workload.set(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "workload", UID: "u1"}}, false)
+	b.workload.set(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "workload", UID: "u-workload"}}, false)
 	at := metav1.NewTime(time.Now().Add(-time.Minute))
 	ev := func(uid, reason, msg, pod string, count int32) *corev1.Event {
 		return &corev1.Event{ObjectMeta: metav1.ObjectMeta{UID: types.UID("e-" + uid)}, Reason: reason, Message: msg, Count: count,
 			Type: corev1.EventTypeWarning, LastTimestamp: at,
-			InvolvedObject: corev1.ObjectReference{Kind: "Pod", Name: pod, UID: "u1", FieldPath: "spec.containers{reader}"}}
+			InvolvedObject: corev1.ObjectReference{Kind: "Pod", Name: pod, UID: types.UID("u-" + pod), FieldPath: "spec.containers{reader}"}}
 	}
 	stat := `Error: failed to generate container "x" spec: failed to generate spec: failed to stat "/v": stat /v: transport endpoint is not connected`
 	b.onEvent(ev("1", "Failed", stat, "workload", 1))

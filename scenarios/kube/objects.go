@@ -10,7 +10,9 @@ import (
 	"strings"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/fusemode"
@@ -19,6 +21,9 @@ import (
 
 // scenarioLabel is the label of manifests/ pods that names the catalog scenario they reproduce.
 const scenarioLabel = "dummy-fuse-csi/scenario"
+
+// workloadLabel marks the run's workload pods: the one the backend creates, or those of its Deployment.
+const workloadLabel = "dummy-fuse-csi/scenario-workload"
 
 // manifests are the objects of manifests/ the backend starts from; it adjusts them to the scenario.
 type manifests struct {
@@ -173,6 +178,7 @@ func (m *manifests) workloadPod(sc *scenarios.Scenario, n names, image string, i
 	pod.Name, pod.Namespace = n.pod, n.namespace
 	pod.Labels = mergeLabels(pod.Labels, labels)
 	pod.Labels[scenarioLabel] = sc.Name
+	pod.Labels[workloadLabel] = "true"
 	pod.Spec.Volumes = []corev1.Volume{*vol}
 	pod.Spec.InitContainers = initCtrs
 	if initCtrs != nil {
@@ -206,6 +212,19 @@ func (m *manifests) workloadPod(sc *scenarios.Scenario, n names, image string, i
 		pod.Spec.Containers = append(pod.Spec.Containers, ctr)
 	}
 	return pod, nil
+}
+
+// workloadDeployment is a Deployment of one replica of pod, for a scenario whose pod a controller owns
+// (Scenario.Pod.Controller): deleting the pod makes its ReplicaSet create a new one.
+func workloadDeployment(pod *corev1.Pod) *appsv1.Deployment {
+	one := int32(1)
+	sel := map[string]string{workloadLabel: "true"}
+	tmpl := corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: pod.Labels}, Spec: pod.Spec}
+	return &appsv1.Deployment{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"},
+		ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace, Labels: pod.Labels},
+		Spec:       appsv1.DeploymentSpec{Replicas: &one, Selector: &metav1.LabelSelector{MatchLabels: sel}, Template: tmpl},
+	}
 }
 
 // sidecarContainer is the manifest's FUSE sidecar for this run: the build's image, and `csi-plugin sidecar`

@@ -32,6 +32,11 @@ func (b *Backend) killPod(ctx context.Context) error {
 	if err := b.stopProbe(ctx); err != nil {
 		return err
 	}
+	if b.sc.Pod.Controller != "" {
+		return fmt.Errorf("the pod's %s would replace it at once: the pod component is for a bare pod", b.sc.Pod.Controller)
+	}
+	b.deletingPod.Store(true)
+	defer b.deletingPod.Store(false)
 	uid := p.UID
 	b.podEvent(scenarios.KKilled, time.Time{}, fmt.Sprintf("kubectl delete pod %s (uid %s)", p.Name, shortUID(string(uid))))
 	err := b.cs.CoreV1().Pods(b.n.namespace).Delete(ctx, p.Name, metav1.DeleteOptions{Preconditions: metav1.NewUIDPreconditions(string(uid))})

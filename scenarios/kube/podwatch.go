@@ -102,13 +102,12 @@ func (b *Backend) onPod(o any, deleted bool) {
 	}
 	b.logPodState(p, deleted)
 	switch {
-	case p.Name == b.n.pod:
-		b.workload.set(p, deleted)
-		if b.sc.VolumeHealth {
-			b.observeVolumeHealth(p)
-		}
 	case p.Name == b.n.pod+"-probe":
 		b.probe.set(p, deleted)
+	case p.Labels[workloadLabel] == "true":
+		b.onWorkloadPod(p, deleted)
+	case p.Labels["app.kubernetes.io/component"] == remediatorContainer && p.Labels["app.kubernetes.io/instance"] == releaseName:
+		b.onRemediatorPod(p, deleted)
 	case p.Labels["app.kubernetes.io/component"] == "node" && p.Labels["app.kubernetes.io/instance"] == releaseName:
 		b.onPluginPod(p, deleted)
 	case p.Labels["app.kubernetes.io/component"] == keeperContainer && p.Labels["app.kubernetes.io/instance"] == releaseName:
@@ -164,4 +163,59 @@ func shortUID(uid string) string {
 		return uid[:8]
 	}
 	return uid
+}
+
+// onWorkloadPod follows the workload pod. The watch holds the current one; a controller's new pod (another
+// UID) becomes current once the current one is going (deleted, or its deletion begun), and is taken up like a
+// pod the backend created (takeUp). A deletion the backend did not ask for (the remediator's) is recorded as
+// the pod component's kill.
+func (b *Backend) onWorkloadPod(p *corev1.Pod, deleted bool) {
+	cur, curDeleted, _ := b.workload.get()
+	if cur == nil || cur.UID == p.UID {
+		b.workload.set(p, deleted)
+		if cur != nil && p.DeletionTimestamp != nil && cur.DeletionTimestamp == nil && !b.deletingPod.Load() {
+			b.podEvent(scenarios.KKilled, p.DeletionTimestamp.Time, fmt.Sprintf("pod %s (uid %s) deleted, not by this run", p.Name, shortUID(string(p.UID))))
+		}
+		if b.sc.VolumeHealth {
+			b.observeVolumeHealth(p)
+		}
+		return
+	}
+	if b.sc.Pod.Controller == "" || deleted || (!curDeleted && cur.DeletionTimestamp == nil) {
+		return
+	}
+	b.workload.set(p, deleted)
+	b.wg.Add(1)
+	go b.takeUp(p)
+}
+
+// takeUp follows a pod the workload's controller created in place of the deleted one: its host paths, its
+// containers, its probe, as podUp does for a pod the backend creates.
+func (b *Backend) takeUp(p *corev1.Pod) {
+	defer b.wg.Done()
+	uid := p.UID
+	b.podEvent(scenarios.KStarted, p.CreationTimestamp.Time, fmt.Sprintf("pod %s (uid %s) created by its %s", p.Name, shortUID(string(uid)), b.sc.Pod.Controller))
+	b.progress("the %s created pod %s (uid %s)", b.sc.Pod.Controller, p.Name, shortUID(string(uid)))
+	ours := func(p *corev1.Pod) bool { return p != nil && p.UID == uid }
+	if _, err := b.workload.await(b.ctx, b.opts.SetupTimeout, func(p *corev1.Pod, _ bool) bool { return ours(p) && p.Spec.NodeName != "" }); err != nil {
+		b.logf("pod %s not scheduled: %v", p.Name, err)
+		return
+	}
+	if err := b.stopProbe(b.ctx); err != nil {
+		b.logf("stop the old pod's probe: %v", err)
+	}
+	b.setPaths(string(uid))
+	for _, c := range b.sc.Pod.Containers {
+		b.trackContainer(c.Name, b.starts(c.Name))
+	}
+	if _, err := b.workload.await(b.ctx, b.opts.SetupTimeout, func(p *corev1.Pod, _ bool) bool { return ours(p) && allAttempted(p, b.sc) }); err != nil {
+		b.logf("pod %s: its containers did not start: %v", p.Name, err)
+		return
+	}
+	b.rec.Add(scenarios.Event{Source: scenarios.SrcKubelet, Kind: scenarios.KVolumeMounted,
+		Message: fmt.Sprintf("kubelet staged and published the volume (NodeStageVolume, NodePublishVolume) on node %s", b.node)})
+	b.podEvent(scenarios.KReady, time.Time{}, "pod "+shortUID(string(uid))+": volume published, every container had its first start")
+	if err := b.startProbe(b.ctx); err != nil {
+		b.logf("probe of the new pod: %v", err)
+	}
 }

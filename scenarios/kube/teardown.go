@@ -74,6 +74,12 @@ func (b *Backend) Stop(ctx context.Context) error {
 func (b *Backend) teardown(ctx context.Context, n names, unstage *unstageWatch) []error {
 	var errs []error
 	pods := b.cs.CoreV1().Pods(n.namespace)
+	// The workload's Deployment first, or its ReplicaSet would create its pod again.
+	bg := metav1.DeletePropagationBackground
+	if err := b.cs.AppsV1().Deployments(n.namespace).DeleteCollection(ctx, metav1.DeleteOptions{PropagationPolicy: &bg},
+		metav1.ListOptions{LabelSelector: managedByLabel + "=" + managedBy}); err != nil && !apierrors.IsNotFound(err) {
+		errs = append(errs, err)
+	}
 	// Every pod but the plugin's: the workload (NodeUnpublishVolume) and the probe.
 	list, err := pods.List(ctx, metav1.ListOptions{LabelSelector: managedByLabel + "=" + managedBy})
 	if err != nil && !apierrors.IsNotFound(err) {
@@ -268,7 +274,7 @@ func (b *Backend) stopLoops() {
 }
 
 func (b *Backend) closeLogs() {
-	for _, w := range []*scenarios.LogFile{b.workloadLog, b.pluginLog, b.keeperLog, b.sidecarLog, b.kubeletLogOut, b.kubeLog} {
+	for _, w := range []*scenarios.LogFile{b.workloadLog, b.pluginLog, b.keeperLog, b.remediatorLog, b.sidecarLog, b.kubeletLogOut, b.kubeLog} {
 		_ = w.Close()
 	}
 }
