@@ -174,7 +174,8 @@ func (b *Backend) onWorkloadPod(p *corev1.Pod, deleted bool) {
 	if cur == nil || cur.UID == p.UID {
 		b.workload.set(p, deleted)
 		if cur != nil && p.DeletionTimestamp != nil && cur.DeletionTimestamp == nil && !b.deletingPod.Load() {
-			b.podEvent(scenarios.KKilled, p.DeletionTimestamp.Time, fmt.Sprintf("pod %s (uid %s) deleted, not by this run", p.Name, shortUID(string(p.UID))))
+			// Now, not DeletionTimestamp: that is when the grace period ends.
+			b.podEvent(scenarios.KKilled, time.Now(), fmt.Sprintf("pod %s (uid %s) deleted, not by this run", p.Name, shortUID(string(p.UID))))
 		}
 		if b.sc.VolumeHealth {
 			b.observeVolumeHealth(p)
