@@ -121,10 +121,7 @@ func (b *Backend) onRemediatorPod(p *corev1.Pod, deleted bool) {
 	b.wg.Add(1)
 	go b.follow(rp.w, remediatorContainer, true, instanceHandler{
 		line: func(n int, _ instanceInfo, line []byte, ts time.Time) {
-			if ts.IsZero() {
-				ts = time.Now()
-			}
-			b.remediatorLog.WriteLine(fmt.Sprintf("%s %s#%d", ts.UTC().Format("15:04:05.000000"), rp.name, n), line)
+			writePodLine(b.remediatorLog, rp.name, n, line, ts)
 		},
 		end: func(int, instanceInfo, *corev1.ContainerStateTerminated, bool) {},
 	})

@@ -46,10 +46,7 @@ func (b *Backend) onKeeperPod(p *corev1.Pod, deleted bool) {
 				b.nodeEvent(kp, scenarios.KeeperContainer, scenarios.KStarted, stampTime(info.startedAt, ts),
 					fmt.Sprintf("pod %s on %s (image %s)", kp.name, kp.node, imageOf(p, keeperContainer)), "")
 			}
-			if ts.IsZero() {
-				ts = time.Now()
-			}
-			b.keeperLog.WriteLine(fmt.Sprintf("%s %s#%d", ts.UTC().Format("15:04:05.000000"), kp.name, n), line)
+			ts = writePodLine(b.keeperLog, kp.name, n, line, ts)
 			t := scenarios.LineTime(line, ts)
 			switch ev := keeper.LogLine(line); ev.Kind {
 			case keeper.LogConnected:

@@ -477,7 +477,7 @@ func (b *Backend) createWorkload(ctx context.Context) (types.UID, error) {
 	}
 	p, err := b.workload.await(ctx, b.opts.SetupTimeout, func(p *corev1.Pod, deleted bool) bool { return p != nil && !deleted })
 	if err != nil {
-		return "", fmt.Errorf("Deployment %s created no pod: %w", d.Name, err)
+		return "", fmt.Errorf("no pod of Deployment %s: %w", d.Name, err)
 	}
 	b.progress("Deployment %s/%s created; its pod %s (uid %s, PV %s, PVC %s)", b.n.namespace, d.Name, p.Name, shortUID(string(p.UID)), b.n.pv, b.n.pvc)
 	return p.UID, nil

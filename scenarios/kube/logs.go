@@ -4,10 +4,12 @@ package kube
 
 import (
 	"bufio"
+	"fmt"
 	"io"
 	"strings"
 	"time"
 
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 )
@@ -214,4 +216,14 @@ func splitTimestamp(line []byte) (time.Time, []byte) {
 		return time.Time{}, line
 	}
 	return t, []byte(s[sp+1:])
+}
+
+// writePodLine writes a line of instance n of a pod's container to w, prefixed with its time (the API server's
+// timestamp, or now when the stream had none) and the instance, and returns that time.
+func writePodLine(w *scenarios.LogFile, pod string, n int, line []byte, ts time.Time) time.Time {
+	if ts.IsZero() {
+		ts = time.Now()
+	}
+	w.WriteLine(fmt.Sprintf("%s %s#%d", ts.UTC().Format("15:04:05.000000"), pod, n), line)
+	return ts
 }

@@ -108,11 +108,7 @@ func (b *Backend) onPluginPod(p *corev1.Pod, deleted bool) {
 			if pp.startOnce(n) {
 				b.nodeEvent(pp, scenarios.PluginContainer, scenarios.KStarted, stampTime(info.startedAt, ts), fmt.Sprintf("pod %s on %s", pp.name, pp.node), "")
 			}
-			stamp := ts
-			if stamp.IsZero() {
-				stamp = time.Now()
-			}
-			b.pluginLog.WriteLine(fmt.Sprintf("%s %s#%d", stamp.UTC().Format("15:04:05.000000"), pp.name, n), line)
+			stamp := writePodLine(b.pluginLog, pp.name, n, line, ts)
 			if strings.Contains(string(line), `] "Ready"`) {
 				b.nodeEvent(pp, scenarios.PluginContainer, scenarios.KReady, stamp, fmt.Sprintf("pod %s: %s", pp.name, klogMessage(line)), "")
 			}

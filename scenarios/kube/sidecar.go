@@ -43,11 +43,8 @@ func (b *Backend) trackSidecar() {
 	b.wg.Add(1)
 	go b.follow(b.workload, name, true, instanceHandler{
 		line: func(n int, info instanceInfo, line []byte, ts time.Time) {
-			if ts.IsZero() {
-				ts = time.Now()
-			}
+			ts = writePodLine(b.sidecarLog, name, n, line, ts)
 			last = ts
-			b.sidecarLog.WriteLine(fmt.Sprintf("%s %s#%d", ts.UTC().Format("15:04:05.000000"), name, n), line)
 			t := scenarios.LineTime(line, ts)
 			recordStart(n, info, t, "its first line")
 			if bytes.Contains(line, []byte(sidecar.Received)) {
