@@ -56,6 +56,9 @@ finish() {
 trap finish EXIT
 trap 'exit 130' INT TERM
 
+# A cluster an interrupted earlier run left would be reused by cluster-up (same settings) or refused (others):
+# CI starts from none. A no-op when nothing is there.
+timed "cluster-down (whatever an earlier run left)" "$MAKE" cluster-down || exit 1
 failed=0
 for run in "${RUNS[@]}"; do
   version=${run%%=*} only=${run#*=}
