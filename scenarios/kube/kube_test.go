@@ -366,3 +366,49 @@ func TestUnstageWatchReset(t *testing.T) {
 		t.Fatalf("the second unstage: %v", err)
 	}
 }
+
+// TestOnWorkloadPod: the workload watch follows a bare pod's successor (the pod the backend creates after
+// deleting it, same name, new UID), and a controller's new pod only once the current one is going; a deletion
+// the backend did not ask for is recorded as the pod's kill, once.
+func TestOnWorkloadPod(t *testing.T) {
+	pod := func(uid string, deleting bool) *corev1.Pod {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "workload", UID: types.UID(uid)}}
+		if deleting {
+			now := metav1.Now()
+			p.DeletionTimestamp = &now
+		}
+		return p
+	}
+	current := func(b *Backend) string {
+		p, _, _ := b.workload.get()
+		return string(p.UID)
+	}
+	kills := func(b *Backend) int {
+		return b.rec.Count(func(e scenarios.Event) bool { return e.Kind == scenarios.KKilled })
+	}
+
+	bare := &Backend{sc: &scenarios.Scenario{}, workload: newPodWatch(), rec: &scenarios.Recorder{}}
+	bare.onWorkloadPod(pod("a", false), false)
+	bare.deletingPod.Store(true) // the pod component's kill: the backend deletes it
+	bare.onWorkloadPod(pod("a", true), false)
+	bare.onWorkloadPod(pod("a", true), true)
+	bare.onWorkloadPod(pod("b", false), false)
+	if got := current(bare); got != "b" {
+		t.Errorf("bare pod: the watch holds pod %q after the new pod b, want b", got)
+	}
+	if n := kills(bare); n != 0 {
+		t.Errorf("bare pod deleted by the backend: %d kills recorded by the watch, want 0 (the step records it)", n)
+	}
+
+	ctl := &Backend{sc: &scenarios.Scenario{Pod: scenarios.Pod{Controller: "ReplicaSet"}}, workload: newPodWatch(), rec: &scenarios.Recorder{}}
+	ctl.onWorkloadPod(pod("a", false), false)
+	ctl.onWorkloadPod(pod("x", false), false) // another pod of the label while a runs: not ours to follow
+	if got := current(ctl); got != "a" {
+		t.Errorf("controller: the watch holds pod %q, want a (the current pod is not going)", got)
+	}
+	ctl.onWorkloadPod(pod("a", true), false) // the remediator's deletion begins
+	ctl.onWorkloadPod(pod("a", true), false)
+	if n := kills(ctl); n != 1 {
+		t.Errorf("a deletion not by the run: %d kills recorded, want 1", n)
+	}
+}

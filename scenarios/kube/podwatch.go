@@ -171,9 +171,11 @@ func shortUID(uid string) string {
 // the pod component's kill.
 func (b *Backend) onWorkloadPod(p *corev1.Pod, deleted bool) {
 	cur, curDeleted, _ := b.workload.get()
-	if cur == nil || cur.UID == p.UID {
+	// A bare pod has no successor but the one the backend itself creates after deleting it (podUp waits for its
+	// UID): any pod of that name is followed, as it comes.
+	if cur == nil || cur.UID == p.UID || b.sc.Pod.Controller == "" {
 		b.workload.set(p, deleted)
-		if cur != nil && p.DeletionTimestamp != nil && cur.DeletionTimestamp == nil && !b.deletingPod.Load() {
+		if cur != nil && cur.UID == p.UID && p.DeletionTimestamp != nil && cur.DeletionTimestamp == nil && !b.deletingPod.Load() {
 			// Now, not DeletionTimestamp: that is when the grace period ends.
 			b.podEvent(scenarios.KKilled, time.Now(), fmt.Sprintf("pod %s (uid %s) deleted, not by this run", p.Name, shortUID(string(p.UID))))
 		}
