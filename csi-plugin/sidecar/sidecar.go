@@ -69,7 +69,7 @@ func ParseArgs(args []string, stderr io.Writer) (Config, error) {
 }
 
 // Run is the subcommand. It returns when dummy-fuse exits (its exit code becomes the command's) or, after
-// SIGTERM/SIGINT, once dummy-fuse stopped.
+// SIGTERM/SIGINT, once dummy-fuse stopped (nil, also when none was started yet).
 func Run(ctx context.Context, args []string, streams command.Streams) error {
 	c, err := ParseArgs(args, streams.Err)
 	if err != nil {
@@ -109,6 +109,11 @@ func Run(ctx context.Context, args []string, streams command.Streams) error {
 		return k.Run(ctx)
 	}
 	if err != nil {
+		if ctx.Err() != nil {
+			// SIGTERM while waiting for the plugin (the pod is deleted): a clean stop, as after serving.
+			logf(streams.Err, "stopped before the plugin handed over a connection")
+			return nil
+		}
 		return err
 	}
 	logf(streams.Err, "%s of volume %s (readOnly=%v) from %s", Received, cfg.VolumeID, cfg.ReadOnly, socket)

@@ -113,3 +113,19 @@ func TestRunGivesUpWithoutSocket(t *testing.T) {
 		t.Errorf("gave up after %v", d)
 	}
 }
+
+// TestRunStopsCleanlyWhileWaiting: SIGTERM (the pod is deleted) before the plugin offers a connection is a clean
+// stop, exit code 0, not a failed container; giving up after --wait stays an error (above).
+func TestRunStopsCleanlyWhileWaiting(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(300*time.Millisecond, cancel)
+	var errOut strings.Builder
+	err := Run(ctx, []string{"--socket", filepath.Join(t.TempDir(), "absent"), "--dummy-fuse-path", fakeServer(t)},
+		command.Streams{Out: io.Discard, Err: &errOut})
+	if err != nil {
+		t.Fatalf("Run stopped while waiting for the plugin: %v, want nil", err)
+	}
+	if !strings.Contains(errOut.String(), "stopped before the plugin handed over") {
+		t.Errorf("stderr %q does not say why it stopped", errOut.String())
+	}
+}
