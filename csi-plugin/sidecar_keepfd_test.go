@@ -81,6 +81,9 @@ func TestSidecarKeepFD(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatalf("the sidecar lives on without its FUSE server:\n%s", sc.logs.String())
 	}
+	if code := sc.cmd.ProcessState.ExitCode(); code != 128+int(syscall.SIGKILL) {
+		t.Errorf("the sidecar exited with code %d after its FUSE server's SIGKILL, want 137 (the server's status, as without a kept copy)", code)
+	}
 	sc = e.startSidecar("vol-1", "pod-a")
 	readsOn(t, "after the sidecar's FUSE server was killed and the sidecar started again", keep, reopen)
 

@@ -388,7 +388,7 @@ func (k *Keeper) serverGone(srv *server, err error) {
 	sort.Strings(orphans)
 	k.logf(fmtExited, srv.pid, err, strings.Join(orphans, ", "))
 	if k.cfg.ExitWithServer {
-		k.exitErr = fmt.Errorf("FUSE server pid %d exited (%v): exiting with it; the plugin keeps its copy of the connection for the next instance", srv.pid, err)
+		k.exitErr = fmt.Errorf("FUSE server pid %d exited (%w): exiting with it; the plugin keeps its copy of the connection for the next instance", srv.pid, err)
 		return
 	}
 	if time.Since(srv.started) < quickDeath {

@@ -106,7 +106,14 @@ func Run(ctx context.Context, args []string, streams command.Streams) error {
 		if err != nil {
 			return err
 		}
-		return k.Run(ctx)
+		err = k.Run(ctx)
+		var exit *exec.ExitError
+		if errors.As(err, &exit) {
+			// Its FUSE server died: the container ends with the server's status (137 after SIGKILL), as without
+			// the kept copy below.
+			return &command.ExitError{Code: exitCode(exit), Err: err}
+		}
+		return err
 	}
 	if err != nil {
 		if ctx.Err() != nil {
