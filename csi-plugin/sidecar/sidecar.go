@@ -106,14 +106,7 @@ func Run(ctx context.Context, args []string, streams command.Streams) error {
 		if err != nil {
 			return err
 		}
-		err = k.Run(ctx)
-		var exit *exec.ExitError
-		if errors.As(err, &exit) {
-			// Its FUSE server died: the container ends with the server's status (137 after SIGKILL), as without
-			// the kept copy below.
-			return &command.ExitError{Code: exitCode(exit), Err: err}
-		}
-		return err
+		return serverExit(k.Run(ctx))
 	}
 	if err != nil {
 		if ctx.Err() != nil {
@@ -149,11 +142,10 @@ func Run(ctx context.Context, args []string, streams command.Streams) error {
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		err = <-done
 	}
-	var exit *exec.ExitError
-	if errors.As(err, &exit) {
-		return &command.ExitError{Code: exitCode(exit), Err: fmt.Errorf("dummy-fuse: %w", err)}
+	if err != nil {
+		err = fmt.Errorf("dummy-fuse: %w", err)
 	}
-	return err
+	return serverExit(err)
 }
 
 // logf writes one line stamped with this process's clock (RFC 3339, UTC, nanoseconds): whoever reads the log
@@ -179,12 +171,18 @@ func receive(ctx context.Context, socket string, wait, recvTimeout time.Duration
 	return dev, cfg, nil
 }
 
-func exitCode(e *exec.ExitError) int {
+// serverExit makes the death of the FUSE server the command's exit status (137 after SIGKILL, as a shell
+// reports it), in both ways the sidecar runs it: the container ends as its server did.
+func serverExit(err error) error {
+	var e *exec.ExitError
+	if !errors.As(err, &e) {
+		return err
+	}
+	code := 1
 	if ws, ok := e.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-		return 128 + int(ws.Signal())
+		code = 128 + int(ws.Signal())
+	} else if c := e.ExitCode(); c > 0 {
+		code = c
 	}
-	if c := e.ExitCode(); c > 0 {
-		return c
-	}
-	return 1
+	return &command.ExitError{Code: code, Err: err}
 }
