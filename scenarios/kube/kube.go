@@ -408,20 +408,26 @@ func (b *Backend) Setup(ctx context.Context, sc *scenarios.Scenario, env *scenar
 	return b.podUp(ctx, true)
 }
 
-// podUp creates the workload pod (again: a new pod UID) and follows it: its node, its host paths, its
-// containers and FUSE sidecar, its probe; the first time also the node's kubelet (version, back-off, log). It
-// returns once every container has had its first start attempt.
+// podUp creates the workload pod (again: a new pod UID) and follows it (followPod); the first time also the
+// node's kubelet (version, back-off, log). It returns once every container has had its first start attempt.
 func (b *Backend) podUp(ctx context.Context, first bool) error {
 	uid, err := b.createWorkload(ctx)
 	if err != nil {
 		return err
 	}
+	return b.followPod(ctx, uid, first)
+}
+
+// followPod follows workload pod uid, created by the backend or by the workload's controller: its node, its
+// host paths, its containers and FUSE sidecar, its probe (the previous pod's probe stops once it is scheduled).
+// It returns once every container has had its first start attempt.
+func (b *Backend) followPod(ctx context.Context, uid types.UID, first bool) error {
 	ours := func(p *corev1.Pod) bool { return p != nil && p.UID == uid }
 
 	// Scheduled: now the node and the pod's host paths are known.
 	p, err := b.workload.await(ctx, b.opts.SetupTimeout, func(p *corev1.Pod, _ bool) bool { return ours(p) && p.Spec.NodeName != "" })
 	if err != nil {
-		return fmt.Errorf("pod %s not scheduled: %w", b.n.pod, err)
+		return fmt.Errorf("pod (uid %s) not scheduled: %w", shortUID(string(uid)), err)
 	}
 	if first {
 		b.node = p.Spec.NodeName
@@ -432,6 +438,9 @@ func (b *Backend) podUp(ctx context.Context, first bool) error {
 		if b.sc.VolumeHealth {
 			b.checkVolumeHealthConfig(ctx)
 		}
+	}
+	if err := b.stopProbe(ctx); err != nil {
+		return fmt.Errorf("stop the previous pod's probe: %w", err)
 	}
 	b.setPaths(string(uid))
 	if first {
@@ -452,7 +461,7 @@ func (b *Backend) podUp(ctx context.Context, first bool) error {
 	if _, err := b.workload.await(ctx, b.opts.SetupTimeout, func(p *corev1.Pod, _ bool) bool {
 		return ours(p) && allAttempted(p, b.sc)
 	}); err != nil {
-		return fmt.Errorf("the pod's containers did not start (see kube.log): %w", err)
+		return fmt.Errorf("pod %s: its containers did not start (see kube.log): %w", p.Name, err)
 	}
 	b.rec.Add(scenarios.Event{Source: scenarios.SrcKubelet, Kind: scenarios.KVolumeMounted,
 		Message: fmt.Sprintf("kubelet staged and published the volume (NodeStageVolume, NodePublishVolume) on node %s", b.node)})

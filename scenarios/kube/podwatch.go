@@ -184,7 +184,7 @@ func (b *Backend) onWorkloadPod(p *corev1.Pod, deleted bool) {
 		}
 		return
 	}
-	if b.sc.Pod.Controller == "" || deleted || (!curDeleted && cur.DeletionTimestamp == nil) {
+	if deleted || (!curDeleted && cur.DeletionTimestamp == nil) {
 		return
 	}
 	b.workload.set(p, deleted)
@@ -192,33 +192,16 @@ func (b *Backend) onWorkloadPod(p *corev1.Pod, deleted bool) {
 	go b.takeUp(p)
 }
 
-// takeUp follows a pod the workload's controller created in place of the deleted one: its host paths, its
-// containers, its probe, as podUp does for a pod the backend creates.
+// takeUp follows a pod the workload's controller created in place of the deleted one, as podUp does for a pod
+// the backend creates.
 func (b *Backend) takeUp(p *corev1.Pod) {
 	defer b.wg.Done()
 	uid := p.UID
 	b.podEvent(scenarios.KStarted, p.CreationTimestamp.Time, fmt.Sprintf("pod %s (uid %s) created by its %s", p.Name, shortUID(string(uid)), b.sc.Pod.Controller))
 	b.progress("the %s created pod %s (uid %s)", b.sc.Pod.Controller, p.Name, shortUID(string(uid)))
-	ours := func(p *corev1.Pod) bool { return p != nil && p.UID == uid }
-	if _, err := b.workload.await(b.ctx, b.opts.SetupTimeout, func(p *corev1.Pod, _ bool) bool { return ours(p) && p.Spec.NodeName != "" }); err != nil {
-		b.logf("pod %s not scheduled: %v", p.Name, err)
+	if err := b.followPod(b.ctx, uid, false); err != nil {
+		b.logf("the %s's pod %s: %v", b.sc.Pod.Controller, p.Name, err)
 		return
 	}
-	if err := b.stopProbe(b.ctx); err != nil {
-		b.logf("stop the old pod's probe: %v", err)
-	}
-	b.setPaths(string(uid))
-	for _, c := range b.sc.Pod.Containers {
-		b.trackContainer(c.Name, b.starts(c.Name))
-	}
-	if _, err := b.workload.await(b.ctx, b.opts.SetupTimeout, func(p *corev1.Pod, _ bool) bool { return ours(p) && allAttempted(p, b.sc) }); err != nil {
-		b.logf("pod %s: its containers did not start: %v", p.Name, err)
-		return
-	}
-	b.rec.Add(scenarios.Event{Source: scenarios.SrcKubelet, Kind: scenarios.KVolumeMounted,
-		Message: fmt.Sprintf("kubelet staged and published the volume (NodeStageVolume, NodePublishVolume) on node %s", b.node)})
 	b.podEvent(scenarios.KReady, time.Time{}, "pod "+shortUID(string(uid))+": volume published, every container had its first start")
-	if err := b.startProbe(b.ctx); err != nil {
-		b.logf("probe of the new pod: %v", err)
-	}
 }
