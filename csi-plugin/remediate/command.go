@@ -51,9 +51,9 @@ func Command(ctx context.Context, args []string, streams command.Streams) error 
 	if cfg.NodeName == "" || cfg.StateDir == "" {
 		return command.Usagef("--node-name and --state-dir are required")
 	}
-	cfg.Strategy = restore.Strategy(strategy)
-	if cfg.Strategy != restore.Rebind && cfg.Strategy != restore.Stack {
-		return command.Usagef("--restore-strategy must be %s or %s, not %q", restore.Rebind, restore.Stack, strategy)
+	var err error
+	if cfg.Strategy, err = restore.ParseStrategy(strategy); err != nil {
+		return command.Usagef("--restore-strategy: %v", err)
 	}
 	if interval <= 0 || healthDue <= 0 {
 		return command.Usagef("--interval and --health-timeout must be positive")
