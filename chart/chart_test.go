@@ -842,13 +842,17 @@ func TestRemediation(t *testing.T) {
 				b.Subjects[0].Kind != "ServiceAccount" || b.Subjects[0].Name != o.remSA.Name || b.Subjects[0].Namespace != releaseNamespace {
 				t.Errorf("binding %+v does not bind %s to %s", b, o.remRole.Name, o.remSA.Name)
 			}
-			want := map[string][]string{"pods": {"delete", "get", "list", "watch"}, "events": {"create", "patch"}, "nodes": {"get"}, "persistentvolumeclaims": {"get"}}
+			want := map[string][]string{"pods": {"delete", "get", "list", "watch"}, "events": {"create", "patch"}, "nodes": {"get"}, "persistentvolumeclaims": {"get"},
+				"apps/replicasets": {"get"}, "apps/statefulsets": {"get"}, "apps/daemonsets": {"get"}, "batch/jobs": {"get"}}
 			got := map[string][]string{}
 			for _, r := range o.remRole.Rules {
-				if !slices.Equal(r.APIGroups, []string{""}) || len(r.ResourceNames) != 0 || len(r.NonResourceURLs) != 0 {
-					t.Errorf("rule %+v: want core resources only, by type", r)
+				if len(r.APIGroups) != 1 || len(r.ResourceNames) != 0 || len(r.NonResourceURLs) != 0 {
+					t.Errorf("rule %+v: want one API group's resources, by type", r)
 				}
 				for _, res := range r.Resources {
+					if g := r.APIGroups[0]; g != "" {
+						res = g + "/" + res
+					}
 					got[res] = append(got[res], r.Verbs...)
 				}
 			}

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
@@ -68,8 +69,10 @@ func Command(ctx context.Context, args []string, streams command.Streams) error 
 		return fmt.Errorf("kubernetes client configuration: %w", err)
 	}
 	restCfg.UserAgent = "dummy-fuse-csi-remediator"
-	client, err := corev1client.NewForConfig(restCfg)
-	if err != nil {
+	if cfg.Client, err = corev1client.NewForConfig(restCfg); err != nil {
+		return err
+	}
+	if cfg.Owners, err = metadata.NewForConfig(restCfg); err != nil {
 		return err
 	}
 	conn, err := grpc.NewClient(endpoint, grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -77,7 +80,6 @@ func Command(ctx context.Context, args []string, streams command.Streams) error 
 		return &command.UsageError{Err: fmt.Errorf("--endpoint: %w", err)}
 	}
 	defer conn.Close()
-	cfg.Client = client
 	cfg.Health = PluginHealth{Node: csi.NewNodeClient(conn), Timeout: healthDue}
 	r, err := New(cfg)
 	if err != nil {

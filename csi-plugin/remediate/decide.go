@@ -110,22 +110,21 @@ func earliestStart(s corev1.ContainerStatus) time.Time {
 	return t
 }
 
-// recreatingOwners are the controllers that create a new pod when one of theirs is deleted.
-var recreatingOwners = map[string]string{"ReplicaSet": "apps", "StatefulSet": "apps", "DaemonSet": "apps", "Job": "batch"}
+// recreatingOwners are the controllers that create a new pod when one of theirs is deleted, by kind, with the
+// resource the remediator reads each as.
+var recreatingOwners = map[string]schema.GroupVersionResource{
+	"ReplicaSet":  {Group: "apps", Version: "v1", Resource: "replicasets"},
+	"StatefulSet": {Group: "apps", Version: "v1", Resource: "statefulsets"},
+	"DaemonSet":   {Group: "apps", Version: "v1", Resource: "daemonsets"},
+	"Job":         {Group: "batch", Version: "v1", Resource: "jobs"},
+}
 
-// recreatedBy returns the pod's controller when it recreates deleted pods, and a description of the owner
-// either way (for the log and the event).
-func recreatedBy(pod *corev1.Pod) (ok bool, owner string) {
-	ref := metav1.GetControllerOf(pod)
-	if ref == nil {
-		return false, "no controller owns it"
+// ownerName names the pod's controller as its reference does, for the log.
+func ownerName(pod *corev1.Pod) string {
+	if ref := metav1.GetControllerOf(pod); ref != nil {
+		return ref.Kind + "/" + ref.Name
 	}
-	owner = ref.Kind + "/" + ref.Name
-	gv, err := schema.ParseGroupVersion(ref.APIVersion)
-	if want, known := recreatingOwners[ref.Kind]; known && err == nil && want == gv.Group {
-		return true, owner
-	}
-	return false, owner + " is not a controller known to recreate deleted pods"
+	return "none"
 }
 
 func stamp(t time.Time) string {

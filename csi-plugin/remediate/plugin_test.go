@@ -129,7 +129,7 @@ func TestWithThePlugin(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	r, err := New(Config{Client: client.CoreV1(), NodeName: node, KubeletDir: root, StateDir: stateDir, Strategy: restore.Rebind,
+	r, err := New(Config{Client: client.CoreV1(), Owners: ownersOf(t, web, before), NodeName: node, KubeletDir: root, StateDir: stateDir, Strategy: restore.Rebind,
 		Health: PluginHealth{Node: nodeClient, Timeout: 20 * time.Second}, Grace: 0, RateLimit: time.Hour})
 	if err != nil {
 		t.Fatal(err)

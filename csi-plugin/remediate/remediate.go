@@ -22,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/version"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/metadata"
 	"k8s.io/klog/v2"
 
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/restore"
@@ -50,7 +51,10 @@ type Health interface {
 type Config struct {
 	// Client is the core/v1 API (only that: the whole clientset would add every API group's client to the
 	// plugin's binary).
-	Client     corev1client.CoreV1Interface
+	Client corev1client.CoreV1Interface
+	// Owners reads the metadata of a pod's controller: whether it exists, so that a pod claiming an owner that
+	// does not is never taken for one that will be recreated.
+	Owners     metadata.Interface
 	NodeName   string
 	KubeletDir string
 	// StateDir is the plugin's --state-dir, read only.
@@ -83,8 +87,8 @@ type Remediator struct {
 // New checks cfg and returns a Remediator.
 func New(cfg Config) (*Remediator, error) {
 	switch {
-	case cfg.Client == nil || cfg.Health == nil:
-		return nil, errors.New("remediator needs a Kubernetes client and a health source")
+	case cfg.Client == nil || cfg.Owners == nil || cfg.Health == nil:
+		return nil, errors.New("remediator needs a Kubernetes client, a metadata client and a health source")
 	case cfg.NodeName == "":
 		return nil, errors.New("node name is required")
 	case cfg.StateDir == "":
@@ -273,23 +277,28 @@ func (r *Remediator) decide(ctx context.Context, pod *corev1.Pod, vols []volumeS
 		}
 	}
 	why := strings.Join(whys, "; ")
-	recreated, owner := recreatedBy(pod)
 	kubeletVersion := "unknown"
 	if kubelet != nil {
 		kubeletVersion = kubelet.String()
 	}
-	log := []any{"pod", klog.KObj(pod), "podUID", pod.UID, "owner", owner, "kubelet", kubeletVersion, "evidence", why}
+	evidence := []any{"pod", klog.KObj(pod), "podUID", pod.UID, "kubelet", kubeletVersion, "evidence", why}
 	if !due {
-		r.cfg.Log.Info("Remediation: waiting out the grace period", append(log, "grace", r.cfg.Grace)...)
+		r.cfg.Log.Info("Remediation: waiting out the grace period", append(evidence, "owner", ownerName(pod), "grace", r.cfg.Grace)...)
 		return nil
 	}
 	r.mu.Lock()
 	last, acted := r.lastAction[pod.UID]
+	r.mu.Unlock()
 	if acted && now.Sub(last) < r.cfg.RateLimit {
-		r.mu.Unlock()
-		r.cfg.Log.Info("Remediation: rate limited", append(log, "lastAction", last, "rateLimit", r.cfg.RateLimit)...)
+		r.cfg.Log.Info("Remediation: rate limited", append(evidence, "owner", ownerName(pod), "lastAction", last, "rateLimit", r.cfg.RateLimit)...)
 		return nil
 	}
+	recreated, owner, err := r.recreatedBy(ctx, pod)
+	if err != nil {
+		return err
+	}
+	log := append(evidence, "owner", owner)
+	r.mu.Lock()
 	r.lastAction[pod.UID] = now
 	r.mu.Unlock()
 

@@ -8,9 +8,12 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
+	metadatafake "k8s.io/client-go/metadata/fake"
 
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/restore"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/state"
@@ -41,19 +44,22 @@ func (f *fakeHealth) Problem(_ context.Context, _, target string) (string, error
 
 // world is one node: the plugin's records, the API objects and the remediator's clock.
 type world struct {
-	t      *testing.T
+	t      testing.TB
 	client *fake.Clientset
+	// owners holds the pods' controllers (what the metadata client reads).
+	owners *metadatafake.FakeMetadataClient
 	health *fakeHealth
 	store  *state.Store
 	now    time.Time
 	r      *Remediator
 }
 
-func newWorld(t *testing.T, kubeletVersion string, edit func(*Config), objs ...*corev1.Pod) *world {
+func newWorld(t testing.TB, kubeletVersion string, edit func(*Config), objs ...*corev1.Pod) *world {
 	t.Helper()
 	w := &world{t: t, health: &fakeHealth{problems: map[string]string{}, errs: map[string]error{}}, now: t0.Add(time.Hour)}
 	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}, Status: corev1.NodeStatus{NodeInfo: corev1.NodeSystemInfo{KubeletVersion: kubeletVersion}}}
 	w.client = fake.NewClientset(n)
+	w.owners = ownersOf(t, objs...)
 	for _, p := range objs {
 		if _, err := w.client.CoreV1().Pods(p.Namespace).Create(context.Background(), p, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
@@ -64,7 +70,7 @@ func newWorld(t *testing.T, kubeletVersion string, edit func(*Config), objs ...*
 	if w.store, err = state.Open(dir); err != nil {
 		t.Fatal(err)
 	}
-	cfg := Config{Client: w.client.CoreV1(), NodeName: node, KubeletDir: kubelet, StateDir: dir, Health: w.health, Strategy: restore.Rebind,
+	cfg := Config{Client: w.client.CoreV1(), Owners: w.owners, NodeName: node, KubeletDir: kubelet, StateDir: dir, Health: w.health, Strategy: restore.Rebind,
 		Grace: grace, RateLimit: limit, Now: func() time.Time { return w.now }}
 	if edit != nil {
 		edit(&cfg)
@@ -73,6 +79,26 @@ func newWorld(t *testing.T, kubeletVersion string, edit func(*Config), objs ...*
 		t.Fatal(err)
 	}
 	return w
+}
+
+// ownersOf is a metadata API in which each pod's controller exists, as it does for pods that a controller made.
+func ownersOf(t testing.TB, pods ...*corev1.Pod) *metadatafake.FakeMetadataClient {
+	t.Helper()
+	scheme := metadatafake.NewTestScheme()
+	if err := metav1.AddMetaToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	c := metadatafake.NewSimpleMetadataClient(scheme)
+	for _, p := range pods {
+		if ref := metav1.GetControllerOf(p); ref != nil {
+			o := &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: ref.APIVersion, Kind: ref.Kind},
+				ObjectMeta: metav1.ObjectMeta{Name: ref.Name, Namespace: p.Namespace, UID: ref.UID}}
+			if err := c.Tracker().Add(o); err != nil && !apierrors.IsAlreadyExists(err) {
+				t.Fatal(err)
+			}
+		}
+	}
+	return c
 }
 
 // published records that the plugin (last) mounted volume vol for pod's volume specName at mountedAt.
@@ -185,6 +211,55 @@ func TestBarePodGetsAnEventAndStays(t *testing.T) {
 			if len(ev) != 1 || ev[0].Reason != ReasonLeftAlone || ev[0].Type != corev1.EventTypeWarning ||
 				!strings.Contains(ev[0].Message, "Left alone") || !strings.Contains(ev[0].Message, "still holds the mount of volume vol-1") {
 				t.Fatalf("events %+v; want one Warning %s saying why", ev, ReasonLeftAlone)
+			}
+		})
+	}
+}
+
+// TestOwnerMustExist: a pod's controller reference is only a claim, written by whoever created the pod; the
+// remediator deletes the pod only when that controller exists (same UID) and is not being deleted itself, as the
+// garbage collector and the controllers judge an owner.
+func TestOwnerMustExist(t *testing.T) {
+	rs := schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "replicasets"}
+	for name, tc := range map[string]struct {
+		owner func(w *world, o *metav1.PartialObjectMetadata) // changes the owner in the API
+		why   string                                          // what the event must say
+	}{
+		"missing": {owner: func(w *world, o *metav1.PartialObjectMetadata) {
+			if err := w.owners.Tracker().Delete(rs, o.Namespace, o.Name); err != nil {
+				w.t.Fatal(err)
+			}
+		}, why: "does not exist"},
+		"other UID": {owner: func(w *world, o *metav1.PartialObjectMetadata) {
+			o.UID = "another-owner-uid"
+			if err := w.owners.Tracker().Update(rs, o, o.Namespace); err != nil {
+				w.t.Fatal(err)
+			}
+		}, why: "does not exist"},
+		"being deleted": {owner: func(w *world, o *metav1.PartialObjectMetadata) {
+			now := metav1.NewTime(t0)
+			o.DeletionTimestamp = &now
+			if err := w.owners.Tracker().Update(rs, o, o.Namespace); err != nil {
+				w.t.Fatal(err)
+			}
+		}, why: "is being deleted"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			p := pod("web", ownedBy("apps/v1", "ReplicaSet"))
+			w := newWorld(t, "v1.36.3", nil, p)
+			obj, err := w.owners.Tracker().Get(rs, p.Namespace, "owner")
+			if err != nil {
+				t.Fatal(err)
+			}
+			tc.owner(w, obj.(*metav1.PartialObjectMetadata).DeepCopy())
+			w.published(p, "data", "vol-1", repaired)
+			w.pass()
+			if !w.podExists(p) {
+				t.Fatal("deleted a pod whose controller will not recreate it")
+			}
+			ev := w.events(p)
+			if len(ev) != 1 || ev[0].Reason != ReasonLeftAlone || !strings.Contains(ev[0].Message, "ReplicaSet/owner "+tc.why) {
+				t.Fatalf("events %+v; want one %s saying that ReplicaSet/owner %s", ev, ReasonLeftAlone, tc.why)
 			}
 		})
 	}
@@ -358,11 +433,12 @@ func TestClaimVolumes(t *testing.T) {
 }
 
 func TestNewRefusesIncompleteConfig(t *testing.T) {
-	good := Config{Client: fake.NewClientset().CoreV1(), NodeName: node, StateDir: "/x", Health: &fakeHealth{}}
+	good := Config{Client: fake.NewClientset().CoreV1(), Owners: ownersOf(t), NodeName: node, StateDir: "/x", Health: &fakeHealth{}}
 	for name, edit := range map[string]func(*Config){
 		"no node":        func(c *Config) { c.NodeName = "" },
 		"no state":       func(c *Config) { c.StateDir = "" },
 		"no client":      func(c *Config) { c.Client = nil },
+		"no owners":      func(c *Config) { c.Owners = nil },
 		"negative grace": func(c *Config) { c.Grace = -time.Second },
 	} {
 		c := good

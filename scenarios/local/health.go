@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
+	metadatafake "k8s.io/client-go/metadata/fake"
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/remediate"
@@ -144,6 +145,20 @@ func (b *Backend) runRemediator(ctx context.Context, cfg scenarios.Remediation) 
 	claim := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: claimName, Namespace: podNamespace},
 		Spec: corev1.PersistentVolumeClaimSpec{VolumeName: pvName}}
 	cs := fake.NewClientset(node, claim)
+	// The pod's controller exists (the remediator reads it before it deletes a pod that claims one).
+	scheme := metadatafake.NewTestScheme()
+	if err := metav1.AddMetaToScheme(scheme); err != nil {
+		b.logf("remediator: %v", err)
+		return
+	}
+	owners := metadatafake.NewSimpleMetadataClient(scheme)
+	if ref := b.podOwner(); ref != nil {
+		if err := owners.Tracker().Add(&metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: ref.APIVersion, Kind: ref.Kind},
+			ObjectMeta: metav1.ObjectMeta{Name: ref.Name, Namespace: podNamespace, UID: ref.UID}}); err != nil {
+			b.logf("remediator: %v", err)
+			return
+		}
+	}
 	cs.PrependReactor("create", "events", func(a k8stesting.Action) (bool, runtime.Object, error) {
 		if ev, ok := a.(k8stesting.CreateAction).GetObject().(*corev1.Event); ok {
 			b.rec.Add(scenarios.Event{Source: scenarios.SrcRemediator, Kind: scenarios.KPodEvent, Detail: ev.Reason,
@@ -163,7 +178,7 @@ func (b *Backend) runRemediator(ctx context.Context, cfg scenarios.Remediation) 
 	log := funcr.New(func(prefix, args string) {
 		b.remediatorLog.WriteLine(time.Now().UTC().Format("15:04:05.000000"), []byte(strings.TrimSpace(prefix+" "+args)))
 	}, funcr.Options{})
-	r, err := remediate.New(remediate.Config{Client: cs.CoreV1(), NodeName: nodeID, KubeletDir: b.root, StateDir: b.stateDir,
+	r, err := remediate.New(remediate.Config{Client: cs.CoreV1(), Owners: owners, NodeName: nodeID, KubeletDir: b.root, StateDir: b.stateDir,
 		Health: pluginHealth{b}, Strategy: strategy, Grace: cfg.Grace, RateLimit: time.Minute, Log: log})
 	if err != nil {
 		b.logf("remediator: %v", err)
@@ -243,9 +258,8 @@ func (b *Backend) mirrorPod(ctx context.Context, cs *fake.Clientset) error {
 			VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claimName}}}}},
 		Status: corev1.PodStatus{Phase: corev1.PodRunning},
 	}
-	if kind := b.sc.Pod.Controller; kind != "" {
-		yes := true
-		pod.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: kind, Name: podName + "-rs", UID: "rs-" + types.UID(podName), Controller: &yes}}
+	if ref := b.podOwner(); ref != nil {
+		pod.OwnerReferences = []metav1.OwnerReference{*ref}
 	}
 	for _, c := range containers {
 		m := corev1.VolumeMount{Name: volumeName, MountPath: c.spec.Mount(), SubPath: c.spec.SubPath}
@@ -262,6 +276,15 @@ func (b *Backend) mirrorPod(ctx context.Context, cs *fake.Clientset) error {
 	}
 	_, err = pods.Create(ctx, pod, metav1.CreateOptions{})
 	return err
+}
+
+// podOwner is the controller reference of the pod, nil for a bare pod.
+func (b *Backend) podOwner() *metav1.OwnerReference {
+	if b.sc.Pod.Controller == "" {
+		return nil
+	}
+	yes := true
+	return &metav1.OwnerReference{APIVersion: "apps/v1", Kind: b.sc.Pod.Controller, Name: podName + "-rs", UID: "rs-" + types.UID(podName), Controller: &yes}
 }
 
 // status is the container's status as kubelet reports it: running, or waiting to be restarted with the last
