@@ -92,6 +92,18 @@ func findings(pod *corev1.Pod, vols []volumeState, kubelet *version.Version, str
 // API keeps start times to the second (RFC 3339), so it may have started up to a second later.
 func startedBefore(started, t time.Time) bool { return !started.Add(time.Second).After(t) }
 
+// olderContainer says whether a container of pod started (its earliest start that its status shows) before a
+// mount made at t: only then can a container rule of findings apply to that mount, and only then does the
+// remediator need to know which of the pod's volumes the mount is (which may take reading claims).
+func olderContainer(pod *corev1.Pod, t time.Time) bool {
+	for _, s := range pod.Status.ContainerStatuses {
+		if first := earliestStart(s); !first.IsZero() && startedBefore(first, t) {
+			return true
+		}
+	}
+	return false
+}
+
 // earliestStart is the earliest start of container s that its status still shows (this run or the last one).
 func earliestStart(s corev1.ContainerStatus) time.Time {
 	var t time.Time

@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -38,12 +39,15 @@ const (
 	defaultGrace      = 2 * time.Minute
 	defaultRateLimit  = 10 * time.Minute
 	defaultHealthWait = 20 * time.Second
+	// healthWorkers bounds the plugin's health calls in flight (the plugin bounds its own probes per mount).
+	healthWorkers = 8
 )
 
 // Health asks the plugin about one of its targets.
 type Health interface {
 	// Problem returns "" when the plugin reports target of volumeID healthy, else its conditions in one line; an
-	// error when the plugin could not say (down, restarting): no decision is taken on that.
+	// error when the plugin could not say (down, restarting, no answer within the source's own bound): no
+	// decision is taken on that. A pass makes several calls at once.
 	Problem(ctx context.Context, volumeID, target string) (string, error)
 }
 
@@ -151,14 +155,25 @@ func (r *Remediator) Pass(ctx context.Context) error {
 		return fmt.Errorf("listing the pods of node %s: %w", r.cfg.NodeName, err)
 	}
 	kubelet := r.kubeletVersion(ctx)
-	var errs []error
+	var work [][]check // the targets of each pod to look at
 	for i := range pods.Items {
 		pod := &pods.Items[i]
 		recs := byPod[string(pod.UID)]
 		if len(recs) == 0 || pod.Spec.NodeName != r.cfg.NodeName || pod.DeletionTimestamp != nil || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
 			continue
 		}
-		vols, err := r.volumes(ctx, pod, recs)
+		checks := make([]check, len(recs))
+		for j, rec := range recs {
+			checks[j] = check{pod: pod, rec: rec}
+		}
+		work = append(work, checks)
+	}
+	r.askHealth(ctx, work)
+	claims := claimVolumes{client: r.cfg.Client, pv: map[types.NamespacedName]string{}}
+	var errs []error
+	for _, checks := range work {
+		pod := checks[0].pod
+		vols, err := r.volumes(ctx, pod, checks, claims)
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -168,6 +183,31 @@ func (r *Remediator) Pass(ctx context.Context) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// check is one target of a pod, with the plugin's answer on its health.
+type check struct {
+	pod     *corev1.Pod
+	rec     state.Publish
+	problem string
+	err     error
+}
+
+// askHealth asks the plugin about every target of the pass at once, healthWorkers calls at a time: each call has
+// its own bound (the health source's timeout), so that stuck targets cost a pass about one timeout, not one each.
+func (r *Remediator) askHealth(ctx context.Context, work [][]check) {
+	var g errgroup.Group
+	g.SetLimit(healthWorkers)
+	for _, checks := range work {
+		for i := range checks {
+			c := &checks[i]
+			g.Go(func() error {
+				c.problem, c.err = r.cfg.Health.Problem(ctx, c.rec.VolumeID, c.rec.TargetPath)
+				return nil
+			})
+		}
+	}
+	_ = g.Wait() // the calls return no error to the group: each answer is the check's own
 }
 
 // kubeletVersion reads the node's kubelet version; nil (and logged) when it cannot be read or parsed.
@@ -185,24 +225,27 @@ func (r *Remediator) kubeletVersion(ctx context.Context) *version.Version {
 	return v
 }
 
-// volumes gathers the evidence on each of the pod's targets. A target the plugin cannot answer for is left
+// volumes gathers the evidence on each of the pod's targets. A target the plugin could not answer for is left
 // out: the remediator never acts on what it does not know.
-func (r *Remediator) volumes(ctx context.Context, pod *corev1.Pod, recs []state.Publish) ([]volumeState, error) {
+func (r *Remediator) volumes(ctx context.Context, pod *corev1.Pod, checks []check, claims claimVolumes) ([]volumeState, error) {
 	var out []volumeState
-	for _, rec := range recs {
-		_, specName, _ := kubeletpath.ParseTarget(r.cfg.KubeletDir, rec.TargetPath)
-		names, err := r.podVolumes(ctx, pod, specName)
-		if err != nil {
-			return nil, err
-		}
-		problem, err := r.cfg.Health.Problem(ctx, rec.VolumeID, rec.TargetPath)
-		if err != nil {
-			r.cfg.Log.Error(err, "The plugin did not say whether the volume is healthy; no decision on it this pass", "pod", klog.KObj(pod), "volumeID", rec.VolumeID, "target", rec.TargetPath)
+	for _, c := range checks {
+		rec := c.rec
+		if c.err != nil {
+			r.cfg.Log.Error(c.err, "The plugin did not say whether the volume is healthy; no decision on it this pass", "pod", klog.KObj(pod), "volumeID", rec.VolumeID, "target", rec.TargetPath)
 			continue
 		}
-		v := volumeState{VolumeID: rec.VolumeID, Target: rec.TargetPath, PodVolumes: names, MountedAt: rec.Time, Problem: problem}
+		v := volumeState{VolumeID: rec.VolumeID, Target: rec.TargetPath, MountedAt: rec.Time, Problem: c.problem}
+		if olderContainer(pod, rec.Time) {
+			_, specName, _ := kubeletpath.ParseTarget(r.cfg.KubeletDir, rec.TargetPath)
+			names, err := podVolumes(ctx, pod, specName, claims)
+			if err != nil {
+				return nil, err
+			}
+			v.PodVolumes = names
+		}
 		r.mu.Lock()
-		if problem == "" {
+		if c.problem == "" {
 			delete(r.unhealthySince, rec.TargetPath)
 		} else if _, seen := r.unhealthySince[rec.TargetPath]; !seen {
 			r.unhealthySince[rec.TargetPath] = r.cfg.Now()
@@ -217,7 +260,7 @@ func (r *Remediator) volumes(ctx context.Context, pod *corev1.Pod, recs []state.
 // podVolumes returns the names of the pod's volumes that kubelet mounts at the target named specName: an inline
 // CSI volume of that name, or a claim (persistent or generic ephemeral) bound to the persistent volume of that
 // name.
-func (r *Remediator) podVolumes(ctx context.Context, pod *corev1.Pod, specName string) ([]string, error) {
+func podVolumes(ctx context.Context, pod *corev1.Pod, specName string, claims claimVolumes) ([]string, error) {
 	var names []string
 	for _, v := range pod.Spec.Volumes {
 		claim := ""
@@ -232,18 +275,38 @@ func (r *Remediator) podVolumes(ctx context.Context, pod *corev1.Pod, specName s
 		if claim == "" {
 			continue
 		}
-		pvc, err := r.cfg.Client.PersistentVolumeClaims(pod.Namespace).Get(ctx, claim, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			continue
-		}
+		pv, err := claims.volume(ctx, types.NamespacedName{Namespace: pod.Namespace, Name: claim})
 		if err != nil {
 			return nil, fmt.Errorf("reading claim %s/%s of pod %s: %w", pod.Namespace, claim, pod.Name, err)
 		}
-		if pvc.Spec.VolumeName == specName {
+		if pv == specName {
 			names = append(names, v.Name)
 		}
 	}
 	return names, nil
+}
+
+// claimVolumes reads each claim at most once per pass, however many targets of its pods it is matched against.
+type claimVolumes struct {
+	client corev1client.CoreV1Interface
+	pv     map[types.NamespacedName]string // the persistent volume of each claim read, "" when it does not exist
+}
+
+// volume returns the name of the persistent volume the claim is bound to ("" when there is none).
+func (c claimVolumes) volume(ctx context.Context, claim types.NamespacedName) (string, error) {
+	if pv, ok := c.pv[claim]; ok {
+		return pv, nil
+	}
+	pvc, err := c.client.PersistentVolumeClaims(claim.Namespace).Get(ctx, claim.Name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		c.pv[claim] = ""
+	case err != nil:
+		return "", err
+	default:
+		c.pv[claim] = pvc.Spec.VolumeName
+	}
+	return c.pv[claim], nil
 }
 
 // forgetTargets drops the memory of targets the plugin no longer records.
