@@ -10,10 +10,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 	metadatafake "k8s.io/client-go/metadata/fake"
+	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/restore"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/state"
@@ -262,6 +264,28 @@ func TestOwnerMustExist(t *testing.T) {
 				t.Fatalf("events %+v; want one %s saying that ReplicaSet/owner %s", ev, ReasonLeftAlone, tc.why)
 			}
 		})
+	}
+}
+
+// TestNoDecisionWithoutTheOwner: when the owner cannot be read, the pass fails for that pod and nothing is done
+// (nor counted against the rate limit).
+func TestNoDecisionWithoutTheOwner(t *testing.T) {
+	p := pod("web", ownedBy("apps/v1", "ReplicaSet"))
+	w := newWorld(t, "v1.36.3", nil, p)
+	w.published(p, "data", "vol-1", repaired)
+	w.owners.PrependReactor("get", "replicasets", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewServiceUnavailable("apiserver is restarting")
+	})
+	if err := w.r.Pass(context.Background()); err == nil || !strings.Contains(err.Error(), "ReplicaSet/owner") {
+		t.Fatalf("pass: %v, want an error naming the owner it could not read", err)
+	}
+	if !w.podExists(p) || len(w.events(p)) != 0 {
+		t.Fatal("acted without reading the owner")
+	}
+	w.owners.ReactionChain = w.owners.ReactionChain[1:]
+	w.pass()
+	if w.podExists(p) {
+		t.Fatal("not deleted once the owner could be read")
 	}
 }
 
