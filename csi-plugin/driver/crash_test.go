@@ -20,7 +20,7 @@ import (
 // its outcome is recorded, as a kill of the plugin at that instant would. call is then made (it never answers),
 // and the "kill" is completed: the FUSE servers die with the plugin (child mode) and the plugin is restarted on
 // the same state directory.
-func killedBetweenMountAndRecord(t *testing.T, path func(h *harness) string, prepare func(h *harness) error, call func(ctx context.Context, h *harness) error) *harness {
+func killedBetweenMountAndRecord(t *testing.T, mode string, path func(h *harness) string, prepare func(h *harness) error, call func(ctx context.Context, h *harness) error) *harness {
 	t.Helper()
 	testenv.RequireFUSE(t)
 	var (
@@ -30,6 +30,10 @@ func killedBetweenMountAndRecord(t *testing.T, path func(h *harness) string, pre
 		target string
 	)
 	h := newHarness(t, true, func(c *Config) {
+		if mode != "" { // by name: the driver owns and closes it
+			c.Mode, c.FuseMode = nil, mode
+			c.FuseOptions.DummyFusePath = bins.Path(t, "dummy-fuse")
+		}
 		c.mounted = func(p string) {
 			select {
 			case <-armed:
@@ -58,6 +62,11 @@ func killedBetweenMountAndRecord(t *testing.T, path func(h *harness) string, pre
 	}
 	for _, s := range h.mode.started() {
 		crash(t, s)
+	}
+	if m, ok := h.d.mode.(*perTarget); ok {
+		for _, s := range m.started() {
+			crash(t, s)
+		}
 	}
 	h.shutdown()
 	h.cfg.mounted = nil
@@ -88,7 +97,7 @@ func TestKilledBetweenMountAndRecord(t *testing.T) {
 	}
 
 	t.Run("stage, then its retry", func(t *testing.T) {
-		h := killedBetweenMountAndRecord(t, staging, nothing, stageCall)
+		h := killedBetweenMountAndRecord(t, "", staging, nothing, stageCall)
 		if err := h.stage(vol); err != nil {
 			t.Fatalf("retry of the interrupted NodeStageVolume: %v", err)
 		}
@@ -99,7 +108,7 @@ func TestKilledBetweenMountAndRecord(t *testing.T) {
 		h.teardown(vol)
 	})
 	t.Run("publish, then its retry", func(t *testing.T) {
-		h := killedBetweenMountAndRecord(t, target, func(h *harness) error { return h.stage(vol) },
+		h := killedBetweenMountAndRecord(t, "", target, func(h *harness) error { return h.stage(vol) },
 			publishCall)
 		if err := h.publish(vol, pod, false); err != nil {
 			t.Fatalf("retry of the interrupted NodePublishVolume: %v", err)
@@ -110,8 +119,19 @@ func TestKilledBetweenMountAndRecord(t *testing.T) {
 		plugintest.MustRead(t, h.targetPath(vol, pod))
 		h.teardown(vol, pod)
 	})
+	t.Run("publish of a mode that mounts targets, then its retry", func(t *testing.T) {
+		h := killedBetweenMountAndRecord(t, perTargetName, target, func(h *harness) error { return h.stage(vol) }, publishCall)
+		if err := h.publish(vol, pod, false); err != nil {
+			t.Fatalf("retry of the interrupted NodePublishVolume: %v", err)
+		}
+		if n, _ := mounts.CountMounts(h.targetPath(vol, pod)); n != 1 {
+			t.Errorf("%d mounts on the target after the retry, want 1", n)
+		}
+		plugintest.MustRead(t, h.targetPath(vol, pod))
+		h.teardown(vol, pod)
+	})
 	t.Run("publish, then an unpublish", func(t *testing.T) {
-		h := killedBetweenMountAndRecord(t, target, func(h *harness) error { return h.stage(vol) },
+		h := killedBetweenMountAndRecord(t, "", target, func(h *harness) error { return h.stage(vol) },
 			publishCall)
 		for i := 0; i < 2; i++ { // idempotent: the second one finds nothing to do
 			if err := h.unpublish(vol, pod); err != nil {

@@ -54,6 +54,17 @@ func (m *perTarget) Publish(ctx context.Context, t fusemode.Target) error {
 	return nil
 }
 
+// started returns the servers of the mounted targets (a test kills them).
+func (m *perTarget) started() []fusemode.Server {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]fusemode.Server, 0, len(m.servers))
+	for _, s := range m.servers {
+		out = append(out, s)
+	}
+	return out
+}
+
 func (m *perTarget) Release(target string) {
 	m.mu.Lock()
 	s := m.servers[target]
