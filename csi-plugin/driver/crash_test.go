@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/internal/plugintest"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/state"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/mounts"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/testenv"
 )
@@ -180,5 +181,52 @@ func (h *harness) teardown(vol string, pods ...string) {
 	}
 	if n, err := mounts.UnmountUnder(h.root); err != nil || n != 0 {
 		h.t.Errorf("%d mounts left after the teardown (%v)", n, err)
+	}
+}
+
+// TestIntentThatCannotBeUndone: an intent whose undo fails at start-up (here the target directory it says the
+// plugin created is not empty, so rmdir refuses) stays known as pending: the volume counts as published (its
+// unstage is refused), and the unpublish that kubelet sends for it removes the intent; nothing else is touched.
+func TestIntentThatCannotBeUndone(t *testing.T) {
+	const vol, pod = "vol-1", "pod-1"
+	var target, stranger string
+	h := newHarness(t, false, func(c *Config) {
+		kubelet := plugintest.Kubelet{Root: filepath.Dir(c.StateDir), Driver: DefaultDriverName}
+		target = kubelet.Target(vol, pod)
+		stranger = filepath.Join(target, "not-the-plugins")
+		if err := os.MkdirAll(target, 0o750); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(stranger, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		store, err := state.Open(c.StateDir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		staging := kubelet.Staging(vol)
+		if err := store.PutStage(state.Stage{VolumeID: vol, StagingPath: staging, FuseMode: "stub"}); err != nil {
+			t.Fatal(err)
+		}
+		if err := store.PutPublish(state.Publish{VolumeID: vol, StagingPath: staging, TargetPath: target, FuseMode: "stub", CreatedDir: true, Pending: true}); err != nil {
+			t.Fatal(err)
+		}
+	})
+	wantCode(t, h.unstage(vol), codes.FailedPrecondition)
+	if err := h.unpublish(vol, pod); err != nil {
+		t.Fatalf("NodeUnpublishVolume of the pending target: %v", err)
+	}
+	if _, err := os.Stat(stranger); err != nil {
+		t.Errorf("the file in the target directory: %v", err)
+	}
+	store, err := state.Open(h.cfg.StateDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := store.Read(); len(c.PendingPublishes)+len(c.Publishes) != 0 {
+		t.Errorf("publish records left after the unpublish: %+v", c)
+	}
+	if err := h.unstage(vol); err != nil {
+		t.Fatalf("NodeUnstageVolume after the unpublish: %v", err)
 	}
 }
