@@ -64,6 +64,10 @@ type Config struct {
 	ControllerServer csi.ControllerServer
 	// ProbeTimeout bounds each check of a mount (statfs) so that a hung FUSE server cannot hang a call (default 5s).
 	ProbeTimeout time.Duration
+
+	// mounted, when set (tests), is called after each new mount, before its outcome is recorded: a test stops
+	// the call there as a kill of the plugin would.
+	mounted func(path string)
 }
 
 // KeeperSocketName is the keeper mode's session socket, beside the CSI socket unless configured otherwise.
@@ -74,6 +78,7 @@ type Driver struct {
 	cfg     Config
 	socket  string
 	mode    fusemode.Mode
+	place   placement    // how a volume reaches its targets, from the mode's placement
 	ownMode bool         // created by New, so closed by Run (an injected mode belongs to its creator)
 	store   *state.Store // nil without a state directory
 	ready   atomic.Bool
@@ -94,6 +99,7 @@ type volume struct {
 	cap         *state.Capability // what it was staged with; nil in records of older versions
 	server      fusemode.Server   // nil when the mount was found alive rather than started by this process
 	targets     map[string]target // by published target path
+	pending     bool              // its record is an intent an interrupted stage left (intent.go)
 }
 
 // target is what the plugin knows about one published target of a volume.
@@ -101,6 +107,7 @@ type target struct {
 	readOnly   bool
 	createdDir bool              // the plugin created the directory, so unpublishing removes it
 	cap        *state.Capability // nil in records of older versions
+	pending    bool              // its record is an intent an interrupted publish left (intent.go)
 }
 
 var driverNameRE = regexp.MustCompile(`^[a-zA-Z0-9]([a-zA-Z0-9._-]{0,61}[a-zA-Z0-9])?$`)
@@ -132,6 +139,7 @@ func New(cfg Config) (*Driver, error) {
 		}
 		d.ownMode = true
 	}
+	d.place = newPlacement(d)
 	return d, nil
 }
 
@@ -205,14 +213,15 @@ func (d *Driver) Ready() bool { return d.ready.Load() }
 // Socket returns the path of the CSI socket.
 func (d *Driver) Socket() string { return d.socket }
 
-// loadRecords reads the mount records into memory, gives a mode that holds connections (keeper) the volumes to
-// take back, and, with RestoreMounts, replays the records. Records are loaded even without a restore:
-// NodePublish then still knows how to repair a dead staging mount (as ceph-csi does). Only a holder that
-// cannot start (its socket) is an error.
+// loadRecords reads the mount records into memory, undoes what interrupted calls left (intent.go), gives the
+// mode the records of its own to take back what it keeps across a restart, and, with RestoreMounts, replays the
+// records. Records are loaded even without a restore: NodePublish then still knows how to repair a dead staging
+// mount (as ceph-csi does). Only a mode that cannot start (its socket) is an error.
 func (d *Driver) loadRecords(ctx context.Context) error {
 	var (
 		stages    []state.Stage
 		publishes []state.Publish
+		recs      state.Contents
 	)
 	if d.store != nil {
 		removed, err := d.store.RemoveTemp()
@@ -222,9 +231,9 @@ func (d *Driver) loadRecords(ctx context.Context) error {
 		if err != nil {
 			klog.ErrorS(err, "Removing temp files of interrupted record writes")
 		}
-		var errs []error
-		stages, publishes, errs = d.store.Load()
-		for _, err := range errs {
+		recs = d.store.Read()
+		stages, publishes = recs.Stages, recs.Publishes
+		for _, err := range recs.Errs {
 			var re *state.RecordError
 			if errors.As(err, &re) {
 				klog.ErrorS(re.Err, "Skipping unusable mount record", "path", re.Path)
@@ -232,7 +241,7 @@ func (d *Driver) loadRecords(ctx context.Context) error {
 				klog.ErrorS(err, "Skipping unusable mount record")
 			}
 		}
-		klog.InfoS("Loaded mount records", "dir", d.store.Dir(), "staged", len(stages), "published", len(publishes), "unusable", len(errs))
+		klog.InfoS("Loaded mount records", "dir", d.store.Dir(), "staged", len(stages), "published", len(publishes), "interrupted", len(recs.PendingStages)+len(recs.PendingPublishes), "unusable", len(recs.Errs))
 	}
 	d.mu.Lock()
 	for _, s := range stages {
@@ -244,26 +253,29 @@ func (d *Driver) loadRecords(ctx context.Context) error {
 		}
 	}
 	d.mu.Unlock()
-	if h, ok := d.mode.(fusemode.Holder); ok {
-		var recs []fusemode.Recorded
-		for _, s := range stages {
-			if s.FuseMode == h.Name() {
-				recs = append(recs, fusemode.Recorded{VolumeID: s.VolumeID, StagingPath: s.StagingPath, Init: s.Init})
-			}
+	d.undoIntents(recs.PendingStages, recs.PendingPublishes)
+	var own fusemode.Records
+	for _, s := range stages {
+		if s.FuseMode == d.mode.Name() {
+			own.Stages = append(own.Stages, fusemode.Recorded{VolumeID: s.VolumeID, StagingPath: s.StagingPath, Init: s.Init})
 		}
-		servers, err := h.Recollect(recs)
-		if err != nil {
-			return err
-		}
-		d.mu.Lock()
-		for id, srv := range servers {
-			if v := d.volumes[id]; v != nil {
-				v.server = srv
-			}
-		}
-		d.mu.Unlock()
 	}
-	d.recollectTargets(publishes)
+	for _, p := range publishes {
+		if p.FuseMode == d.mode.Name() {
+			own.Targets = append(own.Targets, fusemode.Target{VolumeID: p.VolumeID, Path: p.TargetPath, ReadOnly: p.ReadOnly})
+		}
+	}
+	servers, err := d.mode.Recollect(own)
+	if err != nil {
+		return err
+	}
+	d.mu.Lock()
+	for id, srv := range servers {
+		if v := d.volumes[id]; v != nil {
+			v.server = srv
+		}
+	}
+	d.mu.Unlock()
 	if d.store == nil || !d.cfg.RestoreMounts {
 		return nil
 	}

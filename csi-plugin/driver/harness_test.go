@@ -84,11 +84,19 @@ func (m *trackingMode) stopAll() {
 // stubMode is for tests that never reach a mount: it refuses to start anything.
 type stubMode struct{}
 
-func (stubMode) Name() string { return "stub" }
+func (stubMode) Name() string                  { return "stub" }
+func (stubMode) Placement() fusemode.Placement { return fusemode.OnStagingPath }
+func (stubMode) Recollect(fusemode.Records) (map[string]fusemode.Server, error) {
+	return nil, nil
+}
 func (stubMode) Start(context.Context, fusemode.Request) (fusemode.Server, error) {
 	return nil, errors.New("stub mode cannot mount")
 }
-func (stubMode) Close() error { return nil }
+func (stubMode) Publish(context.Context, fusemode.Target) error {
+	return errors.New("stub mode cannot mount")
+}
+func (stubMode) Release(string) {}
+func (stubMode) Close() error   { return nil }
 
 // testController is the minimal controller that lets csi-sanity's node tests create and delete volumes. It is
 // only ever registered by tests; the plugin itself is node-only.

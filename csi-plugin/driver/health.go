@@ -98,8 +98,8 @@ func (n nodeServer) NodeGetVolumeHealth(_ context.Context, req *csi.NodeGetVolum
 		return nil, status.Errorf(codes.NotFound, "volume %q is neither staged nor published on this node", id)
 	}
 	paths := []string{v.stagingPath}
-	if n.d.targetMounter() != nil {
-		paths = nil // the sidecar mode mounts nothing on the staging path: only the targets are FUSE mounts
+	if !n.d.place.stagingMounted() {
+		paths = nil // only the targets are FUSE mounts
 	}
 	if p := req.GetVolumePublishPath(); p != "" {
 		if err := validatePath("volume_publish_path", p); err != nil {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"io/fs"
-	"os"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -96,32 +95,18 @@ func (d *Driver) stage(ctx context.Context, id, path string, readOnly, ephemeral
 	if capability == nil {
 		capability = known.cap
 	}
-	layers, err := look.layers(path)
+	mp, err := d.prepare("staging_target_path", path, isKnown, known.createdDir, codes.FailedPrecondition, look)
 	if err != nil {
-		return "", status.Errorf(codes.Internal, "%v", err)
+		return "", err
 	}
-	if layers > 0 && !isKnown {
-		// Not adopted: a mount this plugin has no record of may be anyone's (another volume's, the host's).
-		return "", status.Errorf(codes.FailedPrecondition, "staging_target_path %q holds a mount that this plugin has no record of", path)
-	}
-	createdDir := known.createdDir
-	exists, err := d.prober.Exists(path)
-	if err != nil {
-		return "", probeStatus("checking staging_target_path", err)
-	}
-	if !exists {
-		if err := os.MkdirAll(path, 0o750); err != nil {
-			return "", status.Errorf(codes.Internal, "creating staging_target_path: %v", err)
-		}
-		createdDir = true
-	} else if layers == 0 {
-		if err := d.wantEmptyDir("staging_target_path", path); err != nil {
-			return "", err
-		}
-	}
+	createdDir, layers := mp.createdDir, mp.layers
 	act := actionMounted
 	if layers > 0 {
-		switch h, perr := d.probe(path); h {
+		h, perr := healthDead, error(errInterrupted)
+		if !known.pending {
+			h, perr = d.probe(path)
+		}
+		switch h {
 		case healthAnswers:
 			return actionKept, nil
 		case healthDead:
@@ -145,29 +130,29 @@ func (d *Driver) stage(ctx context.Context, id, path string, readOnly, ephemeral
 			return "", status.Errorf(codes.FailedPrecondition, "staging_target_path %q holds a mount that is not a dummy-fuse filesystem: %v", path, perr)
 		}
 	}
+	rec := state.Stage{VolumeID: id, StagingPath: path, ReadOnly: readOnly, FuseMode: d.mode.Name(), CreatedDir: createdDir, Ephemeral: ephemeral, Capability: capability}
 	var srv fusemode.Server
-	if d.targetMounter() == nil { // a mode that mounts the targets itself only records the stage
-		if srv, err = d.mode.Start(ctx, fusemode.Request{VolumeID: id, Mountpoint: path}); err != nil {
-			if createdDir && !isKnown {
-				_ = unix.Rmdir(path)
+	if d.place.stagingMounted() { // otherwise the stage is only a record: the mode mounts the targets itself
+		if !isKnown {
+			if err := d.recordStageIntent(rec); err != nil {
+				d.undoDir(path, createdDir)
+				return "", err
 			}
-			code := codes.Internal
-			if errors.Is(err, fusemode.ErrNoKeeper) {
-				code = codes.Unavailable // the keeper may be starting: the CO retries
-			}
-			return "", status.Errorf(code, "starting the FUSE server: %v", err)
 		}
+		if srv, err = d.mode.Start(ctx, fusemode.Request{VolumeID: id, Mountpoint: path}); err != nil {
+			d.undoDir(path, createdDir && !isKnown)
+			d.dropStageIntent(rec, !isKnown)
+			return "", modeStatus("starting the FUSE server", err)
+		}
+		rec.Init = srv.InitRecord() // the new connection's handover record, in a mode that keeps connections alive
+		d.hookMounted(path)
 	}
 	v := &volume{id: id, stagingPath: path, readOnly: readOnly, createdDir: createdDir, ephemeral: ephemeral, cap: capability, server: srv}
-	var init []byte // the new connection's handover record, in a mode that keeps connections alive
-	if ir, ok := srv.(fusemode.InitRecorder); ok {
-		init = ir.InitRecord()
-	}
-	if d.store != nil && (!isKnown || known.createdDir != createdDir || known.readOnly != readOnly || known.cap == nil || init != nil) {
-		rec := state.Stage{VolumeID: id, StagingPath: path, ReadOnly: readOnly, FuseMode: d.mode.Name(), CreatedDir: createdDir, Ephemeral: ephemeral, Capability: capability, Init: init, Time: time.Now().UTC()}
-		if err := d.store.PutStage(rec); err != nil {
+	if !isKnown || known.pending || known.createdDir != createdDir || known.readOnly != readOnly || known.cap == nil || rec.Init != nil {
+		rec.Time = time.Now().UTC()
+		if err := d.putStage(rec); err != nil {
 			_ = d.stopAndUnmount(ctx, id, srv, path)
-			return "", status.Errorf(codes.Internal, "recording the stage: %v", err)
+			return "", err
 		}
 	}
 	d.setStaged(v)
@@ -251,7 +236,7 @@ func (d *Driver) dropUnusedEphemeral(ctx context.Context, id string) {
 // ensureStagingAnswers checks the staging mount of a known volume before binding it; a dead (or vanished) one is
 // repaired from what the plugin knows about the volume (ceph-csi does the same from its saved record).
 func (d *Driver) ensureStagingAnswers(ctx context.Context, id, staging string) error {
-	if d.targetMounter() != nil {
+	if !d.place.stagingMounted() {
 		return nil // nothing is mounted on the staging path: the targets get their own mounts
 	}
 	h, err := d.probe(staging)
@@ -297,30 +282,18 @@ func (d *Driver) publish(id, staging, targetPath string, readOnly bool, capabili
 		return "", err
 	}
 	strategy := d.cfg.RestoreStrategy
-	layers, err := look.layers(targetPath)
+	mp, err := d.prepare("target_path", targetPath, mine, rec.createdDir, codes.AlreadyExists, look)
 	if err != nil {
-		return "", status.Errorf(codes.Internal, "%v", err)
+		return "", err
 	}
-	if layers > 0 && !mine {
-		return "", status.Errorf(codes.AlreadyExists, "target_path %q holds a mount that this plugin has no record of", targetPath)
-	}
-	createdDir := rec.createdDir
-	exists, err := d.prober.Exists(targetPath)
-	if err != nil {
-		return "", probeStatus("checking target_path", err)
-	}
-	if !exists {
-		if err := os.MkdirAll(targetPath, 0o750); err != nil {
-			return "", status.Errorf(codes.Internal, "creating target_path: %v", err)
-		}
-		createdDir = true
-	} else if layers == 0 {
-		if err := d.wantEmptyDir("target_path", targetPath); err != nil {
-			return "", err
-		}
-	}
+	createdDir, layers := mp.createdDir, mp.layers
 	act := actionBound
-	if layers > 0 {
+	if layers > 0 && rec.pending {
+		// An interrupted publish's bind mount: nobody was told it exists, so it is replaced.
+		if _, err := mounts.UnmountAll(targetPath); err != nil {
+			return "", status.Errorf(codes.Internal, "unmounting what an interrupted publish mounted: %v", err)
+		}
+	} else if layers > 0 {
 		switch h, perr := d.probe(targetPath); h {
 		case healthAnswers:
 			same, err := sameMount(look, staging, targetPath)
@@ -354,25 +327,37 @@ func (d *Driver) publish(id, staging, targetPath string, readOnly bool, capabili
 			return "", status.Errorf(codes.AlreadyExists, "target_path %q holds a mount that is not this volume: %v", targetPath, perr)
 		}
 	}
+	r := state.Publish{VolumeID: id, StagingPath: staging, TargetPath: targetPath, ReadOnly: readOnly, FuseMode: d.mode.Name(), CreatedDir: createdDir, Capability: capability}
 	if act != actionKept {
+		if !mine {
+			if err := d.recordIntent(r); err != nil {
+				d.undoDir(targetPath, createdDir)
+				return "", err
+			}
+		}
 		if err := mounts.Bind(staging, targetPath, readOnly); err != nil {
+			d.undoDir(targetPath, createdDir && !mine)
+			d.dropIntent(r, !mine)
 			return "", status.Errorf(codes.Internal, "%v", err)
 		}
 		if h, err := d.probe(targetPath); h != healthAnswers {
 			_ = mounts.UnmountLazy(targetPath)
+			d.undoDir(targetPath, createdDir && !mine)
+			d.dropIntent(r, !mine)
 			return "", status.Errorf(codes.Internal, "the new bind mount does not answer: %v", err)
 		}
+		d.hookMounted(targetPath)
 	}
 	t := target{readOnly: readOnly, createdDir: createdDir, cap: capability}
 	// A new mount renews the record's time: the remediator (csi-plugin/remediate) compares it with container
 	// start times, since a container started before a repair still holds the dead mount.
-	if d.store != nil && (act != actionKept || !mine || rec.readOnly != readOnly || rec.createdDir != createdDir || rec.cap == nil) {
-		r := state.Publish{VolumeID: id, StagingPath: staging, TargetPath: targetPath, ReadOnly: readOnly, FuseMode: d.mode.Name(), CreatedDir: createdDir, Capability: capability, Time: time.Now().UTC()}
-		if err := d.store.PutPublish(r); err != nil {
+	if act != actionKept || !mine || rec.pending || rec.readOnly != readOnly || rec.createdDir != createdDir || rec.cap == nil {
+		r.Time = time.Now().UTC()
+		if err := d.putPublish(r); err != nil {
 			if act != actionKept {
 				_ = mounts.UnmountLazy(targetPath)
 			}
-			return "", status.Errorf(codes.Internal, "recording the publish: %v", err)
+			return "", err
 		}
 	}
 	d.setPublished(id, targetPath, t)
@@ -405,9 +390,7 @@ func probeStatus(what string, err error) error {
 // removes the directory when the plugin created it, deletes the record and forgets the target; it returns how many
 // mounts it unmounted. The caller holds the volume's lock and has found path in the volume's records (rec).
 func (d *Driver) unpublish(id, path string, rec target) (int, error) {
-	if tm := d.targetMounter(); tm != nil {
-		tm.Release(path) // a descriptor still waiting for the pod's sidecar is closed: no one will serve it now
-	}
+	d.mode.Release(path) // what the mode keeps for a target of its own (a descriptor still waiting for its server)
 	layers, err := mounts.UnmountAll(path)
 	if err != nil {
 		return 0, status.Errorf(codes.Internal, "unmounting target_path: %v", err)

@@ -105,6 +105,12 @@ func (n nodeServer) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageV
 		}
 		return &csi.NodeUnstageVolumeResponse{}, nil
 	}
+	if len(v.targets) > 0 {
+		// The CO must unpublish first (CSI spec, "RPC Interactions"): unstaging now would leave every target a
+		// dead mount, and the plugin's records of them gone, so that their NodeUnpublishVolume could no longer
+		// tell them from anyone's mounts.
+		return nil, status.Errorf(codes.FailedPrecondition, "volume %q is still published at %d target(s), %q among them: NodeUnpublishVolume must come first", id, len(v.targets), anyTarget(v))
+	}
 	if err := n.d.unstage(ctx, id, path); err != nil {
 		return nil, err
 	}
@@ -186,12 +192,7 @@ func (n nodeServer) NodePublishVolume(ctx context.Context, req *csi.NodePublishV
 	} else if err := n.d.ensureStagingAnswers(ctx, id, staging); err != nil {
 		return nil, err
 	}
-	var act action
-	if tm := n.d.targetMounter(); tm != nil {
-		act, err = n.d.publishSidecar(ctx, tm, id, staging, target, readOnly, capability, req.GetVolumeContext())
-	} else {
-		act, err = n.d.publish(id, staging, target, readOnly, capability, mounts.MountsAt)
-	}
+	act, err := n.d.place.publish(ctx, publishRequest{id: id, staging: staging, target: target, readOnly: readOnly, capability: capability, volumeContext: req.GetVolumeContext()})
 	if err != nil {
 		if ephemeral {
 			n.d.dropUnusedEphemeral(ctx, id)
@@ -287,4 +288,15 @@ func (n nodeServer) NodeGetVolumeStats(_ context.Context, req *csi.NodeGetVolume
 		return nil, status.Errorf(codes.NotFound, "volume %q is not mounted at %q", id, path)
 	}
 	return n.d.volumeStats(id, path)
+}
+
+// anyTarget names one of v's targets (the first in order), for a message.
+func anyTarget(v volume) string {
+	first := ""
+	for t := range v.targets {
+		if first == "" || t < first {
+			first = t
+		}
+	}
+	return first
 }

@@ -59,19 +59,7 @@ func (r restorer) RestorePublish(ctx context.Context, table *mounts.Table, rec s
 			return r.d.unstageEphemeral(ctx, rec.VolumeID)
 		})
 	}
-	if r.d.targetMounter() != nil {
-		// The target's mount is the pod's sidecar's: the plugin's restart did not touch it, and the plugin has
-		// no descriptor to repair it with. Its record (loaded already) is all the plugin needs to unpublish it.
-		return "kept (served by the pod's sidecar)", nil
-	}
-	if h, err := r.d.probe(rec.StagingPath); h != healthAnswers {
-		return "", fmt.Errorf("staging mount does not answer: %w", err)
-	}
-	act, err := r.d.publish(rec.VolumeID, rec.StagingPath, rec.TargetPath, rec.ReadOnly, nil, tableLookup(table))
-	if err != nil {
-		return "", errors.New(status.Convert(err).Message())
-	}
-	return string(act), nil
+	return r.d.place.restore(ctx, table, rec)
 }
 
 // kubeletDone says whether kubelet removed the directory it keeps beside path: the parent, where it writes

@@ -76,7 +76,9 @@ func (h *harness) publishForPod(vol, pod string, volumeContext map[string]string
 	return err
 }
 
-func podContext(pod string) map[string]string { return map[string]string{podUIDContextKey: pod} }
+func podContext(pod string) map[string]string {
+	return map[string]string{fusemode.PodUIDContextKey: pod}
+}
 
 // startSidecar runs `csi-plugin sidecar` for vol of pod as nobody, without capabilities; it is killed at the end.
 func (h *harness) startSidecar(vol, pod string, extra ...string) *exec.Cmd {
@@ -218,7 +220,7 @@ func TestSidecarMode(t *testing.T) {
 		t.Errorf("sidecar CapEff %s, want none", c)
 	}
 	waitGone(t, sock)
-	if h.d.targetMounter().Pending(target) {
+	if h.d.mode.(*fusemode.Sidecar).Pending(target) {
 		t.Error("the handover is still pending after the sidecar took the descriptor")
 	}
 
@@ -324,8 +326,8 @@ func TestSidecarUnpublishBeforeServed(t *testing.T) {
 	if err := h.publishForPod(vol, pod, podContext(pod)); err != nil {
 		t.Fatalf("publish after the target lost its mount: %v", err)
 	}
-	if n, _ := mounts.CountMounts(target); n != 1 || !h.d.targetMounter().Pending(target) {
-		t.Fatalf("after the repeated publish: %d mounts, pending %v; want 1, true", n, h.d.targetMounter().Pending(target))
+	if n, _ := mounts.CountMounts(target); n != 1 || !h.d.mode.(*fusemode.Sidecar).Pending(target) {
+		t.Fatalf("after the repeated publish: %d mounts, pending %v; want 1, true", n, h.d.mode.(*fusemode.Sidecar).Pending(target))
 	}
 	// The stat blocked in the detached mount ends with the old handover: its descriptor was closed.
 	select {
@@ -427,7 +429,7 @@ func TestSidecarEphemeral(t *testing.T) {
 		t.Fatal(err)
 	}
 	volumeContext := plugintest.EphemeralContext(pod)
-	volumeContext[podUIDContextKey] = pod
+	volumeContext[fusemode.PodUIDContextKey] = pod
 	if _, err := h.node.NodePublishVolume(context.Background(), &csi.NodePublishVolumeRequest{
 		VolumeId: vol, TargetPath: h.targetPath(vol, pod), VolumeCapability: mountCap(), VolumeContext: volumeContext,
 	}); err != nil {

@@ -20,8 +20,11 @@ import (
 // through the parent-death signal), as a FUSE server inside the plugin's container dies with that container.
 const ChildName = "child"
 
+func init() { Register(ChildName, func(o Options) (Mode, error) { return NewChild(o) }) }
+
 // Child starts dummy-fuse processes that die with the plugin.
 type Child struct {
+	onStagingPath
 	opts  Options
 	spawn *spawn.Spawner
 }
@@ -46,6 +49,9 @@ func NewChild(opts Options) (*Child, error) {
 
 // Name implements Mode.
 func (c *Child) Name() string { return ChildName }
+
+// Recollect implements Mode: a child dies with the plugin, so there is nothing to take back.
+func (c *Child) Recollect(Records) (map[string]Server, error) { return nil, nil }
 
 // Close stops the spawner; later Starts fail. Running children are not touched.
 func (c *Child) Close() error {
@@ -107,6 +113,9 @@ type childProcess struct {
 func (p *childProcess) PID() int { return p.cmd.Process.Pid }
 
 func (p *childProcess) Done() <-chan struct{} { return p.done }
+
+// InitRecord implements Server: nothing outlives a child's connection, so nothing needs its record.
+func (p *childProcess) InitRecord() []byte { return nil }
 
 func (p *childProcess) wait() {
 	err := p.cmd.Wait()

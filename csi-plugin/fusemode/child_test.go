@@ -189,7 +189,7 @@ func TestSidecarModeNeedsNoDummyFuse(t *testing.T) {
 	if err != nil {
 		t.Fatalf("New(%s) without dummy-fuse: %v (the sidecar runs dummy-fuse, not the plugin)", SidecarName, err)
 	}
-	if _, ok := m.(TargetMounter); !ok || m.Name() != SidecarName {
+	if m.Placement() != OnTargets || m.Name() != SidecarName {
 		t.Errorf("mode %T named %q is not the target-mounting sidecar mode", m, m.Name())
 	}
 	if _, err := m.Start(context.Background(), Request{VolumeID: "v", Mountpoint: t.TempDir()}); err == nil {

@@ -23,40 +23,19 @@ import (
 const KeeperName = "keeper"
 
 // ErrNoKeeper is wrapped by Start when no keeper connected in time: the CO should retry later.
-var ErrNoKeeper = errors.New("no keeper connected")
+var ErrNoKeeper = Retryable(errors.New("no keeper connected"))
 
 // maxReadBytes is the mount's max_read: a READ as large as the servers' max_write (dummyfs).
 const maxReadBytes = 128 * 1024
 
-// Recorded is a volume the plugin's records say it staged in keeper mode.
-type Recorded struct {
-	VolumeID    string
-	StagingPath string
-	// Init is the connection's handover record as recorded, nil in records without one.
-	Init []byte
-}
-
-// Holder is a Mode that keeps copies of the connections it mounted, and gets them back from its peers after a
-// restart of the plugin.
-type Holder interface {
-	Mode
-	// Recollect tells the holder which volumes the plugin's records say it staged and starts taking
-	// connections back: a peer's copy of one of them is adopted once it is proven to be the connection
-	// mounted at its staging path; any other is refused. It returns a Server for each recorded volume. Call it
-	// once, before Start.
-	Recollect(recs []Recorded) (map[string]Server, error)
-}
-
-// InitRecorder is a Server that knows its connection's handover record, for the plugin to record it.
-type InitRecorder interface {
-	InitRecord() []byte
-}
-
 // Keeper is the keeper mode: one holder (holder.go) of every volume's connection, on the keeper socket.
 type Keeper struct {
+	onStagingPath
 	opts Options
 	h    *holder
 }
+
+func init() { Register(KeeperName, func(o Options) (Mode, error) { return NewKeeper(o) }) }
 
 // NewKeeper returns the keeper mode. It listens on opts.KeeperSocket once Recollect is called.
 func NewKeeper(opts Options) (*Keeper, error) {
@@ -72,10 +51,10 @@ func NewKeeper(opts Options) (*Keeper, error) {
 // Name implements Mode.
 func (k *Keeper) Name() string { return KeeperName }
 
-// Recollect implements Holder: it records what to take back and starts listening for keepers.
-func (k *Keeper) Recollect(recs []Recorded) (map[string]Server, error) {
+// Recollect implements Mode: it records what to take back and starts listening for keepers.
+func (k *Keeper) Recollect(recs Records) (map[string]Server, error) {
 	out := map[string]Server{}
-	for _, r := range recs {
+	for _, r := range recs.Stages {
 		out[r.VolumeID] = &keptServer{h: k.h, c: k.h.expect(r.VolumeID, r.StagingPath, r.Init)}
 	}
 	// Who may connect: anyone who can reach the socket; the chart mounts its directory only into the
@@ -85,7 +64,7 @@ func (k *Keeper) Recollect(recs []Recorded) (map[string]Server, error) {
 		return nil, fmt.Errorf("keeper socket: %w", err)
 	}
 	k.h.serve(ln)
-	klog.InfoS("Waiting for keepers", "socket", k.opts.KeeperSocket, "recorded", len(recs))
+	klog.InfoS("Waiting for keepers", "socket", k.opts.KeeperSocket, "recorded", len(recs.Stages))
 	logPauseLimit()
 	return out, nil
 }
@@ -152,7 +131,7 @@ func (s *keptServer) PID() int {
 // Done is closed once the connection is over (unmounted, or stopped).
 func (s *keptServer) Done() <-chan struct{} { return s.c.done }
 
-// InitRecord implements InitRecorder.
+// InitRecord implements Server.
 func (s *keptServer) InitRecord() []byte { return s.h.initRecord(s.c) }
 
 // Stop ends the connection's life with the plugin and the keepers: every copy is dropped. The caller unmounts

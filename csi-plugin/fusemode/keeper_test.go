@@ -77,7 +77,7 @@ func TestRecollectAdoptsOnlyItsOwnConnections(t *testing.T) {
 	staging := filepath.Join(dir, "staging-1")
 	own := mountConn(t, staging)
 	other := mountConn(t, filepath.Join(dir, "elsewhere"))
-	servers, err := k.Recollect([]Recorded{{VolumeID: "vol-1", StagingPath: staging}})
+	servers, err := k.Recollect(Records{Stages: []Recorded{{VolumeID: "vol-1", StagingPath: staging}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +120,7 @@ func TestRecollectAdoptsOnlyItsOwnConnections(t *testing.T) {
 	if id, err := fuseconn.ID(int(adopted.Fd())); err != nil || id != mustID(t, own) {
 		t.Errorf("adopted connection %d (%v), want %d", id, err, mustID(t, own))
 	}
-	if got := servers["vol-1"].(InitRecorder).InitRecord(); string(got) != "\x01" {
+	if got := servers["vol-1"].InitRecord(); string(got) != "\x01" {
 		t.Errorf("handover record %q after adoption, want the keeper's", got)
 	}
 
@@ -155,7 +155,7 @@ func mustID(t *testing.T, f *os.File) uint32 {
 func TestKeeperRefusesOtherUsers(t *testing.T) {
 	testenv.RequireFUSE(t)
 	k, _ := newTestKeeper(t, 4242)
-	if _, err := k.Recollect(nil); err != nil {
+	if _, err := k.Recollect(Records{}); err != nil {
 		t.Fatal(err)
 	}
 	c := dialKeeper(t, k)
@@ -175,7 +175,7 @@ func TestKeeperRefusesOtherUsers(t *testing.T) {
 func TestStartWithoutKeeper(t *testing.T) {
 	testenv.RequireFUSE(t)
 	k, dir := newTestKeeper(t, -1)
-	if _, err := k.Recollect(nil); err != nil {
+	if _, err := k.Recollect(Records{}); err != nil {
 		t.Fatal(err)
 	}
 	staging := filepath.Join(dir, "staging")

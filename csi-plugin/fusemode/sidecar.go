@@ -35,31 +35,6 @@ const (
 	SocketName = "socket"
 )
 
-// TargetMounter is a Mode that mounts every published target itself instead of serving the staging path:
-// staging then only records the volume.
-type TargetMounter interface {
-	Mode
-	// MountTarget mounts req.Target and starts handing the FUSE connection to the one server that connects to
-	// the socket; it returns once the target is mounted. Until a server takes the connection and answers the
-	// kernel's INIT, every access to the mount blocks: nobody may touch it unbounded.
-	MountTarget(ctx context.Context, req TargetRequest) error
-	// Release ends a handover of target still waiting for its server (closing the plugin's copy of the
-	// descriptor, so the mount dies) and removes its socket. It does not unmount anything.
-	Release(target string)
-	// Pending reports whether target's descriptor is still waiting for its server.
-	Pending(target string) bool
-}
-
-// TargetHolder is a TargetMounter that keeps each target's connection (the sidecar mode with KeepFD), and takes
-// the connections back from the sidecars after a restart of the plugin.
-type TargetHolder interface {
-	TargetMounter
-	// RecollectTargets takes back, from whichever sidecar connects to each target's socket, the connections of
-	// the targets the plugin's records say it mounted (only the connection the kernel shows mounted at the
-	// target is adopted). It returns what it could not set up, per target.
-	RecollectTargets(reqs []TargetRequest) map[string]error
-}
-
 // TargetRequest describes one target to mount.
 type TargetRequest struct {
 	VolumeID string
@@ -133,7 +108,8 @@ func targetMount(readOnly bool) fuseconn.MountOptions {
 	return fuseconn.MountOptions{Name: dummyFuse, Source: dummyFuse, ReadOnly: readOnly, AllowOther: true, DefaultPermissions: true}
 }
 
-// MountTarget implements TargetMounter.
+// MountTarget mounts req.Target and starts handing the FUSE connection to the server that connects to the socket
+// (one only, or with KeepFD every one in turn); it returns once the target is mounted.
 func (s *Sidecar) MountTarget(_ context.Context, req TargetRequest) (err error) {
 	s.mu.Lock()
 	_, busy := s.pending[req.Target]
@@ -189,8 +165,9 @@ func (s *Sidecar) MountTarget(_ context.Context, req TargetRequest) (err error) 
 	return nil
 }
 
-// RecollectTargets implements TargetHolder; without KeepFD there is nothing to take back (the sidecars hold the
-// only copies).
+// RecollectTargets takes back, from whichever sidecar connects to each target's socket, the connections of the
+// recorded targets (only the connection the kernel shows mounted at the target is adopted), and returns what it
+// could not set up, per target. Without KeepFD there is nothing to take back (the sidecars hold the only copies).
 func (s *Sidecar) RecollectTargets(reqs []TargetRequest) map[string]error {
 	if !s.opts.SidecarKeepFD {
 		return nil
@@ -268,7 +245,7 @@ func (t *heldTarget) release(keep bool) {
 	_ = t.sockDir.Close()
 }
 
-// Release implements TargetMounter.
+// Release implements Mode.
 func (s *Sidecar) Release(target string) {
 	s.mu.Lock()
 	h := s.pending[target]
@@ -285,7 +262,8 @@ func (s *Sidecar) Release(target string) {
 	<-h.done
 }
 
-// Pending implements TargetMounter: with KeepFD, whether no sidecar serves the target's connection yet.
+// Pending reports whether target's descriptor is still waiting for its server: with KeepFD, whether no sidecar
+// serves the target's connection yet.
 func (s *Sidecar) Pending(target string) bool {
 	s.mu.Lock()
 	_, ok := s.pending[target]

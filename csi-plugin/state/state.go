@@ -2,7 +2,9 @@
 // file per staged volume (staged/<volume ID>.json) and one per published target
 // (published/<sha256 of the target path>.json), so that two pods using one volume on one node never overwrite
 // each other's record. Writes are atomic (temp file in the same directory, fsync, rename, fsync of the
-// directory): a crash leaves the old record or the new one, never half of one.
+// directory): a crash leaves the old record or the new one, never half of one. A new mount is recorded twice: as
+// an intent (Pending) before the plugin mounts, and as done after, so that a crash between the two leaves a
+// record of what the plugin may have mounted.
 package state
 
 import (
@@ -31,7 +33,7 @@ const (
 	tempInfix    = atomicfile.TempInfix // temp files are <record>.json.tmp<random>
 )
 
-// Stage records one NodeStageVolume that succeeded.
+// Stage records one NodeStageVolume that succeeded, or (Pending) one that is about to mount.
 type Stage struct {
 	VolumeID    string `json:"volumeID"`
 	StagingPath string `json:"stagingPath"`
@@ -50,6 +52,9 @@ type Stage struct {
 	// re-collects against it.
 	Init []byte    `json:"init,omitempty"`
 	Time time.Time `json:"time"`
+	// Pending marks an intent: the plugin was about to mount the path and had not recorded the outcome yet.
+	// Whatever is mounted there is the plugin's unfinished work, to undo (or redo) before anything else.
+	Pending bool `json:"pending,omitempty"`
 }
 
 // MaxInit bounds a stage record's handover record (an INIT request and reply are a few hundred bytes).
@@ -62,7 +67,7 @@ type Capability struct {
 	MountFlags []string `json:"mountFlags,omitempty"`
 }
 
-// Publish records one NodePublishVolume that succeeded.
+// Publish records one NodePublishVolume that succeeded, or (Pending) one that is about to mount.
 type Publish struct {
 	VolumeID    string `json:"volumeID"`
 	StagingPath string `json:"stagingPath"`
@@ -74,6 +79,8 @@ type Publish struct {
 	Capability *Capability `json:"capability,omitempty"`
 	// Time is when the plugin made the target's current mount: a repair (rebind, stack) renews it.
 	Time time.Time `json:"time"`
+	// Pending marks an intent, as in Stage.
+	Pending bool `json:"pending,omitempty"`
 }
 
 // Store reads and writes records below one directory. Its methods are safe for concurrent use on different
@@ -231,11 +238,30 @@ type RecordError struct {
 func (e *RecordError) Error() string { return fmt.Sprintf("mount record %s: %v", e.Path, e.Err) }
 func (e *RecordError) Unwrap() error { return e.Err }
 
-// Load reads every record. Records that cannot be read or parsed, that are not regular files, or that contradict
+// Contents is everything in a store, sorted by volume ID and target path (restores run in a stable order).
+type Contents struct {
+	// Stages and Publishes are the records of what succeeded.
+	Stages    []Stage
+	Publishes []Publish
+	// PendingStages and PendingPublishes are intents whose outcome was never recorded: the plugin was killed
+	// between recording the intent and recording the outcome.
+	PendingStages    []Stage
+	PendingPublishes []Publish
+	// Errs are the unusable records (RecordErrors), for the caller to log.
+	Errs []error
+}
+
+// Load reads the records of what succeeded (Read's Stages, Publishes and Errs), leaving intents out.
+func (s *Store) Load() ([]Stage, []Publish, []error) {
+	c := s.Read()
+	return c.Stages, c.Publishes, c.Errs
+}
+
+// Read reads every record. Records that cannot be read or parsed, that are not regular files, or that contradict
 // their file name, are skipped and returned as RecordErrors for the caller to log: one bad file must never stop
 // the others from being restored, nor block the start-up (a FIFO is never opened for a blocking read). Results
 // are sorted by volume ID and target path, so restores run in a stable order.
-func (s *Store) Load() ([]Stage, []Publish, []error) {
+func (s *Store) Read() Contents {
 	var (
 		stages    []Stage
 		publishes []Publish
@@ -280,7 +306,22 @@ func (s *Store) Load() ([]Stage, []Publish, []error) {
 		}
 		return publishes[i].TargetPath < publishes[j].TargetPath
 	})
-	return stages, publishes, errs
+	c := Contents{Errs: errs}
+	for _, r := range stages {
+		if r.Pending {
+			c.PendingStages = append(c.PendingStages, r)
+		} else {
+			c.Stages = append(c.Stages, r)
+		}
+	}
+	for _, r := range publishes {
+		if r.Pending {
+			c.PendingPublishes = append(c.PendingPublishes, r)
+		} else {
+			c.Publishes = append(c.Publishes, r)
+		}
+	}
+	return c
 }
 
 // RemoveTemp removes the temp files of writes that a crash cut off (regular files named "<record>.json.tmp*",

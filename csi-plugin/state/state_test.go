@@ -189,3 +189,39 @@ func TestValidateFileName(t *testing.T) {
 		t.Fatalf("PublishPath escaped: %s", p)
 	}
 }
+
+// TestIntents: a pending record (written before a mount) replaces and is replaced by the record of the outcome
+// in one file; Read returns it apart, Load (the remediator's view of what succeeded) leaves it out.
+func TestIntents(t *testing.T) {
+	s := openStore(t)
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	st := Stage{VolumeID: "vol-1", StagingPath: "/staging/vol-1", FuseMode: "child", CreatedDir: true, Time: now, Pending: true}
+	pub := Publish{VolumeID: "vol-1", StagingPath: "/staging/vol-1", TargetPath: "/pods/a/mount", FuseMode: "child", Time: now, Pending: true}
+	if err := s.PutStage(st); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.PutPublish(pub); err != nil {
+		t.Fatal(err)
+	}
+	c := s.Read()
+	if len(c.Stages)+len(c.Publishes)+len(c.Errs) != 0 || !reflect.DeepEqual(c.PendingStages, []Stage{st}) || !reflect.DeepEqual(c.PendingPublishes, []Publish{pub}) {
+		t.Fatalf("Read of two intents: %+v", c)
+	}
+	if stages, pubs, errs := s.Load(); len(stages)+len(pubs)+len(errs) != 0 {
+		t.Fatalf("Load returned intents: %v %v %v", stages, pubs, errs)
+	}
+	st.Pending, pub.Pending = false, false
+	if err := s.PutStage(st); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.PutPublish(pub); err != nil {
+		t.Fatal(err)
+	}
+	stages, pubs, errs := s.Load()
+	if !reflect.DeepEqual(stages, []Stage{st}) || !reflect.DeepEqual(pubs, []Publish{pub}) || len(errs) != 0 {
+		t.Fatalf("Load after the outcomes: %v %v %v", stages, pubs, errs)
+	}
+	if c := s.Read(); len(c.PendingStages)+len(c.PendingPublishes) != 0 {
+		t.Fatalf("intents left after their outcomes were recorded: %+v", c)
+	}
+}
