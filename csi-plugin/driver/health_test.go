@@ -2,6 +2,9 @@ package driver
 
 import (
 	"context"
+	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -9,7 +12,9 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
+	"k8s.io/mount-utils"
 
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/fusemode"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/internal/plugintest"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/state"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/testenv"
@@ -172,5 +177,66 @@ func TestRepairRenewsPublishTime(t *testing.T) {
 	}
 	if repaired := publishTime(); !repaired.After(first) {
 		t.Errorf("the repair left the record's time at %v (first publish %v)", repaired, first)
+	}
+}
+
+// TestHealthSeesThroughCaches kills the FUSE server of a volume whose server caches attributes and names for an
+// hour, right after a read and a stat of the target: stat of the target and mount-utils' IsLikelyNotMountPoint still call it a healthy
+// mount (answered from the kernel's caches, the trap of Mountpoint-S3 CSI's empty-mask statx check, their PR
+// #921), while both kubelet generations' health calls report it gone at once.
+func TestHealthSeesThroughCaches(t *testing.T) {
+	testenv.RequireFUSE(t)
+	wrapper := filepath.Join(t.TempDir(), "dummy-fuse-cached")
+	script := fmt.Sprintf("#!/bin/sh\nexec %s --attr-timeout=1h --entry-timeout=1h \"$@\"\n", bins.Path(t, "dummy-fuse"))
+	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	const probeTimeout = 2 * time.Second
+	h := newHarness(t, true, func(c *Config) {
+		child, err := fusemode.NewChild(fusemode.Options{DummyFusePath: wrapper})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Mode.(*trackingMode).Mode = child
+		c.ProbeTimeout = probeTimeout
+	})
+	ctx := context.Background()
+	const vol = "vol-cached"
+	if err := h.stage(vol); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.publish(vol, "pod-a", false); err != nil {
+		t.Fatal(err)
+	}
+	target := h.targetPath(vol, "pod-a")
+	plugintest.MustRead(t, target)
+	// The root's attributes are cached once something stats it (kubelet does before it starts a container);
+	// until then the kernel asks the server, and a stat would fail honestly.
+	if _, err := os.Stat(target); err != nil {
+		t.Fatal(err)
+	}
+
+	crash(t, h.mode.started()[0])
+	if _, err := os.Stat(target); err != nil {
+		t.Errorf("stat of the dead target: %v; expected the attribute cache to answer (the naive probe's lie)", err)
+	}
+	if notMnt, err := mount.New("").IsLikelyNotMountPoint(target); err != nil || notMnt {
+		t.Errorf("IsLikelyNotMountPoint of the dead target: %v, %v; expected \"a mount point, no error\" (the naive probe's lie)", notMnt, err)
+	}
+
+	start := time.Now()
+	resp, err := h.node.NodeGetVolumeHealth(ctx, &csi.NodeGetVolumeHealthRequest{VolumeId: vol, VolumePublishPath: target})
+	took := time.Since(start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := resp.GetVolumeHealth().GetHealthStatuses()
+	if len(e) != 1 || e[0].GetReason() != ReasonServerGone || !strings.Contains(e[0].GetMessage(), syscall.ENOTCONN.Error()) {
+		t.Fatalf("NodeGetVolumeHealth right after the kill: %v; want one %s with ENOTCONN", e, ReasonServerGone)
+	}
+	t.Logf("NodeGetVolumeHealth reported %s %v after the call started (probe timeout %v)", e[0].GetReason(), took, probeTimeout)
+	supported, abnormal, msg, err := plugintest.LegacyVolumeHealth(ctx, h.conn, &csi.NodeGetVolumeStatsRequest{VolumeId: vol, VolumePath: target})
+	if err != nil || !supported || !abnormal || !strings.Contains(msg, syscall.ENOTCONN.Error()) {
+		t.Fatalf("kubelet ≤ v1.36 view right after the kill: supported %v, abnormal %v, %q, %v; want abnormal with ENOTCONN", supported, abnormal, msg, err)
 	}
 }

@@ -98,37 +98,70 @@ var naiveProbes = []struct {
 }
 
 // TestNaiveProbesLieOnDeadMount kills the server of a page-cache mount whose attributes and names are cached
-// for an hour: every naive probe still calls the mount healthy, the Prober's statfs reaches the kernel's
-// connection and reports it gone (ENOTCONN) at once.
+// for an hour: the naive probes still call the mount healthy, the Prober's statfs reaches the kernel's
+// connection and reports it gone (ENOTCONN) at once. Twice: once after every probe ran on the live mount
+// (warm: the root's attributes are cached, as after kubelet stat'ed the volume before starting a container),
+// once after only the mount's start-up check (cold: the root's attributes were never asked for).
 func TestNaiveProbesLieOnDeadMount(t *testing.T) {
 	testenv.RequireFUSE(t)
 	bin := testenv.Build(t, "dummy-fuse")
-	mnt := t.TempDir()
-	t.Cleanup(func() { _, _ = UnmountUnder(mnt) })
-	cmd, died := startServer(t, bin, mnt, nil, append(cachedServerArgs, mnt)...)
-	for _, np := range naiveProbes { // fill the caches, and make sure each probe works on a live mount
-		if err := np.probe(mnt); err != nil {
-			t.Fatalf("%s on the live mount: %v", np.name, err)
-		}
-	}
-	p := NewProber(time.Second, 1)
-	if err := p.Answers(mnt, "dummy-file.txt"); err != nil {
-		t.Fatalf("Prober on the live mount: %v", err)
-	}
+	for _, tc := range []struct {
+		name string
+		warm bool
+		lies map[string]bool // which naive probes call the dead mount healthy
+	}{
+		{"warm", true, map[string]bool{
+			"statx with an empty mask": true, "statx with an empty mask and AT_STATX_DONT_SYNC": true,
+			"os.Stat of the root": true, "os.Stat of a file": true,
+			"mount-utils IsLikelyNotMountPoint": true, "mount-utils PathExists": true,
+		}},
+		// The root's attributes are not cached: a stat of it reaches the connection and fails honestly. But a
+		// statx with an empty mask or AT_STATX_DONT_SYNC (mount-utils' statx) never asks the server, cached
+		// or not (fuse_update_get_attr in fs/fuse/dir.c), and the file's entry and attributes are cached.
+		{"cold", false, map[string]bool{
+			"statx with an empty mask": true, "statx with an empty mask and AT_STATX_DONT_SYNC": true, "os.Stat of a file": true,
+			"mount-utils IsLikelyNotMountPoint": true,
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			mnt := t.TempDir()
+			t.Cleanup(func() { _, _ = UnmountUnder(mnt) })
+			cmd, died := startServer(t, bin, mnt, nil, append(cachedServerArgs, mnt)...)
+			if tc.warm {
+				for _, np := range naiveProbes { // fill the caches, and make sure each probe works on a live mount
+					if err := np.probe(mnt); err != nil {
+						t.Fatalf("%s on the live mount: %v", np.name, err)
+					}
+				}
+			}
+			p := NewProber(time.Second, 1)
+			if err := p.Answers(mnt, "dummy-file.txt"); err != nil {
+				t.Fatalf("Prober on the live mount: %v", err)
+			}
 
-	kill(t, cmd, died)
-	for _, np := range naiveProbes {
-		if err := np.probe(mnt); err != nil {
-			t.Errorf("%s on the dead mount: %v; it was expected to lie (answer from the caches) on this kernel", np.name, err)
-		} else {
-			t.Logf("%s: healthy — a lie, the server is dead", np.name)
-		}
-	}
-	if _, err := p.Statfs(mnt); !errors.Is(err, syscall.ENOTCONN) {
-		t.Errorf("Prober.Statfs on the dead mount: %v, want ENOTCONN", err)
-	}
-	if err := p.Answers(mnt, "dummy-file.txt"); !IsDead(err) {
-		t.Errorf("Prober.Answers on the dead mount: %v, want a dead-mount error", err)
+			kill(t, cmd, died)
+			for _, np := range naiveProbes {
+				err := np.probe(mnt)
+				switch {
+				case err == nil && tc.lies[np.name]:
+					t.Logf("%s: healthy — a lie, the server is dead", np.name)
+				case err == nil:
+					t.Errorf("%s on the dead mount: healthy; expected it to reach the connection and fail", np.name)
+				case tc.lies[np.name]:
+					t.Errorf("%s on the dead mount: %v; expected it to lie (answer from the caches) on this kernel", np.name, err)
+				case !IsDead(err):
+					t.Errorf("%s on the dead mount: %v; want ENOTCONN", np.name, err)
+				default:
+					t.Logf("%s: %v — honest", np.name, err)
+				}
+			}
+			if _, err := p.Statfs(mnt); !errors.Is(err, syscall.ENOTCONN) {
+				t.Errorf("Prober.Statfs on the dead mount: %v, want ENOTCONN", err)
+			}
+			if err := p.Answers(mnt, "dummy-file.txt"); !IsDead(err) {
+				t.Errorf("Prober.Answers on the dead mount: %v, want a dead-mount error", err)
+			}
+		})
 	}
 }
 
