@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"slices"
-	"strings"
 	"sync"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -154,26 +153,17 @@ func (d *Driver) checkPaths(id string, paths []string) ([]*problem, error) {
 }
 
 // healthEntries turns problems into spec v1.13 health entries: INACCESSIBLE (the pod cannot read the volume
-// through that mount), one per reason.
+// through that mount), folded to one per reason and at most volumecondition.MaxEntries (what kubelet can store).
 func healthEntries(problems []*problem) []*csi.VolumeHealth_VolumeHealthEntry {
 	var entries []*csi.VolumeHealth_VolumeHealthEntry
-	more := map[string]int{}
 	for _, p := range problems {
-		if p == nil {
-			continue
-		}
-		if _, seen := more[p.reason]; !seen {
+		if p != nil {
 			entries = append(entries, &csi.VolumeHealth_VolumeHealthEntry{Status: csi.VolumeHealthErrorType_INACCESSIBLE, Reason: p.reason, Message: p.message})
 		}
-		more[p.reason]++
 	}
-	for _, e := range entries {
-		if n := more[e.Reason] - 1; n > 0 {
-			e.Message = fmt.Sprintf("%s (same for %d more of the volume's mounts)", e.Message, n)
-		}
-		e.Message = strings.ToValidUTF8(e.Message, "\uFFFD")
-	}
-	return entries
+	return volumecondition.Fold(entries, "of the volume's mounts",
+		func(e *csi.VolumeHealth_VolumeHealthEntry) string { return e.Status.String() + "/" + e.Reason },
+		func(e *csi.VolumeHealth_VolumeHealthEntry) *string { return &e.Message })
 }
 
 // fuseDevice is where FUSE servers get their connection to the kernel.
@@ -183,16 +173,27 @@ const fuseDevice = "/dev/fuse"
 // STORAGE_UNREACHABLE), and a restore of recorded mounts still running (STORAGE_DEGRADED: node calls answer
 // Unavailable until it ends). None of this can reach a FUSE server.
 func (n nodeServer) NodeGetStorageHealth(context.Context, *csi.NodeGetStorageHealthRequest) (*csi.NodeGetStorageHealthResponse, error) {
+	fi, err := os.Stat(fuseDevice)
+	return &csi.NodeGetStorageHealthResponse{BackendHealth: storageEntries(fi, err, n.d.Ready())}, nil
+}
+
+// storageEntries are the node's conditions given what stat of /dev/fuse returned and whether the plugin is
+// ready, folded like a volume's.
+func storageEntries(fuseDev os.FileInfo, statErr error, ready bool) []*csi.NodeGetStorageHealthResponse_StorageBackendHealth {
 	var out []*csi.NodeGetStorageHealthResponse_StorageBackendHealth
-	if fi, err := os.Stat(fuseDevice); err != nil || fi.Mode()&os.ModeCharDevice == 0 {
+	if statErr != nil || fuseDev.Mode()&os.ModeCharDevice == 0 {
 		msg := fmt.Sprintf("%s is not a character device", fuseDevice)
-		if err != nil {
-			msg = err.Error()
+		if statErr != nil {
+			msg = statErr.Error()
 		}
 		out = append(out, &csi.NodeGetStorageHealthResponse_StorageBackendHealth{Status: csi.StorageHealthErrorType_STORAGE_UNREACHABLE, Reason: "NoFuseDevice", Message: "no FUSE server can start: " + msg})
 	}
-	if !n.d.Ready() {
+	if !ready {
 		out = append(out, &csi.NodeGetStorageHealthResponse_StorageBackendHealth{Status: csi.StorageHealthErrorType_STORAGE_DEGRADED, Reason: "RestoringMounts", Message: "the plugin is restoring its recorded mounts; node calls answer Unavailable until it is done"})
 	}
-	return &csi.NodeGetStorageHealthResponse{BackendHealth: out}, nil
+	return volumecondition.Fold(out, "of the node's checks",
+		func(e *csi.NodeGetStorageHealthResponse_StorageBackendHealth) string {
+			return e.Status.String() + "/" + e.Reason
+		},
+		func(e *csi.NodeGetStorageHealthResponse_StorageBackendHealth) *string { return &e.Message })
 }

@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
@@ -17,6 +19,7 @@ import (
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/fusemode"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/internal/plugintest"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/state"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/volumecondition"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/testenv"
 )
 
@@ -238,5 +241,100 @@ func TestHealthSeesThroughCaches(t *testing.T) {
 	supported, abnormal, msg, err := plugintest.LegacyVolumeHealth(ctx, h.conn, &csi.NodeGetVolumeStatsRequest{VolumeId: vol, VolumePath: target})
 	if err != nil || !supported || !abnormal || !strings.Contains(msg, syscall.ENOTCONN.Error()) {
 		t.Fatalf("kubelet ≤ v1.36 view right after the kill: supported %v, abnormal %v, %q, %v; want abnormal with ENOTCONN", supported, abnormal, msg, err)
+	}
+}
+
+// storable fails t unless conditions (status, reason, message triples) are what kubelet v1.37 can store: no two
+// with the same status and reason, at most volumecondition.MaxEntries, valid UTF-8 (kubernetes issue 142280).
+func storable(t *testing.T, conditions [][3]string) {
+	t.Helper()
+	if len(conditions) > volumecondition.MaxEntries {
+		t.Fatalf("%d conditions, at most %d fit", len(conditions), volumecondition.MaxEntries)
+	}
+	seen := map[[2]string]bool{}
+	for _, c := range conditions {
+		k := [2]string{c[0], c[1]}
+		if seen[k] {
+			t.Fatalf("duplicate condition (status, reason) %v in %v", k, conditions)
+		}
+		seen[k] = true
+		if !utf8.ValidString(c[2]) {
+			t.Fatalf("condition %v: message is not valid UTF-8", k)
+		}
+	}
+}
+
+// FuzzHealthEntries: whatever the checks of a volume's mounts find (any number of mounts, any mix of problems,
+// reasons the plugin does not have yet, bad UTF-8 in paths), NodeGetVolumeHealth's entries are storable.
+func FuzzHealthEntries(f *testing.F) {
+	f.Add([]byte{0, 1, 1, 2, 3, 4})
+	f.Add([]byte("many mounts, many problems: 0123456789abcdefghijklmnopqrstuvwxyz"))
+	f.Add([]byte{0xff, 0xfe, 1, 1, 1})
+	var forty []byte // 40 reasons: more than fit
+	for c := byte(5); c < 45; c++ {
+		forty = append(forty, c, c)
+	}
+	f.Add(forty)
+	reasons := []string{"", ReasonServerGone, ReasonServerNotResponding, ReasonNotFUSE, ReasonNotMounted}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var problems []*problem
+		for i, c := range b { // each byte one mount: healthy, a known reason, or one of 40 others
+			switch r := int(c) % 45; {
+			case r == 0:
+				problems = append(problems, nil)
+			case r < len(reasons):
+				problems = append(problems, &problem{reasons[r], "at " + string(b[i:min(len(b), i+2)])})
+			default:
+				problems = append(problems, &problem{fmt.Sprintf("Other%d", r), "x"})
+			}
+		}
+		var got [][3]string
+		for _, e := range healthEntries(problems) {
+			got = append(got, [3]string{e.GetStatus().String(), e.GetReason(), e.GetMessage()})
+		}
+		storable(t, got)
+		if want := slices.ContainsFunc(problems, func(p *problem) bool { return p != nil }); want != (len(got) > 0) {
+			t.Fatalf("problems %v gave %d conditions", problems, len(got))
+		}
+	})
+}
+
+// TestStorageEntries covers every combination of the node's conditions.
+func TestStorageEntries(t *testing.T) {
+	dev, devErr := os.Stat("/dev/null") // a character device like /dev/fuse
+	dir, dirErr := os.Stat(t.TempDir())
+	if devErr != nil || dirErr != nil {
+		t.Fatal(devErr, dirErr)
+	}
+	for _, fuse := range []struct {
+		name string
+		fi   os.FileInfo
+		err  error
+		want string
+	}{
+		{"device", dev, nil, ""},
+		{"missing", nil, &os.PathError{Op: "stat", Path: fuseDevice, Err: os.ErrNotExist}, "NoFuseDevice"},
+		{"not a device", dir, nil, "NoFuseDevice"},
+	} {
+		for _, ready := range []bool{true, false} {
+			got := storageEntries(fuse.fi, fuse.err, ready)
+			var conds [][3]string
+			var reasons []string
+			for _, e := range got {
+				conds = append(conds, [3]string{e.GetStatus().String(), e.GetReason(), e.GetMessage()})
+				reasons = append(reasons, e.GetReason())
+			}
+			storable(t, conds)
+			var want []string
+			if fuse.want != "" {
+				want = append(want, fuse.want)
+			}
+			if !ready {
+				want = append(want, "RestoringMounts")
+			}
+			if !slices.Equal(reasons, want) {
+				t.Errorf("/dev/fuse %s, ready %v: reasons %v, want %v", fuse.name, ready, reasons, want)
+			}
+		}
 	}
 }

@@ -1,5 +1,6 @@
-// Package volumecondition writes and reads the VolumeCondition of NodeGetVolumeStatsResponse as CSI spec ≤ v1.12
-// defined it, on a plugin built on spec v1.13, which removed it.
+// Package volumecondition shapes the volume conditions kubelet reads: it writes and reads the VolumeCondition of
+// NodeGetVolumeStatsResponse as CSI spec ≤ v1.12 defined it, on a plugin built on spec v1.13, which removed it;
+// and it folds the health entries of spec v1.13 into what kubelet v1.37 can store (Fold).
 //
 // kubelet up to v1.36 (spec ≤ v1.12 in its go.mod) reads volume health only from there: with the CSIVolumeHealth
 // gate and the node capability VOLUME_CONDITION it takes VolumeCondition from NodeGetVolumeStats and turns an
@@ -11,6 +12,7 @@
 package volumecondition
 
 import (
+	"fmt"
 	"strings"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -107,4 +109,47 @@ func merge(c *Condition, m []byte) bool {
 		}
 	}
 	return true
+}
+
+// MaxEntries is the most health conditions one volume may carry. kubelet v1.37 copies a volume's
+// NodeGetVolumeHealth entries as they are into pod.status.volumeHealth[].healthConditions, a list the API server
+// keys by status and reason and caps at 16 items; a status patch with a duplicate or a 17th condition is
+// refused (422), and since kubelet retries it before it checks whether the pod can be deleted, the pod hangs in
+// Terminating (kubernetes issue 142280, open; kubelet PR 142292, open, would deduplicate on its side). So the
+// plugin folds its entries before it answers.
+const MaxEntries = 16
+
+// Fold returns entries with at most one entry per key (a condition's status and reason) and at most MaxEntries
+// entries, every message valid UTF-8. Of entries with the same key the first is kept, its message saying how many
+// more there were ("same for N more " + what); entries beyond MaxEntries are dropped and the last kept one says
+// how many. msg gives access to an entry's message. Fold changes the messages of entries in place.
+func Fold[E any](entries []E, what string, key func(E) string, msg func(E) *string) []E {
+	var out []E
+	more := map[string]int{}
+	dropped := 0
+	for _, e := range entries {
+		k := key(e)
+		if _, seen := more[k]; seen {
+			more[k]++
+			continue
+		}
+		if len(out) == MaxEntries {
+			dropped++
+			continue
+		}
+		more[k] = 0
+		out = append(out, e)
+	}
+	for _, e := range out {
+		m := msg(e)
+		if n := more[key(e)]; n > 0 {
+			*m = fmt.Sprintf("%s (same for %d more %s)", *m, n, what)
+		}
+		*m = strings.ToValidUTF8(*m, "\uFFFD")
+	}
+	if dropped > 0 {
+		m := msg(out[len(out)-1])
+		*m = fmt.Sprintf("%s (and %d more conditions not shown: at most %d fit)", *m, dropped, MaxEntries)
+	}
+	return out
 }
