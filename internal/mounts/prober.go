@@ -183,8 +183,11 @@ func (m *mountPoints) read() error {
 	return nil
 }
 
-// Statfs runs statfs(2) on path. statfs always reaches the FUSE server (the kernel has no cache for it), so a dead
-// server shows as ENOTCONN here even while stat(2) still answers from the attribute cache.
+// Statfs runs statfs(2) on path. The kernel keeps no cache for it: every call is a FUSE_STATFS request
+// (fuse_statfs in fs/fuse/inode.c), so a dead server shows as ENOTCONN here and a stuck one as ErrTimeout, even
+// while stat(2), an empty-mask statx(2) or mount-utils' IsLikelyNotMountPoint still answer from the caches. The
+// one exception is a caller the mount does not let in (no allow_other, another user): the kernel then answers
+// f_type alone without asking; the plugin is root and its mounts are its own or allow_other.
 func (p *Prober) Statfs(path string) (unix.Statfs_t, error) {
 	v, err := p.do("statfs", path, func() (any, error) {
 		var st unix.Statfs_t

@@ -281,3 +281,46 @@ func abortConnection(conn uint32) error {
 	}
 	return os.WriteFile(filepath.Join(dir, fmt.Sprint(conn), "abort"), []byte("1"), 0)
 }
+
+// TestStatfsOfAnOutsider pins the one case where statfs does not reach the FUSE server: a process the mount does
+// not let in (no allow_other, another user) gets f_type FUSE and nothing else, without a request, whether the
+// server lives or not (fuse_statfs in fs/fuse/inode.c answers for it when fuse_allow_current_process says no).
+// The plugin is root and every mount it makes is its own or allow_other, so its statfs always reaches the
+// server; a health check run as another user would not.
+func TestStatfsOfAnOutsider(t *testing.T) {
+	testenv.RequireFUSE(t)
+	bin := testenv.Build(t, "dummy-fuse")
+	mnt := t.TempDir()
+	for d := mnt; d != "/" && d != os.TempDir(); d = filepath.Dir(d) { // let the outsider reach the mount point
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() { _, _ = UnmountUnder(mnt) })
+	cmd, died := startServer(t, bin, mnt, nil, append(cachedServerArgs, "--allow-other=false", mnt)...)
+	const nobody = 65534
+	outsider := func() string { // statfs as another user: "f_type f_bsize f_namelen"
+		t.Helper()
+		c := exec.Command("stat", "-f", "-c", "%t %s %l", mnt)
+		c.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobody, Gid: nobody}}
+		out, err := c.CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s as uid %d: %v: %s", c, nobody, err, out)
+		}
+		return string(out)
+	}
+	want := fmt.Sprintf("%x 0 0\n", FUSESuperMagic) // the kernel's stand-in: the type, no sizes
+	if got := outsider(); got != want {
+		t.Fatalf("statfs of the live mount as an outsider: %q, want the kernel's stand-in %q", got, want)
+	}
+	if st, err := NewProber(time.Second, 1).Statfs(mnt); err != nil || st.Bsize == 0 {
+		t.Fatalf("statfs of the live mount as root: bsize %d, %v; want the server's answer", st.Bsize, err)
+	}
+	kill(t, cmd, died)
+	if got := outsider(); got != want {
+		t.Errorf("statfs of the dead mount as an outsider: %q, want the same stand-in %q (a lie)", got, want)
+	}
+	if _, err := NewProber(time.Second, 1).Statfs(mnt); !errors.Is(err, syscall.ENOTCONN) {
+		t.Errorf("statfs of the dead mount as root: %v, want ENOTCONN", err)
+	}
+}
