@@ -79,6 +79,10 @@ var naiveProbes = []struct {
 		var stx unix.Statx_t
 		return unix.Statx(unix.AT_FDCWD, p, unix.AT_STATX_DONT_SYNC, 0, &stx)
 	}},
+	{"statx with STATX_TYPE", func(p string) error { // Mountpoint-S3 CSI's fix (their PR #921)
+		var stx unix.Statx_t
+		return unix.Statx(unix.AT_FDCWD, p, 0, unix.STATX_TYPE, &stx)
+	}},
 	{"os.Stat of the root", func(p string) error { _, err := os.Stat(p); return err }},
 	{"os.Stat of a file", func(p string) error { _, err := os.Stat(filepath.Join(p, "dummy-file.txt")); return err }},
 	{"mount-utils IsLikelyNotMountPoint", func(p string) error {
@@ -112,7 +116,7 @@ func TestNaiveProbesLieOnDeadMount(t *testing.T) {
 	}{
 		{"warm", true, map[string]bool{
 			"statx with an empty mask": true, "statx with an empty mask and AT_STATX_DONT_SYNC": true,
-			"os.Stat of the root": true, "os.Stat of a file": true,
+			"statx with STATX_TYPE": true, "os.Stat of the root": true, "os.Stat of a file": true,
 			"mount-utils IsLikelyNotMountPoint": true, "mount-utils PathExists": true,
 		}},
 		// The root's attributes are not cached: a stat of it reaches the connection and fails honestly. But a
@@ -232,7 +236,7 @@ func TestProberOnHeldConnection(t *testing.T) {
 	if took < timeout || took > 20*timeout {
 		t.Errorf("Prober.Statfs gave up after %v, want about its timeout %v", took, timeout)
 	}
-	t.Logf("Prober.Statfs: %v after %v (timeout %v)", err, took, timeout)
+	t.Logf("Prober.Statfs gave up after %v (timeout %v): %v", took, timeout, err)
 	for i := 0; i < 5; i++ { // kubelet polling: joined, not repeated
 		if _, err := p.Statfs(mnt); !errors.Is(err, ErrTimeout) {
 			t.Fatalf("repeated Statfs %d: %v, want ErrTimeout", i, err)
