@@ -23,8 +23,10 @@ import (
 //   - one call per operation and path at a time: a caller asking what an outstanding call already asks waits for
 //     that call's result instead of starting another (so a kubelet polling NodeGetVolumeStats every minute on a
 //     stuck mount costs one thread, not one per poll);
-//   - once a call to a mount has outlived the timeout, at most perMount calls to that mount may be outstanding;
-//     further ones fail at once with ErrTimeout. A mount that answers is never refused.
+//   - once a call to a filesystem has outlived the timeout, at most perMount calls to that filesystem may be
+//     outstanding; further ones fail at once with ErrTimeout. A filesystem is counted once however many mount
+//     points show it (a volume's staging mount and the bind mounts of its targets share one FUSE connection,
+//     and one stuck server blocks them all). A filesystem that answers is never refused.
 //
 // The zero value is not usable; create one with NewProber. A Prober is safe for concurrent use.
 type Prober struct {
@@ -35,7 +37,7 @@ type Prober struct {
 
 	mu    sync.Mutex
 	calls map[callKey]*call
-	mnts  map[string]*mountCalls // by mount point
+	mnts  map[string]*mountCalls // by filesystem (mountPoints.of)
 }
 
 type callKey struct{ op, path string }
@@ -44,8 +46,8 @@ type call struct {
 	done  chan struct{}
 	val   any
 	err   error
-	mount string
-	stuck bool // a waiter timed out on it; guarded by Prober.mu
+	mount string // the filesystem's key (mountPoints.of)
+	stuck bool   // a waiter timed out on it; guarded by Prober.mu
 }
 
 type mountCalls struct{ outstanding, stuck int }
@@ -76,20 +78,20 @@ func (p *Prober) do(op, path string, fn func() (any, error)) (any, error) {
 	c := p.calls[key]
 	if c == nil {
 		p.mu.Unlock()
-		mnt := p.points.of(path) // the mount table only: never blocks on a server
+		mnt, fsys := p.points.of(path) // the mount table only: never blocks on a server
 		p.mu.Lock()
 		if c = p.calls[key]; c == nil {
-			m := p.mnts[mnt]
+			m := p.mnts[fsys]
 			if m == nil {
 				m = &mountCalls{}
-				p.mnts[mnt] = m
+				p.mnts[fsys] = m
 			}
 			if m.stuck > 0 && m.outstanding >= p.perMount {
 				p.mu.Unlock()
-				return nil, &os.PathError{Op: op, Path: path, Err: fmt.Errorf("%w: %d earlier calls to the mount at %s have not returned", ErrTimeout, m.outstanding, mnt)}
+				return nil, &os.PathError{Op: op, Path: path, Err: fmt.Errorf("%w: %d earlier calls to the filesystem mounted at %s have not returned", ErrTimeout, m.outstanding, mnt)}
 			}
 			m.outstanding++
-			c = &call{done: make(chan struct{}), mount: mnt}
+			c = &call{done: make(chan struct{}), mount: fsys}
 			p.calls[key] = c
 			go p.run(key, c, fn)
 		}
@@ -136,13 +138,14 @@ func (p *Prober) run(key callKey, c *call, fn func() (any, error)) {
 type mountPoints struct {
 	mu     sync.Mutex
 	f      *os.File
-	points map[string]bool
+	points map[string]string // mount point → its filesystem's device ("major:minor")
 	valid  bool
 }
 
-// of returns the mount point that path lies on (the longest mount point that is path or one of its parents);
-// "/" when the table cannot be read.
-func (m *mountPoints) of(path string) string {
+// of returns the mount point that path lies on (the longest mount point that is path or one of its parents) and
+// a key of the filesystem mounted there, its device number, the same for every bind mount of it; "/" and "/"
+// when the table cannot be read.
+func (m *mountPoints) of(path string) (mountPoint, fsys string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.f == nil {
@@ -151,7 +154,7 @@ func (m *mountPoints) of(path string) string {
 		// stays out of it (os.NewFile).
 		fd, err := unix.Open("/proc/self/mountinfo", unix.O_RDONLY|unix.O_CLOEXEC, 0)
 		if err != nil {
-			return "/"
+			return "/", "/"
 		}
 		m.f = os.NewFile(uintptr(fd), "/proc/self/mountinfo")
 	}
@@ -161,11 +164,14 @@ func (m *mountPoints) of(path string) string {
 		m.valid = m.read() == nil
 	}
 	for p := filepath.Clean(path); p != "/" && p != "."; p = filepath.Dir(p) {
-		if m.points[p] {
-			return p
+		if dev, ok := m.points[p]; ok {
+			return p, dev
 		}
 	}
-	return "/"
+	if dev, ok := m.points["/"]; ok {
+		return "/", dev
+	}
+	return "/", "/"
 }
 
 func (m *mountPoints) read() error {
@@ -176,9 +182,9 @@ func (m *mountPoints) read() error {
 	if err != nil {
 		return err
 	}
-	m.points = make(map[string]bool, len(infos))
+	m.points = make(map[string]string, len(infos))
 	for _, in := range infos {
-		m.points[in.Mountpoint] = true
+		m.points[in.Mountpoint] = fmt.Sprintf("%d:%d", in.Major, in.Minor) // the last mount on a point is on top
 	}
 	return nil
 }

@@ -255,8 +255,18 @@ func TestProberOnHeldConnection(t *testing.T) {
 			t.Fatalf("call %d beyond perMount: %v after %v, want an immediate ErrTimeout", i, err, time.Since(start))
 		}
 	}
+	// A bind mount of the same connection (a target of the volume) shares the budget: refused at once too.
+	bind := t.TempDir()
+	if err := Bind(mnt, bind, true); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = UnmountLazy(bind) })
+	start = time.Now()
+	if _, err := p.Statfs(bind); !errors.Is(err, ErrTimeout) || time.Since(start) >= timeout {
+		t.Fatalf("statfs of a bind mount of the stuck connection: %v after %v, want an immediate ErrTimeout", err, time.Since(start))
+	}
 	if n := p.Outstanding(); n != perMount {
-		t.Fatalf("%d calls outstanding on the stuck mount, want at most perMount = %d", n, perMount)
+		t.Fatalf("%d calls outstanding on the stuck connection, want at most perMount = %d", n, perMount)
 	}
 
 	if err := abortConnection(conn); err != nil {

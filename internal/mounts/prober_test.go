@@ -57,14 +57,15 @@ func TestProberBoundsStuckCalls(t *testing.T) {
 }
 
 // TestMountPointsFollowTheTable: the cached mount points notice a mount and an unmount (the kernel's POLLPRI on
-// mountinfo), so a path is always attributed to the mount it lies on.
+// mountinfo), so a path is always attributed to the mount it lies on; a bind mount counts as the same
+// filesystem as its source.
 func TestMountPointsFollowTheTable(t *testing.T) {
 	if os.Geteuid() != 0 {
 		testenv.SkipOrFail(t, "mounting needs root")
 	}
-	dir := t.TempDir()
+	dir, bind := t.TempDir(), t.TempDir()
 	var m mountPoints
-	parent := m.of(dir)
+	parent, parentFS := m.of(dir)
 	if parent == dir {
 		t.Fatalf("%s is a mount point before the test mounted it", dir)
 	}
@@ -72,13 +73,24 @@ func TestMountPointsFollowTheTable(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = unix.Unmount(dir, unix.MNT_DETACH) })
-	if got := m.of(filepath.Join(dir, "x")); got != dir {
-		t.Errorf("after mounting %s: a path in it is on %q", dir, got)
+	got, fsys := m.of(filepath.Join(dir, "x"))
+	if got != dir || fsys == parentFS {
+		t.Errorf("after mounting %s: a path in it is on %q (filesystem %s, its parent's %s)", dir, got, fsys, parentFS)
+	}
+	if err := unix.Mount(dir, bind, "", unix.MS_BIND, ""); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = unix.Unmount(bind, unix.MNT_DETACH) })
+	if got, bindFS := m.of(bind); got != bind || bindFS != fsys {
+		t.Errorf("the bind mount %s: on %q, filesystem %s; want itself and the source's filesystem %s", bind, got, bindFS, fsys)
+	}
+	if err := unix.Unmount(bind, 0); err != nil {
+		t.Fatal(err)
 	}
 	if err := unix.Unmount(dir, 0); err != nil {
 		t.Fatal(err)
 	}
-	if got := m.of(filepath.Join(dir, "x")); got != parent {
-		t.Errorf("after unmounting %s: a path in it is on %q, want %q", dir, got, parent)
+	if got, fsys := m.of(filepath.Join(dir, "x")); got != parent || fsys != parentFS {
+		t.Errorf("after unmounting %s: a path in it is on %q (%s), want %q (%s)", dir, got, fsys, parent, parentFS)
 	}
 }
