@@ -167,6 +167,8 @@ type worker struct {
 	c       *Conn
 	in, out []byte
 	slow    *time.Timer // fires grow when a request keeps the only reader busy
+	inIov   [1][]byte   // HandleRequest's arguments, kept here so that passing them allocates nothing
+	outIov  [1][]byte
 	wake    chan bool
 	mapping []byte // in and out when they were mapped (free unmaps it)
 }
@@ -233,7 +235,8 @@ func (w *worker) serveOne() (done bool, err error) {
 	}
 	req := w.in[:n]
 	isInit := n >= inHeaderLen && binary.NativeEndian.Uint32(req[4:8]) == opInit
-	m, st := w.c.ps.HandleRequest([][]byte{req}, [][]byte{w.out})
+	w.inIov[0], w.outIov[0] = req, w.out
+	m, st := w.c.ps.HandleRequest(w.inIov[:], w.outIov[:])
 	if !st.Ok() && n >= inHeaderLen {
 		// go-fuse could not handle it (and logged why): answer EIO rather than leave the caller waiting
 		// forever. A request without a reply (FORGET) never fails this way.
