@@ -170,6 +170,11 @@ type worker struct {
 	inIov   [1][]byte   // HandleRequest's arguments, kept here so that passing them allocates nothing
 	outIov  [1][]byte
 	wake    chan bool
+
+	// Queue checks of the last reader (see checkBacklog).
+	sinceCheck int  // requests taken since the last check
+	backlog    bool // the last check found requests waiting
+
 	mapping []byte // in and out when they were mapped (free unmaps it)
 }
 
@@ -209,10 +214,47 @@ func (w *worker) serve() {
 			w.c.end(err)
 			return
 		}
-		if w.c.reading.Load() > 0 && !w.c.park(w.wake) {
+		// Park only while another worker reads and nothing waits: with a backlog every worker is busy.
+		if w.c.reading.Load() > 0 && !w.c.pending() && !w.c.park(w.wake) {
 			return
 		}
 	}
+}
+
+// checkBacklog runs after the only reading worker took req: when another request already waits behind a
+// request that a caller waits for, two callers wait at once (several readers), and another worker starts
+// reading, so that both cores answer. Requests nobody waits for do not count: open+read+close queues its
+// asynchronous RELEASE right before the next OPEN, and a second worker there would only add a wake-up per
+// operation. The check is a poll(2) of the device: on every request while callers queue up, otherwise on
+// every backlogEvery-th, which keeps a single caller's loop at one system call more per eight requests.
+func (w *worker) checkBacklog(req []byte) {
+	if len(req) < inHeaderLen || asyncOp(binary.NativeEndian.Uint32(req[4:8])) {
+		return
+	}
+	if !w.backlog {
+		if w.sinceCheck++; w.sinceCheck < backlogEvery {
+			return
+		}
+	}
+	w.sinceCheck = 0
+	if w.backlog = w.c.pending(); w.backlog {
+		w.c.grow()
+	}
+}
+
+// backlogEvery is how often a lone reader looks at the queue while no caller waits behind another.
+const backlogEvery = 8
+
+// asyncOp reports whether the kernel sends requests of this opcode without a caller waiting for the reply
+// (include/uapi/linux/fuse.h: FORGET 2, RELEASE 18, RELEASEDIR 29, INTERRUPT 36, BATCH_FORGET 42).
+func asyncOp(op uint32) bool { return op == 2 || op == 18 || op == 29 || op == 36 || op == 42 }
+
+// pending reports whether requests wait in the connection's queue (poll(2) without blocking: fuse_dev_poll in
+// fs/fuse/dev.c reports POLLIN while the pending list is not empty).
+func (c *Conn) pending() bool {
+	fds := [1]unix.PollFd{{Fd: int32(c.fd), Events: unix.POLLIN}}
+	n, err := unix.Poll(fds[:], 0)
+	return err == nil && n > 0 && fds[0].Revents&unix.POLLIN != 0
 }
 
 // serveOne reads and answers one request; done reports the end of the connection. The caller counted this
@@ -232,6 +274,7 @@ func (w *worker) serveOne() (done bool, err error) {
 	if last && w.slow != nil {
 		w.slow.Reset(slowAfter)
 		defer w.slow.Stop()
+		w.checkBacklog(w.in[:n])
 	}
 	req := w.in[:n]
 	isInit := n >= inHeaderLen && binary.NativeEndian.Uint32(req[4:8]) == opInit
