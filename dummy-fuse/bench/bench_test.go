@@ -89,3 +89,20 @@ func TestBusy(t *testing.T) {
 		}
 	}
 }
+
+func TestGoals(t *testing.T) {
+	round := func(n int, gr, gcpu, cr, ccpu float64) Round {
+		return Round{N: n, Figures: []Figures{
+			{Bench: "DirectIORead", Server: "go", ReadsPerSec: gr, CPUus: gcpu, PeakRSSMiB: 6},
+			{Bench: "DirectIORead", Server: "c", ReadsPerSec: cr, CPUus: ccpu, PeakRSSMiB: 2},
+		}}
+	}
+	r := Result{Rounds: []Round{round(1, 200, 2, 100, 3), round(2, 90, 2, 100, 3), round(3, 150, 4, 100, 3)}}
+	r.Summarize()
+	got := Goals(&r)
+	for _, want := range []string{"DirectIORead met by the medians (in 1 of 3 rounds)", "peak RSS ≤ 4 MiB not met (6.0 MiB at most)"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("Goals = %q, want it to contain %q", got, want)
+		}
+	}
+}

@@ -49,7 +49,76 @@ func Table(r *Result, file string) string {
 			title, count(s.GoReads), count(s.CReads), s.Ratio.Min, s.Ratio.Max, s.Ratio.Median,
 			s.GoCPU.Median, s.CCPU.Median, s.GoSwitch.Median, s.CSwitch.Median, s.GoRSS.Median, s.CRSS.Median)
 	}
+	b.WriteString("\n" + Goals(r) + "\n")
 	return b.String()
+}
+
+// aheadBenches must reach at least C's rate with no more CPU per operation (issue 24).
+var aheadBenches = []string{"DirectIORead", "ParallelDirectIORead", "OpenReadClose"}
+
+// Goals states, for r, which of dummy-fuse's goals its medians meet and in how many rounds: a median met in
+// few rounds is not a result on a busy machine.
+func Goals(r *Result) string {
+	var parts []string
+	for _, name := range aheadBenches {
+		met, of := 0, 0
+		for _, rd := range r.Rounds {
+			g, c, ok := pair(rd, name)
+			if !ok {
+				continue
+			}
+			of++
+			if g.ReadsPerSec >= c.ReadsPerSec && g.CPUus <= c.CPUus {
+				met++
+			}
+		}
+		for _, s := range r.Summary {
+			if s.Bench == name {
+				verdict := "not met"
+				if s.Ratio.Median >= 1 && s.GoCPU.Median <= s.CCPU.Median {
+					verdict = "met"
+				}
+				parts = append(parts, fmt.Sprintf("%s %s by the medians (in %d of %d rounds)", name, verdict, met, of))
+			}
+		}
+	}
+	for _, s := range r.Summary {
+		switch {
+		case s.Bench == "SlowRead":
+			verdict := "not met"
+			if s.GoReads.Median >= 1440 {
+				verdict = "met"
+			}
+			parts = append(parts, fmt.Sprintf("SlowRead ≥ 1,440 reads/s (90 %% of the ideal) %s", verdict))
+		}
+	}
+	rss := 0.0
+	for _, s := range r.Summary {
+		rss = max(rss, s.GoRSS.Max)
+	}
+	verdict := "not met"
+	if rss <= 4 {
+		verdict = "met"
+	}
+	parts = append(parts, fmt.Sprintf("peak RSS ≤ 4 MiB %s (%.1f MiB at most)", verdict, rss))
+	return "Goals (Go/C ≥ 1 with no more server CPU per operation): " + strings.Join(parts, "; ") + "."
+}
+
+// pair returns the figures of bench name for both servers in round rd.
+func pair(rd Round, name string) (g, c Figures, ok bool) {
+	var okg, okc bool
+	for _, f := range rd.Figures {
+		if f.Bench != name {
+			continue
+		}
+		switch f.Server {
+		case "go":
+			g, okg = f, true
+		case "c":
+			c, okc = f, true
+		}
+	}
+	return g, c, okg && okc && c.ReadsPerSec > 0
 }
 
 // count formats a range of rates: 83.0k–102.3k.

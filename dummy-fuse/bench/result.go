@@ -44,7 +44,7 @@ type Load struct {
 	Busy float64    `json:"busy"` // 0..1
 }
 
-// Busy reports whether figures taken under l are suspect: other work ran on at least half of the cores.
+// IsBusy reports whether figures taken under l are suspect: other work ran on at least half of the cores.
 func (l Load) IsBusy(cores int) bool { return l.Busy >= 0.5 || l.Avg[0] >= float64(cores) }
 
 // Round is one round: every benchmark against every server, in Order.
