@@ -15,6 +15,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/atomicfile"
 )
 
 // Result is one run of `make bench`, written to results/<date>-<commit>.json.
@@ -212,7 +214,7 @@ func (r *Result) Write(dir string) (string, error) {
 		date = date[:13] // 20261126T1203
 	}
 	path := filepath.Join(dir, date+"-"+r.Commit+".json")
-	if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
+	if err := atomicfile.Write(path, append(b, '\n'), 0o644); err != nil {
 		return "", err
 	}
 	return path, nil
