@@ -33,6 +33,7 @@ import (
 type Conn struct {
 	fd      int
 	ps      *fuse.ProtocolServer
+	quick   *FS // answers the frequent requests without ps (FS.QuickReply); nil for any other filesystem
 	bufSize int
 	max     int
 
@@ -74,7 +75,10 @@ func NewConn(fd int, fs fuse.RawFileSystem, mo *fuse.MountOptions, workers int) 
 	// The kernel refuses reads shorter than max_write plus headers, and than 8 KiB. Of a worker's buffers
 	// only the pages that requests and replies touch become resident.
 	size := max(mo.MaxWrite, 8192) + 4096
-	return &Conn{fd: fd, ps: fuse.NewProtocolServer(fs, mo), bufSize: size, max: workers}
+	// Only for *FS itself: QuickReply stands for its methods, and a filesystem that wraps it (embedding it,
+	// as tests do to hold reads) would be bypassed.
+	quick, _ := fs.(*FS)
+	return &Conn{fd: fd, ps: fuse.NewProtocolServer(fs, mo), quick: quick, bufSize: size, max: workers}
 }
 
 // InitRecord returns the handover record once INIT was answered (nil before): the kernel's INIT request as
@@ -277,6 +281,11 @@ func (w *worker) serveOne() (done bool, err error) {
 		w.checkBacklog(w.in[:n])
 	}
 	req := w.in[:n]
+	if w.c.quick != nil {
+		if m, ok := w.c.quick.QuickReply(req, w.out); ok {
+			return writeReply(w.c.fd, w.out[:m])
+		}
+	}
 	isInit := n >= inHeaderLen && binary.NativeEndian.Uint32(req[4:8]) == opInit
 	w.inIov[0], w.outIov[0] = req, w.out
 	m, st := w.c.ps.HandleRequest(w.inIov[:], w.outIov[:])
