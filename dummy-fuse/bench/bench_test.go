@@ -100,7 +100,7 @@ func TestGoals(t *testing.T) {
 	r := Result{Rounds: []Round{round(1, 200, 2, 100, 3), round(2, 90, 2, 100, 3), round(3, 150, 4, 100, 3)}}
 	r.Summarize()
 	got := Goals(&r)
-	for _, want := range []string{"DirectIORead met by the medians (in 1 of 3 rounds)", "peak RSS ≤ 4 MiB not met (6.0 MiB at most)"} {
+	for _, want := range []string{"DirectIORead met by the medians (in 1 of 3 rounds)", "peak RSS ≤ 4 MiB not met: DirectIORead (6.0 MiB)"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("Goals = %q, want it to contain %q", got, want)
 		}
