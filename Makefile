@@ -6,7 +6,7 @@ export CGO_ENABLED ?= 0
 BIN ?= $(CURDIR)/bin
 export BIN
 
-.PHONY: all help build test lint bench clean
+.PHONY: all help build test lint bench bench-doc clean
 all: build
 
 help: ## show the targets
@@ -29,6 +29,9 @@ lint: ## gofmt, go vet, staticcheck (built into bin/tools) and shellcheck (from 
 
 bench: build ## dummy-fuse side by side with a C libfuse3 reference through real mounts, ratio per round (root + /dev/fuse)
 	hack/bench.sh
+
+bench-doc: ## regenerate dummy-fuse/README.md's bench table from the newest dummy-fuse/bench/results file
+	go run ./dummy-fuse/bench/cmd/benchdoc
 
 clean: ## remove build output
 	rm -rf $(BIN) _output

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"fmt"
 	"os"
 	"os/exec"
@@ -120,64 +119,82 @@ func (s benchServer) serve(b *testing.B, direct bool, latency time.Duration) (in
 	return cmd.Process.Pid, mnt
 }
 
-// report adds the metrics of a finished run of b.N operations that took lat each, during which the server
-// used cpu.
-func report(b *testing.B, elapsed time.Duration, lat []time.Duration, pid int, cpu time.Duration) {
+// report adds the metrics of a finished run of len(lat) operations, during which the server used u.
+func report(b *testing.B, elapsed time.Duration, lat []time.Duration, pid int, u serverUsage) {
 	b.Helper()
 	slices.Sort(lat)
 	pct := func(p float64) float64 {
 		return float64(lat[min(len(lat)-1, int(p*float64(len(lat))))].Nanoseconds()) / 1e3
 	}
-	b.ReportMetric(float64(len(lat))/elapsed.Seconds(), "reads/s")
+	ops := float64(len(lat))
+	b.ReportMetric(ops/elapsed.Seconds(), "reads/s")
 	b.ReportMetric(pct(0.50), "p50-µs")
 	b.ReportMetric(pct(0.99), "p99-µs")
 	b.ReportMetric(float64(vmHWM(b, pid))/1024, "peak-RSS-MiB")
-	// CPU per operation hardly depends on what else runs on the machine, unlike reads/s.
-	b.ReportMetric(float64(cpu.Nanoseconds())/1e3/float64(len(lat)), "server-cpu-µs/op")
+	// CPU and context switches per operation hardly depend on what else runs on the machine, unlike reads/s.
+	b.ReportMetric(float64(u.cpu.Nanoseconds())/1e3/ops, "server-cpu-µs/op")
+	b.ReportMetric(float64(u.switches)/ops, "server-switches/op")
 }
 
-// cpuTime returns the CPU time all threads of process pid have run so far (schedstat: nanoseconds).
-func cpuTime(b *testing.B, pid int) time.Duration {
+// serverUsage is what the threads of a server process have used so far.
+type serverUsage struct {
+	cpu      time.Duration // on a CPU (schedstat)
+	switches int64         // context switches, voluntary (blocking in read(2), futex) and not (preempted)
+}
+
+func (u serverUsage) sub(v serverUsage) serverUsage {
+	return serverUsage{u.cpu - v.cpu, u.switches - v.switches}
+}
+
+// usageOf sums the usage of all threads of process pid (threads that exited are not counted, which is fine:
+// the servers keep theirs).
+func usageOf(b *testing.B, pid int) serverUsage {
 	b.Helper()
-	tasks, err := filepath.Glob("/proc/" + strconv.Itoa(pid) + "/task/*/schedstat")
+	tasks, err := filepath.Glob("/proc/" + strconv.Itoa(pid) + "/task/*")
 	if err != nil || len(tasks) == 0 {
-		b.Fatalf("no schedstat for pid %d: %v", pid, err)
+		b.Fatalf("no threads for pid %d: %v", pid, err)
 	}
-	var total time.Duration
-	for _, f := range tasks {
-		data, err := os.ReadFile(f)
+	var u serverUsage
+	for _, dir := range tasks {
+		data, err := os.ReadFile(dir + "/schedstat")
 		if err != nil {
 			continue // thread exited
 		}
 		ns, err := strconv.ParseInt(strings.Fields(string(data))[0], 10, 64)
 		if err != nil {
-			b.Fatalf("%s: %v", f, err)
+			b.Fatalf("%s/schedstat: %v", dir, err)
 		}
-		total += time.Duration(ns)
+		u.cpu += time.Duration(ns)
+		for _, key := range []string{"voluntary_ctxt_switches:", "nonvoluntary_ctxt_switches:"} {
+			u.switches += int64(statusField(b, dir+"/status", key))
+		}
 	}
-	return total
+	return u
+}
+
+// statusField returns the number after key in a /proc status file (0 when the file is gone).
+func statusField(b *testing.B, path, key string) int {
+	b.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return 0
+	}
+	for line := range strings.Lines(string(data)) {
+		if v, ok := strings.CutPrefix(line, key); ok {
+			n, err := strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(v), " kB"))
+			if err != nil {
+				b.Fatalf("%s: %s %v", path, key, err)
+			}
+			return n
+		}
+	}
+	b.Fatalf("%s: no %s", path, key)
+	return 0
 }
 
 // vmHWM returns the peak resident set size of process pid in KiB.
 func vmHWM(b *testing.B, pid int) int {
-	b.Helper()
-	f, err := os.Open("/proc/" + strconv.Itoa(pid) + "/status")
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
-			kb, err := strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")))
-			if err != nil {
-				b.Fatal(err)
-			}
-			return kb
-		}
-	}
-	b.Fatal("no VmHWM in /proc/PID/status")
-	return 0
+	return statusField(b, "/proc/"+strconv.Itoa(pid)+"/status", "VmHWM:")
 }
 
 // BenchmarkDirectIORead re-reads an open file with pread; with direct I/O every read is a FUSE READ
@@ -221,7 +238,7 @@ func preadLoad(b *testing.B, pid int, file string, readers int) {
 	lat := make([]time.Duration, b.N)
 	var next atomic.Int64
 	errs := make(chan error, readers)
-	cpu0 := cpuTime(b, pid)
+	u0 := usageOf(b, pid)
 	b.ResetTimer()
 	start := time.Now()
 	var wg sync.WaitGroup
@@ -246,7 +263,7 @@ func preadLoad(b *testing.B, pid int, file string, readers int) {
 	if err := <-errs; err != nil {
 		b.Fatal(err)
 	}
-	report(b, elapsed, lat, pid, cpuTime(b, pid)-cpu0)
+	report(b, elapsed, lat, pid, usageOf(b, pid).sub(u0))
 }
 
 // BenchmarkOpenReadClose opens, reads and closes the file each time in page-cache mode: one FUSE OPEN per
@@ -258,7 +275,7 @@ func BenchmarkOpenReadClose(b *testing.B) {
 		path := filepath.Join(mnt, fileName)
 		buf := make([]byte, 4096)
 		lat := make([]time.Duration, b.N)
-		cpu0 := cpuTime(b, pid)
+		u0 := usageOf(b, pid)
 		b.ResetTimer()
 		start := time.Now()
 		for i := range b.N {
@@ -277,6 +294,6 @@ func BenchmarkOpenReadClose(b *testing.B) {
 		}
 		elapsed := time.Since(start)
 		b.StopTimer()
-		report(b, elapsed, lat, pid, cpuTime(b, pid)-cpu0)
+		report(b, elapsed, lat, pid, usageOf(b, pid).sub(u0))
 	})
 }

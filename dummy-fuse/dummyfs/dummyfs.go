@@ -190,6 +190,14 @@ func (fs *FS) Open(_ <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.S
 	return fuse.OK
 }
 
+// Flush succeeds: nothing is ever written. It is answered (as go-fuse's default does) rather than refused
+// with ENOSYS, which would make the kernel stop sending FLUSH and close(2) on a dead mount succeed instead of
+// reporting ENOTCONN.
+func (fs *FS) Flush(<-chan struct{}, *fuse.FlushIn) fuse.Status { return fuse.OK }
+
+// Release is a no-op: file handles carry no state.
+func (fs *FS) Release(<-chan struct{}, *fuse.ReleaseIn) {}
+
 // Read returns the requested range of the content, clamped to its length, after Options.ReadLatency.
 func (fs *FS) Read(_ <-chan struct{}, in *fuse.ReadIn, _ []byte) (fuse.ReadResult, fuse.Status) {
 	if in.NodeId != FileID {
@@ -205,9 +213,14 @@ func (fs *FS) Read(_ <-chan struct{}, in *fuse.ReadIn, _ []byte) (fuse.ReadResul
 		for unix.Nanosleep(&ts, &ts) == unix.EINTR {
 		}
 	}
-	off := min(in.Offset, uint64(len(fs.content)))
-	end := min(off+uint64(in.Size), uint64(len(fs.content)))
-	return fuse.ReadResultData(fs.content[off:end]), fuse.OK
+	return fuse.ReadResultData(fs.readData(in.Offset, in.Size)), fuse.OK
+}
+
+// readData returns the range a READ asks for, clamped to the content.
+func (fs *FS) readData(offset uint64, size uint32) []byte {
+	off := min(offset, uint64(len(fs.content)))
+	end := min(off+uint64(size), uint64(len(fs.content)))
+	return fs.content[off:end]
 }
 
 // OpenDir opens the root directory.

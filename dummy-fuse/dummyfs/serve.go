@@ -33,6 +33,7 @@ import (
 type Conn struct {
 	fd      int
 	ps      *fuse.ProtocolServer
+	quick   *FS // answers the frequent requests without ps (FS.QuickReply); nil for any other filesystem
 	bufSize int
 	max     int
 
@@ -74,7 +75,10 @@ func NewConn(fd int, fs fuse.RawFileSystem, mo *fuse.MountOptions, workers int) 
 	// The kernel refuses reads shorter than max_write plus headers, and than 8 KiB. Of a worker's buffers
 	// only the pages that requests and replies touch become resident.
 	size := max(mo.MaxWrite, 8192) + 4096
-	return &Conn{fd: fd, ps: fuse.NewProtocolServer(fs, mo), bufSize: size, max: workers}
+	// Only for *FS itself: QuickReply stands for its methods, and a filesystem that wraps it (embedding it,
+	// as tests do to hold reads) would be bypassed.
+	quick, _ := fs.(*FS)
+	return &Conn{fd: fd, ps: fuse.NewProtocolServer(fs, mo), quick: quick, bufSize: size, max: workers}
 }
 
 // InitRecord returns the handover record once INIT was answered (nil before): the kernel's INIT request as
@@ -167,7 +171,14 @@ type worker struct {
 	c       *Conn
 	in, out []byte
 	slow    *time.Timer // fires grow when a request keeps the only reader busy
+	inIov   [1][]byte   // HandleRequest's arguments, kept here so that passing them allocates nothing
+	outIov  [1][]byte
 	wake    chan bool
+
+	// Queue checks of the last reader (see checkBacklog).
+	sinceCheck int  // requests taken since the last check
+	backlog    bool // the last check found requests waiting
+
 	mapping []byte // in and out when they were mapped (free unmaps it)
 }
 
@@ -207,10 +218,47 @@ func (w *worker) serve() {
 			w.c.end(err)
 			return
 		}
-		if w.c.reading.Load() > 0 && !w.c.park(w.wake) {
+		// Park only while another worker reads and nothing waits: with a backlog every worker is busy.
+		if w.c.reading.Load() > 0 && !w.c.pending() && !w.c.park(w.wake) {
 			return
 		}
 	}
+}
+
+// checkBacklog runs after the only reading worker took req: when another request already waits behind a
+// request that a caller waits for, two callers wait at once (several readers), and another worker starts
+// reading, so that both cores answer. Requests nobody waits for do not count: open+read+close queues its
+// asynchronous RELEASE right before the next OPEN, and a second worker there would only add a wake-up per
+// operation. The check is a poll(2) of the device: on every request while callers queue up, otherwise on
+// every backlogEvery-th, which keeps a single caller's loop at one system call more per eight requests.
+func (w *worker) checkBacklog(req []byte) {
+	if len(req) < inHeaderLen || asyncOp(binary.NativeEndian.Uint32(req[4:8])) {
+		return
+	}
+	if !w.backlog {
+		if w.sinceCheck++; w.sinceCheck < backlogEvery {
+			return
+		}
+	}
+	w.sinceCheck = 0
+	if w.backlog = w.c.pending(); w.backlog {
+		w.c.grow()
+	}
+}
+
+// backlogEvery is how often a lone reader looks at the queue while no caller waits behind another.
+const backlogEvery = 8
+
+// asyncOp reports whether the kernel sends requests of this opcode without a caller waiting for the reply
+// (include/uapi/linux/fuse.h: FORGET 2, RELEASE 18, RELEASEDIR 29, INTERRUPT 36, BATCH_FORGET 42).
+func asyncOp(op uint32) bool { return op == 2 || op == 18 || op == 29 || op == 36 || op == 42 }
+
+// pending reports whether requests wait in the connection's queue (poll(2) without blocking: fuse_dev_poll in
+// fs/fuse/dev.c reports POLLIN while the pending list is not empty).
+func (c *Conn) pending() bool {
+	fds := [1]unix.PollFd{{Fd: int32(c.fd), Events: unix.POLLIN}}
+	n, err := unix.Poll(fds[:], 0)
+	return err == nil && n > 0 && fds[0].Revents&unix.POLLIN != 0
 }
 
 // serveOne reads and answers one request; done reports the end of the connection. The caller counted this
@@ -230,10 +278,17 @@ func (w *worker) serveOne() (done bool, err error) {
 	if last && w.slow != nil {
 		w.slow.Reset(slowAfter)
 		defer w.slow.Stop()
+		w.checkBacklog(w.in[:n])
 	}
 	req := w.in[:n]
+	if w.c.quick != nil {
+		if m, ok := w.c.quick.QuickReply(req, w.out); ok {
+			return writeReply(w.c.fd, w.out[:m])
+		}
+	}
 	isInit := n >= inHeaderLen && binary.NativeEndian.Uint32(req[4:8]) == opInit
-	m, st := w.c.ps.HandleRequest([][]byte{req}, [][]byte{w.out})
+	w.inIov[0], w.outIov[0] = req, w.out
+	m, st := w.c.ps.HandleRequest(w.inIov[:], w.outIov[:])
 	if !st.Ok() && n >= inHeaderLen {
 		// go-fuse could not handle it (and logged why): answer EIO rather than leave the caller waiting
 		// forever. A request without a reply (FORGET) never fails this way.
