@@ -18,6 +18,8 @@ import (
 
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/testenv"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios/catalog"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios/report"
 )
 
 // binDir holds csi-plugin, dummy-fuse and dummy-fuse-workload, built once for all tests (when they can run).
@@ -121,8 +123,8 @@ func run(t *testing.T, ctx context.Context, b *Backend, sc scenarios.Scenario, d
 	t.Helper()
 	var out bytes.Buffer
 	o := scenarios.Run(ctx, b, sc, scenarios.RunOptions{Dir: dir, Out: &out})
-	scenarios.PrintVerdicts(&out, o)
-	if err := scenarios.WriteReport(o); err != nil {
+	report.PrintVerdicts(&out, o)
+	if err := report.WriteReport(o); err != nil {
 		t.Errorf("report: %v", err)
 	}
 	t.Logf("%s (wall %s):\n%s", sc.Name, o.Measures.Wall.Round(time.Millisecond), out.String())
@@ -134,7 +136,7 @@ func run(t *testing.T, ctx context.Context, b *Backend, sc scenarios.Scenario, d
 // every other modelled kubelet as well; each expected outcome for that kubelet must hold.
 func TestScenarios(t *testing.T) {
 	for i, kv := range KubeletVersions {
-		for _, sc := range scenarios.Catalog() {
+		for _, sc := range catalog.All() {
 			if i > 0 && !sc.OnEveryRelease() {
 				continue
 			}
@@ -191,7 +193,7 @@ func TestModelledKubelet(t *testing.T) {
 // TestWrongExpectationFails runs the restart scenario for real, judged by expectations that contradict what
 // happens; the verdicts must say FAIL.
 func TestWrongExpectationFails(t *testing.T) {
-	sc, err := scenarios.Lookup("restart")
+	sc, err := catalog.Lookup("restart")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -231,7 +233,7 @@ func (c cancelAfterKill) Kill(ctx context.Context, comp scenarios.Component) err
 // TestCancelledRunCleansUp: an interrupted run (dead FUSE mounts, a container in back-off) still stops every
 // process and unmounts everything (asserted by newBackend's cleanup).
 func TestCancelledRunCleansUp(t *testing.T) {
-	sc, err := scenarios.Lookup("restart")
+	sc, err := catalog.Lookup("restart")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -249,7 +251,7 @@ func TestCancelledRunCleansUp(t *testing.T) {
 
 // TestKeepPrintsWorkingCleanup: --keep leaves the run up, and the printed commands clean it completely.
 func TestKeepPrintsWorkingCleanup(t *testing.T) {
-	sc, err := scenarios.Lookup("restart-no-restore")
+	sc, err := catalog.Lookup("restart-no-restore")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -368,7 +370,7 @@ func TestRootBindIsolated(t *testing.T) {
 // TestSidecarUnprivileged: the pod's FUSE sidecar runs as manifests/pod-sidecar.yaml declares it, user and group
 // 65534 without any capability and with no_new_privs, in a PID namespace of its own, and it serves the mount.
 func TestSidecarUnprivileged(t *testing.T) {
-	sc, err := scenarios.Lookup("sidecar-plugin-restart")
+	sc, err := catalog.Lookup("sidecar-plugin-restart")
 	if err != nil {
 		t.Fatal(err)
 	}
