@@ -3,7 +3,7 @@ package catalog
 import (
 	"time"
 
-	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/remediate"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/contract"
 
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
 )
@@ -28,8 +28,8 @@ func healthScenarios() []scenarios.Scenario {
 	owned.Controller = scenarios.ControllerReplicaSet
 	restore := scenarios.Plugin{RestoreMounts: true, RestoreStrategy: scenarios.StrategyRebind, Remediation: remediation}
 	failsFirst := scenarios.Expectation{Check: scenarios.FailsWith{C: reader, Errno: "ENOTCONN", Within: scenarios.Dur{Fixed: 5 * time.Second, Reads: 2}}}
-	deleted := scenarios.Expectation{Check: scenarios.PodEvent{Reason: remediate.ReasonDeleted}}
-	notDeleted := scenarios.Expectation{Check: scenarios.PodEvent{Reason: remediate.ReasonDeleted, None: true}}
+	deleted := scenarios.Expectation{Check: scenarios.PodEvent{Reason: contract.ReasonDeleted}}
+	notDeleted := scenarios.Expectation{Check: scenarios.PodEvent{Reason: contract.ReasonDeleted, None: true}}
 	// A report comes at the first probe after the plugin's return, when kubelet has the driver registered again
 	// (v1.37.2: 3.0 s after its return with a period of 2 s), and the API server has the status or event.
 	reported := scenarios.Dur{Fixed: 2*scenarios.HealthPeriod + time.Second}
@@ -110,12 +110,12 @@ func healthScenarios() []scenarios.Scenario {
 			Pod:    bare,
 			Steps: deadThenBack(
 				untilENOTCONN,
-				scenarios.WaitFor(scenarios.PodEvent{Reason: remediate.ReasonLeftAlone}, recoverWait),
+				scenarios.WaitFor(scenarios.PodEvent{Reason: contract.ReasonLeftAlone}, recoverWait),
 				scenarios.Observe(watchReads),
 			),
 			Expect: []scenarios.Expectation{
 				failsFirst,
-				{Check: scenarios.PodEvent{Reason: remediate.ReasonLeftAlone}},
+				{Check: scenarios.PodEvent{Reason: contract.ReasonLeftAlone}},
 				notDeleted,
 				{Check: scenarios.NeverRecovers{C: reader, After: scenarios.AfterPluginBack, For: watchReads}},
 				{Check: scenarios.Restarts{C: reader, Min: 0, Max: 0}},

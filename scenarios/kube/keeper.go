@@ -1,7 +1,7 @@
 package kube
 
 // The keeper of the plugin's keeper mode (chart fuseMode keeper): the keeper DaemonSet's pods, followed like the
-// plugin's (their logs into keeper.log, with what csi-plugin/keeper.LogLine reads in them as evidence), and the
+// plugin's (their logs into keeper.log, with what internal/contract.ParseKeeperLine reads in them as evidence), and the
 // steps on them: deleting the keeper pod, starting it again, killing a FUSE server in it, and a rolling update
 // to the next build.
 
@@ -14,7 +14,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/keeper"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/contract"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
 )
 
@@ -48,15 +48,15 @@ func (b *Backend) onKeeperPod(p *corev1.Pod, deleted bool) {
 			}
 			ts = writePodLine(b.keeperLog, kp.name, n, line, ts)
 			t := scenarios.LineTime(line, ts)
-			switch ev := keeper.LogLine(line); ev.Kind {
-			case keeper.LogConnected:
+			switch ev := contract.ParseKeeperLine(line); ev.Kind {
+			case contract.KeeperLineConnected:
 				b.nodeEvent(kp, scenarios.KeeperContainer, scenarios.KReady, t, fmt.Sprintf("pod %s connected to the plugin", kp.name), "")
-			case keeper.LogServed:
+			case contract.KeeperLineServed:
 				if ev.Volume == b.n.volumeHandle {
 					b.nodeEvent(kp, scenarios.FuseServer, scenarios.KReady, t,
 						fmt.Sprintf("pod %s: dummy-fuse %s pid %d serves the volume", kp.name, ev.Version, ev.PID), ev.Version)
 				}
-			case keeper.LogServerExited:
+			case contract.KeeperLineServerExited:
 				b.nodeEvent(kp, scenarios.FuseServer, scenarios.KExited, t, fmt.Sprintf("pod %s: FUSE server pid %d: %s", kp.name, ev.PID, ev.Reason), "")
 			}
 		},

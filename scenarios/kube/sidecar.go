@@ -15,7 +15,7 @@ import (
 	"k8s.io/client-go/tools/remotecommand"
 	"k8s.io/streaming/pkg/httpstream"
 
-	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/sidecar"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/contract"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
 )
 
@@ -47,7 +47,7 @@ func (b *Backend) trackSidecar() {
 			last = ts
 			t := scenarios.LineTime(line, ts)
 			recordStart(n, info, t, "its first line")
-			if bytes.Contains(line, []byte(sidecar.Received)) {
+			if bytes.Contains(line, []byte(contract.SidecarReceived)) {
 				b.sidecarEvent(scenarios.KReady, t, string(line))
 			}
 		},

@@ -13,8 +13,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/driver"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/keeper"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/contract"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
 )
 
@@ -69,7 +69,7 @@ func (b *Backend) startKeeper(pluginPath, fusePath string) (*keeperInstance, err
 	}
 	const bin = "/mnt/bin"
 	args := append([]string{"keeper",
-		"--plugin-socket=" + filepath.Join(keeperSocketDir, driver.KeeperSocketName),
+		"--plugin-socket=" + filepath.Join(keeperSocketDir, contract.KeeperSocket),
 		"--dummy-fuse-path=" + filepath.Join(bin, "dummy-fuse"),
 		"--status-file=" + filepath.Join(keeperStatusDir, "status.json"),
 	}, b.sc.Plugin.Keeper.Args()...)
@@ -106,13 +106,13 @@ func (b *Backend) startKeeper(pluginPath, fusePath string) (*keeperInstance, err
 		scenarios.TailLines(logR, p.done, 20*time.Millisecond, func(line []byte) {
 			b.keeperLog.WriteLine(prefix, line)
 			t := scenarios.LineTime(line, time.Now())
-			switch ev := keeper.LogLine(line); ev.Kind {
-			case keeper.LogConnected:
+			switch ev := contract.ParseKeeperLine(line); ev.Kind {
+			case contract.KeeperLineConnected:
 				if !closed(k.connected) {
 					close(k.connected)
 					b.keeperEvent(scenarios.KReady, t, fmt.Sprintf("keeper#%d connected to the plugin", n))
 				}
-			case keeper.LogServed:
+			case contract.KeeperLineServed:
 				if ev.Volume != volumeHandle {
 					break
 				}
@@ -120,7 +120,7 @@ func (b *Backend) startKeeper(pluginPath, fusePath string) (*keeperInstance, err
 				if !closed(k.served) {
 					close(k.served)
 				}
-			case keeper.LogServerExited:
+			case contract.KeeperLineServerExited:
 				b.serverEvent(scenarios.KExited, t, fmt.Sprintf("keeper#%d: FUSE server pid %d: %s", n, ev.PID, ev.Reason), "")
 			}
 		})

@@ -9,9 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/fusemode"
-	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/keeper"
-	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/sidecar"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/contract"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/kubeletpath"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
 )
@@ -25,7 +23,7 @@ const (
 	// sidecarUser is the sidecar's runAsUser and runAsGroup (nobody), as in manifests/pod-sidecar.yaml.
 	sidecarUser = 65534
 	// sidecarMount is where the dfc-sidecar emptyDir appears in the sidecar; sidecarBin holds its binaries.
-	sidecarMount = "/mnt/" + fusemode.SidecarVolume
+	sidecarMount = "/mnt/" + contract.SidecarVolume
 	sidecarBin   = "/mnt/bin"
 )
 
@@ -33,14 +31,14 @@ const (
 // pod's volumes independently; the plugin answers Unavailable until it exists), with mode 0777 as kubelet
 // creates an emptyDir (pkg/volume/emptydir/empty_dir.go, setupDir), so that the unprivileged sidecar can use it.
 func (b *Backend) makeSidecarVolume() error {
-	b.sidecarDir = filepath.Join(kubeletpath.PodDir(b.root, b.podUID), kubeletpath.EmptyDirIn(fusemode.SidecarVolume))
+	b.sidecarDir = filepath.Join(kubeletpath.PodDir(b.root, b.podUID), kubeletpath.EmptyDirIn(contract.SidecarVolume))
 	if err := os.MkdirAll(b.sidecarDir, 0o750); err != nil {
 		return err
 	}
 	if err := os.Chmod(b.sidecarDir, 0o777); err != nil {
 		return err
 	}
-	b.logf("emptyDir %s: %s (0777)", fusemode.SidecarVolume, b.sidecarDir)
+	b.logf("emptyDir %s: %s (0777)", contract.SidecarVolume, b.sidecarDir)
 	return nil
 }
 
@@ -62,7 +60,7 @@ func (b *Backend) sidecarEvent(kind scenarios.Kind, t time.Time, msg string) {
 // serve). KReady is recorded when the sidecar logs that it received the descriptor.
 func (b *Backend) startSidecar() error {
 	s := b.sidecar
-	socket := filepath.Join(sidecarMount, pvName, fusemode.SocketName)
+	socket := filepath.Join(sidecarMount, pvName, contract.SidecarSocket)
 	args := append(b.sc.Pod.Sidecar.Args(socket), "--dummy-fuse-path="+filepath.Join(sidecarBin, "dummy-fuse"))
 	plugin := filepath.Join(sidecarBin, "csi-plugin")
 	s.mu.Lock()
@@ -105,7 +103,7 @@ func (b *Backend) startSidecar() error {
 			b.sidecarLog.WriteLine(prefix, line)
 			// The sidecar says it holds the descriptor (csi-plugin/sidecar), or, keeping a descriptor the plugin keeps a
 			// copy of (--sidecar-keep-fd), that its FUSE server serves it (csi-plugin/keeper).
-			if bytes.Contains(line, []byte(sidecar.Received)) || bytes.Contains(line, []byte(keeper.Served)) {
+			if bytes.Contains(line, []byte(contract.SidecarReceived)) || bytes.Contains(line, []byte(contract.KeeperServed)) {
 				b.sidecarEvent(scenarios.KReady, scenarios.LineTime(line, time.Now()), string(line))
 			}
 		})
