@@ -85,8 +85,8 @@ func newBackend(t *testing.T, opts Options) (*Backend, string) {
 	b := New(opts)
 	dir := t.TempDir()
 	t.Cleanup(func() {
-		for _, p := range b.procs() {
-			if !p.exited() {
+		for _, kp := range b.procs() {
+			if p := kp.p; !p.exited() {
 				t.Errorf("process %d (%s) still running after the run", p.pid(), p.cmd.Path)
 				_ = p.cmd.Process.Kill()
 			}
@@ -97,26 +97,6 @@ func newBackend(t *testing.T, opts Options) (*Backend, string) {
 		}
 	})
 	return b, dir
-}
-
-// procs lists every process the backend started that it still knows of.
-func (b *Backend) procs() []*proc {
-	var ps []*proc
-	if b.plugin != nil {
-		ps = append(ps, b.plugin)
-	}
-	if p := b.sidecarProc(); p != nil {
-		ps = append(ps, p)
-	}
-	for _, k := range b.keepers() {
-		ps = append(ps, k.p)
-	}
-	for _, c := range b.containers {
-		if p := c.current(); p != nil {
-			ps = append(ps, p)
-		}
-	}
-	return ps
 }
 
 func run(t *testing.T, ctx context.Context, b *Backend, sc scenarios.Scenario, dir string) *scenarios.Outcome {
@@ -292,7 +272,8 @@ func TestKeepPrintsWorkingCleanup(t *testing.T) {
 	if ran < 3 {
 		t.Errorf("expected kill and umount commands, ran %d", ran)
 	}
-	for _, p := range b.procs() {
+	for _, kp := range b.procs() {
+		p := kp.p
 		select {
 		case <-p.done:
 		case <-time.After(10 * time.Second):
@@ -392,7 +373,7 @@ func TestSidecarUnprivileged(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(b.vol.target, scenarios.FileName)); err != nil {
 		t.Errorf("the sidecar does not serve the mount: %v", err)
 	}
-	pid := b.sidecarProc().pid()
+	pid := b.parts[scenarios.SidecarContainer].(*sidecarCtr).current().pid()
 	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		t.Fatal(err)
