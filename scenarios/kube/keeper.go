@@ -208,3 +208,50 @@ func (b *Backend) upgradeKeeper(ctx context.Context) error {
 	b.progress("keeper rolled to %s; the old keeper pod %s is gone", next, old.name)
 	return nil
 }
+
+// keeperPart is the keeper of the keeper mode: its DaemonSet's pod on the workload's node.
+type keeperPart struct {
+	noPart
+	b *Backend
+}
+
+func newKeeperPart(b *Backend, env *scenarios.Env) (part, error) {
+	if !b.keeperMode() {
+		return nil, nil
+	}
+	var err error
+	if b.keeperLog, err = env.Log("keeper.log"); err != nil {
+		return nil, err
+	}
+	return &keeperPart{b: b}, nil
+}
+
+func (p *keeperPart) kill(ctx context.Context) error    { return p.b.killKeeper(ctx) }
+func (p *keeperPart) start(ctx context.Context) error   { return p.b.startKeeper(ctx) }
+func (p *keeperPart) upgrade(ctx context.Context) error { return p.b.upgradeKeeper(ctx) }
+
+// ready waits for the keeper of this build: the plugin hands it every connection it mounts, so the volume's
+// server runs once it is connected.
+func (p *keeperPart) ready(ctx context.Context) error {
+	return p.b.waitKeeperReady(ctx, time.Time{}, p.b.opts.Image)
+}
+
+// keeperServerPart is the keeper's FUSE server of the volume.
+type keeperServerPart struct {
+	noPart
+	b *Backend
+}
+
+func newKeeperServerPart(b *Backend, _ *scenarios.Env) (part, error) {
+	if !b.keeperMode() {
+		return nil, nil
+	}
+	return &keeperServerPart{b: b}, nil
+}
+
+func (p *keeperServerPart) kill(ctx context.Context) error { return p.b.killFuseServer(ctx) }
+
+// start waits for the keeper's next server: nobody but the keeper starts a FUSE server.
+func (p *keeperServerPart) start(ctx context.Context) error {
+	return p.b.rec.AwaitReady(ctx, scenarios.FuseServer, 30*time.Second)
+}
