@@ -211,7 +211,6 @@ func (b *Backend) upgradeKeeper(ctx context.Context) error {
 
 // keeperPart is the keeper of the keeper mode: its DaemonSet's pod on the workload's node.
 type keeperPart struct {
-	noPart
 	b *Backend
 }
 
