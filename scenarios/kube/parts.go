@@ -61,10 +61,15 @@ func (b *Backend) makeParts(env *scenarios.Env) error {
 		if err != nil {
 			return err
 		}
-		if p != nil {
-			b.parts[k.component] = p
-			b.order = append(b.order, p)
+		if p == nil {
+			continue
 		}
+		// Two kinds of one component (a FUSE server of two modes) must not both claim a scenario.
+		if _, dup := b.parts[k.component]; dup {
+			return fmt.Errorf("kube backend: two parts for %s", k.component)
+		}
+		b.parts[k.component] = p
+		b.order = append(b.order, p)
 	}
 	return nil
 }
