@@ -24,6 +24,7 @@ import (
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/sidecar"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/dummy-fuse-workload/workload"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios/catalog"
 )
 
 const (
@@ -219,7 +220,7 @@ type scenarioWant struct {
 func catalogSetups(t *testing.T) map[string]scenarioWant {
 	t.Helper()
 	out := map[string]scenarioWant{}
-	for _, sc := range scenarios.Catalog() {
+	for _, sc := range catalog.All() {
 		if sc.Pod.RestartPolicy != scenarios.RestartAlways {
 			t.Errorf("scenario %s: restart policy %s; the manifests only use Always", sc.Name, sc.Pod.RestartPolicy)
 		}

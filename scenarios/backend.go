@@ -69,7 +69,8 @@ const (
 
 // Component is a part of a scenario's setup that a step kills or starts.
 //
-// Adding a kind: a constant here with its entry in components, and a case in each backend's Kill and Start.
+// Adding a kind: a constant here with its entry in components, and a part (its handler) in each backend: a
+// file with a constructor in the backend's partKinds (scenarios/local/parts.go, scenarios/kube/parts.go).
 type Component string
 
 // The components steps can kill and start.

@@ -1,10 +1,15 @@
 package scenarios
 
 import (
-	"slices"
 	"strings"
 	"testing"
 	"time"
+)
+
+// The start failures the checks look for: containerd's stat of a dead volume dir and kubelet's failed subPath.
+const (
+	failedToStatVolume     = `failed to stat "{volume}"`
+	failedToPrepareSubPath = `failed to prepare subPath for volumeMount`
 )
 
 const statMsg = `Error: failed to generate container "c0ffee" spec: failed to generate spec: failed to stat ` +
@@ -193,25 +198,6 @@ func TestChecks(t *testing.T) {
 	}
 }
 
-func TestEvaluateKeepsOrder(t *testing.T) {
-	sc, err := Lookup("restart")
-	if err != nil {
-		t.Fatal(err)
-	}
-	vs := Evaluate(&sc, restartStory(), Timing{ReadInterval: 200 * time.Millisecond, BackoffBase: 500 * time.Millisecond})
-	if len(vs) != len(sc.Expect) {
-		t.Fatalf("%d verdicts for %d expectations", len(vs), len(sc.Expect))
-	}
-	for i, v := range vs {
-		if v.Expectation.Check.Describe() != sc.Expect[i].Check.Describe() {
-			t.Errorf("verdict %d is for %q, want %q", i, v.Expectation.Check.Describe(), sc.Expect[i].Check.Describe())
-		}
-		if !v.Result.OK {
-			t.Errorf("the restart story satisfies %q, got %q", v.Expectation.Check.Describe(), v.Result.Why)
-		}
-	}
-}
-
 func TestDur(t *testing.T) {
 	tm := Timing{ReadInterval: 200 * time.Millisecond, BackoffBase: 500 * time.Millisecond}
 	d := Dur{Fixed: time.Second, Reads: 5, Backoffs: 4}
@@ -226,66 +212,8 @@ func TestDur(t *testing.T) {
 	}
 }
 
-func TestSelect(t *testing.T) {
-	for _, tc := range []struct {
-		names []string
-		want  string // scenario names, or the error
-	}{
-		{nil, strings.Join(Names(), ",")},
-		{[]string{"all"}, strings.Join(Names(), ",")},
-		{[]string{"subpath", "restart"}, "subpath,restart"},
-		{[]string{"restart", "nope"}, `no scenario "nope"`},
-	} {
-		got, err := Select(tc.names)
-		var s string
-		if err != nil {
-			s = err.Error()
-		} else {
-			var ns []string
-			for _, sc := range got {
-				ns = append(ns, sc.Name)
-			}
-			s = strings.Join(ns, ",")
-		}
-		if !strings.Contains(s, tc.want) {
-			t.Errorf("Select(%q) = %s, want %s", tc.names, s, tc.want)
-		}
-	}
-}
-
-func TestValidateRejectsUnknownComponent(t *testing.T) {
-	sc, err := Lookup("restart")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for step, want := range map[string]Step{
-		`unknown component "kernel"`:                    Kill("kernel"),
-		"FUSE server without the keeper FUSE mode":      Kill(FuseServer),
-		"keeper container without the keeper FUSE mode": Start(KeeperContainer),
-		"the plugin container cannot be upgraded":       Upgrade(PluginContainer),
-	} {
-		sc := sc
-		sc.Steps = append(slices.Clone(sc.Steps), want)
-		if err := sc.Validate(); err == nil || !strings.Contains(err.Error(), step) {
-			t.Errorf("Validate with %s = %v, want %q", want.Label(), err, step)
-		}
-	}
-}
-
-// TestLabels: every step of the catalog has a short label for the timeline, a kill or start names its
-// component, and a wait is labelled by its check.
+// TestLabels: a kill is labelled by its component, a wait by its check.
 func TestLabels(t *testing.T) {
-	for _, sc := range Catalog() {
-		for i, st := range sc.Steps {
-			l := st.Label()
-			if l == "" || len(l) > 40 {
-				t.Errorf("%s step %d: label %q (want a few words)", sc.Name, i+1, l)
-			}
-			if st.Action == ActWaitFor && l != st.Until.Label() {
-				t.Errorf("%s step %d: label %q, want its check's %q", sc.Name, i+1, l, st.Until.Label())
-			}
-		}
-	}
 	if l := KillPlugin().Label(); l != "plugin killed" {
 		t.Errorf("KillPlugin().Label() = %q", l)
 	}

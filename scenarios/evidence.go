@@ -6,7 +6,7 @@ import (
 	"sort"
 	"time"
 
-	"github.com/dummy-fuse-csi/dummy-fuse-csi/dummy-fuse-workload/workload"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/contract"
 )
 
 // Source is who observed an event.
@@ -33,14 +33,14 @@ type Kind string
 
 // Event kinds. The workload kinds are the workload log's own event names.
 const (
-	KWorkloadStart Kind = workload.EventStart
-	KOpen          Kind = workload.EventOpen
-	KOpenError     Kind = workload.EventOpenError
-	KReadStart     Kind = workload.EventReadStart
-	KRead          Kind = workload.EventRead
-	KReadError     Kind = workload.EventReadError
-	KClose         Kind = workload.EventClose
-	KWorkloadExit  Kind = workload.EventExit
+	KWorkloadStart Kind = contract.WorkloadStart
+	KOpen          Kind = contract.WorkloadOpen
+	KOpenError     Kind = contract.WorkloadOpenError
+	KReadStart     Kind = contract.WorkloadReadStart
+	KRead          Kind = contract.WorkloadRead
+	KReadError     Kind = contract.WorkloadReadError
+	KClose         Kind = contract.WorkloadClose
+	KWorkloadExit  Kind = contract.WorkloadExit
 	KLog           Kind = "log" // a workload line that is not JSON
 
 	KContainerStarted Kind = "container_started"
@@ -337,11 +337,11 @@ func (ev *Evidence) SidecarServes(c string) (started, served, read time.Time) {
 	return
 }
 
-// ParseWorkloadLine turns one line of the workload's JSON log (a workload.Record) into an event of container c,
+// ParseWorkloadLine turns one line of the workload's JSON log (a contract.WorkloadRecord) into an event of container c,
 // instance n. A line that is not a JSON object with a time and an event becomes a KLog event stamped now, so
 // that nothing the workload said is lost.
 func ParseWorkloadLine(line []byte, c string, n int, now time.Time) Event {
-	var r workload.Record
+	var r contract.WorkloadRecord
 	if err := json.Unmarshal(line, &r); err != nil || r.Event == "" || r.Time.IsZero() {
 		return Event{Time: now, Source: SrcWorkload, Kind: KLog, Container: c, Instance: n, Message: string(line)}
 	}

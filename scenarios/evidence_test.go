@@ -105,6 +105,13 @@ type story struct {
 	ev *Evidence
 }
 
+// The containers of the stories.
+const (
+	reader = "reader"
+	reopen = "reopen"
+	holder = "holder"
+)
+
 func newStory() *story {
 	start := time.Date(2026, 11, 22, 4, 0, 0, 0, time.UTC)
 	return &story{ev: &Evidence{Start: start, Until: start, Paths: map[string]string{

@@ -140,3 +140,10 @@ func (r KubeletRange) validate() error {
 	}
 	return nil
 }
+
+// SubPathFixedIn is the first kubelet release whose subPath preparation recovers from a dead FUSE bind:
+// prepareSubpathTarget in pkg/volume/util/subpath/subpath_linux.go unmounts a corrupted bind (mount-utils
+// IsCorruptedMnt: ENOTCONN, ESTALE, EIO, …) and binds the subPath again (kubernetes PR #138856), and lazily
+// unmounts a bind whose inode differs from the source (PR #139275); both merged in May 2026 and first released
+// in v1.37 (v1.36.3 does not have them).
+const SubPathFixedIn = "v1.37"

@@ -2,7 +2,6 @@ package scenarios
 
 import (
 	"encoding/json"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -72,7 +71,8 @@ func TestKubeletRange(t *testing.T) {
 // TestEvaluateByKubelet: a run is judged by the expectations for its kubelet, and one whose kubelet is unknown
 // fails every version-dependent expectation.
 func TestEvaluateByKubelet(t *testing.T) {
-	sc := restartScenario(t)
+	sc := Scenario{Name: "by-kubelet", Title: "judged by kubelet", Pod: Pod{RestartPolicy: RestartAlways,
+		Containers: []Container{{Name: reader}}}, Steps: []Step{KillPlugin(), StartPlugin()}}
 	sc.Expect = []Expectation{
 		{Check: FailsWith{C: reader, Errno: "ENOTCONN"}},
 		{Check: Recovers{C: reader}, Kubelet: KubeletSince("v1.37")},
@@ -112,38 +112,6 @@ func TestEvaluateByKubelet(t *testing.T) {
 	}
 }
 
-// TestCatalogVersions: the subPath scenarios expect different outcomes before and since kubelet's subPath fix,
-// health-report before and since its volume health manager, every other scenario the same on every kubelet,
-// and every scenario has expectations on both sides.
-func TestCatalogVersions(t *testing.T) {
-	dependent := []string{"subpath", "remediate-subpath", "health-report"}
-	for _, sc := range Catalog() {
-		if got, want := sc.VersionDependent(), slices.Contains(dependent, sc.Name); got != want {
-			t.Errorf("%s: VersionDependent = %t, want %t", sc.Name, got, want)
-		}
-		for _, v := range []string{"v1.36.3", "v1.37.2"} {
-			if len(sc.ExpectFor(MustKubeletVersion(v))) == 0 {
-				t.Errorf("%s expects nothing on kubelet %s", sc.Name, v)
-			}
-		}
-	}
-	sp, err := Lookup("subpath")
-	if err != nil {
-		t.Fatal(err)
-	}
-	recovers := func(v string) bool {
-		for _, e := range sp.ExpectFor(MustKubeletVersion(v)) {
-			if _, ok := e.Check.(Recovers); ok {
-				return true
-			}
-		}
-		return false
-	}
-	if recovers("v1.36.3") || !recovers("v1.37.2") {
-		t.Errorf("subpath recovers on v1.36.3: %t, on v1.37.2: %t; want false, true", recovers("v1.36.3"), recovers("v1.37.2"))
-	}
-}
-
 func TestEvidenceKubeletJSON(t *testing.T) {
 	ev := Evidence{Kubelet: MustKubeletVersion("v1.36.3-eks-1a2b3c")}
 	js, err := json.Marshal(ev)
@@ -160,25 +128,5 @@ func TestEvidenceKubeletJSON(t *testing.T) {
 	js, _ = json.Marshal(Evidence{})
 	if err := json.Unmarshal(js, &back); err != nil || back.Kubelet.Known() {
 		t.Errorf("an unknown version round-trips as unknown: %s, %v", js, err)
-	}
-}
-
-// TestReadmeVersions keeps scenarios/README.md's per-version table in step with the catalog: one row per
-// scenario and kubelet minor on either side of the subPath fix.
-func TestReadmeVersions(t *testing.T) {
-	rows := map[string]bool{}
-	for _, cells := range readmeTable(t, "## Outcomes per kubelet version") {
-		rows[cells[0]+" "+cells[1]] = true
-	}
-	for _, n := range Names() {
-		for _, v := range []string{"v1.36", SubPathFixedIn} {
-			if !rows[n+" "+v] {
-				t.Errorf("README.md's table of outcomes per kubelet version lacks %s on %s", n, v)
-			}
-			delete(rows, n+" "+v)
-		}
-	}
-	for r := range rows {
-		t.Errorf("README.md's table of outcomes per kubelet version has a row %q that is not in the catalog", r)
 	}
 }

@@ -11,10 +11,10 @@ import (
 // it as $ROOT to keep lines short.
 const PathRoot = "root"
 
-// narrator prints the notable events of the evidence as they appear: steps, plugin lifecycle, container
+// Narrator prints the notable events of the evidence as they appear: steps, plugin lifecycle, container
 // starts, exits and start failures, changes of the volume dir's stat, and each container's switches between
 // good reads and errors (not every read).
-type narrator struct {
+type Narrator struct {
 	out   io.Writer
 	start time.Time
 	seen  map[eventKey]bool
@@ -32,11 +32,13 @@ type eventKey struct {
 	message, errnoStr string
 }
 
-func newNarrator(out io.Writer, start time.Time) *narrator {
-	return &narrator{out: out, start: start, seen: map[eventKey]bool{}, state: map[string]string{}, probe: map[string]string{}}
+// NewNarrator returns a Narrator printing to out, with times relative to start.
+func NewNarrator(out io.Writer, start time.Time) *Narrator {
+	return &Narrator{out: out, start: start, seen: map[eventKey]bool{}, state: map[string]string{}, probe: map[string]string{}}
 }
 
-func (n *narrator) update(ev *Evidence) {
+// Update prints the events of ev not printed before.
+func (n *Narrator) Update(ev *Evidence) {
 	kill, killed := ev.KillTime()
 	for _, e := range ev.Events {
 		k := eventKey{e.Time.UnixNano(), e.Source, e.Kind, e.Container, e.Path, e.Instance, e.Message, e.Errno}
@@ -52,11 +54,12 @@ func (n *narrator) update(ev *Evidence) {
 		if killed && !e.Time.Before(kill) {
 			rel = fmt.Sprintf("kill+%.2fs", e.Time.Sub(kill).Seconds())
 		}
-		fmt.Fprintf(n.out, "  t+%6.2fs %-11s %-10s %s\n", e.Time.Sub(n.start).Seconds(), rel, who(e), Shorten(ev, text))
+		fmt.Fprintf(n.out, "  t+%6.2fs %-11s %-10s %s\n", e.Time.Sub(n.start).Seconds(), rel, Actor(e), Shorten(ev, text))
 	}
 }
 
-func who(e Event) string {
+// Actor names who an event is about in a timeline line: e.Who(), or nothing for the runner's own lines.
+func Actor(e Event) string {
 	if e.Source == SrcRunner {
 		return ""
 	}
@@ -64,7 +67,7 @@ func who(e Event) string {
 }
 
 // describe returns the line for e, or "" when e is not notable.
-func (n *narrator) describe(e Event) string {
+func (n *Narrator) describe(e Event) string {
 	switch e.Source {
 	case SrcRunner:
 		return "── " + e.Message

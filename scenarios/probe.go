@@ -6,7 +6,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/dummy-fuse-csi/dummy-fuse-csi/dummy-fuse-workload/workload"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/contract"
 )
 
 // probedPaths are the host paths every backend watches, in the order they are probed.
@@ -61,7 +61,7 @@ func statState(err error) string {
 	if err == nil {
 		return ""
 	}
-	if s := workload.ErrnoName(err); s != "" {
+	if s := contract.ErrnoName(err); s != "" {
 		return s
 	}
 	return err.Error()

@@ -84,7 +84,7 @@ type Runner struct {
 	o    *Outcome
 	env  *Env
 	poll time.Duration
-	narr *narrator
+	narr *Narrator
 	// own holds the runner's events (steps), merged into every snapshot.
 	own      []Event
 	judged   bool
@@ -100,7 +100,7 @@ func NewRunner(b Backend, sc Scenario, opts RunOptions) *Runner {
 		opts.Out = io.Discard
 	}
 	o := &Outcome{Scenario: sc, Backend: b.Name(), Timing: b.Timing(), Dir: opts.Dir, Start: time.Now()}
-	return &Runner{b: b, o: o, poll: opts.Poll, narr: newNarrator(opts.Out, o.Start)}
+	return &Runner{b: b, o: o, poll: opts.Poll, narr: NewNarrator(opts.Out, o.Start)}
 }
 
 // Outcome is the outcome so far: complete after Teardown.
@@ -174,7 +174,7 @@ func (r *Runner) judge() {
 	}
 	r.judged = true
 	r.o.Evidence = r.snapshot()
-	r.narr.update(r.o.Evidence)
+	r.narr.Update(r.o.Evidence)
 	r.o.Kubelet = r.o.Evidence.Kubelet
 	r.o.Verdicts = Evaluate(&r.o.Scenario, r.o.Evidence, r.o.Timing)
 	if cs := r.o.Scenario.Pod.Containers; len(cs) > 0 {
@@ -219,7 +219,7 @@ func (r *Runner) step(ctx context.Context, st Step) (timedOut bool, err error) {
 		deadline := time.Now().Add(st.Timeout.Resolve(r.o.Timing))
 		for {
 			ev := r.snapshot()
-			r.narr.update(ev)
+			r.narr.Update(ev)
 			if st.Until.Eval(ev, r.o.Timing).OK {
 				return false, nil
 			}
@@ -233,7 +233,7 @@ func (r *Runner) step(ctx context.Context, st Step) (timedOut bool, err error) {
 	case ActObserve:
 		end := time.Now().Add(st.For.Resolve(r.o.Timing))
 		for time.Now().Before(end) {
-			r.narr.update(r.snapshot())
+			r.narr.Update(r.snapshot())
 			if err := Sleep(ctx, min(r.poll, time.Until(end))); err != nil {
 				return false, err
 			}
@@ -242,7 +242,7 @@ func (r *Runner) step(ctx context.Context, st Step) (timedOut bool, err error) {
 		err = fmt.Errorf("unknown action %q", st.Action)
 	}
 	if err == nil {
-		r.narr.update(r.snapshot())
+		r.narr.Update(r.snapshot())
 	}
 	return false, err
 }

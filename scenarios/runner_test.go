@@ -1,109 +1,30 @@
-package scenarios
+package scenarios_test
 
 import (
 	"bytes"
 	"context"
-	"encoding/xml"
 	"errors"
-	"fmt"
 	"io"
-	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios/catalog"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios/report"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios/scenariotest"
+
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
 )
 
-// fakeBackend scripts the evidence of a successful "restart" run: the runner, the checks and the report can
-// be tested without root. The privileged tests in scenarios/local run the real thing.
-type fakeBackend struct {
-	rec      *Recorder
-	startErr error
-	stopErr  error
-	calls    []string
-	// restartRecovers: whether the container reads again after the plugin is back.
-	restartRecovers bool
-	// name is the backend's name ("fake" when empty).
-	name string
-}
+// reader is the restart scenario's container.
+const reader = "reader"
 
-func (f *fakeBackend) Name() string {
-	if f.name == "" {
-		return "fake"
-	}
-	return f.name
-}
-
-func (f *fakeBackend) Describe() string { return "backend fake" }
-
-func (f *fakeBackend) KeepNote() string { return "" }
-
-func (f *fakeBackend) Timing() Timing {
-	return Timing{ReadInterval: 10 * time.Millisecond, BackoffBase: 20 * time.Millisecond, BackoffMax: 600 * time.Millisecond}
-}
-
-func (f *fakeBackend) add(e Event) { f.rec.Add(e) }
-
-func (f *fakeBackend) Setup(_ context.Context, _ *Scenario, env *Env) error {
-	f.calls = append(f.calls, "start")
-	if f.startErr != nil {
-		return f.startErr
-	}
-	f.rec = env.Rec
-	f.rec.SetPaths(map[string]string{PathVolume: "/k/v", PathRoot: "/k"})
-	f.rec.SetKubelet(MustKubeletVersion("v1.37.2"))
-	if _, err := env.Log("fake.log"); err != nil {
-		return err
-	}
-	f.add(Event{Source: SrcComponent, Component: PluginContainer, Kind: KReady})
-	f.add(Event{Source: SrcProbe, Kind: KProbe, Path: PathVolume})
-	f.add(Event{Source: SrcKubelet, Kind: KContainerStarted, Container: reader})
-	for range 3 {
-		f.add(Event{Source: SrcWorkload, Kind: KRead, Container: reader, Content: Content})
-	}
-	return nil
-}
-
-func (f *fakeBackend) Kill(_ context.Context, c Component) error {
-	if c != PluginContainer {
-		return fmt.Errorf("no component %s", c)
-	}
-	f.calls = append(f.calls, "kill")
-	f.add(Event{Source: SrcComponent, Component: PluginContainer, Kind: KKilled})
-	f.add(Event{Source: SrcWorkload, Kind: KReadError, Container: reader, Errno: "ENOTCONN"})
-	f.add(Event{Source: SrcKubelet, Kind: KContainerExited, Container: reader, ExitCode: IntPtr(1)})
-	f.add(Event{Source: SrcProbe, Kind: KProbe, Path: PathVolume, Errno: "ENOTCONN"})
-	f.add(Event{Source: SrcKubelet, Kind: KStartFailed, Container: reader, Instance: 1, Errno: "ENOTCONN",
-		Message: `Error: failed to generate container "x" spec: failed to generate spec: failed to stat "/k/v": stat /k/v: transport endpoint is not connected`})
-	return nil
-}
-
-func (f *fakeBackend) Upgrade(_ context.Context, c Component) error {
-	return fmt.Errorf("no upgrade of %s", c)
-}
-
-func (f *fakeBackend) Start(_ context.Context, c Component) error {
-	if c != PluginContainer {
-		return fmt.Errorf("no component %s", c)
-	}
-	f.calls = append(f.calls, "start-plugin")
-	f.add(Event{Source: SrcComponent, Component: PluginContainer, Kind: KReady})
-	f.add(Event{Source: SrcProbe, Kind: KProbe, Path: PathVolume})
-	if f.restartRecovers {
-		f.add(Event{Source: SrcKubelet, Kind: KContainerStarted, Container: reader, Instance: 1})
-		f.add(Event{Source: SrcWorkload, Kind: KRead, Container: reader, Instance: 1, Content: Content})
-	}
-	return nil
-}
-
-func (f *fakeBackend) Stop(context.Context) error {
-	f.calls = append(f.calls, "stop")
-	return f.stopErr
-}
-
-func restartScenario(t *testing.T) Scenario {
+// restartScenario is the catalog's restart scenario, whose evidence scenariotest.Backend scripts.
+func restartScenario(t *testing.T) scenarios.Scenario {
 	t.Helper()
-	sc, err := Lookup("restart")
+	sc, err := catalog.Lookup("restart")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,22 +32,22 @@ func restartScenario(t *testing.T) Scenario {
 }
 
 func TestRunPasses(t *testing.T) {
-	f := &fakeBackend{restartRecovers: true}
+	f := &scenariotest.Backend{RestartRecovers: true}
 	var out bytes.Buffer
-	o := Run(context.Background(), f, restartScenario(t), RunOptions{Dir: t.TempDir(), Out: &out, Poll: time.Millisecond})
+	o := scenarios.Run(context.Background(), f, restartScenario(t), scenarios.RunOptions{Dir: t.TempDir(), Out: &out, Poll: time.Millisecond})
 	if !o.Passed() {
 		var b bytes.Buffer
-		PrintVerdicts(&b, o)
+		report.PrintVerdicts(&b, o)
 		t.Fatalf("want PASS:\n%s", b.String())
 	}
-	if got := strings.Join(f.calls, ","); got != "start,kill,start-plugin,stop" {
+	if got := strings.Join(f.Calls, ","); got != "start,kill,start-plugin,stop" {
 		t.Errorf("backend calls = %s", got)
 	}
 	if got := strings.Join(o.Artifacts, ","); got != "fake.log" {
 		t.Errorf("artifacts = %s, want the backend's fake.log", got)
 	}
 	var sum bytes.Buffer
-	PrintSummary(&sum, []*Outcome{o})
+	report.PrintSummary(&sum, []*scenarios.Outcome{o})
 	for _, want := range []string{"kill→ENOTCONN", "restart", "PASS", filepath.Join(o.Dir, "report.md")} {
 		if !strings.Contains(sum.String(), want) {
 			t.Errorf("summary lacks %q:\n%s", want, sum.String())
@@ -148,8 +69,8 @@ func TestRunPasses(t *testing.T) {
 // TestWrongExpectationFails shows that the verdicts can fail: the same run judged by a wrong expectation.
 func TestWrongExpectationFails(t *testing.T) {
 	sc := restartScenario(t)
-	sc.Expect = append(sc.Expect, Expectation{Check: NeverRecovers{C: reader, After: AfterPluginBack}})
-	o := Run(context.Background(), &fakeBackend{restartRecovers: true}, sc, RunOptions{Dir: t.TempDir(), Poll: time.Millisecond})
+	sc.Expect = append(sc.Expect, scenarios.Expectation{Check: scenarios.NeverRecovers{C: reader, After: scenarios.AfterPluginBack}})
+	o := scenarios.Run(context.Background(), &scenariotest.Backend{RestartRecovers: true}, sc, scenarios.RunOptions{Dir: t.TempDir(), Poll: time.Millisecond})
 	if o.Passed() {
 		t.Fatal("a run with a wrong expectation passed")
 	}
@@ -169,15 +90,15 @@ func TestRunWaitTimesOutAndFails(t *testing.T) {
 	// The container never comes back: the wait for recovery times out, the run goes on and fails its verdict.
 	wait := -1
 	for i, st := range sc.Steps {
-		if _, ok := st.Until.(Recovers); ok {
+		if _, ok := st.Until.(scenarios.Recovers); ok {
 			wait = i
 		}
 	}
 	if wait < 0 {
 		t.Fatal("the restart scenario waits for recovery")
 	}
-	sc.Steps[wait].Timeout = Dur{Fixed: 50 * time.Millisecond}
-	o := Run(context.Background(), &fakeBackend{}, sc, RunOptions{Dir: t.TempDir(), Poll: time.Millisecond})
+	sc.Steps[wait].Timeout = scenarios.Dur{Fixed: 50 * time.Millisecond}
+	o := scenarios.Run(context.Background(), &scenariotest.Backend{}, sc, scenarios.RunOptions{Dir: t.TempDir(), Poll: time.Millisecond})
 	if o.Passed() || o.Err != nil {
 		t.Fatalf("want a failed verdict and no run error; passed=%v err=%v", o.Passed(), o.Err)
 	}
@@ -192,12 +113,12 @@ func TestRunWaitTimesOutAndFails(t *testing.T) {
 }
 
 func TestRunStopsAfterFailedStart(t *testing.T) {
-	f := &fakeBackend{startErr: errors.New("no plugin binary")}
-	o := Run(context.Background(), f, restartScenario(t), RunOptions{Dir: t.TempDir(), Poll: time.Millisecond})
+	f := &scenariotest.Backend{StartErr: errors.New("no plugin binary")}
+	o := scenarios.Run(context.Background(), f, restartScenario(t), scenarios.RunOptions{Dir: t.TempDir(), Poll: time.Millisecond})
 	if o.Passed() || o.Err == nil || !strings.Contains(o.Err.Error(), "no plugin binary") {
 		t.Fatalf("passed=%v err=%v", o.Passed(), o.Err)
 	}
-	if got := strings.Join(f.calls, ","); got != "start,stop" {
+	if got := strings.Join(f.Calls, ","); got != "start,stop" {
 		t.Errorf("Stop must follow a failed Start: calls %s", got)
 	}
 	for _, v := range o.Verdicts {
@@ -208,8 +129,8 @@ func TestRunStopsAfterFailedStart(t *testing.T) {
 }
 
 func TestRunCleanupErrorFails(t *testing.T) {
-	f := &fakeBackend{restartRecovers: true, stopErr: errors.New("1 mount left")}
-	o := Run(context.Background(), f, restartScenario(t), RunOptions{Dir: t.TempDir(), Poll: time.Millisecond})
+	f := &scenariotest.Backend{RestartRecovers: true, StopErr: errors.New("1 mount left")}
+	o := scenarios.Run(context.Background(), f, restartScenario(t), scenarios.RunOptions{Dir: t.TempDir(), Poll: time.Millisecond})
 	if o.Passed() || o.CleanupErr == nil {
 		t.Fatalf("a run that leaves mounts behind must fail: passed=%v cleanup=%v", o.Passed(), o.CleanupErr)
 	}
@@ -218,183 +139,38 @@ func TestRunCleanupErrorFails(t *testing.T) {
 func TestRunCancelled(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	f := &fakeBackend{restartRecovers: true}
-	o := Run(ctx, f, restartScenario(t), RunOptions{Dir: t.TempDir(), Poll: time.Millisecond})
+	f := &scenariotest.Backend{RestartRecovers: true}
+	o := scenarios.Run(ctx, f, restartScenario(t), scenarios.RunOptions{Dir: t.TempDir(), Poll: time.Millisecond})
 	if o.Passed() || !o.ErrCancelled() {
 		t.Fatalf("passed=%v err=%v", o.Passed(), o.Err)
 	}
-	if f.calls[len(f.calls)-1] != "stop" {
-		t.Errorf("a cancelled run is still torn down: %v", f.calls)
+	if f.Calls[len(f.Calls)-1] != "stop" {
+		t.Errorf("a cancelled run is still torn down: %v", f.Calls)
 	}
-}
-
-func TestReport(t *testing.T) {
-	dir := t.TempDir()
-	o := Run(context.Background(), &fakeBackend{restartRecovers: true}, restartScenario(t), RunOptions{Dir: dir, Poll: time.Millisecond})
-	if err := WriteReport(o); err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range []string{"report.md", "timeline.svg", "events.log", "events.json"} {
-		if st, err := os.Stat(filepath.Join(dir, f)); err != nil || st.Size() == 0 {
-			t.Errorf("%s: %v", f, err)
-		}
-	}
-	md, _ := os.ReadFile(filepath.Join(dir, "report.md"))
-	for _, want := range []string{"# Scenario `restart` on kubelet v1.37.2: PASS", "![timeline", "| PASS |", "kill → first ENOTCONN", "## Steps", "csi-plugin --restore-mounts"} {
-		if !strings.Contains(string(md), want) {
-			t.Errorf("report.md lacks %q", want)
-		}
-	}
-	svg, _ := os.ReadFile(filepath.Join(dir, "timeline.svg"))
-	checkSVG(t, svg, map[string]int{"circle": 4 + 1}) // 4 good reads + the legend's
-	if !strings.Contains(string(svg), "kubelet v1.37.2") {
-		t.Error("the timeline's title does not name the kubelet version")
-	}
-}
-
-// checkSVG asserts that svg is well-formed XML with an <svg> root and at least the given element counts.
-func checkSVG(t *testing.T, svg []byte, atLeast map[string]int) {
-	t.Helper()
-	d := xml.NewDecoder(bytes.NewReader(svg))
-	counts := map[string]int{}
-	root := ""
-	for {
-		tok, err := d.Token()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatalf("timeline.svg is not well-formed XML: %v\n%s", err, svg)
-		}
-		if se, ok := tok.(xml.StartElement); ok {
-			if root == "" {
-				root = se.Name.Local
-				if se.Name.Space != "http://www.w3.org/2000/svg" {
-					t.Errorf("root namespace %q", se.Name.Space)
-				}
-			}
-			counts[se.Name.Local]++
-		}
-	}
-	if root != "svg" {
-		t.Errorf("root element %q, want svg", root)
-	}
-	for el, n := range atLeast {
-		if counts[el] < n {
-			t.Errorf("%d <%s> elements, want at least %d", counts[el], el, n)
-		}
-	}
-}
-
-func TestTimelineSVGEscapesAndCopesWithNothing(t *testing.T) {
-	sc := restartScenario(t)
-	sc.Title = `a <title> & "quotes"`
-	start := time.Now()
-	o := &Outcome{Scenario: sc, Backend: "fake", Start: start, End: start}
-	checkSVG(t, TimelineSVG(o), map[string]int{"text": 1})
-
-	ev := restartStory()
-	ev.Events = append(ev.Events, Event{Time: ev.Start.Add(time.Second), Source: SrcKubelet, Kind: KStartFailed,
-		Container: reader, Message: `failed <&> "x"`})
-	o = &Outcome{Scenario: sc, Backend: "fake", Start: ev.Start, End: ev.Until, Evidence: ev,
-		Steps: []StepRecord{{Step: KillPlugin(), Start: ev.Start.Add(time.Second), End: ev.Start.Add(time.Second)}}}
-	o.Measures = ev.Measure(reader)
-	checkSVG(t, TimelineSVG(o), map[string]int{"circle": 5, "line": 3})
-}
-
-func TestCatalog(t *testing.T) {
-	want := []string{"restart", "restart-no-restore", "restore-without-exit", "exit-without-restore", "host-to-container", "subpath",
-		"sidecar-plugin-restart", "sidecar-late", "sidecar-killed", "sidecar-new-pod"}
-	have := map[string]bool{}
-	for _, s := range Catalog() {
-		if err := s.Validate(); err != nil {
-			t.Errorf("%s: %v", s.Name, err)
-		}
-		if have[s.Name] {
-			t.Errorf("duplicate scenario %s", s.Name)
-		}
-		have[s.Name] = true
-	}
-	for _, n := range want {
-		if !have[n] {
-			t.Errorf("catalog lacks %s", n)
-		}
-	}
-	if Names()[0] != "restart" {
-		t.Errorf("the main scenario comes first: %v", Names())
-	}
-	if _, err := Lookup("nope"); err == nil {
-		t.Error("Lookup of an unknown scenario must fail")
-	}
-}
-
-// TestReadmeCatalog keeps the README's catalog table in step with the catalog.
-func TestReadmeCatalog(t *testing.T) {
-	rows := map[string]bool{}
-	for _, cells := range readmeTable(t, "## The catalog") {
-		rows[cells[0]] = true
-	}
-	for _, n := range Names() {
-		if !rows[n] {
-			t.Errorf("README.md's catalog table lacks %s", n)
-		}
-		delete(rows, n)
-	}
-	for n := range rows {
-		t.Errorf("README.md's catalog table names %s, which is not in the catalog", n)
-	}
-}
-
-// readmeTable returns the rows of README.md's tables under the heading section whose first cell names a
-// scenario (`name`), as trimmed cells with the backquotes of the first one removed.
-func readmeTable(t *testing.T, section string) [][]string {
-	t.Helper()
-	readme, err := os.ReadFile("README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rows [][]string
-	in := false
-	for _, line := range strings.Split(string(readme), "\n") {
-		if strings.HasPrefix(line, "## ") {
-			in = line == section
-		}
-		if !in || !strings.HasPrefix(line, "| `") {
-			continue
-		}
-		cells := strings.Split(strings.Trim(line, "|"), "|")
-		for i := range cells {
-			cells[i] = strings.TrimSpace(cells[i])
-		}
-		cells[0] = strings.Trim(cells[0], "`")
-		rows = append(rows, cells)
-	}
-	if len(rows) == 0 {
-		t.Fatalf("README.md has no scenario table under %q", section)
-	}
-	return rows
 }
 
 func TestValidateRejects(t *testing.T) {
 	base := restartScenario(t)
-	cases := map[string]func(s *Scenario){
-		"unknown container in check": func(s *Scenario) { s.Expect[0].Check = Exits{C: "ghost"} },
-		"no steps":                   func(s *Scenario) { s.Steps = nil },
-		"sidecar without the mode":   func(s *Scenario) { s.Pod.Sidecar = &Sidecar{} },
-		"mode without the sidecar":   func(s *Scenario) { s.Plugin.FuseMode = FuseModeSidecar },
-		"unknown FUSE mode":          func(s *Scenario) { s.Plugin.FuseMode = "remote" },
-		"sidecar step, no sidecar":   func(s *Scenario) { s.Steps = append([]Step{Kill(SidecarContainer)}, s.Steps...) },
-		"backends without why":       func(s *Scenario) { s.Backends = []string{BackendLocal} },
-		"bad policy":                 func(s *Scenario) { s.Pod.RestartPolicy = "Sometimes" },
-		"absolute subPath":           func(s *Scenario) { s.Pod.Containers[0].SubPath = "/etc" },
-		"escaping subPath":           func(s *Scenario) { s.Pod.Containers[0].SubPath = "../x" },
-		"bad strategy":               func(s *Scenario) { s.Plugin.RestoreStrategy = "glue" },
-		"no expectations":            func(s *Scenario) { s.Expect = nil },
+	cases := map[string]func(s *scenarios.Scenario){
+		"unknown container in check": func(s *scenarios.Scenario) { s.Expect[0].Check = scenarios.Exits{C: "ghost"} },
+		"no steps":                   func(s *scenarios.Scenario) { s.Steps = nil },
+		"sidecar without the mode":   func(s *scenarios.Scenario) { s.Pod.Sidecar = &scenarios.Sidecar{} },
+		"mode without the sidecar":   func(s *scenarios.Scenario) { s.Plugin.FuseMode = scenarios.FuseModeSidecar },
+		"unknown FUSE mode":          func(s *scenarios.Scenario) { s.Plugin.FuseMode = "remote" },
+		"sidecar step, no sidecar": func(s *scenarios.Scenario) {
+			s.Steps = append([]scenarios.Step{scenarios.Kill(scenarios.SidecarContainer)}, s.Steps...)
+		},
+		"backends without why": func(s *scenarios.Scenario) { s.Backends = []string{scenarios.BackendLocal} },
+		"bad policy":           func(s *scenarios.Scenario) { s.Pod.RestartPolicy = "Sometimes" },
+		"absolute subPath":     func(s *scenarios.Scenario) { s.Pod.Containers[0].SubPath = "/etc" },
+		"escaping subPath":     func(s *scenarios.Scenario) { s.Pod.Containers[0].SubPath = "../x" },
+		"bad strategy":         func(s *scenarios.Scenario) { s.Plugin.RestoreStrategy = "glue" },
+		"no expectations":      func(s *scenarios.Scenario) { s.Expect = nil },
 	}
 	for name, mutate := range cases {
 		s := base
-		s.Pod.Containers = append([]Container(nil), base.Pod.Containers...)
-		s.Expect = append([]Expectation(nil), base.Expect...)
+		s.Pod.Containers = append([]scenarios.Container(nil), base.Pod.Containers...)
+		s.Expect = append([]scenarios.Expectation(nil), base.Expect...)
 		mutate(&s)
 		if err := s.Validate(); err == nil {
 			t.Errorf("%s: Validate accepted it", name)
@@ -405,41 +181,74 @@ func TestValidateRejects(t *testing.T) {
 // TestRunsOn: a scenario names the backends that can run it, and the runner refuses the others before
 // deploying anything.
 func TestRunsOn(t *testing.T) {
-	sc, err := Lookup("sidecar-killed")
+	sc, err := catalog.Lookup("sidecar-killed")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := sc.RunsOn(BackendKube); err != nil {
+	if err := sc.RunsOn(scenarios.BackendKube); err != nil {
 		t.Errorf("%s on kube: %v", sc.Name, err)
 	}
-	sc.Backends, sc.BackendsWhy = []string{BackendLocal}, "the kube backend cannot deploy it"
-	if err := sc.RunsOn(BackendLocal); err != nil {
+	sc.Backends, sc.BackendsWhy = []string{scenarios.BackendLocal}, "the kube backend cannot deploy it"
+	if err := sc.RunsOn(scenarios.BackendLocal); err != nil {
 		t.Errorf("local: %v", err)
 	}
-	if err := sc.RunsOn(BackendKube); err == nil || !strings.Contains(err.Error(), "cannot run on the kube backend (it runs on: local): the kube backend cannot deploy") {
+	if err := sc.RunsOn(scenarios.BackendKube); err == nil || !strings.Contains(err.Error(), "cannot run on the kube backend (it runs on: local): the kube backend cannot deploy") {
 		t.Errorf("kube: %v, want a refusal that says why", err)
 	}
-	if r, _ := Lookup("restart"); r.RunsOn(BackendKube) != nil {
+	if r, _ := catalog.Lookup("restart"); r.RunsOn(scenarios.BackendKube) != nil {
 		t.Error("restart runs everywhere")
 	}
-	b := &fakeBackend{name: BackendKube}
-	o := Run(context.Background(), b, sc, RunOptions{Dir: t.TempDir(), Out: io.Discard})
-	if o.Err == nil || !strings.Contains(o.Err.Error(), "cannot run on the kube backend") || len(b.calls) > 1 {
-		t.Errorf("run on kube: err %v, calls %v; want a refusal before Setup", o.Err, b.calls)
+	b := &scenariotest.Backend{BackendName: scenarios.BackendKube}
+	o := scenarios.Run(context.Background(), b, sc, scenarios.RunOptions{Dir: t.TempDir(), Out: io.Discard})
+	if o.Err == nil || !strings.Contains(o.Err.Error(), "cannot run on the kube backend") || len(b.Calls) > 1 {
+		t.Errorf("run on kube: err %v, calls %v; want a refusal before Setup", o.Err, b.Calls)
 	}
 }
 
 func TestContainerArgs(t *testing.T) {
-	c := Container{Name: "r", ExitOnError: true, KeepOpen: false}
+	c := scenarios.Container{Name: "r", ExitOnError: true, KeepOpen: false}
 	got := strings.Join(c.WorkloadArgs(200*time.Millisecond), " ")
 	if got != "--file=/mnt/dummy-file.txt --log-format=json --read-interval=200ms --keep-open=false --exit-on-error" {
 		t.Errorf("args = %s", got)
 	}
-	sub := Container{SubPath: FileName, MountPath: "/mnt/" + FileName}
+	sub := scenarios.Container{SubPath: scenarios.FileName, MountPath: "/mnt/" + scenarios.FileName}
 	if sub.File() != "/mnt/dummy-file.txt" {
 		t.Errorf("a file subPath is read at its mount path, got %s", sub.File())
 	}
-	if RestartNever.Restarts(1) || !RestartOnFailure.Restarts(1) || RestartOnFailure.Restarts(0) || !RestartAlways.Restarts(0) {
+	if scenarios.RestartNever.Restarts(1) || !scenarios.RestartOnFailure.Restarts(1) || scenarios.RestartOnFailure.Restarts(0) || !scenarios.RestartAlways.Restarts(0) {
 		t.Error("restart policy semantics")
+	}
+}
+
+func TestEvaluateKeepsOrder(t *testing.T) {
+	sc := restartScenario(t)
+	o := scenarios.Run(context.Background(), &scenariotest.Backend{RestartRecovers: true}, sc, scenarios.RunOptions{Dir: t.TempDir(), Poll: time.Millisecond})
+	vs := scenarios.Evaluate(&sc, o.Evidence, o.Timing)
+	if len(vs) != len(sc.Expect) {
+		t.Fatalf("%d verdicts for %d expectations", len(vs), len(sc.Expect))
+	}
+	for i, v := range vs {
+		if v.Expectation.Check.Describe() != sc.Expect[i].Check.Describe() {
+			t.Errorf("verdict %d is for %q, want %q", i, v.Expectation.Check.Describe(), sc.Expect[i].Check.Describe())
+		}
+		if !v.Result.OK {
+			t.Errorf("the restart run satisfies %q, got %q", v.Expectation.Check.Describe(), v.Result.Why)
+		}
+	}
+}
+
+func TestValidateRejectsUnknownComponent(t *testing.T) {
+	sc := restartScenario(t)
+	for step, want := range map[string]scenarios.Step{
+		`unknown component "kernel"`:                    scenarios.Kill("kernel"),
+		"FUSE server without the keeper FUSE mode":      scenarios.Kill(scenarios.FuseServer),
+		"keeper container without the keeper FUSE mode": scenarios.Start(scenarios.KeeperContainer),
+		"the plugin container cannot be upgraded":       scenarios.Upgrade(scenarios.PluginContainer),
+	} {
+		sc := sc
+		sc.Steps = append(slices.Clone(sc.Steps), want)
+		if err := sc.Validate(); err == nil || !strings.Contains(err.Error(), step) {
+			t.Errorf("Validate with %s = %v, want %q", want.Label(), err, step)
+		}
 	}
 }

@@ -17,9 +17,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/fusemode"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/restore"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/dummy-fuse/dummyfs"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/contract"
 )
 
 // RestartPolicy is a pod's restartPolicy.
@@ -61,13 +61,13 @@ const (
 // The plugin's FUSE placements (--fuse-mode), as the catalog names them.
 const (
 	// FuseModeChild runs each FUSE server as a child of the plugin (the plugin's default).
-	FuseModeChild = fusemode.ChildName
+	FuseModeChild = contract.ModeChild
 	// FuseModeSidecar mounts each pod's volume dir with a /dev/fuse descriptor that an unprivileged sidecar
 	// container of the pod serves (the GCS FUSE CSI driver's design); the pod needs Pod.Sidecar.
-	FuseModeSidecar = fusemode.SidecarName
+	FuseModeSidecar = contract.ModeSidecar
 	// FuseModeKeeper keeps every connection alive across the death of any one of the plugin, the keeper (an
 	// unprivileged container of its own that runs the FUSE servers) and a FUSE server: Plugin.Keeper.
-	FuseModeKeeper = fusemode.KeeperName
+	FuseModeKeeper = contract.ModeKeeper
 )
 
 // FileName is the file the dummy-fuse filesystem serves at its root, and Content what it holds.

@@ -19,6 +19,7 @@ import (
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/fusemode"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/restore"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/state"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/contract"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/mounts"
 )
 
@@ -71,7 +72,7 @@ type Config struct {
 }
 
 // KeeperSocketName is the keeper mode's session socket, beside the CSI socket unless configured otherwise.
-const KeeperSocketName = "keeper.sock"
+const KeeperSocketName = contract.KeeperSocket
 
 // Driver is the plugin. Create it with New, then call Run once.
 type Driver struct {

@@ -12,13 +12,14 @@ import (
 
 	"k8s.io/klog/v2"
 
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/contract"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/mounts"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/spawn"
 )
 
 // ChildName is the mode in which dummy-fuse runs as a child process of the plugin and dies with it (SIGKILL
 // through the parent-death signal), as a FUSE server inside the plugin's container dies with that container.
-const ChildName = "child"
+const ChildName = contract.ModeChild
 
 func init() { Register(ChildName, func(o Options) (Mode, error) { return NewChild(o) }) }
 

@@ -9,6 +9,7 @@ import (
 	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
 
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/contract"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/fuseconn"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/handover"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/mounts"
@@ -20,7 +21,7 @@ import (
 // (`csi-plugin keeper`, unprivileged, in a pod of its own), which keeps another copy and runs the FUSE servers.
 // Each of the plugin, the keeper and a server can die and come back while the workloads only wait: see package
 // keeper for who repairs what. A restarted plugin re-collects its copies from the keeper (Recollect).
-const KeeperName = "keeper"
+const KeeperName = contract.ModeKeeper
 
 // ErrNoKeeper is wrapped by Start when no keeper connected in time: the CO should retry later.
 var ErrNoKeeper = Retryable(errors.New("no keeper connected"))

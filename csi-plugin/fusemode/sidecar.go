@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
 
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/contract"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/fdpass"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/fuseconn"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/handover"
@@ -23,16 +24,14 @@ import (
 // mounts the target with fd=N and hands the descriptor over a unix socket, inside a volume of the pod, to an
 // unprivileged sidecar container of the workload pod, which serves it. The plugin closes its own copy once it is
 // sent, so the mount lives and dies with the sidecar, not with the plugin.
-const SidecarName = "sidecar"
+const SidecarName = contract.ModeSidecar
 
 const (
 	// SidecarVolume is the emptyDir volume that a pod using the sidecar mode must have, mounted in its sidecar
-	// container: the plugin puts each CSI volume's socket in <SidecarVolume>/<volume spec name>/<SocketName>
-	// (the PV's name, or the pod's volume name for an inline volume), as GCS puts it in its gke-gcsfuse-tmp
-	// emptyDir.
-	SidecarVolume = "dfc-sidecar"
+	// container: the plugin puts each CSI volume's socket in <SidecarVolume>/<volume spec name>/<SocketName>.
+	SidecarVolume = contract.SidecarVolume
 	// SocketName is the name of the socket in the directory of TargetRequest.SocketDir.
-	SocketName = "socket"
+	SocketName = contract.SidecarSocket
 )
 
 // TargetRequest describes one target to mount.

@@ -29,15 +29,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/contract"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/fuseconn"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/handover"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/spawn"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/version"
 )
-
-// Served is what the keeper's line says once a FUSE server serves a volume: scenario backends read it in its
-// log ("volume <id>: served by dummy-fuse <version> pid <pid>").
-const Served = "served by dummy-fuse"
 
 // Config is the keeper's command line.
 type Config struct {
@@ -244,7 +241,7 @@ func (k *Keeper) pluginConnected(c *handover.Conn) bool {
 		c.Close()
 		return true
 	}
-	k.logf(fmtConnected, len(held))
+	k.logf(contract.KeeperConnectedFormat, len(held))
 	k.plugin = c
 	go func() {
 		for {
@@ -359,7 +356,7 @@ func (k *Keeper) serverMsg(srv *server, m handover.Msg) {
 		if cn.init == nil {
 			cn.init = m.Init
 		}
-		k.logf(fmtServed, m.Volume, m.Version, srv.pid)
+		k.logf(contract.KeeperServedFormat, m.Volume, m.Version, srv.pid)
 		k.tellPlugin(handover.Msg{Kind: handover.Served, Volume: m.Volume, Init: cn.init, PID: srv.pid, Version: m.Version})
 	case handover.Ended:
 		delete(srv.volumes, m.Volume)
@@ -386,7 +383,7 @@ func (k *Keeper) serverGone(srv *server, err error) {
 		}
 	}
 	sort.Strings(orphans)
-	k.logf(fmtExited, srv.pid, err, strings.Join(orphans, ", "))
+	k.logf(contract.KeeperExitedFormat, srv.pid, err, strings.Join(orphans, ", "))
 	if k.cfg.ExitWithServer {
 		k.exitErr = fmt.Errorf("FUSE server pid %d exited (%w): exiting with it; the plugin keeps its copy of the connection for the next instance", srv.pid, err)
 		return

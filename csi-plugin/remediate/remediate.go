@@ -28,13 +28,14 @@ import (
 
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/restore"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/state"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/contract"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/kubeletpath"
 )
 
-// Event reasons the remediator records on pods.
+// Event reasons the remediator records on pods, as internal/contract promises them to observers.
 const (
-	ReasonDeleted     = "DeletedForDeadVolume" // Normal: the pod is deleted so that its controller recreates it
-	ReasonLeftAlone   = "VolumeNotRemediated"  // Warning: the pod's volume will not heal and nothing recreates it
+	ReasonDeleted     = contract.ReasonDeleted   // Normal: the pod is deleted so that its controller recreates it
+	ReasonLeftAlone   = contract.ReasonLeftAlone // Warning: the pod's volume will not heal and nothing recreates it
 	eventSource       = "dummy-fuse-csi-remediator"
 	defaultGrace      = 2 * time.Minute
 	defaultRateLimit  = 10 * time.Minute

@@ -22,11 +22,9 @@ import (
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/fusemode"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/keeper"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/command"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/contract"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/fdpass"
 )
-
-// Received is what the sidecar's line says once it holds the descriptor: scenario backends read it in its log.
-const Received = "received the FUSE descriptor"
 
 // Config is the sidecar's command line.
 type Config struct {
@@ -116,7 +114,7 @@ func Run(ctx context.Context, args []string, streams command.Streams) error {
 		}
 		return err
 	}
-	logf(streams.Err, "%s of volume %s (readOnly=%v) from %s", Received, cfg.VolumeID, cfg.ReadOnly, socket)
+	logf(streams.Err, "%s of volume %s (readOnly=%v) from %s", contract.SidecarReceived, cfg.VolumeID, cfg.ReadOnly, socket)
 
 	cmdArgs := []string{"/dev/fd/3"}
 	if directIO {

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"time"
+
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/contract"
 )
 
 // Format is the log format: FormatText for people, FormatJSON (one object per line) for programs.
@@ -27,39 +29,20 @@ func (f *Format) Set(s string) error {
 	return fmt.Errorf("unknown log format %q (want text or json)", s)
 }
 
-// Event names of the JSON log.
+// The JSON log's event names and record, for the tests that read it; internal/contract defines them.
 const (
-	EventStart     = "start"
-	EventOpen      = "open"
-	EventOpenError = "open_error"
-	EventReadStart = "read_start"
-	EventRead      = "read"
-	EventReadError = "read_error"
-	EventClose     = "close"
-	EventExit      = "exit"
+	EventStart     = contract.WorkloadStart
+	EventOpen      = contract.WorkloadOpen
+	EventOpenError = contract.WorkloadOpenError
+	EventReadStart = contract.WorkloadReadStart
+	EventRead      = contract.WorkloadRead
+	EventReadError = contract.WorkloadReadError
+	EventClose     = contract.WorkloadClose
+	EventExit      = contract.WorkloadExit
 )
 
-// Record is one JSON log line; the fields of other events are omitted. Tests and scenarios decode into it.
-type Record struct {
-	Time  time.Time `json:"time"`
-	Event string    `json:"event"`
-	File  string    `json:"file"`
-
-	KeepOpen    *bool  `json:"keep_open,omitempty"`
-	ExitOnError *bool  `json:"exit_on_error,omitempty"`
-	DirectIO    *bool  `json:"direct_io,omitempty"`
-	Interval    string `json:"interval,omitempty"`
-
-	Bytes   *int    `json:"bytes,omitempty"`
-	Content *string `json:"content,omitempty"`
-	Errno   *string `json:"errno,omitempty"`
-	Error   string  `json:"error,omitempty"`
-	// LatencyUS is how long the open or read took (a read or open that waited for a FUSE server shows here).
-	LatencyUS *int64 `json:"latency_us,omitempty"`
-
-	Code   *int   `json:"code,omitempty"`
-	Reason string `json:"reason,omitempty"`
-}
+// Record is one JSON log line.
+type Record = contract.WorkloadRecord
 
 type logger struct {
 	format Format
@@ -110,7 +93,7 @@ func (l *logger) opened(latency time.Duration) {
 }
 
 func (l *logger) openError(err error, latency time.Duration) {
-	l.emit(Record{Event: EventOpenError, Errno: ptr(ErrnoName(err)), Error: err.Error(), LatencyUS: ptr(latency.Microseconds())}, "open error: "+err.Error())
+	l.emit(Record{Event: EventOpenError, Errno: ptr(contract.ErrnoName(err)), Error: err.Error(), LatencyUS: ptr(latency.Microseconds())}, "open error: "+err.Error())
 }
 
 // reading marks the start of a read: a read that never returns (a hung FUSE request) shows as a start
@@ -123,7 +106,7 @@ func (l *logger) read(data []byte, latency time.Duration) {
 }
 
 func (l *logger) readError(err error, latency time.Duration) {
-	l.emit(Record{Event: EventReadError, Errno: ptr(ErrnoName(err)), Error: err.Error(), LatencyUS: ptr(latency.Microseconds())},
+	l.emit(Record{Event: EventReadError, Errno: ptr(contract.ErrnoName(err)), Error: err.Error(), LatencyUS: ptr(latency.Microseconds())},
 		"read error: "+err.Error())
 }
 
@@ -131,7 +114,7 @@ func (l *logger) readError(err error, latency time.Duration) {
 // I/O error for --exit-on-error: the read before it already succeeded or failed on its own.
 func (l *logger) closed(err error) {
 	if err != nil {
-		l.emit(Record{Event: EventClose, Errno: ptr(ErrnoName(err)), Error: err.Error()}, "close error: "+err.Error())
+		l.emit(Record{Event: EventClose, Errno: ptr(contract.ErrnoName(err)), Error: err.Error()}, "close error: "+err.Error())
 		return
 	}
 	l.emit(Record{Event: EventClose}, "closed file "+l.file)

@@ -8,11 +8,9 @@ package workload
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
-	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -212,18 +210,6 @@ func (r *runner) close() {
 	err := r.f.Close()
 	r.f = nil
 	r.log.closed(err)
-}
-
-// ErrnoName returns the symbolic name ("ENOTCONN") of the errno inside err, or "" when err carries none.
-func ErrnoName(err error) string {
-	var errno syscall.Errno
-	if !errors.As(err, &errno) {
-		return ""
-	}
-	if name := unix.ErrnoName(errno); name != "" {
-		return name
-	}
-	return fmt.Sprintf("errno %d", int(errno))
 }
 
 type realClock struct{}

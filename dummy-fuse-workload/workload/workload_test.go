@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"io/fs"
 	"os"
@@ -327,25 +326,6 @@ func stopWhileHung(t *testing.T, entered <-chan struct{}, open func(string) (Fil
 		t.Errorf("the exit record does not give the reason:\n%s", out.String())
 	}
 	return out.String()
-}
-
-func TestErrnoName(t *testing.T) {
-	for _, tc := range []struct {
-		err  error
-		want string
-	}{
-		{syscall.ENOTCONN, "ENOTCONN"},
-		{syscall.ECONNABORTED, "ECONNABORTED"},
-		{&fs.PathError{Op: "read", Path: "x", Err: syscall.ENOENT}, "ENOENT"},
-		{fmt.Errorf("wrapped: %w", &fs.PathError{Op: "open", Path: "x", Err: syscall.EIO}), "EIO"},
-		{syscall.EROFS, "EROFS"},
-		{errors.New("no errno"), ""},
-		{syscall.Errno(4000), "errno 4000"},
-	} {
-		if got := ErrnoName(tc.err); got != tc.want {
-			t.Errorf("ErrnoName(%v) = %q, want %q", tc.err, got, tc.want)
-		}
-	}
 }
 
 // mainCode runs the command as main does and returns its exit code.

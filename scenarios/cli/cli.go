@@ -19,8 +19,10 @@ import (
 
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/command"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios/catalog"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios/kube"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios/local"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios/report"
 )
 
 const usage = `Usage: dfc-scenario [flags] SCENARIO... | all
@@ -106,7 +108,7 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	fl.StringVar(&cfg.kube.KubeletLog, "kubelet-log", "", "kube: file with kubelet's log, for causes kubelet only logs (default: the from-source cluster's; on kind: journalctl in the node; - for none)")
 	fl.StringVar(&cfg.kube.Probe, "probe", "auto", "kube: how the volume paths are stat'ed: host (this machine is the node), pod (a probe pod), auto")
 	fl.Usage = func() {
-		fmt.Fprintf(fl.Output(), usage, strings.Join(scenarios.Names(), ", "))
+		fmt.Fprintf(fl.Output(), usage, strings.Join(catalog.Names(), ", "))
 		fl.PrintDefaults()
 	}
 	if err := command.Parse(fl, args); err != nil {
@@ -135,9 +137,9 @@ func parse(args []string, stderr io.Writer) (config, error) {
 		return cfg, &command.UsageError{Err: err}
 	}
 	if cfg.sidecarDelays != "" {
-		delays, err := scenarios.ParseDelays(cfg.sidecarDelays)
+		delays, err := catalog.ParseDelays(cfg.sidecarDelays)
 		if err == nil {
-			cfg.scenarios, err = scenarios.VarySidecarDelay(cfg.scenarios, delays)
+			cfg.scenarios, err = catalog.VarySidecarDelay(cfg.scenarios, delays)
 		}
 		if err != nil {
 			return cfg, command.Usagef("--sidecar-delay: %v", err)
@@ -153,11 +155,11 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	return cfg, nil
 }
 
-// selectFor returns the scenarios names selects (see scenarios.Select) that backend can run. A scenario named
+// selectFor returns the scenarios names selects (see catalog.Select) that backend can run. A scenario named
 // explicitly that it cannot run is an error; "all" leaves such scenarios out, saying why in leftOut.
 func selectFor(backend string, names []string) (run []scenarios.Scenario, leftOut []string, err error) {
 	for _, n := range names {
-		sel, err := scenarios.Select([]string{n})
+		sel, err := catalog.Select([]string{n})
 		if err != nil {
 			return nil, nil, err
 		}
@@ -191,7 +193,7 @@ func runnable(backend string, scs []scenarios.Scenario, all bool) (run []scenari
 // (or of those to run on every release), one per line.
 func list(w io.Writer, versionDependent, everyRelease bool) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	for _, s := range scenarios.Catalog() {
+	for _, s := range catalog.All() {
 		switch {
 		case versionDependent || everyRelease:
 			if (versionDependent && s.VersionDependent()) || (everyRelease && s.OnEveryRelease()) {
@@ -236,7 +238,7 @@ func runAll(ctx context.Context, cfg config, out io.Writer) error {
 	}
 	if len(results) > 1 {
 		fmt.Fprintln(out, "\nsummary:")
-		scenarios.PrintSummary(out, results)
+		report.PrintSummary(out, results)
 	}
 	failed := 0
 	for _, o := range results {
@@ -260,8 +262,8 @@ func runOne(ctx context.Context, cfg config, sc scenarios.Scenario, out io.Write
 	fmt.Fprintf(out, "    %s\n", b.Describe())
 	fmt.Fprintf(out, "    run dir %s\n", dir)
 	o := scenarios.Run(ctx, b, sc, scenarios.RunOptions{Dir: dir, Out: out})
-	scenarios.PrintVerdicts(out, o)
-	if err := scenarios.WriteReport(o); err != nil {
+	report.PrintVerdicts(out, o)
+	if err := report.WriteReport(o); err != nil {
 		fmt.Fprintf(out, "    report: %v\n", err)
 	} else {
 		fmt.Fprintf(out, "    report %s (timeline %s)\n    logs   %s\n", filepath.Join(o.Dir, "report.md"), filepath.Join(o.Dir, "timeline.svg"),

@@ -9,6 +9,7 @@ import (
 
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/command"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios/catalog"
 )
 
 func TestParse(t *testing.T) {
@@ -19,7 +20,7 @@ func TestParse(t *testing.T) {
 		out   string // in stdout or stderr
 	}{
 		{args: []string{"restart"}, code: -1, names: "restart"},
-		{args: []string{"all"}, code: -1, names: strings.Join(scenarios.Names(), ",")},
+		{args: []string{"all"}, code: -1, names: strings.Join(catalog.Names(), ",")},
 		{args: []string{"--keep", "subpath", "restart"}, code: -1, names: "subpath,restart"},
 		{args: []string{"nope"}, code: 2, out: `no scenario "nope"`},
 		{args: nil, code: 2, out: "name at least one scenario"},
@@ -74,7 +75,7 @@ func TestParse(t *testing.T) {
 // kubeNames are the catalog's scenarios that the kube backend can run.
 func kubeNames() []string {
 	var out []string
-	for _, s := range scenarios.Catalog() {
+	for _, s := range catalog.All() {
 		if s.RunsOn(scenarios.BackendKube) == nil {
 			out = append(out, s.Name)
 		}
@@ -89,8 +90,8 @@ func TestAllLeavesOut(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(cfg.scenarios) != len(kubeNames()) || len(cfg.leftOut)+len(cfg.scenarios) != len(scenarios.Catalog()) {
-		t.Fatalf("left out %q, running %d of %d", cfg.leftOut, len(cfg.scenarios), len(scenarios.Catalog()))
+	if len(cfg.scenarios) != len(kubeNames()) || len(cfg.leftOut)+len(cfg.scenarios) != len(catalog.All()) {
+		t.Fatalf("left out %q, running %d of %d", cfg.leftOut, len(cfg.scenarios), len(catalog.All()))
 	}
 	localOnly := scenarios.Scenario{Name: "local-only", Backends: []string{scenarios.BackendLocal}, BackendsWhy: "no reason"}
 	both := scenarios.Scenario{Name: "both"}
@@ -119,7 +120,7 @@ func TestListVersionDependent(t *testing.T) {
 			t.Fatalf("%s: %v: %s", flag, err, stderr.String())
 		}
 		var names []string
-		for _, sc := range scenarios.Catalog() {
+		for _, sc := range catalog.All() {
 			if want(&sc) {
 				names = append(names, sc.Name+"\n")
 			}

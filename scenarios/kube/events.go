@@ -8,7 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/remediate"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/contract"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
 )
 
@@ -70,7 +70,7 @@ func (b *Backend) onEvent(o any) {
 		case "BackOff":
 			b.rec.Add(scenarios.Event{Time: t, Source: scenarios.SrcKubelet, Kind: scenarios.KBackOff, Container: c,
 				Instance: b.starts(c), Message: msg})
-		case scenarios.ReasonVolumeConditionAbnormal, remediate.ReasonDeleted, remediate.ReasonLeftAlone:
+		case scenarios.ReasonVolumeConditionAbnormal, contract.ReasonDeleted, contract.ReasonLeftAlone:
 			src, _ := podEventSource(ev.Reason)
 			b.rec.Add(scenarios.Event{Time: t, Source: src, Kind: scenarios.KPodEvent, Detail: ev.Reason,
 				Message: ev.Type + " " + ev.Reason + ": " + msg})

@@ -14,7 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/remediate"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/contract"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
 )
 
@@ -24,7 +24,7 @@ func podEventSource(reason string) (scenarios.Source, bool) {
 	switch reason {
 	case scenarios.ReasonVolumeConditionAbnormal:
 		return scenarios.SrcKubelet, true
-	case remediate.ReasonDeleted, remediate.ReasonLeftAlone:
+	case contract.ReasonDeleted, contract.ReasonLeftAlone:
 		return scenarios.SrcRemediator, true
 	}
 	return "", false

@@ -1,7 +1,7 @@
 package kube
 
 // The keeper of the plugin's keeper mode (chart fuseMode keeper): the keeper DaemonSet's pods, followed like the
-// plugin's (their logs into keeper.log, with what csi-plugin/keeper.LogLine reads in them as evidence), and the
+// plugin's (their logs into keeper.log, with what internal/contract.ParseKeeperLine reads in them as evidence), and the
 // steps on them: deleting the keeper pod, starting it again, killing a FUSE server in it, and a rolling update
 // to the next build.
 
@@ -14,7 +14,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/keeper"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/contract"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
 )
 
@@ -48,15 +48,15 @@ func (b *Backend) onKeeperPod(p *corev1.Pod, deleted bool) {
 			}
 			ts = writePodLine(b.keeperLog, kp.name, n, line, ts)
 			t := scenarios.LineTime(line, ts)
-			switch ev := keeper.LogLine(line); ev.Kind {
-			case keeper.LogConnected:
+			switch ev := contract.ParseKeeperLine(line); ev.Kind {
+			case contract.KeeperLineConnected:
 				b.nodeEvent(kp, scenarios.KeeperContainer, scenarios.KReady, t, fmt.Sprintf("pod %s connected to the plugin", kp.name), "")
-			case keeper.LogServed:
+			case contract.KeeperLineServed:
 				if ev.Volume == b.n.volumeHandle {
 					b.nodeEvent(kp, scenarios.FuseServer, scenarios.KReady, t,
 						fmt.Sprintf("pod %s: dummy-fuse %s pid %d serves the volume", kp.name, ev.Version, ev.PID), ev.Version)
 				}
-			case keeper.LogServerExited:
+			case contract.KeeperLineServerExited:
 				b.nodeEvent(kp, scenarios.FuseServer, scenarios.KExited, t, fmt.Sprintf("pod %s: FUSE server pid %d: %s", kp.name, ev.PID, ev.Reason), "")
 			}
 		},
@@ -207,4 +207,50 @@ func (b *Backend) upgradeKeeper(ctx context.Context) error {
 	}
 	b.progress("keeper rolled to %s; the old keeper pod %s is gone", next, old.name)
 	return nil
+}
+
+// keeperPart is the keeper of the keeper mode: its DaemonSet's pod on the workload's node.
+type keeperPart struct {
+	b *Backend
+}
+
+func newKeeperPart(b *Backend, env *scenarios.Env) (part, error) {
+	if !b.keeperMode() {
+		return nil, nil
+	}
+	var err error
+	if b.keeperLog, err = env.Log("keeper.log"); err != nil {
+		return nil, err
+	}
+	return &keeperPart{b: b}, nil
+}
+
+func (p *keeperPart) kill(ctx context.Context) error    { return p.b.killKeeper(ctx) }
+func (p *keeperPart) start(ctx context.Context) error   { return p.b.startKeeper(ctx) }
+func (p *keeperPart) upgrade(ctx context.Context) error { return p.b.upgradeKeeper(ctx) }
+
+// ready waits for the keeper of this build: the plugin hands it every connection it mounts, so the volume's
+// server runs once it is connected.
+func (p *keeperPart) ready(ctx context.Context) error {
+	return p.b.waitKeeperReady(ctx, time.Time{}, p.b.opts.Image)
+}
+
+// keeperServerPart is the keeper's FUSE server of the volume.
+type keeperServerPart struct {
+	noPart
+	b *Backend
+}
+
+func newKeeperServerPart(b *Backend, _ *scenarios.Env) (part, error) {
+	if !b.keeperMode() {
+		return nil, nil
+	}
+	return &keeperServerPart{b: b}, nil
+}
+
+func (p *keeperServerPart) kill(ctx context.Context) error { return p.b.killFuseServer(ctx) }
+
+// start waits for the keeper's next server: nobody but the keeper starts a FUSE server.
+func (p *keeperServerPart) start(ctx context.Context) error {
+	return p.b.rec.AwaitReady(ctx, scenarios.FuseServer, 30*time.Second)
 }

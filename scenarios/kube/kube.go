@@ -217,6 +217,9 @@ type Backend struct {
 	volumeHealth map[string]string
 	// deletingPod: the backend itself deletes the workload pod (the pod component's kill)
 	deletingPod atomic.Bool
+	// parts are the scenario's components with their handlers (parts.go), by component and in their order.
+	parts map[scenarios.Component]part
+	order []part
 }
 
 var _ scenarios.Backend = (*Backend)(nil)
@@ -299,15 +302,8 @@ func (b *Backend) Setup(ctx context.Context, sc *scenarios.Scenario, env *scenar
 		return err
 	}
 	b.cfg = cfg
-	if sc.Pod.Sidecar != nil {
-		if b.sidecarLog, err = env.Log("sidecar.log"); err != nil {
-			return err
-		}
-	}
-	if b.keeperMode() {
-		if b.keeperLog, err = env.Log("keeper.log"); err != nil {
-			return err
-		}
+	if err := b.makeParts(env); err != nil {
+		return err
 	}
 	if sc.Plugin.Remediation != nil {
 		if b.remediatorLog, err = env.Log("remediator.log"); err != nil {
@@ -361,9 +357,8 @@ func (b *Backend) Setup(ctx context.Context, sc *scenarios.Scenario, env *scenar
 	if err := b.waitRegistered(ctx, pluginNode); err != nil {
 		return err
 	}
-	if b.keeperMode() {
-		// The plugin hands the keeper every connection it mounts: the volume's server runs once it is connected.
-		if err := b.waitKeeperReady(ctx, time.Time{}, b.opts.Image); err != nil {
+	for _, p := range b.order {
+		if err := p.ready(ctx); err != nil {
 			return err
 		}
 	}

@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios/catalog"
 )
 
 func TestErrnoIn(t *testing.T) {
@@ -137,7 +138,7 @@ func TestWorkloadPod(t *testing.T) {
 	if !strings.HasPrefix(n.namespace, "dfc-restart-") || n.pv != n.namespace || n.volumeHandle != n.namespace {
 		t.Errorf("run names %+v", n)
 	}
-	for _, sc := range scenarios.Catalog() {
+	for _, sc := range catalog.All() {
 		p, err := m.workloadPod(&sc, n, "dummy-fuse-csi:test", time.Second, map[string]string{managedByLabel: managedBy})
 		if err != nil {
 			t.Fatalf("%s: %v", sc.Name, err)

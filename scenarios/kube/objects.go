@@ -15,7 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 
-	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/fusemode"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/contract"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
 )
 
@@ -106,7 +106,7 @@ func fuseSidecar(spec *corev1.PodSpec) int {
 			continue
 		}
 		for _, vm := range c.VolumeMounts {
-			if vm.Name == fusemode.SidecarVolume {
+			if vm.Name == contract.SidecarVolume {
 				return i
 			}
 		}
@@ -154,7 +154,7 @@ func (m *manifests) workloadPod(sc *scenarios.Scenario, n names, image string, i
 		switch v := &base.Spec.Volumes[i]; {
 		case v.PersistentVolumeClaim != nil && vol == nil:
 			vol = v
-		case v.Name == fusemode.SidecarVolume:
+		case v.Name == contract.SidecarVolume:
 			socketVol = v
 		}
 	}
@@ -166,7 +166,7 @@ func (m *manifests) workloadPod(sc *scenarios.Scenario, n names, image string, i
 	if sc.Pod.Sidecar != nil {
 		i := fuseSidecar(&base.Spec)
 		if i < 0 || socketVol == nil {
-			return nil, fmt.Errorf("manifest pod %s has no FUSE sidecar (a native sidecar mounting the emptyDir %s)", base.Name, fusemode.SidecarVolume)
+			return nil, fmt.Errorf("manifest pod %s has no FUSE sidecar (a native sidecar mounting the emptyDir %s)", base.Name, contract.SidecarVolume)
 		}
 		initCtrs = []corev1.Container{sidecarContainer(base.Spec.InitContainers[i], *sc.Pod.Sidecar, n, image)}
 	}
@@ -232,13 +232,13 @@ func workloadDeployment(pod *corev1.Pod) *appsv1.Deployment {
 func sidecarContainer(c corev1.Container, sc scenarios.Sidecar, n names, image string) corev1.Container {
 	c = *c.DeepCopy()
 	c.Image, c.ImagePullPolicy = image, corev1.PullIfNotPresent
-	mount := "/" + fusemode.SidecarVolume
+	mount := "/" + contract.SidecarVolume
 	for _, vm := range c.VolumeMounts {
-		if vm.Name == fusemode.SidecarVolume {
+		if vm.Name == contract.SidecarVolume {
 			mount = vm.MountPath
 		}
 	}
-	c.Args = sc.Args(path.Join(mount, n.pv, fusemode.SocketName))
+	c.Args = sc.Args(path.Join(mount, n.pv, contract.SidecarSocket))
 	return c
 }
 

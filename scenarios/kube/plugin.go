@@ -19,60 +19,16 @@ import (
 
 func dsName() string { return releaseName + "-node" }
 
-// Kill implements scenarios.Backend.
-func (b *Backend) Kill(ctx context.Context, c scenarios.Component) error {
-	switch c {
-	case scenarios.PluginContainer:
-		return b.killPlugin(ctx)
-	case scenarios.SidecarContainer:
-		if b.sidecarName != "" {
-			return b.killSidecar(ctx)
-		}
-	case scenarios.WorkloadPod:
-		return b.killPod(ctx)
-	case scenarios.KeeperContainer:
-		if b.keeperMode() {
-			return b.killKeeper(ctx)
-		}
-	case scenarios.FuseServer:
-		if b.keeperMode() {
-			return b.killFuseServer(ctx)
-		}
-	}
-	return fmt.Errorf("kube backend: cannot kill %s", c)
+// pluginPart is the plugin: its DaemonSet's pod on the workload's node.
+type pluginPart struct {
+	noPart
+	b *Backend
 }
 
-// Start implements scenarios.Backend.
-func (b *Backend) Start(ctx context.Context, c scenarios.Component) error {
-	switch c {
-	case scenarios.PluginContainer:
-		return b.startPlugin(ctx)
-	case scenarios.SidecarContainer:
-		if b.sidecarName != "" {
-			return b.startSidecar(ctx)
-		}
-	case scenarios.WorkloadPod:
-		return b.startPod(ctx)
-	case scenarios.KeeperContainer:
-		if b.keeperMode() {
-			return b.startKeeper(ctx)
-		}
-	case scenarios.FuseServer:
-		// Nobody but the keeper starts a FUSE server.
-		if b.keeperMode() {
-			return b.rec.AwaitReady(ctx, scenarios.FuseServer, 30*time.Second)
-		}
-	}
-	return fmt.Errorf("kube backend: cannot start %s", c)
-}
+func newPluginPart(b *Backend, _ *scenarios.Env) (part, error) { return &pluginPart{b: b}, nil }
 
-// Upgrade implements scenarios.Backend.
-func (b *Backend) Upgrade(ctx context.Context, c scenarios.Component) error {
-	if c == scenarios.KeeperContainer && b.keeperMode() {
-		return b.upgradeKeeper(ctx)
-	}
-	return fmt.Errorf("kube backend: cannot upgrade %s", c)
-}
+func (p *pluginPart) kill(ctx context.Context) error  { return p.b.killPlugin(ctx) }
+func (p *pluginPart) start(ctx context.Context) error { return p.b.startPlugin(ctx) }
 
 // killPlugin deletes the plugin pod on the workload's node (deleteNodePod).
 func (b *Backend) killPlugin(ctx context.Context) error {

@@ -70,3 +70,14 @@ func (b *Backend) startPod(ctx context.Context) error {
 	b.podEvent(scenarios.KReady, time.Time{}, "pod "+shortUID(b.uid)+": volume published, every container had its first start")
 	return nil
 }
+
+// podPart is the workload pod: deleted, and created again from the same spec (a new UID).
+type podPart struct {
+	noPart
+	b *Backend
+}
+
+func newPodPart(b *Backend, _ *scenarios.Env) (part, error) { return &podPart{b: b}, nil }
+
+func (p *podPart) kill(ctx context.Context) error  { return p.b.killPod(ctx) }
+func (p *podPart) start(ctx context.Context) error { return p.b.startPod(ctx) }

@@ -15,7 +15,7 @@ import (
 	"k8s.io/client-go/tools/remotecommand"
 	"k8s.io/streaming/pkg/httpstream"
 
-	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/sidecar"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/contract"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
 )
 
@@ -47,7 +47,7 @@ func (b *Backend) trackSidecar() {
 			last = ts
 			t := scenarios.LineTime(line, ts)
 			recordStart(n, info, t, "its first line")
-			if bytes.Contains(line, []byte(sidecar.Received)) {
+			if bytes.Contains(line, []byte(contract.SidecarReceived)) {
 				b.sidecarEvent(scenarios.KReady, t, string(line))
 			}
 		},
@@ -156,3 +156,23 @@ func (b *Backend) exec(ctx context.Context, pod, container string, cmd []string)
 	err = ex.StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: &out, Stderr: &out})
 	return out.String(), err
 }
+
+// sidecarPart is the workload pod's FUSE sidecar (a native sidecar), when the scenario's pod has one.
+type sidecarPart struct {
+	noPart
+	b *Backend
+}
+
+func newSidecarPart(b *Backend, env *scenarios.Env) (part, error) {
+	if b.sc.Pod.Sidecar == nil {
+		return nil, nil
+	}
+	var err error
+	if b.sidecarLog, err = env.Log("sidecar.log"); err != nil {
+		return nil, err
+	}
+	return &sidecarPart{b: b}, nil
+}
+
+func (p *sidecarPart) kill(ctx context.Context) error  { return p.b.killSidecar(ctx) }
+func (p *sidecarPart) start(ctx context.Context) error { return p.b.startSidecar(ctx) }

@@ -13,7 +13,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/dummy-fuse-csi/dummy-fuse-csi/dummy-fuse-workload/workload"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/contract"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
 )
 
@@ -98,7 +98,7 @@ func (c *container) loop(ctx context.Context) {
 			}
 			c.b.logf("container %s: start failed: %s (cause: %v)", c.spec.Name, msg, cause)
 			c.event(scenarios.KStartFailed, scenarios.Event{Instance: c.starts, Message: "Error: " + msg,
-				Errno: workload.ErrnoName(cause), Detail: fmt.Sprint(cause)})
+				Errno: contract.ErrnoName(cause), Detail: fmt.Sprint(cause)})
 			if errors.Is(err, errInitFailed) {
 				// runc failed after containerd created the container: kubelet sees an exited container.
 				finished, exited = time.Now(), true

@@ -13,8 +13,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/driver"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/keeper"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/contract"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
 )
 
@@ -42,34 +42,112 @@ type keeperInstance struct {
 	served    chan struct{} // closed at its first "served" line: it serves the volume
 }
 
-func (b *Backend) keeperEvent(kind scenarios.Kind, t time.Time, msg string) {
-	b.rec.Add(scenarios.Event{Time: t, Source: scenarios.SrcComponent, Component: scenarios.KeeperContainer, Kind: kind, Message: msg})
+// keeperPart is the keeper container of the keeper mode: the running instance, those an upgrade or a restart
+// replaced, and the binaries the next one runs.
+type keeperPart struct {
+	noPart
+	b                    *Backend
+	cur                  *keeperInstance
+	old                  []*keeperInstance
+	starts               int
+	pluginPath, fusePath string
+	log                  *scenarios.LogFile
 }
 
-func (b *Backend) serverEvent(kind scenarios.Kind, t time.Time, msg, version string) {
-	b.rec.Add(scenarios.Event{Time: t, Source: scenarios.SrcComponent, Component: scenarios.FuseServer, Kind: kind, Message: msg, Detail: version})
+// newKeeperPart is the keeper when the plugin's FUSE mode is the keeper's.
+func newKeeperPart(b *Backend, env *scenarios.Env) (part, error) {
+	if b.sc.Plugin.FuseMode != scenarios.FuseModeKeeper {
+		return nil, nil
+	}
+	logs, err := env.Logs("keeper.log")
+	if err != nil {
+		return nil, err
+	}
+	b.logs = append(b.logs, logs[0])
+	return &keeperPart{b: b, log: logs[0], pluginPath: b.opts.PluginPath, fusePath: b.opts.FusePath}, nil
 }
 
-// startKeeper starts a keeper container running pluginPath's `keeper` with fusePath as its FUSE server, and
+// pluginArgs lets the keeper's user connect to the plugin's keeper socket.
+func (k *keeperPart) pluginArgs() []string {
+	return []string{fmt.Sprintf("--keeper-uid=%d", keeperUser)}
+}
+
+// deploy starts the first keeper once the plugin serves.
+func (k *keeperPart) deploy(context.Context) error {
+	// The keeper (uid 65534) reaches the plugin's keeper socket through this directory, as the chart's
+	// hostPath gives it (created 0755).
+	if err := os.Chmod(filepath.Dir(k.b.sock), 0o755); err != nil {
+		return err
+	}
+	var err error
+	k.cur, err = k.startInstance(k.pluginPath, k.fusePath)
+	return err
+}
+
+// teardown stops every keeper still running and waits (briefly) until its log is read.
+func (k *keeperPart) teardown() error {
+	var errs []error
+	for _, ki := range k.instances() {
+		if !ki.p.exited() {
+			k.b.logf("teardown: stop keeper#%d pid %d", ki.n, ki.p.pid())
+			if err := ki.p.stop(5 * time.Second); err != nil {
+				errs = append(errs, fmt.Errorf("stop keeper: %w", err))
+			}
+		}
+		select {
+		case <-ki.out:
+		case <-time.After(2 * time.Second):
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// instances lists every keeper instance started, the running one last.
+func (k *keeperPart) instances() []*keeperInstance {
+	if k.cur == nil {
+		return k.old
+	}
+	return append(append([]*keeperInstance(nil), k.old...), k.cur)
+}
+
+func (k *keeperPart) procs() []knownProc {
+	var out []knownProc
+	for _, ki := range k.instances() {
+		out = append(out, knownProc{ki.p, fmt.Sprintf("keeper container #%d: pid %d (csi-plugin keeper, uid %d), status %s/status.json",
+			ki.n, ki.p.pid(), keeperUser, ki.statusDir)})
+	}
+	return out
+}
+
+func (k *keeperPart) event(kind scenarios.Kind, t time.Time, msg string) {
+	k.b.rec.Add(scenarios.Event{Time: t, Source: scenarios.SrcComponent, Component: scenarios.KeeperContainer, Kind: kind, Message: msg})
+}
+
+func (k *keeperPart) serverEvent(kind scenarios.Kind, t time.Time, msg, version string) {
+	k.b.rec.Add(scenarios.Event{Time: t, Source: scenarios.SrcComponent, Component: scenarios.FuseServer, Kind: kind, Message: msg, Detail: version})
+}
+
+// startInstance starts a keeper container running pluginPath's `keeper` with fusePath as its FUSE server, and
 // returns once it runs (it serves once the plugin hands it connections: ready).
-func (b *Backend) startKeeper(pluginPath, fusePath string) (*keeperInstance, error) {
+func (k *keeperPart) startInstance(pluginPath, fusePath string) (*keeperInstance, error) {
+	b := k.b
 	version, err := binaryVersion(fusePath)
 	if err != nil {
 		return nil, err
 	}
-	n := b.keeperStarts
-	b.keeperStarts++
-	k := &keeperInstance{n: n, version: version, statusDir: filepath.Join(b.dir, fmt.Sprintf("keeper-%d", n)),
+	n := k.starts
+	k.starts++
+	ki := &keeperInstance{n: n, version: version, statusDir: filepath.Join(b.dir, fmt.Sprintf("keeper-%d", n)),
 		out: make(chan struct{}), connected: make(chan struct{}), served: make(chan struct{})}
-	if err := os.MkdirAll(k.statusDir, 0o755); err != nil {
+	if err := os.MkdirAll(ki.statusDir, 0o755); err != nil {
 		return nil, err
 	}
-	if err := os.Chown(k.statusDir, keeperUser, keeperUser); err != nil {
+	if err := os.Chown(ki.statusDir, keeperUser, keeperUser); err != nil {
 		return nil, err
 	}
 	const bin = "/mnt/bin"
 	args := append([]string{"keeper",
-		"--plugin-socket=" + filepath.Join(keeperSocketDir, driver.KeeperSocketName),
+		"--plugin-socket=" + filepath.Join(keeperSocketDir, contract.KeeperSocket),
 		"--dummy-fuse-path=" + filepath.Join(bin, "dummy-fuse"),
 		"--status-file=" + filepath.Join(keeperStatusDir, "status.json"),
 	}, b.sc.Plugin.Keeper.Args()...)
@@ -77,7 +155,7 @@ func (b *Backend) startKeeper(pluginPath, fusePath string) (*keeperInstance, err
 	p, err := b.launch(initConfig{
 		Mounts: []initMount{
 			{Source: filepath.Dir(b.sock), Target: keeperSocketDir, Propagation: "rprivate"},
-			{Source: k.statusDir, Target: keeperStatusDir, Propagation: "rprivate"},
+			{Source: ki.statusDir, Target: keeperStatusDir, Propagation: "rprivate"},
 			{Source: pluginPath, Target: filepath.Join(bin, "csi-plugin"), Propagation: "rprivate"},
 			{Source: fusePath, Target: filepath.Join(bin, "dummy-fuse"), Propagation: "rprivate"},
 		},
@@ -87,45 +165,45 @@ func (b *Backend) startKeeper(pluginPath, fusePath string) (*keeperInstance, err
 	if err != nil {
 		return nil, fmt.Errorf("start keeper: %w", err)
 	}
-	k.p = p
+	ki.p = p
 	logR, err := os.Open(logPath)
 	if err != nil {
 		_ = p.stop(time.Second)
 		return nil, err
 	}
-	b.keeperEvent(scenarios.KStarted, time.Time{}, fmt.Sprintf("keeper#%d pid %d, uid %d, dummy-fuse %s: %s", n, p.pid(), keeperUser, version, strings.Join(args, " ")))
+	k.event(scenarios.KStarted, time.Time{}, fmt.Sprintf("keeper#%d pid %d, uid %d, dummy-fuse %s: %s", n, p.pid(), keeperUser, version, strings.Join(args, " ")))
 	b.logf("keeper#%d: started pid %d as uid %d: %s, log %s", n, p.pid(), keeperUser, strings.Join(args, " "), logPath)
 	go func() {
 		<-p.done
-		b.keeperEvent(scenarios.KExited, p.exitTime, fmt.Sprintf("keeper#%d: %s", n, p.state))
+		k.event(scenarios.KExited, p.exitTime, fmt.Sprintf("keeper#%d: %s", n, p.state))
 	}()
 	go func() {
-		defer close(k.out)
+		defer close(ki.out)
 		defer logR.Close()
 		prefix := fmt.Sprintf("keeper#%d", n)
 		scenarios.TailLines(logR, p.done, 20*time.Millisecond, func(line []byte) {
-			b.keeperLog.WriteLine(prefix, line)
+			k.log.WriteLine(prefix, line)
 			t := scenarios.LineTime(line, time.Now())
-			switch ev := keeper.LogLine(line); ev.Kind {
-			case keeper.LogConnected:
-				if !closed(k.connected) {
-					close(k.connected)
-					b.keeperEvent(scenarios.KReady, t, fmt.Sprintf("keeper#%d connected to the plugin", n))
+			switch ev := contract.ParseKeeperLine(line); ev.Kind {
+			case contract.KeeperLineConnected:
+				if !closed(ki.connected) {
+					close(ki.connected)
+					k.event(scenarios.KReady, t, fmt.Sprintf("keeper#%d connected to the plugin", n))
 				}
-			case keeper.LogServed:
+			case contract.KeeperLineServed:
 				if ev.Volume != volumeHandle {
 					break
 				}
-				b.serverEvent(scenarios.KReady, t, fmt.Sprintf("keeper#%d: dummy-fuse %s pid %d serves the volume", n, ev.Version, ev.PID), ev.Version)
-				if !closed(k.served) {
-					close(k.served)
+				k.serverEvent(scenarios.KReady, t, fmt.Sprintf("keeper#%d: dummy-fuse %s pid %d serves the volume", n, ev.Version, ev.PID), ev.Version)
+				if !closed(ki.served) {
+					close(ki.served)
 				}
-			case keeper.LogServerExited:
-				b.serverEvent(scenarios.KExited, t, fmt.Sprintf("keeper#%d: FUSE server pid %d: %s", n, ev.PID, ev.Reason), "")
+			case contract.KeeperLineServerExited:
+				k.serverEvent(scenarios.KExited, t, fmt.Sprintf("keeper#%d: FUSE server pid %d: %s", n, ev.PID, ev.Reason), "")
 			}
 		})
 	}()
-	return k, nil
+	return ki, nil
 }
 
 // wait waits until ch (k.connected, k.served) is closed.
@@ -152,39 +230,40 @@ func closed(ch chan struct{}) bool {
 	}
 }
 
-// killKeeper kills the keeper container (PID 1 of its namespace: its FUSE servers die with it).
-func (b *Backend) killKeeper(ctx context.Context) error {
-	if b.keeper == nil {
+// kill kills the keeper container (PID 1 of its namespace: its FUSE servers die with it).
+func (k *keeperPart) kill(ctx context.Context) error {
+	if k.cur == nil {
 		return errors.New("no keeper")
 	}
-	return b.killContainer(ctx, b.keeper.p, "keeper container", b.keeperEvent)
+	return k.b.killContainer(ctx, k.cur.p, "keeper container", k.event)
 }
 
-// restartKeeper starts the keeper container again with the binaries of the last one and waits until it is
-// connected to the plugin (which hands it every connection it still holds).
-func (b *Backend) restartKeeper(ctx context.Context) error {
-	if b.keeper != nil && !b.keeper.p.exited() {
+// start starts the keeper container again with the binaries of the last one and waits until it is connected
+// to the plugin (which hands it every connection it still holds).
+func (k *keeperPart) start(ctx context.Context) error {
+	if k.cur != nil && !k.cur.p.exited() {
 		return errors.New("the keeper is still running")
 	}
-	k, err := b.startKeeper(b.keeperPlugin, b.keeperFuse)
+	ki, err := k.startInstance(k.pluginPath, k.fusePath)
 	if err != nil {
 		return err
 	}
-	if b.keeper != nil {
-		b.oldKeepers = append(b.oldKeepers, b.keeper)
+	if k.cur != nil {
+		k.old = append(k.old, k.cur)
 	}
-	b.keeper = k
-	return k.wait(ctx, k.connected, "connected to the plugin")
+	k.cur = ki
+	return ki.wait(ctx, ki.connected, "connected to the plugin")
 }
 
-// upgradeKeeper rolls the keeper to the next build: the new keeper starts beside the old one and takes every
+// upgrade rolls the keeper to the next build: the new keeper starts beside the old one and takes every
 // connection over (the plugin hands them to every keeper), then the old one gets SIGTERM: its FUSE servers
 // exit without unmounting anything.
-func (b *Backend) upgradeKeeper(ctx context.Context) error {
+func (k *keeperPart) upgrade(ctx context.Context) error {
+	b := k.b
 	if b.opts.NextPluginPath == "" || b.opts.NextFusePath == "" {
 		return errors.New("no next build to upgrade to (Options.NextPluginPath, NextFusePath: make build puts one in bin/next)")
 	}
-	old := b.keeper
+	old := k.cur
 	if old == nil || old.p.exited() {
 		return errors.New("no running keeper to upgrade")
 	}
@@ -197,30 +276,51 @@ func (b *Backend) upgradeKeeper(ctx context.Context) error {
 	}
 	b.rec.Add(scenarios.Event{Source: scenarios.SrcComponent, Component: scenarios.KeeperContainer, Kind: scenarios.KUpgraded,
 		Message: fmt.Sprintf("keeper %s → %s", old.version, version), Detail: version})
-	b.keeperPlugin, b.keeperFuse = b.opts.NextPluginPath, b.opts.NextFusePath
-	k, err := b.startKeeper(b.keeperPlugin, b.keeperFuse)
+	k.pluginPath, k.fusePath = b.opts.NextPluginPath, b.opts.NextFusePath
+	ki, err := k.startInstance(k.pluginPath, k.fusePath)
 	if err != nil {
 		return err
 	}
-	b.oldKeepers = append(b.oldKeepers, old)
-	b.keeper = k
-	if err := k.wait(ctx, k.served, "served the volume"); err != nil {
+	k.old = append(k.old, old)
+	k.cur = ki
+	if err := ki.wait(ctx, ki.served, "served the volume"); err != nil {
 		return err
 	}
-	b.logf("keeper#%d: SIGTERM (replaced by keeper#%d)", old.n, k.n)
+	b.logf("keeper#%d: SIGTERM (replaced by keeper#%d)", old.n, ki.n)
 	if err := old.p.stop(10 * time.Second); err != nil {
 		return fmt.Errorf("stopping the old keeper: %w", err)
 	}
 	return nil
 }
 
-// killFuseServer sends SIGKILL to the FUSE server that serves the volume, found as the keeper says (its status
-// file) and translated from the keeper's PID namespace to this one through the keeper's children.
-func (b *Backend) killFuseServer(ctx context.Context) error {
-	if b.keeper == nil || b.keeper.p.exited() {
+// keeperServer is the keeper's FUSE server of the volume: killed as a crash, started by the keeper itself.
+type keeperServer struct {
+	noPart
+	k *keeperPart
+}
+
+// newKeeperServerPart is the keeper's FUSE server when the scenario has a keeper.
+func newKeeperServerPart(b *Backend, _ *scenarios.Env) (part, error) {
+	k, ok := b.parts[scenarios.KeeperContainer].(*keeperPart)
+	if !ok {
+		return nil, nil
+	}
+	return &keeperServer{k: k}, nil
+}
+
+// start waits until the keeper's next server serves the volume: the keeper starts it by itself.
+func (s *keeperServer) start(ctx context.Context) error {
+	return s.k.b.rec.AwaitReady(ctx, scenarios.FuseServer, 30*time.Second)
+}
+
+// kill sends SIGKILL to the FUSE server that serves the volume, found as the keeper says (its status file) and
+// translated from the keeper's PID namespace to this one through the keeper's children.
+func (s *keeperServer) kill(ctx context.Context) error {
+	k, b := s.k, s.k.b
+	if k.cur == nil || k.cur.p.exited() {
 		return errors.New("no keeper running")
 	}
-	st, err := keeper.ReadStatus(filepath.Join(b.keeper.statusDir, "status.json"))
+	st, err := keeper.ReadStatus(filepath.Join(k.cur.statusDir, "status.json"))
 	if err != nil {
 		return err
 	}
@@ -228,7 +328,7 @@ func (b *Backend) killFuseServer(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	pid, err := childInNamespace(b.keeper.p.pid(), nsPID)
+	pid, err := childInNamespace(k.cur.p.pid(), nsPID)
 	if err != nil {
 		return fmt.Errorf("FUSE server %d of the keeper: %w", nsPID, err)
 	}
@@ -237,11 +337,11 @@ func (b *Backend) killFuseServer(ctx context.Context) error {
 		return err
 	}
 	defer syscall.Close(pidfd)
-	b.serverEvent(scenarios.KKilled, time.Time{}, fmt.Sprintf("SIGKILL pid %d (%d in the keeper's namespace)", pid, nsPID), "")
+	k.serverEvent(scenarios.KKilled, time.Time{}, fmt.Sprintf("SIGKILL pid %d (%d in the keeper's namespace)", pid, nsPID), "")
 	if err := pidfdKill(pidfd); err != nil {
 		return fmt.Errorf("kill FUSE server pid %d: %w", pid, err)
 	}
-	b.logf("FUSE server pid %d (%d in keeper#%d): SIGKILL", pid, nsPID, b.keeper.n)
+	b.logf("FUSE server pid %d (%d in keeper#%d): SIGKILL", pid, nsPID, k.cur.n)
 	// Gone once its pidfd is readable (pidfd_open(2)); the keeper reaps it.
 	return waitPidfd(ctx, pidfd, 10*time.Second)
 }

@@ -32,7 +32,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/kubeletpath"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
 )
 
@@ -124,25 +123,18 @@ type Backend struct {
 	vol        volume
 
 	kubeletLog, pluginLog, workloadLog *scenarios.LogFile
-
-	// The keeper (keeper mode): the running instance, those an upgrade replaced, starts so far, the binaries
-	// it runs, its log.
-	keeper                   *keeperInstance
-	oldKeepers               []*keeperInstance
-	keeperStarts             int
-	keeperPlugin, keeperFuse string
-	keeperLog                *scenarios.LogFile
 	// remediatorLog holds the remediator's decisions (Plugin.Remediation).
 	remediatorLog *scenarios.LogFile
+	// logs are every log file opened, closed at Stop.
+	logs []*scenarios.LogFile
+
+	// parts are the scenario's components with their handlers (parts.go), by component and in their order.
+	parts map[scenarios.Component]part
+	order []part
 
 	plugin       *proc
 	pluginStarts int
 	csi          *csiClient
-
-	// The pod's FUSE sidecar (sidecar mode; nil without), its emptyDir and log.
-	sidecar    *sidecarCtr
-	sidecarDir string
-	sidecarLog *scenarios.LogFile
 
 	containers []*container
 	loopCtx    context.Context    // the kubelet loops' and the probe's, for the life of the backend
@@ -210,24 +202,16 @@ func (b *Backend) Setup(ctx context.Context, sc *scenarios.Scenario, env *scenar
 		return err
 	}
 	b.pluginLog, b.workloadLog, b.kubeletLog = logs[0], logs[1], logs[2]
-	if sc.Pod.Sidecar != nil {
-		if logs, err = env.Logs("sidecar.log"); err != nil {
-			return err
-		}
-		b.sidecarLog = logs[0]
-		b.sidecar = &sidecarCtr{}
-	}
-	if sc.Plugin.FuseMode == scenarios.FuseModeKeeper {
-		if logs, err = env.Logs("keeper.log"); err != nil {
-			return err
-		}
-		b.keeperLog = logs[0]
+	b.logs = append(b.logs, logs...)
+	if err := b.makeParts(env); err != nil {
+		return err
 	}
 	if sc.Plugin.Remediation != nil {
 		if logs, err = env.Logs("remediator.log"); err != nil {
 			return err
 		}
 		b.remediatorLog = logs[0]
+		b.logs = append(b.logs, logs[0])
 	}
 
 	if err := makeRShared(b.root); err != nil {
@@ -251,14 +235,8 @@ func (b *Backend) Setup(ctx context.Context, sc *scenarios.Scenario, env *scenar
 	if err := b.startPlugin(ctx); err != nil {
 		return err
 	}
-	if sc.Plugin.FuseMode == scenarios.FuseModeKeeper {
-		// The keeper (uid 65534) reaches the plugin's keeper socket through this directory, as the chart's
-		// hostPath gives it (created 0755).
-		if err := os.Chmod(filepath.Dir(b.sock), 0o755); err != nil {
-			return err
-		}
-		b.keeperPlugin, b.keeperFuse = b.opts.PluginPath, b.opts.FusePath
-		if b.keeper, err = b.startKeeper(b.keeperPlugin, b.keeperFuse); err != nil {
+	for _, p := range b.order {
+		if err := p.deploy(ctx); err != nil {
 			return err
 		}
 	}
@@ -275,223 +253,6 @@ func (b *Backend) Setup(ctx context.Context, sc *scenarios.Scenario, env *scenar
 		go b.runRemediator(b.loopCtx, *r)
 	}
 	return nil
-}
-
-// podUp is what kubelet does for a new pod: a new pod UID, its emptyDir, NodeStageVolume and
-// NodePublishVolume, the probe of its volume paths, then its native sidecar and its containers. It returns
-// once every container has had its first start attempt. A container's instances are numbered on from the
-// pod before (kubelet would start again at restart count 0), so that the evidence tells them apart.
-func (b *Backend) podUp(ctx context.Context) error {
-	sc := b.sc
-	uid := newUID()
-	vol := volume{
-		driver: b.opts.DriverName, handle: volumeHandle, pvName: pvName,
-		podName: podName, podNamespace: podNamespace, podUID: uid,
-		staging: kubeletpath.Staging(b.root, b.opts.DriverName, volumeHandle),
-		target:  kubeletpath.Target(b.root, uid, pvName),
-	}
-	b.mu.Lock()
-	b.podUID, b.vol = uid, vol
-	b.mu.Unlock()
-	b.rec.SetPaths(map[string]string{
-		scenarios.PathRoot: b.root, scenarios.PathVolume: b.vol.target, scenarios.PathStaging: b.vol.staging,
-	})
-	b.logf("pod %s/%s: uid %s", podNamespace, podName, uid)
-	if sc.Pod.Sidecar != nil {
-		if err := b.makeSidecarVolume(); err != nil {
-			return err
-		}
-	}
-	mkdir := func(d string) error { return os.MkdirAll(d, 0o750) }
-	if err := b.csi.stageAndPublish(ctx, b.vol, mkdir, b.logf); err != nil {
-		return err
-	}
-	b.rec.Add(scenarios.Event{Source: scenarios.SrcKubelet, Kind: scenarios.KVolumeMounted,
-		Message: "volume staged and published (NodeStageVolume, NodePublishVolume)"})
-
-	podCtx, cancel := context.WithCancel(b.loopCtx)
-	b.podCancel = cancel
-	b.wg.Add(1)
-	go func() {
-		defer b.wg.Done()
-		scenarios.StatHostPaths(podCtx, b.rec, map[string]string{
-			scenarios.PathVolume: b.vol.target, scenarios.PathStaging: b.vol.staging}, b.opts.ProbeInterval)
-	}()
-	// A native sidecar starts before the pod's containers (kubelet's SidecarContainers, GA in v1.33); its
-	// restart back-off is the new pod's own.
-	if b.sidecar != nil {
-		b.sidecar.bo = restartBackoff{base: b.opts.BackoffBase, max: b.opts.BackoffMax}
-		if err := b.startSidecar(); err != nil {
-			return err
-		}
-		b.wg.Add(1)
-		go b.superviseSidecar(podCtx)
-	}
-	previous := b.containers
-	var containers []*container
-	for i, spec := range sc.Pod.Containers {
-		c := &container{b: b, spec: spec, index: i, firstAttempt: make(chan struct{}),
-			bo: restartBackoff{base: b.opts.BackoffBase, max: b.opts.BackoffMax}}
-		if i < len(previous) {
-			c.starts = previous[i].starts
-		}
-		containers = append(containers, c)
-	}
-	b.mu.Lock()
-	b.containers = containers
-	b.mu.Unlock()
-	for _, c := range containers {
-		b.wg.Add(1)
-		go c.loop(podCtx)
-	}
-	for _, c := range b.containers {
-		select {
-		case <-c.firstAttempt:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-	return nil
-}
-
-// stopPod stops the pod's containers and its sidecar (SIGTERM, a grace period, SIGKILL: kubelet's order) and
-// removes its subPath binds (kubelet's CleanSubPaths, before the volume is unpublished); the pod's loops must
-// have ended. logPrefix starts its lines in kubelet.log.
-func (b *Backend) stopPod(logPrefix string) error {
-	var errs []error
-	for _, c := range b.containers {
-		if p := c.current(); p != nil && !p.exited() {
-			b.logf("%sstop %s pid %d", logPrefix, c.spec.Name, p.pid())
-			if err := p.stop(2 * time.Second); err != nil {
-				errs = append(errs, fmt.Errorf("stop container %s: %w", c.spec.Name, err))
-			}
-			c.waitOutput()
-		}
-	}
-	if b.sidecar != nil {
-		if p := b.sidecar.current(); p != nil && !p.exited() {
-			b.logf("%sstop sidecar pid %d", logPrefix, p.pid())
-			if err := p.stop(2 * time.Second); err != nil {
-				errs = append(errs, fmt.Errorf("stop sidecar: %w", err))
-			}
-		}
-		b.sidecar.waitOutput()
-	}
-	if b.podUID != "" {
-		done, err := unmountAll(kubeletpath.SubPaths(b.root, b.podUID))
-		b.logLines(logPrefix, done)
-		if err != nil {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
-}
-
-// podDown is kubelet's deletion of the pod: its loops end, its containers and its sidecar are stopped
-// (SIGTERM, a grace period, SIGKILL), its subPath binds cleaned (CleanSubPaths), then NodeUnpublishVolume and,
-// as no other pod uses the volume, NodeUnstageVolume. It returns what it could not stop or unmount.
-func (b *Backend) podDown(ctx context.Context) error {
-	if b.podCancel != nil {
-		b.podCancel()
-	}
-	b.wg.Wait()
-	errs := []error{b.stopPod("pod deletion: ")}
-	if b.plugin != nil && !b.plugin.exited() && b.csi != nil {
-		if err := b.csi.unpublishAndUnstage(ctx, b.vol, b.logf); err != nil {
-			errs = append(errs, err)
-		}
-	} else {
-		errs = append(errs, errors.New("the plugin is not running: kubelet cannot unpublish the pod's volume"))
-	}
-	return errors.Join(errs...)
-}
-
-// Kill implements scenarios.Backend.
-func (b *Backend) Kill(ctx context.Context, c scenarios.Component) error {
-	switch c {
-	case scenarios.PluginContainer:
-		return b.killPlugin(ctx)
-	case scenarios.SidecarContainer:
-		if b.sidecar != nil {
-			return b.killSidecar(ctx)
-		}
-	case scenarios.KeeperContainer:
-		if b.keeper != nil {
-			return b.killKeeper(ctx)
-		}
-	case scenarios.FuseServer:
-		if b.keeper != nil {
-			return b.killFuseServer(ctx)
-		}
-	case scenarios.WorkloadPod:
-		if b.podGone() {
-			return errors.New("the pod is deleted already")
-		}
-		b.rec.Add(scenarios.Event{Source: scenarios.SrcComponent, Component: scenarios.WorkloadPod, Kind: scenarios.KKilled,
-			Message: "pod " + b.podUID + " deleted: containers stopped, volume unpublished and unstaged"})
-		b.setPodDeleted(true)
-		err := b.podDown(ctx)
-		b.rec.Add(scenarios.Event{Source: scenarios.SrcComponent, Component: scenarios.WorkloadPod, Kind: scenarios.KExited,
-			Message: "pod " + b.podUID + " gone"})
-		return err
-	}
-	return fmt.Errorf("local backend: cannot kill %s", c)
-}
-
-// Start implements scenarios.Backend.
-func (b *Backend) Start(ctx context.Context, c scenarios.Component) error {
-	switch c {
-	case scenarios.PluginContainer:
-		if b.plugin != nil && !b.plugin.exited() {
-			return errors.New("the plugin is still running")
-		}
-		return b.startPlugin(ctx)
-	case scenarios.SidecarContainer:
-		if b.sidecar != nil {
-			// The local kubelet starts it again by itself (superviseSidecar), as the real one does.
-			return b.rec.AwaitRestart(ctx, scenarios.SidecarContainer, b.opts.BackoffMax+10*time.Second)
-		}
-	case scenarios.KeeperContainer:
-		if b.keeper != nil {
-			return b.restartKeeper(ctx)
-		}
-	case scenarios.FuseServer:
-		if b.keeper != nil {
-			return b.rec.AwaitReady(ctx, scenarios.FuseServer, 30*time.Second)
-		}
-	case scenarios.WorkloadPod:
-		if !b.podGone() {
-			return errors.New("the pod still exists")
-		}
-		b.setPodDeleted(false)
-		if err := b.podUp(ctx); err != nil {
-			return err
-		}
-		b.rec.Add(scenarios.Event{Source: scenarios.SrcComponent, Component: scenarios.WorkloadPod, Kind: scenarios.KStarted,
-			Message: "pod " + b.podUID + " created"})
-		b.rec.Add(scenarios.Event{Source: scenarios.SrcComponent, Component: scenarios.WorkloadPod, Kind: scenarios.KReady,
-			Message: "pod " + b.podUID + ": volume published, every container had its first start"})
-		return nil
-	}
-	return fmt.Errorf("local backend: cannot start %s", c)
-}
-
-// Upgrade implements scenarios.Backend: the keeper can be rolled to the next build.
-func (b *Backend) Upgrade(ctx context.Context, c scenarios.Component) error {
-	if c == scenarios.KeeperContainer && b.keeper != nil {
-		return b.upgradeKeeper(ctx)
-	}
-	return fmt.Errorf("local backend: cannot upgrade %s", c)
-}
-
-// pluginEvent records an event of the plugin container's lifecycle.
-func (b *Backend) pluginEvent(kind scenarios.Kind, t time.Time, msg string) {
-	b.rec.Add(scenarios.Event{Time: t, Source: scenarios.SrcComponent, Component: scenarios.PluginContainer, Kind: kind, Message: msg})
-}
-
-// killPlugin sends SIGKILL to the plugin's PID namespace init.
-func (b *Backend) killPlugin(ctx context.Context) error {
-	return b.killContainer(ctx, b.plugin, "plugin container", b.pluginEvent)
 }
 
 // killContainer kills the container whose init (PID 1 of its namespace, so everything in it dies too) is p,
@@ -512,74 +273,6 @@ func (b *Backend) killContainer(ctx context.Context, p *proc, what string, event
 		return ctx.Err()
 	case <-time.After(10 * time.Second):
 		return fmt.Errorf("%s pid %d did not die within 10s of SIGKILL", what, p.pid())
-	}
-}
-
-func (b *Backend) startPlugin(ctx context.Context) error {
-	args := []string{
-		"--endpoint=unix://" + b.sock,
-		"--nodeid=" + nodeID,
-		"--drivername=" + b.opts.DriverName,
-		"--state-dir=" + b.stateDir,
-		"--dummy-fuse-path=" + b.opts.FusePath,
-		fmt.Sprintf("-v=%d", b.opts.PluginVerbosity),
-	}
-	args = append(args, b.sc.Plugin.Args()...)
-	if b.sc.Plugin.FuseMode == scenarios.FuseModeKeeper {
-		args = append(args, fmt.Sprintf("--keeper-uid=%d", keeperUser))
-	}
-	b.pluginStarts++
-	b.pluginLog.Printf("==== plugin container start #%d at %s: %s %s", b.pluginStarts,
-		time.Now().UTC().Format(time.RFC3339Nano), b.opts.PluginPath, strings.Join(args, " "))
-	cmd := exec.Command(b.opts.PluginPath, args...)
-	cmd.Stdout, cmd.Stderr = b.pluginLog.File(), b.pluginLog.File()
-	// A new PID namespace makes the plugin its init: when it dies, the kernel kills everything in it.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID, Setpgid: true, Pdeathsig: b.deathSig()}
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("start plugin: %w", err)
-	}
-	p := startedProc(cmd)
-	b.plugin = p
-	flags := strings.Join(b.sc.Plugin.Args(), " ")
-	if flags == "" {
-		flags = "no restore flags"
-	}
-	b.pluginEvent(scenarios.KStarted, time.Time{}, fmt.Sprintf("pid %d, %s", p.pid(), flags))
-	b.logf("plugin container start #%d: pid %d", b.pluginStarts, p.pid())
-	go func() {
-		<-p.done
-		b.pluginEvent(scenarios.KExited, p.exitTime, p.state.String())
-	}()
-
-	c, err := dialCSI(b.sock)
-	if err != nil {
-		return err
-	}
-	b.mu.Lock()
-	old := b.csi
-	b.csi = c
-	b.mu.Unlock()
-	if old != nil {
-		old.Close()
-	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		ok, err := b.csi.ready(ctx)
-		if ok {
-			b.pluginEvent(scenarios.KReady, time.Time{}, "Probe: ready")
-			return nil
-		}
-		if p.exited() {
-			return fmt.Errorf("plugin exited before serving (%s); see %s", p.state, b.pluginLog.Name())
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("plugin not ready after 30s (last Probe: %v); see %s", err, b.pluginLog.Name())
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(20 * time.Millisecond):
-		}
 	}
 }
 
@@ -618,26 +311,8 @@ func (b *Backend) Stop(ctx context.Context) error {
 			b.logf("teardown: %v", err) // the unmount below cleans up what the plugin could not
 		}
 	}
-	if b.csi != nil {
-		b.csi.Close()
-	}
-	if b.plugin != nil && !b.plugin.exited() {
-		b.logf("teardown: stop plugin pid %d", b.plugin.pid())
-		if err := b.plugin.stop(5 * time.Second); err != nil {
-			errs = append(errs, fmt.Errorf("stop plugin: %w", err))
-		}
-	}
-	for _, k := range b.keepers() {
-		if !k.p.exited() {
-			b.logf("teardown: stop keeper#%d pid %d", k.n, k.p.pid())
-			if err := k.p.stop(5 * time.Second); err != nil {
-				errs = append(errs, fmt.Errorf("stop keeper: %w", err))
-			}
-		}
-		select {
-		case <-k.out:
-		case <-time.After(2 * time.Second):
-		}
+	for _, p := range b.order {
+		errs = append(errs, p.teardown())
 	}
 	if b.rootBound {
 		done, err := unmountAll(b.root)
@@ -660,14 +335,6 @@ func (b *Backend) Stop(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// sidecarProc is the sidecar container's current instance, nil if none.
-func (b *Backend) sidecarProc() *proc {
-	if b.sidecar == nil {
-		return nil
-	}
-	return b.sidecar.current()
-}
-
 // KeepNote says, after Stop with Keep, what was left running and the commands that clean it up.
 func (b *Backend) KeepNote() string { return b.keepNote }
 
@@ -676,25 +343,10 @@ func (b *Backend) printKeep() {
 	var w strings.Builder
 	var pids []string
 	fmt.Fprintf(&w, "--keep: everything is left running (the local kubelet is gone: nothing restarts any more).\n")
-	if b.plugin != nil && !b.plugin.exited() {
-		fmt.Fprintf(&w, "  plugin container: pid %d (csi-plugin, init of its PID namespace), socket %s\n", b.plugin.pid(), b.sock)
-		pids = append(pids, fmt.Sprint(b.plugin.pid()))
-	}
-	if p := b.sidecarProc(); p != nil && !p.exited() {
-		fmt.Fprintf(&w, "  sidecar container: pid %d (csi-plugin sidecar, uid %d)\n", p.pid(), sidecarUser)
-		pids = append(pids, fmt.Sprint(p.pid()))
-	}
-	for _, k := range b.keepers() {
-		if !k.p.exited() {
-			fmt.Fprintf(&w, "  keeper container #%d: pid %d (csi-plugin keeper, uid %d), status %s/status.json\n", k.n, k.p.pid(), keeperUser, k.statusDir)
-			pids = append(pids, fmt.Sprint(k.p.pid()))
-		}
-	}
-	for _, c := range b.containers {
-		if p := c.current(); p != nil && !p.exited() {
-			fmt.Fprintf(&w, "  container %s: pid %d, log %s/containers/%s-%d.log\n", c.spec.Name, p.pid(), b.dir, c.spec.Name, c.starts-1)
-			fmt.Fprintf(&w, "    look inside: nsenter -t %d -m cat %s\n", p.pid(), c.spec.File())
-			pids = append(pids, fmt.Sprint(p.pid()))
+	for _, kp := range b.procs() {
+		if !kp.p.exited() {
+			fmt.Fprintf(&w, "  %s\n", kp.note)
+			pids = append(pids, fmt.Sprint(kp.p.pid()))
 		}
 	}
 	fmt.Fprintf(&w, "  volume dir:  %s\n  staging dir: %s\n", b.vol.target, b.vol.staging)
@@ -710,19 +362,18 @@ func (b *Backend) printKeep() {
 }
 
 func (b *Backend) closeLogs() {
-	for _, l := range []*scenarios.LogFile{b.workloadLog, b.pluginLog, b.kubeletLog, b.sidecarLog, b.keeperLog, b.remediatorLog} {
-		if l != nil {
-			_ = l.Close()
-		}
+	for _, l := range b.logs {
+		_ = l.Close()
 	}
 }
 
-// keepers lists every keeper instance started, the running one last.
-func (b *Backend) keepers() []*keeperInstance {
-	if b.keeper == nil {
-		return b.oldKeepers
+// procs lists every process the parts started that they still know of, in the parts' order.
+func (b *Backend) procs() []knownProc {
+	var out []knownProc
+	for _, p := range b.order {
+		out = append(out, p.procs()...)
 	}
-	return append(append([]*keeperInstance(nil), b.oldKeepers...), b.keeper)
+	return out
 }
 
 func (b *Backend) logf(format string, args ...any) {

@@ -18,6 +18,8 @@ import (
 
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/testenv"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios/catalog"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios/report"
 )
 
 // binDir holds csi-plugin, dummy-fuse and dummy-fuse-workload, built once for all tests (when they can run).
@@ -83,8 +85,8 @@ func newBackend(t *testing.T, opts Options) (*Backend, string) {
 	b := New(opts)
 	dir := t.TempDir()
 	t.Cleanup(func() {
-		for _, p := range b.procs() {
-			if !p.exited() {
+		for _, kp := range b.procs() {
+			if p := kp.p; !p.exited() {
 				t.Errorf("process %d (%s) still running after the run", p.pid(), p.cmd.Path)
 				_ = p.cmd.Process.Kill()
 			}
@@ -97,32 +99,12 @@ func newBackend(t *testing.T, opts Options) (*Backend, string) {
 	return b, dir
 }
 
-// procs lists every process the backend started that it still knows of.
-func (b *Backend) procs() []*proc {
-	var ps []*proc
-	if b.plugin != nil {
-		ps = append(ps, b.plugin)
-	}
-	if p := b.sidecarProc(); p != nil {
-		ps = append(ps, p)
-	}
-	for _, k := range b.keepers() {
-		ps = append(ps, k.p)
-	}
-	for _, c := range b.containers {
-		if p := c.current(); p != nil {
-			ps = append(ps, p)
-		}
-	}
-	return ps
-}
-
 func run(t *testing.T, ctx context.Context, b *Backend, sc scenarios.Scenario, dir string) *scenarios.Outcome {
 	t.Helper()
 	var out bytes.Buffer
 	o := scenarios.Run(ctx, b, sc, scenarios.RunOptions{Dir: dir, Out: &out})
-	scenarios.PrintVerdicts(&out, o)
-	if err := scenarios.WriteReport(o); err != nil {
+	report.PrintVerdicts(&out, o)
+	if err := report.WriteReport(o); err != nil {
 		t.Errorf("report: %v", err)
 	}
 	t.Logf("%s (wall %s):\n%s", sc.Name, o.Measures.Wall.Round(time.Millisecond), out.String())
@@ -134,7 +116,7 @@ func run(t *testing.T, ctx context.Context, b *Backend, sc scenarios.Scenario, d
 // every other modelled kubelet as well; each expected outcome for that kubelet must hold.
 func TestScenarios(t *testing.T) {
 	for i, kv := range KubeletVersions {
-		for _, sc := range scenarios.Catalog() {
+		for _, sc := range catalog.All() {
 			if i > 0 && !sc.OnEveryRelease() {
 				continue
 			}
@@ -191,7 +173,7 @@ func TestModelledKubelet(t *testing.T) {
 // TestWrongExpectationFails runs the restart scenario for real, judged by expectations that contradict what
 // happens; the verdicts must say FAIL.
 func TestWrongExpectationFails(t *testing.T) {
-	sc, err := scenarios.Lookup("restart")
+	sc, err := catalog.Lookup("restart")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -231,7 +213,7 @@ func (c cancelAfterKill) Kill(ctx context.Context, comp scenarios.Component) err
 // TestCancelledRunCleansUp: an interrupted run (dead FUSE mounts, a container in back-off) still stops every
 // process and unmounts everything (asserted by newBackend's cleanup).
 func TestCancelledRunCleansUp(t *testing.T) {
-	sc, err := scenarios.Lookup("restart")
+	sc, err := catalog.Lookup("restart")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -249,7 +231,7 @@ func TestCancelledRunCleansUp(t *testing.T) {
 
 // TestKeepPrintsWorkingCleanup: --keep leaves the run up, and the printed commands clean it completely.
 func TestKeepPrintsWorkingCleanup(t *testing.T) {
-	sc, err := scenarios.Lookup("restart-no-restore")
+	sc, err := catalog.Lookup("restart-no-restore")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -290,7 +272,8 @@ func TestKeepPrintsWorkingCleanup(t *testing.T) {
 	if ran < 3 {
 		t.Errorf("expected kill and umount commands, ran %d", ran)
 	}
-	for _, p := range b.procs() {
+	for _, kp := range b.procs() {
+		p := kp.p
 		select {
 		case <-p.done:
 		case <-time.After(10 * time.Second):
@@ -368,7 +351,7 @@ func TestRootBindIsolated(t *testing.T) {
 // TestSidecarUnprivileged: the pod's FUSE sidecar runs as manifests/pod-sidecar.yaml declares it, user and group
 // 65534 without any capability and with no_new_privs, in a PID namespace of its own, and it serves the mount.
 func TestSidecarUnprivileged(t *testing.T) {
-	sc, err := scenarios.Lookup("sidecar-plugin-restart")
+	sc, err := catalog.Lookup("sidecar-plugin-restart")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -390,7 +373,7 @@ func TestSidecarUnprivileged(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(b.vol.target, scenarios.FileName)); err != nil {
 		t.Errorf("the sidecar does not serve the mount: %v", err)
 	}
-	pid := b.sidecarProc().pid()
+	pid := b.parts[scenarios.SidecarContainer].(*sidecarCtr).current().pid()
 	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		t.Fatal(err)

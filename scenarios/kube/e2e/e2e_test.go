@@ -20,7 +20,9 @@ import (
 
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/testenv"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios/catalog"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios/kube"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios/report"
 )
 
 // optInEnv turns the cluster tests on; selectEnv names the scenarios to run (space-separated; empty: all);
@@ -151,7 +153,7 @@ func summarize(ctx context.Context, _ *envconf.Config) (context.Context, error) 
 		return ctx, nil
 	}
 	var b strings.Builder
-	scenarios.PrintSummary(&b, s.outcomes)
+	report.PrintSummary(&b, s.outcomes)
 	fmt.Print("\n" + b.String())
 	return ctx, os.WriteFile(filepath.Join(s.artifacts, "summary.txt"), []byte(b.String()), 0o644)
 }
@@ -178,14 +180,14 @@ func TestScenarios(t *testing.T) {
 		// Not requested: never a failure, not even in CI's make test.
 		t.Skip(optInEnv + "=1 not set: the catalog runs against a cluster only on request (make test-kube)")
 	}
-	selected, err := scenarios.Select(strings.Fields(os.Getenv(selectEnv)))
+	selected, err := catalog.Select(strings.Fields(os.Getenv(selectEnv)))
 	if err != nil {
 		t.Fatalf("%s: %v", selectEnv, err)
 	}
 	if v := os.Getenv(delaysEnv); v != "" {
-		delays, err := scenarios.ParseDelays(v)
+		delays, err := catalog.ParseDelays(v)
 		if err == nil {
-			selected, err = scenarios.VarySidecarDelay(selected, delays)
+			selected, err = catalog.VarySidecarDelay(selected, delays)
 		}
 		if err != nil {
 			t.Fatalf("%s: %v", delaysEnv, err)
@@ -269,9 +271,9 @@ func scenarioFeature(sc scenarios.Scenario) features.Feature {
 			t.Logf("timeline:\n%s", b.String())
 		}
 		var verdicts strings.Builder
-		scenarios.PrintVerdicts(&verdicts, o)
+		report.PrintVerdicts(&verdicts, o)
 		t.Logf("%s", verdicts.String())
-		if err := scenarios.WriteReport(o); err != nil {
+		if err := report.WriteReport(o); err != nil {
 			t.Errorf("report: %v", err)
 		}
 		t.Logf("report %s", filepath.Join(o.Dir, "report.md"))

@@ -1,4 +1,4 @@
-package scenarios
+package report
 
 import (
 	"bytes"
@@ -7,6 +7,8 @@ import (
 	"math"
 	"strings"
 	"time"
+
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
 )
 
 // Colours of the timeline picture.
@@ -61,10 +63,10 @@ func (b *svgBuf) title(s string) {
 // TimelineSVG draws the run: the life of each component the steps kill and start, stat of the host volume and staging dirs, and for each
 // container its instances with every read (good / failed), starts, exits and failed starts, against the
 // plugin kill and restart as vertical lines, with the measured intervals and a time axis.
-func TimelineSVG(o *Outcome) []byte {
+func TimelineSVG(o *scenarios.Outcome) []byte {
 	ev := o.Evidence
 	if ev == nil {
-		ev = &Evidence{Start: o.Start, Until: o.End}
+		ev = &scenarios.Evidence{Start: o.Start, Until: o.End}
 	}
 	span := ev.Until.Sub(ev.Start).Seconds()
 	if span < 1 {
@@ -133,8 +135,8 @@ func TimelineSVG(o *Outcome) []byte {
 		drawComponent(&b, l, ev, c, top+float64(i)*laneH, laneH)
 	}
 	first := len(comps)
-	drawProbe(&b, l, ev, PathVolume, top+float64(first)*laneH, laneH)
-	drawProbe(&b, l, ev, PathStaging, top+float64(first+1)*laneH, laneH)
+	drawProbe(&b, l, ev, scenarios.PathVolume, top+float64(first)*laneH, laneH)
+	drawProbe(&b, l, ev, scenarios.PathStaging, top+float64(first+1)*laneH, laneH)
 	for i, c := range o.Scenario.Pod.Containers {
 		drawContainer(&b, l, ev, c.Name, top+float64(first+2+i)*laneH, laneH)
 	}
@@ -165,7 +167,7 @@ type measureArrow struct {
 	color    string
 }
 
-func measureArrows(o *Outcome) []measureArrow {
+func measureArrows(o *scenarios.Outcome) []measureArrow {
 	ev := o.Evidence
 	if ev == nil {
 		return nil
@@ -192,7 +194,7 @@ func measureArrows(o *Outcome) []measureArrow {
 }
 
 // drawComponent draws the life of component c: starting, serving, down.
-func drawComponent(b *svgBuf, l svgLayout, ev *Evidence, c Component, y, h float64) {
+func drawComponent(b *svgBuf, l svgLayout, ev *scenarios.Evidence, c scenarios.Component, y, h float64) {
 	type seg struct {
 		from  time.Time
 		state string
@@ -217,16 +219,16 @@ func drawComponent(b *svgBuf, l svgLayout, ev *Evidence, c Component, y, h float
 			continue
 		}
 		switch e.Kind {
-		case KStarted:
+		case scenarios.KStarted:
 			running++
 			if state() != "serving" {
 				set(e.Time, "starting")
 			}
-		case KReady:
+		case scenarios.KReady:
 			set(e.Time, "serving")
-		case KKilled:
+		case scenarios.KKilled:
 			set(e.Time, "down")
-		case KExited:
+		case scenarios.KExited:
 			if running--; running <= 0 {
 				running = 0
 				set(e.Time, "down")
@@ -249,10 +251,10 @@ func drawComponent(b *svgBuf, l svgLayout, ev *Evidence, c Component, y, h float
 	}
 }
 
-func drawProbe(b *svgBuf, l svgLayout, ev *Evidence, label string, y, h float64) {
-	var probes []Event
+func drawProbe(b *svgBuf, l svgLayout, ev *scenarios.Evidence, label string, y, h float64) {
+	var probes []scenarios.Event
 	for _, e := range ev.Events {
-		if e.Kind == KProbe && e.Path == label {
+		if e.Kind == scenarios.KProbe && e.Path == label {
 			probes = append(probes, e)
 		}
 	}
@@ -275,20 +277,20 @@ func drawProbe(b *svgBuf, l svgLayout, ev *Evidence, label string, y, h float64)
 	}
 }
 
-func drawContainer(b *svgBuf, l svgLayout, ev *Evidence, name string, y, h float64) {
+func drawContainer(b *svgBuf, l svgLayout, ev *scenarios.Evidence, name string, y, h float64) {
 	mid := y + h/2
 	// Instance bars: started → exited.
 	var startT *time.Time
 	inst := 0
 	for _, e := range ev.Events {
-		if e.Container != name || e.Source != SrcKubelet {
+		if e.Container != name || e.Source != scenarios.SrcKubelet {
 			continue
 		}
 		switch e.Kind {
-		case KContainerStarted:
+		case scenarios.KContainerStarted:
 			t := e.Time
 			startT, inst = &t, e.Instance
-		case KContainerExited:
+		case scenarios.KContainerExited:
 			if startT != nil {
 				instanceBar(b, l, ev, *startT, e.Time, inst, mid)
 				startT = nil
@@ -314,11 +316,11 @@ func drawContainer(b *svgBuf, l svgLayout, ev *Evidence, name string, y, h float
 			b.f(`<rect x="%.1f" y="%.1f" width="3" height="14" fill="%s">`, x-1.5, mid-7, colBad)
 			b.title(fmt.Sprintf("%s %s %s at %s: %s", e.Who(), e.Kind, e.Errno, ev.Since(e.Time), e.Message))
 			b.f("</rect>\n")
-		case e.Kind == KContainerStarted:
+		case e.Kind == scenarios.KContainerStarted:
 			b.f(`<path d="M%.1f %.1f l9 6 l-9 6 z" fill="%s">`, x, y+2, colStart)
 			b.title(fmt.Sprintf("%s started at %s", e.Who(), ev.Since(e.Time)))
 			b.f("</path>\n")
-		case e.Kind == KContainerExited:
+		case e.Kind == scenarios.KContainerExited:
 			code := 0
 			if e.ExitCode != nil {
 				code = *e.ExitCode
@@ -330,9 +332,9 @@ func drawContainer(b *svgBuf, l svgLayout, ev *Evidence, name string, y, h float
 				b.text(x+7, y+h-3, `font-size="10" fill="`+colExit+`"`, fmt.Sprintf("exit %d", code))
 				lastExitLabel = x
 			}
-		case e.Kind == KStartFailed:
+		case e.Kind == scenarios.KStartFailed:
 			b.f(`<path d="M%.1f %.1f l6 6 l-6 6 l-6 -6 z" fill="%s" stroke="#ffffff" stroke-width="0.8">`, x, y+2, colFail)
-			b.title(fmt.Sprintf("start of %s failed at %s: %s", name, ev.Since(e.Time), Shorten(ev, e.Message)))
+			b.title(fmt.Sprintf("start of %s failed at %s: %s", name, ev.Since(e.Time), scenarios.Shorten(ev, e.Message)))
 			b.f("</path>\n")
 			// Name the kind of failure where it changes.
 			if cls := failureClass(e.Message); cls != lastFailure {
@@ -343,7 +345,7 @@ func drawContainer(b *svgBuf, l svgLayout, ev *Evidence, name string, y, h float
 	}
 }
 
-func instanceBar(b *svgBuf, l svgLayout, ev *Evidence, from, to time.Time, inst int, mid float64) {
+func instanceBar(b *svgBuf, l svgLayout, ev *scenarios.Evidence, from, to time.Time, inst int, mid float64) {
 	x1, x2 := l.x(from), l.x(to)
 	b.f(`<rect x="%.1f" y="%.1f" width="%.1f" height="16" fill="%s" rx="3">`, x1, mid-8, math.Max(x2-x1, 1), colRun)
 	b.title(fmt.Sprintf("instance #%d running %s → %s", inst, ev.Since(from), ev.Since(to)))
@@ -356,7 +358,7 @@ func instanceBar(b *svgBuf, l svgLayout, ev *Evidence, from, to time.Time, inst 
 // drawSteps draws the scenario's steps as a lane of segments (waits and observations, labelled when there is
 // room, with the full description as tooltip) and the plugin kill and start as bold dashed lines across every
 // lane, labelled above the picture.
-func drawSteps(b *svgBuf, l svgLayout, o *Outcome, y, h, bottom float64) {
+func drawSteps(b *svgBuf, l svgLayout, o *scenarios.Outcome, y, h, bottom float64) {
 	b.text(l.left-10, y+h/2+4, `text-anchor="end" fill="`+colSubtle+`"`, "scenario steps")
 	type label struct {
 		x     float64
@@ -368,9 +370,9 @@ func drawSteps(b *svgBuf, l svgLayout, o *Outcome, y, h, bottom float64) {
 		x1, x2 := l.x(r.Start), l.x(r.End)
 		desc := fmt.Sprintf("step %d: %s", i+1, r.Step.Describe(o.Timing))
 		switch r.Step.Action {
-		case ActKill, ActStart:
+		case scenarios.ActKill, scenarios.ActStart:
 			col := colKill
-			if r.Step.Action == ActStart {
+			if r.Step.Action == scenarios.ActStart {
 				col = colRestart
 			}
 			b.f(`<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s" stroke-width="2" stroke-dasharray="6 4">`, x1, y-4, x1, bottom, col)

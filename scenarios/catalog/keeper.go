@@ -1,6 +1,10 @@
-package scenarios
+package catalog
 
-import "time"
+import (
+	"time"
+
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
+)
 
 // Containers of the keeper rows besides reader and reopen: one that reads the volume through a subPath.
 const sub = "subpath"
@@ -24,24 +28,24 @@ const keeperInFlightLatency = time.Second
 // unprivileged keeper; the plugin and the keeper each hold a copy of every connection, so that any one of the
 // plugin, the keeper and a server can die while the workloads only wait. Every row reads with direct I/O, so
 // that every read reaches a server and a gap between servers shows as the read's latency.
-func keeperScenarios() []Scenario {
-	mode := Plugin{FuseMode: FuseModeKeeper, RestoreMounts: true, RestoreStrategy: StrategyRebind, Keeper: Keeper{DirectIO: true}}
+func keeperScenarios() []scenarios.Scenario {
+	mode := scenarios.Plugin{FuseMode: scenarios.FuseModeKeeper, RestoreMounts: true, RestoreStrategy: scenarios.StrategyRebind, Keeper: scenarios.Keeper{DirectIO: true}}
 	// Every way to read (manifests/pod-keeper.yaml): a descriptor kept open from before any kill, an open for
 	// every read, and through a subPath bind; all read every few milliseconds, so that a gap between servers
 	// shows as the latency of a read (the stall), and exit on the first error.
-	readers := []Container{
+	readers := []scenarios.Container{
 		{Name: reader, ExitOnError: true, KeepOpen: true, ReadInterval: keeperReadInterval},
 		{Name: reopen, ExitOnError: true, KeepOpen: false, ReadInterval: keeperReadInterval},
-		{Name: sub, ExitOnError: true, KeepOpen: false, SubPath: FileName, MountPath: "/mnt/" + FileName, ReadInterval: keeperReadInterval},
+		{Name: sub, ExitOnError: true, KeepOpen: false, SubPath: scenarios.FileName, MountPath: "/mnt/" + scenarios.FileName, ReadInterval: keeperReadInterval},
 	}
-	neverFail := func(cs ...string) []Expectation {
-		var out []Expectation
+	neverFail := func(cs ...string) []scenarios.Expectation {
+		var out []scenarios.Expectation
 		for _, c := range cs {
-			out = append(out, Expectation{Check: NeverFails{C: c, After: AfterKill, Reads: 10}})
+			out = append(out, scenarios.Expectation{Check: scenarios.NeverFails{C: c, After: scenarios.AfterKill, Reads: 10}})
 		}
-		return append(out, Expectation{Check: VolumeDirAlive{}})
+		return append(out, scenarios.Expectation{Check: scenarios.VolumeDirAlive{}})
 	}
-	return []Scenario{
+	return []scenarios.Scenario{
 		{
 			Name:  "keeper-plugin-restart",
 			Title: "Keeper mode: the plugin restarts; its copies of the connections come back from the keeper",
@@ -49,16 +53,16 @@ func keeperScenarios() []Scenario {
 				"plugin (with restoreMounts) finds every mount answering, remounts nothing, and takes its copy of each " +
 				"connection back from the keeper after checking it is the one mounted at the staging path.",
 			Plugin: mode,
-			Pod:    Pod{RestartPolicy: RestartAlways, Containers: readers},
-			Steps: []Step{
+			Pod:    scenarios.Pod{RestartPolicy: scenarios.RestartAlways, Containers: readers},
+			Steps: []scenarios.Step{
 				warmUp,
-				KillPlugin(),
-				Observe(watchReads),
-				StartPlugin(),
-				Observe(watchReads),
+				scenarios.KillPlugin(),
+				scenarios.Observe(watchReads),
+				scenarios.StartPlugin(),
+				scenarios.Observe(watchReads),
 			},
 			Expect: append(neverFail(reader, reopen, sub),
-				Expectation{Check: NeverFails{C: reader, After: AfterPluginBack, Reads: 5}}),
+				scenarios.Expectation{Check: scenarios.NeverFails{C: reader, After: scenarios.AfterPluginBack, Reads: 5}}),
 			EveryRelease: keeperReleases,
 		},
 		{
@@ -68,12 +72,12 @@ func keeperScenarios() []Scenario {
 				"the requests the dead one had read resent). The descriptor opened before the crash keeps reading, new " +
 				"opens work and the subPath bind never notices: a stall of a few milliseconds, no error, no remount.",
 			Plugin: mode,
-			Pod:    Pod{RestartPolicy: RestartAlways, Containers: readers},
-			Steps: []Step{
+			Pod:    scenarios.Pod{RestartPolicy: scenarios.RestartAlways, Containers: readers},
+			Steps: []scenarios.Step{
 				warmUp,
-				Kill(FuseServer),
-				Start(FuseServer),
-				Observe(watchReads),
+				scenarios.Kill(scenarios.FuseServer),
+				scenarios.Start(scenarios.FuseServer),
+				scenarios.Observe(watchReads),
 			},
 			Expect:       neverFail(reader, reopen, sub),
 			EveryRelease: keeperReleases,
@@ -84,20 +88,20 @@ func keeperScenarios() []Scenario {
 			Shows: "Every read takes 1 s inside the server (a slow backend). The server is killed in the middle of one: " +
 				"its successor asks the kernel to resend the requests it had read (FUSE_NOTIFY_RESEND), and the reader " +
 				"gets \"Hello world!\" late instead of EINTR, EIO or ECONNABORTED.",
-			Plugin: Plugin{FuseMode: FuseModeKeeper, Keeper: Keeper{DirectIO: true, ReadLatency: keeperInFlightLatency}},
-			Pod: Pod{RestartPolicy: RestartAlways, Containers: []Container{
+			Plugin: scenarios.Plugin{FuseMode: scenarios.FuseModeKeeper, Keeper: scenarios.Keeper{DirectIO: true, ReadLatency: keeperInFlightLatency}},
+			Pod: scenarios.Pod{RestartPolicy: scenarios.RestartAlways, Containers: []scenarios.Container{
 				{Name: reader, ExitOnError: true, KeepOpen: true},
 			}},
-			Steps: []Step{
+			Steps: []scenarios.Step{
 				warmUp,
-				WaitFor(ReadInFlight{C: reader}, Dur{Fixed: 10 * time.Second}),
-				Kill(FuseServer),
-				Start(FuseServer),
-				Observe(Dur{Fixed: 3 * keeperInFlightLatency, Reads: 3}),
+				scenarios.WaitFor(scenarios.ReadInFlight{C: reader}, scenarios.Dur{Fixed: 10 * time.Second}),
+				scenarios.Kill(scenarios.FuseServer),
+				scenarios.Start(scenarios.FuseServer),
+				scenarios.Observe(scenarios.Dur{Fixed: 3 * keeperInFlightLatency, Reads: 3}),
 			},
-			Expect: []Expectation{
-				{Check: InFlightReadSucceeds{C: reader}},
-				{Check: NeverFails{C: reader, After: AfterKill, Reads: 2}},
+			Expect: []scenarios.Expectation{
+				{Check: scenarios.InFlightReadSucceeds{C: reader}},
+				{Check: scenarios.NeverFails{C: reader, After: scenarios.AfterKill, Reads: 2}},
 			},
 			EveryRelease: keeperReleases,
 		},
@@ -107,12 +111,12 @@ func keeperScenarios() []Scenario {
 			Shows: "The plugin's copies keep every connection alive while no keeper runs: the workloads' reads wait. " +
 				"The new keeper gets the connections from the plugin and its servers take them over.",
 			Plugin: mode,
-			Pod:    Pod{RestartPolicy: RestartAlways, Containers: readers},
-			Steps: []Step{
+			Pod:    scenarios.Pod{RestartPolicy: scenarios.RestartAlways, Containers: readers},
+			Steps: []scenarios.Step{
 				warmUp,
-				Kill(KeeperContainer),
-				Start(KeeperContainer),
-				Observe(watchReads),
+				scenarios.Kill(scenarios.KeeperContainer),
+				scenarios.Start(scenarios.KeeperContainer),
+				scenarios.Observe(watchReads),
 			},
 			Expect:       neverFail(reader, reopen, sub),
 			EveryRelease: keeperReleases,
@@ -124,14 +128,14 @@ func keeperScenarios() []Scenario {
 				"connection over, then the old keeper is stopped and its servers exit without unmounting anything. The " +
 				"workloads keep reading throughout; the keeper's log shows the new version serving.",
 			Plugin: mode,
-			Pod:    Pod{RestartPolicy: RestartAlways, Containers: readers},
-			Steps: []Step{
+			Pod:    scenarios.Pod{RestartPolicy: scenarios.RestartAlways, Containers: readers},
+			Steps: []scenarios.Step{
 				warmUp,
-				Upgrade(KeeperContainer),
-				Observe(watchReads),
+				scenarios.Upgrade(scenarios.KeeperContainer),
+				scenarios.Observe(watchReads),
 			},
 			Expect: append(neverFail(reader, reopen, sub),
-				Expectation{Check: NewVersionServes{}}),
+				scenarios.Expectation{Check: scenarios.NewVersionServes{}}),
 			EveryRelease: keeperReleases,
 		},
 		{
@@ -139,26 +143,26 @@ func keeperScenarios() []Scenario {
 			Title: "Keeper mode: the plugin and the keeper die together",
 			Shows: "The limit: with every holder of a connection gone at once, the kernel ends it, exactly as in " +
 				"restart-no-restore. The plugin and the keeper come back, but no process has the connection to hand on.",
-			Plugin: Plugin{FuseMode: FuseModeKeeper, Keeper: Keeper{DirectIO: true}},
-			Pod: Pod{RestartPolicy: RestartAlways, Containers: []Container{
+			Plugin: scenarios.Plugin{FuseMode: scenarios.FuseModeKeeper, Keeper: scenarios.Keeper{DirectIO: true}},
+			Pod: scenarios.Pod{RestartPolicy: scenarios.RestartAlways, Containers: []scenarios.Container{
 				{Name: reader, KeepOpen: true},
 			}},
-			Steps: []Step{
+			Steps: []scenarios.Step{
 				warmUp,
-				KillPlugin(),
-				Kill(KeeperContainer),
+				scenarios.KillPlugin(),
+				scenarios.Kill(scenarios.KeeperContainer),
 				untilENOTCONN,
 				hostDead,
-				StartPlugin(),
-				Start(KeeperContainer),
-				Observe(watchReads),
+				scenarios.StartPlugin(),
+				scenarios.Start(scenarios.KeeperContainer),
+				scenarios.Observe(watchReads),
 			},
-			Expect: []Expectation{
-				{Check: FailsWith{C: reader, Errno: "ENOTCONN", Within: Dur{Fixed: 5 * time.Second, Reads: 2}}},
-				{Check: KeepsFailing{C: reader, Errno: "ENOTCONN", After: AfterPluginBack}},
-				{Check: NeverRecovers{C: reader, After: AfterPluginBack, For: watchReads}},
-				{Check: Restarts{C: reader, Min: 0, Max: 0}},
-				{Check: VolumeDir{Errno: "ENOTCONN", After: AfterPluginBack}},
+			Expect: []scenarios.Expectation{
+				{Check: scenarios.FailsWith{C: reader, Errno: "ENOTCONN", Within: scenarios.Dur{Fixed: 5 * time.Second, Reads: 2}}},
+				{Check: scenarios.KeepsFailing{C: reader, Errno: "ENOTCONN", After: scenarios.AfterPluginBack}},
+				{Check: scenarios.NeverRecovers{C: reader, After: scenarios.AfterPluginBack, For: watchReads}},
+				{Check: scenarios.Restarts{C: reader, Min: 0, Max: 0}},
+				{Check: scenarios.VolumeDir{Errno: "ENOTCONN", After: scenarios.AfterPluginBack}},
 			},
 			EveryRelease: keeperReleases,
 		},

@@ -1,8 +1,10 @@
-package scenarios
+package catalog
 
 import (
 	"testing"
 	"time"
+
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
 )
 
 // TestWithSidecarDelay: a variant of sidecar-late holds its sidecar back by the new delay and expects the wait
@@ -12,7 +14,7 @@ func TestWithSidecarDelay(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	v, err := late.WithSidecarDelay(3 * time.Second)
+	v, err := WithSidecarDelay(late, 3*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -24,10 +26,10 @@ func TestWithSidecarDelay(t *testing.T) {
 	}
 	found := false
 	for i, e := range v.Expect {
-		if c, ok := e.Check.(BlocksUntilServed); ok {
+		if c, ok := e.Check.(scenarios.BlocksUntilServed); ok {
 			found = true
-			if c.Delay != 3*time.Second || late.Expect[i].Check.(BlocksUntilServed).Delay != SidecarDelay {
-				t.Errorf("BlocksUntilServed delay %s (catalog's %s), want 3s", c.Delay, late.Expect[i].Check.(BlocksUntilServed).Delay)
+			if c.Delay != 3*time.Second || late.Expect[i].Check.(scenarios.BlocksUntilServed).Delay != SidecarDelay {
+				t.Errorf("BlocksUntilServed delay %s (catalog's %s), want 3s", c.Delay, late.Expect[i].Check.(scenarios.BlocksUntilServed).Delay)
 			}
 		}
 	}
@@ -35,15 +37,15 @@ func TestWithSidecarDelay(t *testing.T) {
 		t.Error("the variant expects no wait for the sidecar")
 	}
 	restart, _ := Lookup("restart")
-	if _, err := restart.WithSidecarDelay(time.Second); err == nil {
+	if _, err := WithSidecarDelay(restart, time.Second); err == nil {
 		t.Error("a pod without a sidecar got a sidecar delay")
 	}
 
-	list, err := VarySidecarDelay([]Scenario{restart, late}, []time.Duration{0, time.Second})
+	list, err := VarySidecarDelay([]scenarios.Scenario{restart, late}, []time.Duration{0, time.Second})
 	if err != nil || len(list) != 3 || list[0].Name != "restart" || list[1].Name != "sidecar-late-0s" || list[2].Name != "sidecar-late-1s" {
 		t.Errorf("VarySidecarDelay = %v, %v", nameList(list), err)
 	}
-	if _, err := VarySidecarDelay([]Scenario{restart}, []time.Duration{0}); err == nil {
+	if _, err := VarySidecarDelay([]scenarios.Scenario{restart}, []time.Duration{0}); err == nil {
 		t.Error("no scenario to vary is no error")
 	}
 	if ds, err := ParseDelays("0s, 1s,2.5s"); err != nil || len(ds) != 3 || ds[2] != 2500*time.Millisecond {
@@ -56,7 +58,7 @@ func TestWithSidecarDelay(t *testing.T) {
 	}
 }
 
-func nameList(l []Scenario) []string {
+func nameList(l []scenarios.Scenario) []string {
 	var out []string
 	for _, s := range l {
 		out = append(out, s.Name)

@@ -1,4 +1,4 @@
-package scenarios
+package catalog
 
 import (
 	"errors"
@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
 )
 
 // sidecarReleases is why the sidecar scenarios run on every kubelet release: the sidecar's start before the
@@ -20,8 +22,8 @@ const SidecarDelay = time.Second
 
 // sidecarScenarios are the scenarios of the plugin's sidecar mode (the GCS FUSE CSI design): the pod's own
 // unprivileged sidecar serves the /dev/fuse descriptor of its mount.
-func sidecarScenarios() []Scenario {
-	return []Scenario{
+func sidecarScenarios() []scenarios.Scenario {
+	return []scenarios.Scenario{
 		{
 			Name:  "sidecar-plugin-restart",
 			Title: "Sidecar mode: the plugin restarts under a running workload",
@@ -30,21 +32,21 @@ func sidecarScenarios() []Scenario {
 				"changes nothing for the workload: its descriptor, opened before the kill, keeps reading, and the " +
 				"host volume dir never dies, so nothing is mounted again.",
 			EveryRelease: sidecarReleases,
-			Plugin:       Plugin{RestoreMounts: true, RestoreStrategy: StrategyRebind, FuseMode: FuseModeSidecar},
-			Pod: Pod{RestartPolicy: RestartAlways, Sidecar: &Sidecar{}, Containers: []Container{
+			Plugin:       scenarios.Plugin{RestoreMounts: true, RestoreStrategy: scenarios.StrategyRebind, FuseMode: scenarios.FuseModeSidecar},
+			Pod: scenarios.Pod{RestartPolicy: scenarios.RestartAlways, Sidecar: &scenarios.Sidecar{}, Containers: []scenarios.Container{
 				{Name: reader, ExitOnError: true, KeepOpen: true},
 			}},
-			Steps: []Step{
+			Steps: []scenarios.Step{
 				warmUp,
-				KillPlugin(),
-				Observe(watchReads),
-				StartPlugin(),
-				Observe(watchReads),
+				scenarios.KillPlugin(),
+				scenarios.Observe(watchReads),
+				scenarios.StartPlugin(),
+				scenarios.Observe(watchReads),
 			},
-			Expect: []Expectation{
-				{Check: NeverFails{C: reader, After: AfterKill, Reads: 10}},
-				{Check: NeverFails{C: reader, After: AfterPluginBack, Reads: 5}},
-				{Check: VolumeDirAlive{}},
+			Expect: []scenarios.Expectation{
+				{Check: scenarios.NeverFails{C: reader, After: scenarios.AfterKill, Reads: 10}},
+				{Check: scenarios.NeverFails{C: reader, After: scenarios.AfterPluginBack, Reads: 5}},
+				{Check: scenarios.VolumeDirAlive{}},
 			},
 		},
 		{
@@ -54,18 +56,18 @@ func sidecarScenarios() []Scenario {
 				"blocks, stat included: the container runtime's stat of the volume dir before the workload's " +
 				"container starts waits for the sidecar, then the workload reads without ever seeing an error.",
 			EveryRelease: sidecarReleases,
-			Plugin:       Plugin{FuseMode: FuseModeSidecar},
-			Pod: Pod{RestartPolicy: RestartAlways, Sidecar: &Sidecar{Delay: SidecarDelay}, Containers: []Container{
+			Plugin:       scenarios.Plugin{FuseMode: scenarios.FuseModeSidecar},
+			Pod: scenarios.Pod{RestartPolicy: scenarios.RestartAlways, Sidecar: &scenarios.Sidecar{Delay: SidecarDelay}, Containers: []scenarios.Container{
 				{Name: reader, ExitOnError: true, KeepOpen: false},
 			}},
-			Steps: []Step{
+			Steps: []scenarios.Step{
 				warmUp,
-				Observe(Dur{Reads: 3}),
+				scenarios.Observe(scenarios.Dur{Reads: 3}),
 			},
-			Expect: []Expectation{
-				{Check: BlocksUntilServed{C: reader, Delay: SidecarDelay}},
-				{Check: NeverFails{C: reader, After: FromStart, Reads: 3}},
-				{Check: VolumeDirAlive{}},
+			Expect: []scenarios.Expectation{
+				{Check: scenarios.BlocksUntilServed{C: reader, Delay: SidecarDelay}},
+				{Check: scenarios.NeverFails{C: reader, After: scenarios.FromStart, Reads: 3}},
+				{Check: scenarios.VolumeDirAlive{}},
 			},
 		},
 		{
@@ -75,25 +77,25 @@ func sidecarScenarios() []Scenario {
 				"it dies, the mount dies (ENOTCONN). Kubelet restarts the native sidecar, but it finds no socket and " +
 				"nothing to serve; the mount stays dead for the running container, which only a new pod would fix.",
 			EveryRelease: sidecarReleases,
-			Plugin:       Plugin{FuseMode: FuseModeSidecar},
-			Pod: Pod{RestartPolicy: RestartAlways, Sidecar: &Sidecar{}, Containers: []Container{
+			Plugin:       scenarios.Plugin{FuseMode: scenarios.FuseModeSidecar},
+			Pod: scenarios.Pod{RestartPolicy: scenarios.RestartAlways, Sidecar: &scenarios.Sidecar{}, Containers: []scenarios.Container{
 				{Name: reader, KeepOpen: false},
 			}},
-			Steps: []Step{
+			Steps: []scenarios.Step{
 				warmUp,
-				Kill(SidecarContainer),
+				scenarios.Kill(scenarios.SidecarContainer),
 				untilENOTCONN,
 				hostDead,
-				Start(SidecarContainer),
-				Observe(watchReads),
+				scenarios.Start(scenarios.SidecarContainer),
+				scenarios.Observe(watchReads),
 			},
-			Expect: []Expectation{
-				{Check: FailsWith{C: reader, Errno: "ENOTCONN", Within: Dur{Fixed: 5 * time.Second, Reads: 2}}},
-				{Check: KeepsFailing{C: reader, Errno: "ENOTCONN", After: AfterRestart}},
-				{Check: NeverRecovers{C: reader, After: AfterRestart, For: watchReads}},
-				{Check: SidecarNeverServes{After: AfterRestart, For: watchReads}},
-				{Check: Restarts{C: reader, Min: 0, Max: 0}},
-				{Check: VolumeDir{Errno: "ENOTCONN", After: AfterRestart}},
+			Expect: []scenarios.Expectation{
+				{Check: scenarios.FailsWith{C: reader, Errno: "ENOTCONN", Within: scenarios.Dur{Fixed: 5 * time.Second, Reads: 2}}},
+				{Check: scenarios.KeepsFailing{C: reader, Errno: "ENOTCONN", After: scenarios.AfterRestart}},
+				{Check: scenarios.NeverRecovers{C: reader, After: scenarios.AfterRestart, For: watchReads}},
+				{Check: scenarios.SidecarNeverServes{After: scenarios.AfterRestart, For: watchReads}},
+				{Check: scenarios.Restarts{C: reader, Min: 0, Max: 0}},
+				{Check: scenarios.VolumeDir{Errno: "ENOTCONN", After: scenarios.AfterRestart}},
 			},
 		},
 		{
@@ -103,25 +105,25 @@ func sidecarScenarios() []Scenario {
 				"creating it again (a new pod UID, a new NodePublishVolume, a new descriptor for its new sidecar). " +
 				"The new pod's container reads again; the sidecar's restart before that did not help.",
 			EveryRelease: sidecarReleases,
-			Plugin:       Plugin{FuseMode: FuseModeSidecar},
-			Pod: Pod{RestartPolicy: RestartAlways, Sidecar: &Sidecar{}, Containers: []Container{
+			Plugin:       scenarios.Plugin{FuseMode: scenarios.FuseModeSidecar},
+			Pod: scenarios.Pod{RestartPolicy: scenarios.RestartAlways, Sidecar: &scenarios.Sidecar{}, Containers: []scenarios.Container{
 				{Name: reader, KeepOpen: false},
 			}},
-			Steps: []Step{
+			Steps: []scenarios.Step{
 				warmUp,
-				Kill(SidecarContainer),
+				scenarios.Kill(scenarios.SidecarContainer),
 				untilENOTCONN,
-				Start(SidecarContainer),
-				Observe(Dur{Reads: 5}),
-				Kill(WorkloadPod),
-				Start(WorkloadPod),
-				WaitFor(Recovers{C: reader}, Dur{Fixed: 10 * time.Second, Reads: 5}),
-				Observe(Dur{Reads: 3}),
+				scenarios.Start(scenarios.SidecarContainer),
+				scenarios.Observe(scenarios.Dur{Reads: 5}),
+				scenarios.Kill(scenarios.WorkloadPod),
+				scenarios.Start(scenarios.WorkloadPod),
+				scenarios.WaitFor(scenarios.Recovers{C: reader}, scenarios.Dur{Fixed: 10 * time.Second, Reads: 5}),
+				scenarios.Observe(scenarios.Dur{Reads: 3}),
 			},
-			Expect: []Expectation{
-				{Check: FailsWith{C: reader, Errno: "ENOTCONN", Within: Dur{Fixed: 5 * time.Second, Reads: 2}}},
-				{Check: NoGoodReadUntil{C: reader, Component: WorkloadPod}},
-				{Check: Recovers{C: reader, Instance: NewInstance}},
+			Expect: []scenarios.Expectation{
+				{Check: scenarios.FailsWith{C: reader, Errno: "ENOTCONN", Within: scenarios.Dur{Fixed: 5 * time.Second, Reads: 2}}},
+				{Check: scenarios.NoGoodReadUntil{C: reader, Component: scenarios.WorkloadPod}},
+				{Check: scenarios.Recovers{C: reader, Instance: scenarios.NewInstance}},
 			},
 		},
 		{
@@ -132,19 +134,19 @@ func sidecarScenarios() []Scenario {
 				"connection outlives it; kubelet restarts the native sidecar, which takes the connection over " +
 				"(INIT replayed, the requests its predecessor had read resent): a stall, where sidecar-killed " +
 				"gets ENOTCONN for good.",
-			Plugin: Plugin{FuseMode: FuseModeSidecar, SidecarKeepFD: true},
-			Pod: Pod{RestartPolicy: RestartAlways, Sidecar: &Sidecar{}, Containers: []Container{
+			Plugin: scenarios.Plugin{FuseMode: scenarios.FuseModeSidecar, SidecarKeepFD: true},
+			Pod: scenarios.Pod{RestartPolicy: scenarios.RestartAlways, Sidecar: &scenarios.Sidecar{}, Containers: []scenarios.Container{
 				{Name: reader, ExitOnError: true, KeepOpen: true, ReadInterval: keeperReadInterval, DirectIO: true},
 			}},
-			Steps: []Step{
+			Steps: []scenarios.Step{
 				warmUp,
-				Kill(SidecarContainer),
-				Start(SidecarContainer),
-				Observe(watchReads),
+				scenarios.Kill(scenarios.SidecarContainer),
+				scenarios.Start(scenarios.SidecarContainer),
+				scenarios.Observe(watchReads),
 			},
-			Expect: []Expectation{
-				{Check: NeverFails{C: reader, After: AfterKill, Reads: 10}},
-				{Check: VolumeDirAlive{}},
+			Expect: []scenarios.Expectation{
+				{Check: scenarios.NeverFails{C: reader, After: scenarios.AfterKill, Reads: 10}},
+				{Check: scenarios.VolumeDirAlive{}},
 			},
 			EveryRelease: sidecarReleases,
 		},
@@ -153,7 +155,7 @@ func sidecarScenarios() []Scenario {
 
 // WithSidecarDelay returns the scenario with its FUSE sidecar held back by d instead (sidecar-late at another
 // delay), named <name>-<d>: the expectation that the first access waits for the sidecar is about d.
-func (s Scenario) WithSidecarDelay(d time.Duration) (Scenario, error) {
+func WithSidecarDelay(s scenarios.Scenario, d time.Duration) (scenarios.Scenario, error) {
 	if s.Pod.Sidecar == nil {
 		return s, fmt.Errorf("scenario %s: the pod has no sidecar to hold back", s.Name)
 	}
@@ -167,7 +169,7 @@ func (s Scenario) WithSidecarDelay(d time.Duration) (Scenario, error) {
 	s.Pod.Sidecar = &sc
 	s.Expect = slices.Clone(s.Expect)
 	for i, e := range s.Expect {
-		if c, ok := e.Check.(BlocksUntilServed); ok {
+		if c, ok := e.Check.(scenarios.BlocksUntilServed); ok {
 			c.Delay = d
 			s.Expect[i].Check = c
 		}
@@ -178,8 +180,8 @@ func (s Scenario) WithSidecarDelay(d time.Duration) (Scenario, error) {
 // VarySidecarDelay replaces each scenario of list whose FUSE sidecar is held back (sidecar-late) by one variant
 // per delay (WithSidecarDelay), to see how long the first access waits as the delay varies; the others stay.
 // It is an error when no scenario of list holds its sidecar back.
-func VarySidecarDelay(list []Scenario, delays []time.Duration) ([]Scenario, error) {
-	var out []Scenario
+func VarySidecarDelay(list []scenarios.Scenario, delays []time.Duration) ([]scenarios.Scenario, error) {
+	var out []scenarios.Scenario
 	varied := false
 	for _, s := range list {
 		if s.Pod.Sidecar == nil || s.Pod.Sidecar.Delay <= 0 {
@@ -188,7 +190,7 @@ func VarySidecarDelay(list []Scenario, delays []time.Duration) ([]Scenario, erro
 		}
 		varied = true
 		for _, d := range delays {
-			v, err := s.WithSidecarDelay(d)
+			v, err := WithSidecarDelay(s, d)
 			if err != nil {
 				return nil, err
 			}

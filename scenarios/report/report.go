@@ -1,4 +1,4 @@
-package scenarios
+package report
 
 import (
 	"encoding/json"
@@ -9,6 +9,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
 )
 
 // FormatMeasure formats a measured interval; zero means it did not happen.
@@ -20,7 +22,7 @@ func FormatMeasure(d time.Duration) string {
 }
 
 // killMeasure formats a measure from the kill: "–" for a scenario whose steps kill nothing.
-func (o *Outcome) killMeasure(d time.Duration) string {
+func killMeasure(o *scenarios.Outcome, d time.Duration) string {
 	if !o.Scenario.Kills() {
 		return "–"
 	}
@@ -28,7 +30,7 @@ func (o *Outcome) killMeasure(d time.Duration) string {
 }
 
 // stallMeasure formats the longest open or read after the kill, in milliseconds: a stall is short.
-func (o *Outcome) stallMeasure() string {
+func stallMeasure(o *scenarios.Outcome) string {
 	if !o.Scenario.Kills() {
 		return "–"
 	}
@@ -36,7 +38,7 @@ func (o *Outcome) stallMeasure() string {
 }
 
 // sidecarMeasure formats a measure from the sidecar's start: "–" for a pod without a FUSE sidecar.
-func (o *Outcome) sidecarMeasure(d time.Duration) string {
+func sidecarMeasure(o *scenarios.Outcome, d time.Duration) string {
 	if o.Scenario.Pod.Sidecar == nil {
 		return "–"
 	}
@@ -44,24 +46,24 @@ func (o *Outcome) sidecarMeasure(d time.Duration) string {
 }
 
 // measuredLine says what was measured, in one line.
-func (o *Outcome) measuredLine() string {
+func measuredLine(o *scenarios.Outcome) string {
 	m := o.Measures
 	var parts []string
 	if o.Scenario.Kills() {
-		parts = append(parts, "kill → first ENOTCONN "+o.killMeasure(m.KillToError), "kill → volume dir restored "+o.killMeasure(m.KillToRestore),
-			"kill → first good read again "+o.killMeasure(m.KillToRecovery), "longest open/read after the kill "+o.stallMeasure())
+		parts = append(parts, "kill → first ENOTCONN "+killMeasure(o, m.KillToError), "kill → volume dir restored "+killMeasure(o, m.KillToRestore),
+			"kill → first good read again "+killMeasure(o, m.KillToRecovery), "longest open/read after the kill "+stallMeasure(o))
 	} else {
 		parts = append(parts, "no step kills anything")
 	}
 	if sc := o.Scenario.Pod.Sidecar; sc != nil {
 		parts = append(parts, fmt.Sprintf("sidecar (delay %s) start → served %s → first good read %s", sc.Delay,
-			o.sidecarMeasure(m.SidecarToServe), o.sidecarMeasure(m.SidecarToRead)))
+			sidecarMeasure(o, m.SidecarToServe), sidecarMeasure(o, m.SidecarToRead)))
 	}
 	return strings.Join(append(parts, "wall "+m.Wall.Round(10*time.Millisecond).String()), " · ")
 }
 
 // PrintVerdicts prints one PASS/FAIL line per expected outcome, the measures, and why a run failed.
-func PrintVerdicts(w io.Writer, o *Outcome) {
+func PrintVerdicts(w io.Writer, o *scenarios.Outcome) {
 	fmt.Fprintf(w, "verdicts (kubelet %s):\n", o.Kubelet)
 	for _, v := range o.Verdicts {
 		mark := "PASS"
@@ -80,32 +82,32 @@ func PrintVerdicts(w io.Writer, o *Outcome) {
 	if o.CleanupErr != nil {
 		fmt.Fprintf(w, "  FAIL  cleanup: %v\n", o.CleanupErr)
 	}
-	fmt.Fprintf(w, "measured: %s\n", o.measuredLine())
+	fmt.Fprintf(w, "measured: %s\n", measuredLine(o))
 }
 
 // PrintSummary prints one line per outcome: its result, the measured intervals and its report.
-func PrintSummary(w io.Writer, outcomes []*Outcome) {
+func PrintSummary(w io.Writer, outcomes []*scenarios.Outcome) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "  scenario\tkubelet\tresult\tkill→ENOTCONN\tkill→volume restored\tkill→good read\tstall\tsidecar→good read\twall\treport")
 	for _, o := range outcomes {
 		m := o.Measures
 		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", o.Scenario.Name, o.Kubelet, passFail(o.Passed()),
-			o.killMeasure(m.KillToError), o.killMeasure(m.KillToRestore), o.killMeasure(m.KillToRecovery), o.stallMeasure(),
-			o.sidecarMeasure(m.SidecarToRead), m.Wall.Round(10*time.Millisecond), filepath.Join(o.Dir, "report.md"))
+			killMeasure(o, m.KillToError), killMeasure(o, m.KillToRestore), killMeasure(o, m.KillToRecovery), stallMeasure(o),
+			sidecarMeasure(o, m.SidecarToRead), m.Wall.Round(10*time.Millisecond), filepath.Join(o.Dir, "report.md"))
 	}
 	tw.Flush()
 }
 
-func shortenFor(o *Outcome, s string) string {
+func shortenFor(o *scenarios.Outcome, s string) string {
 	if o.Evidence == nil {
 		return s
 	}
-	return Shorten(o.Evidence, s)
+	return scenarios.Shorten(o.Evidence, s)
 }
 
 // WriteReport writes the run's report into o.Dir: report.md with the timeline picture timeline.svg, and the
 // full evidence as events.log (one line per event) and events.json.
-func WriteReport(o *Outcome) error {
+func WriteReport(o *scenarios.Outcome) error {
 	if o.Dir == "" || o.Evidence == nil {
 		return fmt.Errorf("nothing to report")
 	}
@@ -117,7 +119,7 @@ func WriteReport(o *Outcome) error {
 		if killed && !e.Time.Before(kill) {
 			rel = fmt.Sprintf("kill+%.3fs", e.Time.Sub(kill).Seconds())
 		}
-		fmt.Fprintf(&log, "t+%8.3fs %-13s %-8s %-17s %-10s %s\n", e.Time.Sub(ev.Start).Seconds(), rel, e.Source, e.Kind, who(e), Shorten(ev, EventText(e)))
+		fmt.Fprintf(&log, "t+%8.3fs %-13s %-8s %-17s %-10s %s\n", e.Time.Sub(ev.Start).Seconds(), rel, e.Source, e.Kind, scenarios.Actor(e), scenarios.Shorten(ev, scenarios.EventText(e)))
 	}
 	if err := os.WriteFile(filepath.Join(o.Dir, "events.log"), []byte(log.String()), 0o644); err != nil {
 		return err
@@ -136,7 +138,7 @@ func WriteReport(o *Outcome) error {
 }
 
 // Markdown renders the run's report.
-func Markdown(o *Outcome) string {
+func Markdown(o *scenarios.Outcome) string {
 	var b strings.Builder
 	sc := &o.Scenario
 	fmt.Fprintf(&b, "# Scenario `%s` on kubelet %s: %s\n\n", sc.Name, o.Kubelet, passFail(o.Passed()))
@@ -179,8 +181,8 @@ func Markdown(o *Outcome) string {
 
 	m := o.Measures
 	b.WriteString("\n## Measured\n\n| kill → first ENOTCONN | kill → volume dir restored | kill → first good read again | longest open/read after the kill (stall) | sidecar start → served | sidecar start → first good read | wall time of the run |\n|---|---|---|---|---|---|---|\n")
-	fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s |\n\n", o.killMeasure(m.KillToError), o.killMeasure(m.KillToRestore),
-		o.killMeasure(m.KillToRecovery), o.stallMeasure(), o.sidecarMeasure(m.SidecarToServe), o.sidecarMeasure(m.SidecarToRead), m.Wall.Round(10*time.Millisecond))
+	fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s |\n\n", killMeasure(o, m.KillToError), killMeasure(o, m.KillToRestore),
+		killMeasure(o, m.KillToRecovery), stallMeasure(o), sidecarMeasure(o, m.SidecarToServe), sidecarMeasure(o, m.SidecarToRead), m.Wall.Round(10*time.Millisecond))
 	if len(sc.Pod.Containers) > 0 {
 		fmt.Fprintf(&b, "Times are for container `%s`; \"never\" means it did not happen during the run.\n", sc.Pod.Containers[0].Name)
 	}
@@ -220,12 +222,12 @@ func Markdown(o *Outcome) string {
 	}
 
 	b.WriteString("\n## Timeline\n\nNotable events (every event is in `events.log`); `$ROOT` is the run's kubelet root dir")
-	if root := o.Evidence.Paths[PathRoot]; root != "" {
+	if root := o.Evidence.Paths[scenarios.PathRoot]; root != "" {
 		fmt.Fprintf(&b, " `%s`", root)
 	}
 	b.WriteString(".\n\n```text\n")
 	var nb strings.Builder
-	newNarrator(&nb, o.Start).update(o.Evidence)
+	scenarios.NewNarrator(&nb, o.Start).Update(o.Evidence)
 	b.WriteString(nb.String())
 	b.WriteString("```\n\n## Files\n\n")
 	b.WriteString("- `plugin.log`: the plugin's klog output for every start of its container, with its `GRPC call` lines\n")

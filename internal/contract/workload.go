@@ -1,0 +1,57 @@
+package contract
+
+import (
+	"errors"
+	"fmt"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// The events of the workload's JSON log (dummy-fuse-workload --log-format=json), one WorkloadRecord per line.
+const (
+	WorkloadStart     = "start"
+	WorkloadOpen      = "open"
+	WorkloadOpenError = "open_error"
+	WorkloadReadStart = "read_start" // a read that never ends (a hung FUSE request) shows as a start without an end
+	WorkloadRead      = "read"
+	WorkloadReadError = "read_error"
+	WorkloadClose     = "close"
+	WorkloadExit      = "exit"
+)
+
+// WorkloadRecord is one line of the workload's JSON log; the fields of other events are omitted.
+type WorkloadRecord struct {
+	Time  time.Time `json:"time"`
+	Event string    `json:"event"`
+	File  string    `json:"file"`
+
+	KeepOpen    *bool  `json:"keep_open,omitempty"`
+	ExitOnError *bool  `json:"exit_on_error,omitempty"`
+	DirectIO    *bool  `json:"direct_io,omitempty"`
+	Interval    string `json:"interval,omitempty"`
+
+	Bytes   *int    `json:"bytes,omitempty"`
+	Content *string `json:"content,omitempty"`
+	// Errno is ErrnoName of the error.
+	Errno *string `json:"errno,omitempty"`
+	Error string  `json:"error,omitempty"`
+	// LatencyUS is how long the open or read took (a read or open that waited for a FUSE server shows here).
+	LatencyUS *int64 `json:"latency_us,omitempty"`
+
+	Code   *int   `json:"code,omitempty"`
+	Reason string `json:"reason,omitempty"`
+}
+
+// ErrnoName returns the symbolic name ("ENOTCONN") of the errno inside err, or "" when err carries none.
+func ErrnoName(err error) string {
+	var errno syscall.Errno
+	if !errors.As(err, &errno) {
+		return ""
+	}
+	if name := unix.ErrnoName(errno); name != "" {
+		return name
+	}
+	return fmt.Sprintf("errno %d", int(errno))
+}

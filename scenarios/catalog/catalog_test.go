@@ -1,0 +1,177 @@
+package catalog
+
+import (
+	"os"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
+)
+
+func TestCatalog(t *testing.T) {
+	want := []string{"restart", "restart-no-restore", "restore-without-exit", "exit-without-restore", "host-to-container", "subpath",
+		"sidecar-plugin-restart", "sidecar-late", "sidecar-killed", "sidecar-new-pod"}
+	have := map[string]bool{}
+	for _, s := range All() {
+		if err := s.Validate(); err != nil {
+			t.Errorf("%s: %v", s.Name, err)
+		}
+		if have[s.Name] {
+			t.Errorf("duplicate scenario %s", s.Name)
+		}
+		have[s.Name] = true
+	}
+	for _, n := range want {
+		if !have[n] {
+			t.Errorf("catalog lacks %s", n)
+		}
+	}
+	if Names()[0] != "restart" {
+		t.Errorf("the main scenario comes first: %v", Names())
+	}
+	if _, err := Lookup("nope"); err == nil {
+		t.Error("Lookup of an unknown scenario must fail")
+	}
+}
+
+// TestReadmeCatalog keeps the README's catalog table in step with the catalog.
+func TestReadmeCatalog(t *testing.T) {
+	rows := map[string]bool{}
+	for _, cells := range readmeTable(t, "## The catalog") {
+		rows[cells[0]] = true
+	}
+	for _, n := range Names() {
+		if !rows[n] {
+			t.Errorf("README.md's catalog table lacks %s", n)
+		}
+		delete(rows, n)
+	}
+	for n := range rows {
+		t.Errorf("README.md's catalog table names %s, which is not in the catalog", n)
+	}
+}
+
+// readmeTable returns the rows of README.md's tables under the heading section whose first cell names a
+// scenario (`name`), as trimmed cells with the backquotes of the first one removed.
+func readmeTable(t *testing.T, section string) [][]string {
+	t.Helper()
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rows [][]string
+	in := false
+	for _, line := range strings.Split(string(readme), "\n") {
+		if strings.HasPrefix(line, "## ") {
+			in = line == section
+		}
+		if !in || !strings.HasPrefix(line, "| `") {
+			continue
+		}
+		cells := strings.Split(strings.Trim(line, "|"), "|")
+		for i := range cells {
+			cells[i] = strings.TrimSpace(cells[i])
+		}
+		cells[0] = strings.Trim(cells[0], "`")
+		rows = append(rows, cells)
+	}
+	if len(rows) == 0 {
+		t.Fatalf("README.md has no scenario table under %q", section)
+	}
+	return rows
+}
+
+// TestCatalogVersions: the subPath scenarios expect different outcomes before and since kubelet's subPath fix,
+// health-report before and since its volume health manager, every other scenario the same on every kubelet,
+// and every scenario has expectations on both sides.
+func TestCatalogVersions(t *testing.T) {
+	dependent := []string{"subpath", "remediate-subpath", "health-report"}
+	for _, sc := range All() {
+		if got, want := sc.VersionDependent(), slices.Contains(dependent, sc.Name); got != want {
+			t.Errorf("%s: VersionDependent = %t, want %t", sc.Name, got, want)
+		}
+		for _, v := range []string{"v1.36.3", "v1.37.2"} {
+			if len(sc.ExpectFor(scenarios.MustKubeletVersion(v))) == 0 {
+				t.Errorf("%s expects nothing on kubelet %s", sc.Name, v)
+			}
+		}
+	}
+	sp, err := Lookup("subpath")
+	if err != nil {
+		t.Fatal(err)
+	}
+	recovers := func(v string) bool {
+		for _, e := range sp.ExpectFor(scenarios.MustKubeletVersion(v)) {
+			if _, ok := e.Check.(scenarios.Recovers); ok {
+				return true
+			}
+		}
+		return false
+	}
+	if recovers("v1.36.3") || !recovers("v1.37.2") {
+		t.Errorf("subpath recovers on v1.36.3: %t, on v1.37.2: %t; want false, true", recovers("v1.36.3"), recovers("v1.37.2"))
+	}
+}
+
+// TestReadmeVersions keeps scenarios/README.md's per-version table in step with the catalog: one row per
+// scenario and kubelet minor on either side of the subPath fix.
+func TestReadmeVersions(t *testing.T) {
+	rows := map[string]bool{}
+	for _, cells := range readmeTable(t, "## Outcomes per kubelet version") {
+		rows[cells[0]+" "+cells[1]] = true
+	}
+	for _, n := range Names() {
+		for _, v := range []string{"v1.36", scenarios.SubPathFixedIn} {
+			if !rows[n+" "+v] {
+				t.Errorf("README.md's table of outcomes per kubelet version lacks %s on %s", n, v)
+			}
+			delete(rows, n+" "+v)
+		}
+	}
+	for r := range rows {
+		t.Errorf("README.md's table of outcomes per kubelet version has a row %q that is not in the catalog", r)
+	}
+}
+
+func TestSelect(t *testing.T) {
+	for _, tc := range []struct {
+		names []string
+		want  string // scenario names, or the error
+	}{
+		{nil, strings.Join(Names(), ",")},
+		{[]string{"all"}, strings.Join(Names(), ",")},
+		{[]string{"subpath", "restart"}, "subpath,restart"},
+		{[]string{"restart", "nope"}, `no scenario "nope"`},
+	} {
+		got, err := Select(tc.names)
+		var s string
+		if err != nil {
+			s = err.Error()
+		} else {
+			var ns []string
+			for _, sc := range got {
+				ns = append(ns, sc.Name)
+			}
+			s = strings.Join(ns, ",")
+		}
+		if !strings.Contains(s, tc.want) {
+			t.Errorf("Select(%q) = %s, want %s", tc.names, s, tc.want)
+		}
+	}
+}
+
+// TestLabels: every step of the catalog has a short label for the timeline, and a wait is labelled by its check.
+func TestLabels(t *testing.T) {
+	for _, sc := range All() {
+		for i, st := range sc.Steps {
+			l := st.Label()
+			if l == "" || len(l) > 40 {
+				t.Errorf("%s step %d: label %q (want a few words)", sc.Name, i+1, l)
+			}
+			if st.Action == scenarios.ActWaitFor && l != st.Until.Label() {
+				t.Errorf("%s step %d: label %q, want its check's %q", sc.Name, i+1, l, st.Until.Label())
+			}
+		}
+	}
+}
