@@ -144,6 +144,38 @@ mounts_under() {
 kubectl_admin() { "$K8S_BIN/kubectl" --kubeconfig "$KUBECONFIG_PATH" "$@"; }
 ctr_k8s() { ctr --address "$CONTAINERD_SOCK" --namespace k8s.io "$@"; }
 
+# chart_app_version: the chart's appVersion, the image tag of the chart's defaults and of manifests/.
+chart_app_version() {
+  sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\} *$/\1/p' "$(dirname "${BASH_SOURCE[0]}")/../../chart/Chart.yaml"
+}
+
+# containerd_ref NAME:TAG: the name containerd stores an imported image under (docker's normalisation: a name
+# without a registry is docker.io's, one without a path library/'s), the one `ctr images tag` needs.
+containerd_ref() {
+  case $1 in
+    */*) case ${1%%/*} in *.* | *:* | localhost) echo "$1" ;; *) echo "docker.io/$1" ;; esac ;;
+    *) echo "docker.io/library/$1" ;;
+  esac
+}
+
+# import_images DIR: imports the tarballs of the last `make image` in DIR and tags its build also with the
+# chart's appVersion, so that `helm install` with the chart's defaults and `kubectl apply -f manifests/` run
+# what `make image` built (kubelet finds the tag with imagePullPolicy IfNotPresent and never pulls).
+import_images() {
+  local f ref default
+  while read -r f; do
+    [ -f "$f" ] || die "$f missing: run make image"
+    step "importing image $(basename "$f")"
+    ctr_k8s images import "$f" >/dev/null
+  done < <(current_image_tars "$1")
+  ref=$(cat "$1/dummy-fuse-csi.ref")
+  default=${ref%:*}:$(chart_app_version)
+  if [ "$ref" != "$default" ]; then
+    step "tagging $ref also as $default (the chart's default image and manifests/')"
+    ctr_k8s images tag --force "$(containerd_ref "$ref")" "$(containerd_ref "$default")" >/dev/null
+  fi
+}
+
 # current_image_tars DIR: the tarballs of the last `make image` (pause, the tag in dummy-fuse-csi.ref and its
 # next build).
 current_image_tars() {

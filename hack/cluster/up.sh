@@ -53,15 +53,6 @@ healthy() {
   [ "$(kubectl_admin get node "$NODE_NAME" -o 'jsonpath={.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null)" = True ]
 }
 
-load_images() {
-  local f
-  while read -r f; do
-    [ -f "$f" ] || die "$f missing: run make image"
-    step "importing image $(basename "$f")"
-    ctr_k8s images import "$f" >/dev/null
-  done < <(current_image_tars "$IMAGES_DIR")
-}
-
 # --- already up? -------------------------------------------------------------------------------------------
 # A running cluster of another release or with other settings is never replaced behind the user's back.
 running=$(cat "$DFC_CLUSTER_DIR/settings" 2>/dev/null || echo "unknown settings")
@@ -73,7 +64,7 @@ if [ "$running" != "$SETTINGS" ]; then
   done
 elif [ -x "$K8S_BIN/kubectl" ] && healthy; then
   step "cluster already up and node $NODE_NAME Ready: re-importing images only"
-  load_images
+  import_images "$IMAGES_DIR"
   print_usage "already running"
   exit 0
 fi
@@ -240,7 +231,7 @@ EOF
 step "starting containerd"
 start_daemon containerd containerd --config "$DFC_CLUSTER_DIR/containerd.toml"
 wait_for "containerd to serve $CONTAINERD_SOCK" 30 containerd ctr --address "$CONTAINERD_SOCK" version
-load_images
+import_images "$IMAGES_DIR"
 
 # --- control plane -----------------------------------------------------------------------------------------
 # FEATURE_GATES go to every component, as Kubernetes' hack/local-up-cluster.sh does.
