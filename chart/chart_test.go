@@ -1052,3 +1052,26 @@ func TestDefaultImageIsWhatTheClusterLoads(t *testing.T) {
 		t.Errorf("hack/cluster/lib.sh chart_app_version, containerd_ref: %q, want %q", got, wantOut)
 	}
 }
+
+// TestClusterDownKnowsTheStateDirs: cluster-down removes the chart's state dirs that cluster-up did not find;
+// hack/cluster/lib.sh must name the chart's default stateDir and the scenario backend's.
+func TestClusterDownKnowsTheStateDirs(t *testing.T) {
+	out, err := exec.Command("bash", "-c", `source ../hack/cluster/lib.sh && printf '%s\n' "${CHART_STATE_DIRS[@]}"`).CombinedOutput()
+	if err != nil {
+		t.Fatalf("hack/cluster/lib.sh: %v\n%s", err, out)
+	}
+	dirs := strings.Fields(string(out))
+	want := []string{loadChart(t).Values["stateDir"].(string)}
+	kube, err := os.ReadFile("../scenarios/kube/kube.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`DefaultStateDir\s*=\s*"([^"]+)"`).FindSubmatch(kube)
+	if m == nil {
+		t.Fatal("scenarios/kube/kube.go: no DefaultStateDir constant")
+	}
+	want = append(want, string(m[1]))
+	if !slices.Equal(dirs, want) {
+		t.Errorf("CHART_STATE_DIRS %q, want %q", dirs, want)
+	}
+}

@@ -144,6 +144,12 @@ mounts_under() {
 kubectl_admin() { "$K8S_BIN/kubectl" --kubeconfig "$KUBECONFIG_PATH" "$@"; }
 ctr_k8s() { ctr --address "$CONTAINERD_SOCK" --namespace k8s.io "$@"; }
 
+# CHART_STATE_DIRS: the host dirs of the plugin's mount records that the chart creates on a node: its stateDir
+# (chart/values.yaml) and the one the Kubernetes scenario backend sets (scenarios/kube DefaultStateDir).
+# cluster-down removes those that cluster-up did not find (created-state-dirs).
+CHART_STATE_DIRS=("$(sed -n 's/^stateDir: *//p' "$(dirname "${BASH_SOURCE[0]}")/../../chart/values.yaml")"
+  /var/lib/dummy-fuse-csi-scenario)
+
 # chart_app_version: the chart's appVersion, the image tag of the chart's defaults and of manifests/.
 chart_app_version() {
   sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\} *$/\1/p' "$(dirname "${BASH_SOURCE[0]}")/../../chart/Chart.yaml"
