@@ -14,13 +14,15 @@ K8S_VERSION=${K8S_VERSION:-$K8S_DEFAULT_VERSION}
 K8S_STAGING_VERSION=v0.${K8S_VERSION#v1.}       # k8s.io/api etc. are tagged v0.<minor>.<patch>
 ETCD_VERSION=${ETCD_VERSION:-v3.5.21}
 # Feature gates for kube-apiserver, kube-controller-manager, kube-scheduler and kubelet, as
-# "Name=true,Other=false" (e.g. CSIVolumeHealth=true: kubelet and the API server both need it); default none.
-FEATURE_GATES=${FEATURE_GATES:-}
+# "Name=true,Other=false". Default CSIVolumeHealth=true (kubelet and the API server both need it) and, below, a
+# volumeStatsAggPeriod of 2s: what the catalog's health-report needs, so that the whole catalog runs on the
+# cluster the README brings up (set FEATURE_GATES= and VOLUME_STATS_AGG_PERIOD= for kubelet's own defaults).
+FEATURE_GATES=${FEATURE_GATES-CSIVolumeHealth=true}
 [[ -z $FEATURE_GATES || $FEATURE_GATES =~ ^[A-Za-z0-9]+=(true|false)(,[A-Za-z0-9]+=(true|false))*$ ]] ||
   die "FEATURE_GATES=$FEATURE_GATES: want Name=true|false[,Name=true|false...]"
-# kubelet's volumeStatsAggPeriod (how often it gathers volume stats and, with CSIVolumeHealth, volume health),
-# e.g. 10s; default: kubelet's own (1m).
-VOLUME_STATS_AGG_PERIOD=${VOLUME_STATS_AGG_PERIOD:-}
+# kubelet's volumeStatsAggPeriod (how often it gathers volume stats and, with CSIVolumeHealth, volume health);
+# empty: kubelet's own (1m).
+VOLUME_STATS_AGG_PERIOD=${VOLUME_STATS_AGG_PERIOD-2s}
 [[ -z $VOLUME_STATS_AGG_PERIOD || $VOLUME_STATS_AGG_PERIOD =~ ^([0-9]+(ms|s|m|h))+$ ]] ||
   die "VOLUME_STATS_AGG_PERIOD=$VOLUME_STATS_AGG_PERIOD: want a duration such as 10s or 1m30s"
 

@@ -175,3 +175,31 @@ func TestLabels(t *testing.T) {
 		}
 	}
 }
+
+// TestReadmeEveryRelease keeps scenarios/README.md's list of the scenarios CI runs on every kubelet release
+// (the line that starts "Run on every release") equal to the catalog's.
+func TestReadmeEveryRelease(t *testing.T) {
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const prefix = "Run on every release (`dfc-scenario --list --every-release`): "
+	var line string
+	for _, l := range strings.Split(string(readme), "\n") {
+		if strings.HasPrefix(l, prefix) {
+			line = strings.TrimSuffix(strings.TrimPrefix(l, prefix), ".")
+		}
+	}
+	if line == "" {
+		t.Fatalf("README.md has no line starting %q", prefix)
+	}
+	var want []string
+	for _, s := range All() {
+		if s.OnEveryRelease() {
+			want = append(want, "`"+s.Name+"`")
+		}
+	}
+	if got := strings.Split(line, ", "); !slices.Equal(got, want) {
+		t.Errorf("README.md: %s%s\nthe catalog: %s", prefix, line, strings.Join(want, ", "))
+	}
+}
