@@ -124,6 +124,9 @@ func WriteReport(o *scenarios.Outcome) error {
 	}
 	ev := o.Evidence
 	var log strings.Builder
+	if root := ev.Paths[scenarios.PathRoot]; root != "" {
+		fmt.Fprintf(&log, "# $ROOT is %s, the run's kubelet root dir\n", root)
+	}
 	kill, killed := ev.KillTime()
 	for _, e := range ev.Events {
 		rel := ""
@@ -234,10 +237,7 @@ func Markdown(o *scenarios.Outcome) string {
 		fmt.Fprintf(&b, "%d. %s\n", i+1, mdCell(line))
 	}
 
-	b.WriteString("\n## Timeline\n\nNotable events (every event is in `events.log`); `$ROOT` is the run's kubelet root dir")
-	if root := o.Evidence.Paths[scenarios.PathRoot]; root != "" {
-		fmt.Fprintf(&b, " `%s`", root)
-	}
+	b.WriteString("\n## Timeline\n\nNotable events (every event is in `events.log`)")
 	b.WriteString(".\n\n```text\n")
 	var nb strings.Builder
 	scenarios.NewNarrator(&nb, o.Start).Update(o.Evidence)
