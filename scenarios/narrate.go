@@ -86,7 +86,7 @@ func (n *Narrator) once(e Event, text string) string {
 	if len(text) <= longMessage || (e.Kind != KStartFailed && e.Kind != KPodEvent) {
 		return text
 	}
-	key := string(e.Kind) + " " + containerID.ReplaceAllString(text, "…")
+	key := string(e.Kind) + " " + e.Container + " " + containerID.ReplaceAllString(text, "…")
 	if first, ok := n.said[key]; ok {
 		what, _, _ := strings.Cut(text, ":")
 		return fmt.Sprintf("%s again: the same error as at t+%.2fs", what, first.Sub(n.start).Seconds())

@@ -73,7 +73,13 @@ func measuredLine(o *scenarios.Outcome) string {
 
 // PrintVerdicts prints one PASS/FAIL line per expected outcome, the measures, and why a run failed.
 func PrintVerdicts(w io.Writer, o *scenarios.Outcome) {
-	fmt.Fprintf(w, "verdicts (kubelet %s):\n", o.Kubelet)
+	root := ""
+	for _, v := range o.Verdicts {
+		if o.Evidence != nil && strings.Contains(shortenFor(o, v.Result.Why), "$ROOT") {
+			root = fmt.Sprintf("; $ROOT is %s", o.Evidence.Paths[scenarios.PathRoot])
+		}
+	}
+	fmt.Fprintf(w, "verdicts (kubelet %s%s):\n", o.Kubelet, root)
 	for _, v := range o.Verdicts {
 		mark := "PASS"
 		if !v.Result.OK {

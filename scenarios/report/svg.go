@@ -103,8 +103,15 @@ func (p *placer) free(bx box) bool {
 	if bx.x1 < 0 || bx.x2 > p.width {
 		return false
 	}
-	for _, o := range append(p.placed, p.lines...) {
+	for _, o := range p.placed {
 		if bx.overlaps(o) {
+			return false
+		}
+	}
+	// textWidth is an estimate: keep 3 px from a line.
+	wide := box{bx.x1 - 3, bx.y1, bx.x2 + 3, bx.y2}
+	for _, o := range p.lines {
+		if wide.overlaps(o) {
 			return false
 		}
 	}
@@ -512,6 +519,9 @@ const zoomH = 96.0
 // zoomSpan is the window of a zoomed takeover: what happens within it is too fast for the main time axis.
 const zoomSpan = 100 * time.Millisecond
 
+// zoomMin is the least window the zoomed strip shows.
+const zoomMin = 20 * time.Millisecond
+
 // zoomWindow returns the interval to show enlarged below the picture: around a kill whose component was
 // started again, or whose stall ended, within zoomSpan (a takeover of the keeper modes), from just before the
 // kill to just after the later of the two.
@@ -527,22 +537,27 @@ func zoomWindow(o *scenarios.Outcome) (win [2]time.Time, ok bool) {
 		if i+1 < len(o.Steps) && isLineStep(o.Steps[i+1].Step) && o.Steps[i+1].Start.Sub(r.Start) < zoomSpan {
 			end = o.Steps[i+1].Start
 		}
-		if _, to, ok := stall(o.Evidence, r.Start); ok && to.Sub(r.Start) < zoomSpan && to.After(end) {
+		if _, to, ok := stall(o.Evidence, r.Start, end.Add(time.Millisecond)); ok && to.Sub(r.Start) < zoomSpan && to.After(end) {
 			end = to
 		}
 		if end.Equal(r.Start) {
 			continue
 		}
-		pad := end.Sub(r.Start)/4 + time.Millisecond
+		// At least zoomMin wide, so that the reads around the takeover show.
+		pad := max(end.Sub(r.Start)/4+time.Millisecond, (zoomMin-end.Sub(r.Start))/2)
 		return [2]time.Time{r.Start.Add(-pad), end.Add(pad)}, true
 	}
 	return win, false
 }
 
-// stall returns the longest open or read that ended after t: the time a workload waited for a server.
-func stall(ev *scenarios.Evidence, t time.Time) (from, to time.Time, ok bool) {
+// stall returns the longest open or read that ended after t (and, if until is set, began before it): the
+// time a workload waited for a server.
+func stall(ev *scenarios.Evidence, t time.Time, until ...time.Time) (from, to time.Time, ok bool) {
 	var longest time.Duration
 	for _, e := range ev.Events {
+		if len(until) > 0 && !e.Time.Add(-e.Latency).Before(until[0]) {
+			continue
+		}
 		if e.Source == scenarios.SrcWorkload && !e.Time.Before(t) && e.Latency > longest {
 			longest, from, to, ok = e.Latency, e.Time.Add(-e.Latency), e.Time, true
 		}
@@ -588,12 +603,12 @@ func drawZoom(b *svgBuf, l svgLayout, o *scenarios.Outcome, win [2]time.Time, y 
 			}
 		}
 	}
-	if from, to, ok := stall(ev, kill); ok && !kill.IsZero() && to.After(win[0]) && from.Before(win[1]) {
+	if from, to, ok := stall(ev, kill, win[1]); ok && !kill.IsZero() {
 		x1, x2 := z.x(from), z.x(to)
 		b.f(`<rect x="%.1f" y="%.1f" width="%.1f" height="10" fill="%s" opacity="0.8">`, x1, top+8, math.Max(x2-x1, 2), colFail)
 		b.title(fmt.Sprintf("the longest open or read after the kill took %s", to.Sub(from)))
 		b.f("</rect>\n")
-		lbl := fmt.Sprintf("stall %.1f ms (the longest open/read after the kill)", float64(to.Sub(from).Microseconds())/1000)
+		lbl := fmt.Sprintf("stall %.1f ms: the longest read in the takeover", float64(to.Sub(from).Microseconds())/1000)
 		p.label(top+17, 10, `fill="#a35f0c"`, lbl, right(x2+4), left(x1-4))
 	}
 	for _, e := range ev.Events {
