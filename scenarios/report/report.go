@@ -184,7 +184,11 @@ func Markdown(o *scenarios.Outcome) string {
 	}
 	b.WriteString("![timeline of the workload's reads](timeline.svg)\n\n")
 
-	b.WriteString("## Verdicts\n\n| | expected outcome | evidence |\n|---|---|---|\n")
+	b.WriteString("## Verdicts\n\n")
+	if root := o.Evidence.Paths[scenarios.PathRoot]; root != "" {
+		fmt.Fprintf(&b, "`$ROOT` is the run's kubelet root dir, `%s`.\n\n", root)
+	}
+	b.WriteString("| | expected outcome | evidence |\n|---|---|---|\n")
 	for _, v := range o.Verdicts {
 		exp := v.Expectation.Describe()
 		if v.Expectation.Source != "" {
