@@ -79,10 +79,10 @@ kind-down: ## delete the kind cluster of kind-up
 BACKEND ?= local
 export BACKEND
 .PHONY: scenarios
-scenario-%: build ## run one scenario: make scenario-restart (BACKEND=local|kube, SCENARIO_FLAGS=--keep)
+scenario-%: ## run one scenario (checks the name, then builds): make scenario-restart (BACKEND=local|kube, SCENARIO_FLAGS=--keep)
 	hack/scenario.sh $*
 
-scenarios: build ## run every scenario of the catalog; reports in _output/runs/<time>-<name>/
+scenarios: ## build, then run every scenario of the catalog; reports in _output/runs/<time>-<name>/
 	hack/scenario.sh all
 
 ################################################################################

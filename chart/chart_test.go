@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"os"
+	"os/exec"
 	"path"
 	"path/filepath"
 	"regexp"
@@ -995,5 +996,86 @@ func TestKeeperMode(t *testing.T) {
 	}
 	if !reflectEqualTolerations(spec.Tolerations, o.ds.Spec.Template.Spec.Tolerations) {
 		t.Errorf("keeper tolerations %v differ from the plugin's: it must run wherever the plugin does", spec.Tolerations)
+	}
+}
+
+// TestDefaultImageIsWhatTheClusterLoads: `helm install` with the chart's defaults and `kubectl apply -f
+// manifests/` must run what `make image` built. Both name dummy-fuse-csi:<appVersion>; the cluster scripts
+// (hack/cluster/lib.sh import_images) tag the last build with the appVersion they read from Chart.yaml, and
+// NOTES.txt says how to get that tag where the image is loaded by hand.
+func TestDefaultImageIsWhatTheClusterLoads(t *testing.T) {
+	app := loadChart(t).Metadata.AppVersion
+	want := "dummy-fuse-csi:" + app
+	o := render(t)
+	if got := container(t, o.ds, pluginContainer).Image; got != want {
+		t.Fatalf("default image %q, want %q", got, want)
+	}
+	for _, line := range []string{
+		"The image " + want + " must be on every node",
+		"`make cluster-up`, `make cluster-load-images` and `make kind-up` put the last `make image` there under this tag",
+		"make image VERSION=" + app + "     # _output/images/dummy-fuse-csi-" + app + ".tar",
+	} {
+		if !strings.Contains(o.notes, line) {
+			t.Errorf("NOTES.txt lacks %q:\n%s", line, o.notes)
+		}
+	}
+	if o := render(t, "image.tag=v9"); strings.Contains(o.notes, "make image VERSION=") ||
+		!strings.Contains(o.notes, "manifests/ use the image "+want) {
+		t.Errorf("with image.tag=v9, NOTES.txt should say that manifests/ use %s and not how to build the default tag:\n%s", want, o.notes)
+	}
+
+	// manifests/ name the same image everywhere.
+	files, err := filepath.Glob("../manifests/*.yaml")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("manifests: %v (%d files)", err, len(files))
+	}
+	imageLine := regexp.MustCompile(`(?m)^\s*image:\s*(\S+)`)
+	seen := 0
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range imageLine.FindAllStringSubmatch(string(data), -1) {
+			seen++
+			if m[1] != want {
+				t.Errorf("%s: image %s, want the chart's default %s", f, m[1], want)
+			}
+		}
+	}
+	if seen == 0 {
+		t.Error("no image in manifests/*.yaml: the pattern is stale")
+	}
+
+	// The cluster scripts read the same appVersion and tag the name containerd stores.
+	out, err := exec.Command("bash", "-c", `source ../hack/cluster/lib.sh && chart_app_version && containerd_ref dummy-fuse-csi:`+app).CombinedOutput()
+	if err != nil {
+		t.Fatalf("hack/cluster/lib.sh: %v\n%s", err, out)
+	}
+	if got, wantOut := string(out), app+"\ndocker.io/library/"+want+"\n"; got != wantOut {
+		t.Errorf("hack/cluster/lib.sh chart_app_version, containerd_ref: %q, want %q", got, wantOut)
+	}
+}
+
+// TestClusterDownKnowsTheStateDirs: cluster-down removes the chart's state dirs that cluster-up did not find;
+// hack/cluster/lib.sh must name the chart's default stateDir and the scenario backend's.
+func TestClusterDownKnowsTheStateDirs(t *testing.T) {
+	out, err := exec.Command("bash", "-c", `source ../hack/cluster/lib.sh && printf '%s\n' "${CHART_STATE_DIRS[@]}"`).CombinedOutput()
+	if err != nil {
+		t.Fatalf("hack/cluster/lib.sh: %v\n%s", err, out)
+	}
+	dirs := strings.Fields(string(out))
+	want := []string{loadChart(t).Values["stateDir"].(string)}
+	kube, err := os.ReadFile("../scenarios/kube/kube.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`DefaultStateDir\s*=\s*"([^"]+)"`).FindSubmatch(kube)
+	if m == nil {
+		t.Fatal("scenarios/kube/kube.go: no DefaultStateDir constant")
+	}
+	want = append(want, string(m[1]))
+	if !slices.Equal(dirs, want) {
+		t.Errorf("CHART_STATE_DIRS %q, want %q", dirs, want)
 	}
 }

@@ -199,6 +199,9 @@ func TestSIGTERMUnmounts(t *testing.T) {
 	if b, err := os.ReadFile(filepath.Join(mnt, fileName)); err != nil || string(b) != "Hello world!\n" {
 		t.Fatalf("read = %q, %v", b, err)
 	}
+	// One line says what is mounted where and how to stop it.
+	want := fmt.Sprintf("dummy-fuse: mounted %s at %s; stop with kill %d (SIGTERM) or umount %s\n", fileName, mnt, p.cmd.Process.Pid, mnt)
+	poll(t, "dummy-fuse's mounted line", func() bool { return strings.Contains(p.stderrString(), want) })
 	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}

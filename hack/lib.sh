@@ -47,8 +47,26 @@ ensure_packages() {
     die "missing Debian packages: apt-get install ${missing[*]}"
   fi
   step "installing Debian packages: ${missing[*]}"
-  DEBIAN_FRONTEND=noninteractive apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  apt_get update -qq
+  apt_get install -y -qq --no-install-recommends "${missing[@]}"
+}
+
+# apt_get ARGS...: apt-get that waits up to APT_LOCK_TIMEOUT seconds (default 300) for another apt or dpkg
+# to finish instead of failing on its lock. DPkg::Lock::Timeout covers the dpkg lock of install; update's
+# lock on the package lists has no such option, so a refusal naming a lock is retried.
+apt_get() {
+  local timeout=${APT_LOCK_TIMEOUT:-300} start=$SECONDS out
+  while :; do
+    if out=$(DEBIAN_FRONTEND=noninteractive apt-get -o "DPkg::Lock::Timeout=$timeout" "$@" 2>&1); then
+      return 0
+    fi
+    if [[ $out != *"Could not get lock"* ]] || ((SECONDS - start >= timeout)); then
+      printf '%s\n' "$out" >&2
+      die "apt-get $*: failed"
+    fi
+    step "waiting for another apt or dpkg to finish ($(grep -m1 -o 'Could not get lock [^ ]*' <<<"$out"))"
+    sleep 5
+  done
 }
 
 # gomod_version MODULE: the version of MODULE that the project's go.mod requires (one pin for the Go code and

@@ -15,12 +15,17 @@ if [ $# -eq 0 ]; then
   echo "usage: $0 SCENARIO... | all | list" >&2
   exit 2
 fi
-[ -x "$BIN/dfc-scenario" ] || die "$BIN/dfc-scenario missing: run make build"
+if [ "$BACKEND" = local ] && [ "$1" != list ]; then
+  need_root "the local backend makes FUSE mounts, mount and PID namespaces: sudo make scenario-$1"
+fi
+# dfc-scenario first, alone: it knows the catalog, so a misspelt name or flag is refused (with a "did you
+# mean") before the other binaries are built; hack/build.sh then builds them all, stamped with the version.
+CGO_ENABLED=0 go build -o "$BIN/dfc-scenario" ./scenarios/cmd/dfc-scenario
 if [ "$1" = list ]; then
   exec "$BIN/dfc-scenario" --list
 fi
-if [ "$BACKEND" = local ]; then
-  need_root "the local backend makes FUSE mounts, mount and PID namespaces: sudo make scenario-$1"
-fi
 read -r -a flags <<<"${SCENARIO_FLAGS:-}"
-exec "$BIN/dfc-scenario" --backend="$BACKEND" --bin-dir="$BIN" "${flags[@]}" "$@"
+args=(--backend="$BACKEND" --bin-dir="$BIN" "${flags[@]}" "$@")
+"$BIN/dfc-scenario" --check "${args[@]}" || exit
+BIN=$BIN hack/build.sh
+exec "$BIN/dfc-scenario" "${args[@]}"

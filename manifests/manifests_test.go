@@ -420,8 +420,8 @@ func TestKindConfig(t *testing.T) {
 			t.Errorf("kubeadmConfigPatches: %v", err)
 		}
 	}
-	if period.Kind != "KubeletConfiguration" || period.VolumeStatsAggPeriod == "" {
-		t.Errorf("no KubeletConfiguration patch setting volumeStatsAggPeriod: %+v", period)
+	if period.Kind != "KubeletConfiguration" || period.VolumeStatsAggPeriod != "2s" {
+		t.Errorf("no KubeletConfiguration patch setting volumeStatsAggPeriod to 2s (health-report's period): %+v", period)
 	}
 	script, err := os.ReadFile("../hack/kind-up.sh")
 	if err != nil {

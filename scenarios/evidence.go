@@ -272,6 +272,9 @@ type Measures struct {
 	KillToRecovery time.Duration
 	// KillToRestore: plugin kill → stat of the volume dir succeeds again (0 if never).
 	KillToRestore time.Duration
+	// Failed: the first container failed after the kill; VolumeDied: a stat of the volume dir failed after
+	// it. Without them a zero KillToRecovery or KillToRestore means there was nothing to recover from.
+	Failed, VolumeDied bool
 	// Stall is the longest open or read of any container that ended after the kill: how long a component's
 	// death kept a workload waiting where it did not fail (0 without a kill).
 	Stall time.Duration
@@ -306,9 +309,11 @@ func (ev *Evidence) Measure(primary string) Measures {
 	if e, ok := ev.Recovery(primary); ok {
 		m.KillToRecovery = e.Time.Sub(k)
 	}
+	_, m.Failed = ev.FirstFailureAfterKill(primary)
 	if t, ok := ev.VolumeRestoredTime(); ok {
 		m.KillToRestore = t.Sub(k)
 	}
+	_, m.VolumeDied = ev.First(k, func(e Event) bool { return e.Kind == KProbe && e.Path == PathVolume && e.Errno != "" })
 	for _, e := range ev.Events {
 		if e.Source == SrcWorkload && !e.Time.Before(k) && e.Latency > m.Stall {
 			m.Stall = e.Latency

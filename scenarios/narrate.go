@@ -3,6 +3,7 @@ package scenarios
 import (
 	"fmt"
 	"io"
+	"regexp"
 	"strings"
 	"time"
 )
@@ -21,6 +22,12 @@ type Narrator struct {
 	// state is each container instance's last read outcome: "ok" or an errno / error kind.
 	state map[string]string
 	probe map[string]string
+	// said: a long message (by its text with container IDs blanked) → when it was first printed, so that a
+	// repeat says "the same as at t+…" instead of printing it again.
+	said map[string]time.Time
+	// rootSaid: $ROOT was defined; cacheSaid: containers whose reads after the kill were explained.
+	rootSaid  bool
+	cacheSaid map[string]bool
 }
 
 type eventKey struct {
@@ -34,7 +41,8 @@ type eventKey struct {
 
 // NewNarrator returns a Narrator printing to out, with times relative to start.
 func NewNarrator(out io.Writer, start time.Time) *Narrator {
-	return &Narrator{out: out, start: start, seen: map[eventKey]bool{}, state: map[string]string{}, probe: map[string]string{}}
+	return &Narrator{out: out, start: start, seen: map[eventKey]bool{}, state: map[string]string{}, probe: map[string]string{},
+		said: map[string]time.Time{}, cacheSaid: map[string]bool{}}
 }
 
 // Update prints the events of ev not printed before.
@@ -50,12 +58,56 @@ func (n *Narrator) Update(ev *Evidence) {
 		if text == "" {
 			continue
 		}
+		if e.IsWorkloadError() && killed && !e.Time.Before(kill) {
+			text += n.cachedReads(ev, e, kill)
+		}
+		text = n.once(e, Shorten(ev, text))
 		rel := ""
 		if killed && !e.Time.Before(kill) {
 			rel = fmt.Sprintf("kill+%.2fs", e.Time.Sub(kill).Seconds())
 		}
-		fmt.Fprintf(n.out, "  t+%6.2fs %-11s %-10s %s\n", e.Time.Sub(n.start).Seconds(), rel, Actor(e), Shorten(ev, text))
+		if root := ev.Paths[PathRoot]; !n.rootSaid && root != "" && strings.Contains(text, "$ROOT") {
+			n.rootSaid = true
+			fmt.Fprintf(n.out, "  ($ROOT below is %s, the run's kubelet root dir)\n", root)
+		}
+		fmt.Fprintf(n.out, "  t+%6.2fs %-11s %-10s %s\n", e.Time.Sub(n.start).Seconds(), rel, Actor(e), text)
 	}
+}
+
+// longMessage is the length above which a message printed before is referred to instead of repeated.
+const longMessage = 100
+
+// containerID matches the IDs and UIDs that differ between otherwise equal messages of kubelet and the runtime.
+var containerID = regexp.MustCompile(`[0-9a-f]{4,}…|[0-9a-f]{12,}|[0-9a-f]{8}-[0-9a-f-]{27}`)
+
+// once returns text, or, for a long message of a start failure or pod event printed before, a reference to
+// the first time: kubelet repeats its error at every attempt.
+func (n *Narrator) once(e Event, text string) string {
+	if len(text) <= longMessage || (e.Kind != KStartFailed && e.Kind != KPodEvent) {
+		return text
+	}
+	key := string(e.Kind) + " " + e.Container + " " + containerID.ReplaceAllString(text, "…")
+	if first, ok := n.said[key]; ok {
+		what, _, _ := strings.Cut(text, ":")
+		return fmt.Sprintf("%s again: the same error as at t+%.2fs", what, first.Sub(n.start).Seconds())
+	}
+	n.said[key] = e.Time
+	return text
+}
+
+// cachedReads explains, at a container's first error after the kill, why its reads in between succeeded.
+func (n *Narrator) cachedReads(ev *Evidence, e Event, kill time.Time) string {
+	if n.cacheSaid[e.Container] {
+		return ""
+	}
+	n.cacheSaid[e.Container] = true
+	good := ev.Count(kill, func(r Event) bool { return r.Container == e.Container && r.IsGoodRead() && r.Time.Before(e.Time) })
+	if good == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (the %d read(s) since the kill still succeeded: the dying server still answered, or the kernel "+
+		"served them from its page cache until the file's cached attributes expired (dummy-fuse's attribute timeout, 1 s by default) "+
+		"and it had to ask the dead server)", good)
 }
 
 // Actor names who an event is about in a timeline line: e.Who(), or nothing for the runner's own lines.

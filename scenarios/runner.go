@@ -53,6 +53,37 @@ type StepRecord struct {
 	Err        error
 }
 
+// NotRunnableError is a backend's refusal of a scenario its environment cannot run as the catalog means it (a
+// cluster whose kubelet lacks a feature gate the scenario needs): the run is neither PASS nor FAIL but NOT
+// RUNNABLE, and Fix says what makes it runnable.
+type NotRunnableError struct {
+	Why, Fix string
+}
+
+func (e *NotRunnableError) Error() string {
+	return "not runnable on this cluster: " + e.Why + "; to make it runnable: " + e.Fix
+}
+
+// NotRunnable returns why the run could not be carried out on this backend as configured, or nil.
+func (o *Outcome) NotRunnable() *NotRunnableError {
+	var e *NotRunnableError
+	if errors.As(o.Err, &e) {
+		return e
+	}
+	return nil
+}
+
+// Result is the run's verdict in one word: PASS, FAIL, or NOT RUNNABLE (which is not a pass either).
+func (o *Outcome) Result() string {
+	switch {
+	case o.Passed():
+		return "PASS"
+	case o.NotRunnable() != nil && o.CleanupErr == nil:
+		return "NOT RUNNABLE"
+	}
+	return "FAIL"
+}
+
 // Passed reports whether the run was carried out, cleaned up, and every expected outcome held.
 func (o *Outcome) Passed() bool {
 	if o.Err != nil || o.CleanupErr != nil || len(o.Verdicts) == 0 {

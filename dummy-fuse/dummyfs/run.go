@@ -41,6 +41,10 @@ func Run(ctx context.Context, mountpoint string, opts Options, h Handover, logw 
 	if err != nil {
 		return err
 	}
+	if h.Record == nil && !IsMagicMountpoint(mountpoint) {
+		fmt.Fprintf(logw, "dummy-fuse: mounted %s at %s; stop with kill %d (SIGTERM) or umount %s\n",
+			FileName, mountpoint, os.Getpid(), mountpoint)
+	}
 	select {
 	case <-srv.Done():
 		// Unmounted from outside: nothing left to serve.

@@ -2,8 +2,8 @@
 # `make cluster-down`: stops the cluster of hack/cluster/up.sh and removes what it left on the machine:
 # every daemon by its recorded PID (SIGTERM, wait, SIGKILL), every pod through CRI (so containerd runs CNI DEL
 # and removes network namespaces), the mounts under the kubelet root dir and the cluster dir, the pod bridge,
-# kubelet's cgroups, and the state directories. Built binaries stay cached. Exits non-zero if anything it
-# owns is still there afterwards.
+# kubelet's cgroups, and the state directories (the cluster's, and the chart's state dirs that cluster-up did
+# not find). Built binaries stay cached. Exits non-zero if anything it owns is still there afterwards.
 set -o errexit -o nounset -o pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 # shellcheck source=hack/cluster/lib.sh
@@ -124,6 +124,15 @@ if [ "$left" = 0 ]; then
     step "making / private again, as it was before cluster-up"
     mount --make-rprivate /
   fi
+  # The plugin's mount records, in the chart's state dirs that did not exist before cluster-up.
+  while IFS= read -r d; do
+    if [ -n "$(mounts_under "$d")" ]; then
+      echo "WARNING: $d kept: something is mounted below it" >&2
+      continue
+    fi
+    [ ! -e "$d" ] || step "removing $d (the chart's state dir)"
+    rm -rf --one-file-system "$d"
+  done < <(cat "$DFC_CLUSTER_DIR/created-state-dirs" 2>/dev/null)
   step "removing $DFC_CLUSTER_DIR and $RUN_DIR"
   rm -rf --one-file-system "$DFC_CLUSTER_DIR" "$RUN_DIR"
   rmdir "$(dirname "$RUN_DIR")" 2>/dev/null || true

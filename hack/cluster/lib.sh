@@ -14,13 +14,15 @@ K8S_VERSION=${K8S_VERSION:-$K8S_DEFAULT_VERSION}
 K8S_STAGING_VERSION=v0.${K8S_VERSION#v1.}       # k8s.io/api etc. are tagged v0.<minor>.<patch>
 ETCD_VERSION=${ETCD_VERSION:-v3.5.21}
 # Feature gates for kube-apiserver, kube-controller-manager, kube-scheduler and kubelet, as
-# "Name=true,Other=false" (e.g. CSIVolumeHealth=true: kubelet and the API server both need it); default none.
-FEATURE_GATES=${FEATURE_GATES:-}
+# "Name=true,Other=false". Default CSIVolumeHealth=true (kubelet and the API server both need it) and, below, a
+# volumeStatsAggPeriod of 2s: what the catalog's health-report needs, so that the whole catalog runs on the
+# cluster the README brings up (set FEATURE_GATES= and VOLUME_STATS_AGG_PERIOD= for kubelet's own defaults).
+FEATURE_GATES=${FEATURE_GATES-CSIVolumeHealth=true}
 [[ -z $FEATURE_GATES || $FEATURE_GATES =~ ^[A-Za-z0-9]+=(true|false)(,[A-Za-z0-9]+=(true|false))*$ ]] ||
   die "FEATURE_GATES=$FEATURE_GATES: want Name=true|false[,Name=true|false...]"
-# kubelet's volumeStatsAggPeriod (how often it gathers volume stats and, with CSIVolumeHealth, volume health),
-# e.g. 10s; default: kubelet's own (1m).
-VOLUME_STATS_AGG_PERIOD=${VOLUME_STATS_AGG_PERIOD:-}
+# kubelet's volumeStatsAggPeriod (how often it gathers volume stats and, with CSIVolumeHealth, volume health);
+# empty: kubelet's own (1m).
+VOLUME_STATS_AGG_PERIOD=${VOLUME_STATS_AGG_PERIOD-2s}
 [[ -z $VOLUME_STATS_AGG_PERIOD || $VOLUME_STATS_AGG_PERIOD =~ ^([0-9]+(ms|s|m|h))+$ ]] ||
   die "VOLUME_STATS_AGG_PERIOD=$VOLUME_STATS_AGG_PERIOD: want a duration such as 10s or 1m30s"
 
@@ -143,6 +145,44 @@ mounts_under() {
 
 kubectl_admin() { "$K8S_BIN/kubectl" --kubeconfig "$KUBECONFIG_PATH" "$@"; }
 ctr_k8s() { ctr --address "$CONTAINERD_SOCK" --namespace k8s.io "$@"; }
+
+# CHART_STATE_DIRS: the host dirs of the plugin's mount records that the chart creates on a node: its stateDir
+# (chart/values.yaml) and the one the Kubernetes scenario backend sets (scenarios/kube DefaultStateDir).
+# cluster-down removes those that cluster-up did not find (created-state-dirs).
+CHART_STATE_DIRS=("$(sed -n 's/^stateDir: *//p' "$(dirname "${BASH_SOURCE[0]}")/../../chart/values.yaml")"
+  /var/lib/dummy-fuse-csi-scenario)
+
+# chart_app_version: the chart's appVersion, the image tag of the chart's defaults and of manifests/.
+chart_app_version() {
+  sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\} *$/\1/p' "$(dirname "${BASH_SOURCE[0]}")/../../chart/Chart.yaml"
+}
+
+# containerd_ref NAME:TAG: the name containerd stores an imported image under (docker's normalisation: a name
+# without a registry is docker.io's, one without a path library/'s), the one `ctr images tag` needs.
+containerd_ref() {
+  case $1 in
+    */*) case ${1%%/*} in *.* | *:* | localhost) echo "$1" ;; *) echo "docker.io/$1" ;; esac ;;
+    *) echo "docker.io/library/$1" ;;
+  esac
+}
+
+# import_images DIR: imports the tarballs of the last `make image` in DIR and tags its build also with the
+# chart's appVersion, so that `helm install` with the chart's defaults and `kubectl apply -f manifests/` run
+# what `make image` built (kubelet finds the tag with imagePullPolicy IfNotPresent and never pulls).
+import_images() {
+  local f ref default
+  while read -r f; do
+    [ -f "$f" ] || die "$f missing: run make image"
+    step "importing image $(basename "$f")"
+    ctr_k8s images import "$f" >/dev/null
+  done < <(current_image_tars "$1")
+  ref=$(cat "$1/dummy-fuse-csi.ref")
+  default=${ref%:*}:$(chart_app_version)
+  if [ "$ref" != "$default" ]; then
+    step "tagging $ref also as $default (the chart's default image and manifests/')"
+    ctr_k8s images tag --force "$(containerd_ref "$ref")" "$(containerd_ref "$default")" >/dev/null
+  fi
+}
 
 # current_image_tars DIR: the tarballs of the last `make image` (pause, the tag in dummy-fuse-csi.ref and its
 # next build).

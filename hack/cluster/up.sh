@@ -16,16 +16,21 @@ API_PORT=${API_PORT:-6443}
 need_root "it starts containerd and kubelet and mounts"
 lock_cluster
 on_exit() {
-  local rc=$? status
+  local rc=$?
   [ "$rc" != 0 ] || return 0
   echo "cluster-up failed (exit $rc): daemon logs in $CLUSTER_LOGS; make cluster-down cleans up" >&2
   # kubelet's cAdvisor reads /proc/<pid>/fd of every process in the root cgroup (all of them on a host without
   # systemd) before the node registers; one process stuck in the kernel, e.g. on a dead FUSE mount that a
-  # held /dev/fuse fd keeps alive, hangs it and the node never becomes Ready. Name such processes.
-  for status in /proc/[0-9]*/status; do
-    if [ "$(awk '$1 == "State:" { print $2 }' "$status" 2>/dev/null)" = D ]; then
-      echo "  process ${status//[^0-9]/} ($(awk '$1 == "Name:" { print $2 }' "$status")) is stuck in the kernel at $(cat "${status%status}wchan" 2>/dev/null); kubelet may hang on it" >&2
-    fi
+  # held /dev/fuse fd keeps alive, hangs it and the node never becomes Ready. Name such processes (kernel
+  # threads, PF_KTHREAD in /proc/<pid>/stat's flags, wait in D state as their normal work: not them).
+  local stat pid rest
+  for stat in /proc/[0-9]*/stat; do
+    pid=${stat//[^0-9]/}
+    rest=$(cat "$stat" 2>/dev/null) || continue
+    rest=${rest##*) } # after the command name, which may hold spaces and parentheses: state is field 3
+    read -r -a rest <<<"$rest"
+    if [ "${rest[0]}" != D ] || ((rest[6] & 0x200000)); then continue; fi
+    echo "  process $pid ($(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null)) is stuck in the kernel at $(cat "/proc/$pid/wchan" 2>/dev/null); kubelet may hang on it" >&2
   done
 }
 trap on_exit EXIT
@@ -53,15 +58,6 @@ healthy() {
   [ "$(kubectl_admin get node "$NODE_NAME" -o 'jsonpath={.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null)" = True ]
 }
 
-load_images() {
-  local f
-  while read -r f; do
-    [ -f "$f" ] || die "$f missing: run make image"
-    step "importing image $(basename "$f")"
-    ctr_k8s images import "$f" >/dev/null
-  done < <(current_image_tars "$IMAGES_DIR")
-}
-
 # --- already up? -------------------------------------------------------------------------------------------
 # A running cluster of another release or with other settings is never replaced behind the user's back.
 running=$(cat "$DFC_CLUSTER_DIR/settings" 2>/dev/null || echo "unknown settings")
@@ -73,7 +69,7 @@ if [ "$running" != "$SETTINGS" ]; then
   done
 elif [ -x "$K8S_BIN/kubectl" ] && healthy; then
   step "cluster already up and node $NODE_NAME Ready: re-importing images only"
-  load_images
+  import_images "$IMAGES_DIR"
   print_usage "already running"
   exit 0
 fi
@@ -110,6 +106,10 @@ chmod 700 "$PKI" "$DFC_CLUSTER_DIR/etcd"
 echo "$KUBELET_ROOT_DIR" >"$DFC_CLUSTER_DIR/created-kubelet-root"
 echo "$SETTINGS" >"$DFC_CLUSTER_DIR/settings"
 [ -d /var/log/containers ] || echo /var/log/containers >"$DFC_CLUSTER_DIR/created-container-logs-dir"
+# The chart's state dirs, which kubelet creates for the plugin pods (hostPath DirectoryOrCreate).
+for d in "${CHART_STATE_DIRS[@]}"; do
+  [ -e "$d" ] || echo "$d" >>"$DFC_CLUSTER_DIR/created-state-dirs"
+done
 
 # --- certificates: one CA; serving certs for the API server and kubelet; a client cert per component -------
 step "generating certificates"
@@ -240,7 +240,7 @@ EOF
 step "starting containerd"
 start_daemon containerd containerd --config "$DFC_CLUSTER_DIR/containerd.toml"
 wait_for "containerd to serve $CONTAINERD_SOCK" 30 containerd ctr --address "$CONTAINERD_SOCK" version
-load_images
+import_images "$IMAGES_DIR"
 
 # --- control plane -----------------------------------------------------------------------------------------
 # FEATURE_GATES go to every component, as Kubernetes' hack/local-up-cluster.sh does.

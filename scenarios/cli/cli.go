@@ -31,10 +31,16 @@ Runs FUSE mount-loss scenarios: kills a component of the FUSE storage stack unde
 CSI plugin container, a FUSE server, the keeper, the pod's FUSE sidecar) and checks, from the workload's log,
 the container runtime and stat of the volume paths, what happens.
 Scenarios: %s
-Exit code: 0 when every expected outcome of every scenario held, 1 otherwise, 2 on a usage error.
+Exit code: 0 when every expected outcome of every scenario held, 1 otherwise, 2 on a usage error, 3 when
+none failed but some could not run on this cluster (NOT RUNNABLE: it lacks what they need; the run says how to
+get it); 1 then too under DFC_REQUIRE_PRIVILEGED=1 (CI).
 
 Flags:
 `
+
+// requireEnv makes a scenario that is not runnable a failure (CI), as it makes a privileged test's skip one
+// (internal/testenv.RequireEnv; not imported here: that package links package testing).
+const requireEnv = "DFC_REQUIRE_PRIVILEGED"
 
 // config is the command line.
 type config struct {
@@ -58,7 +64,9 @@ type config struct {
 	leftOut []string
 	// readIntervalSet: --read-interval was given (the kube backend has its own default).
 	readIntervalSet bool
-	kube            kube.Options
+	// check: only check the flags and the scenario names (hack/scenario.sh, before it builds the binaries).
+	check bool
+	kube  kube.Options
 }
 
 // stringList is a repeatable flag.
@@ -70,12 +78,15 @@ func (l *stringList) Set(v string) error { *l = append(*l, v); return nil }
 // Run is the dfc-scenario command: it runs the named scenarios one after the other and returns an error when
 // any failed (exit 1), a *command.UsageError for bad arguments (exit 2).
 func Run(ctx context.Context, args []string, streams command.Streams) error {
-	cfg, err := parse(args, streams.Err)
+	cfg, err := parse(args, streams.Out)
 	if err != nil {
 		return err
 	}
 	if cfg.list {
 		return list(streams.Out, cfg.versionDependent, cfg.everyRelease)
+	}
+	if cfg.check {
+		return nil
 	}
 	// The first Ctrl-C lets the run clean up; a second one kills at once.
 	stop := context.AfterFunc(ctx, func() { signal.Reset(syscall.SIGINT, syscall.SIGTERM) })
@@ -83,11 +94,12 @@ func Run(ctx context.Context, args []string, streams command.Streams) error {
 	return runAll(ctx, cfg, streams.Out)
 }
 
-// parse reads the command line; --help gives flag.ErrHelp, bad input a *command.UsageError.
-func parse(args []string, stderr io.Writer) (config, error) {
+// parse reads the command line; --help prints the usage to stdout and gives flag.ErrHelp, bad input a
+// *command.UsageError, which command.Code prints as one line and a pointer to --help.
+func parse(args []string, stdout io.Writer) (config, error) {
 	var cfg config
 	fl := flag.NewFlagSet("dfc-scenario", flag.ContinueOnError)
-	fl.SetOutput(stderr)
+	fl.SetOutput(io.Discard) // the flag package would print a bad flag's error, then the whole usage
 	fl.StringVar(&cfg.backend, "backend", "local", "where to run: local (this machine, no cluster) or kube (the cluster of the kubeconfig)")
 	fl.StringVar(&cfg.binDir, "bin-dir", "", "directory with csi-plugin, dummy-fuse and dummy-fuse-workload (default: beside this executable)")
 	fl.StringVar(&cfg.outDir, "out", "_output/runs", "parent of the run directories (<out>/<time>-<scenario>)")
@@ -107,12 +119,16 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	fl.StringVar(&cfg.kube.KubeletDir, "kubelet-dir", kube.DefaultKubeletDir, "kube: kubelet's root dir on the node (the chart's kubeletDir)")
 	fl.StringVar(&cfg.kube.KubeletLog, "kubelet-log", "", "kube: file with kubelet's log, for causes kubelet only logs (default: the from-source cluster's; on kind: journalctl in the node; - for none)")
 	fl.StringVar(&cfg.kube.Probe, "probe", "auto", "kube: how the volume paths are stat'ed: host (this machine is the node), pod (a probe pod), auto")
-	fl.Usage = func() {
-		fmt.Fprintf(fl.Output(), usage, strings.Join(catalog.Names(), ", "))
-		fl.PrintDefaults()
-	}
-	if err := command.Parse(fl, args); err != nil {
-		return cfg, err
+	fl.BoolVar(&cfg.check, "check", false, "only check the flags and scenario names, then exit (hack/scenario.sh does, before it builds the binaries)")
+	fl.Usage = func() {}
+	if err := fl.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintf(stdout, usage, strings.Join(catalog.Names(), ", "))
+			fl.SetOutput(stdout)
+			fl.PrintDefaults()
+			return cfg, flag.ErrHelp
+		}
+		return cfg, &command.UsageError{Err: err}
 	}
 	if cfg.list {
 		return cfg, nil
@@ -161,7 +177,7 @@ func selectFor(backend string, names []string) (run []scenarios.Scenario, leftOu
 	for _, n := range names {
 		sel, err := catalog.Select([]string{n})
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, unknownName(n)
 		}
 		r, l, err := runnable(backend, sel, n == "all")
 		if err != nil {
@@ -240,17 +256,32 @@ func runAll(ctx context.Context, cfg config, out io.Writer) error {
 		fmt.Fprintln(out, "\nsummary:")
 		report.PrintSummary(out, results)
 	}
-	failed := 0
-	for _, o := range results {
-		if !o.Passed() {
-			failed++
-		}
-	}
 	if ctx.Err() != nil {
 		return errors.New("interrupted")
 	}
-	if failed > 0 {
+	return judge(results)
+}
+
+// judge is the command's result for the outcomes: nil when all passed, an error for exit 1 when any failed,
+// exit 3 when none failed but some were not runnable (exit 1 too under DFC_REQUIRE_PRIVILEGED=1).
+func judge(results []*scenarios.Outcome) error {
+	failed, notRunnable := 0, 0
+	for _, o := range results {
+		switch o.Result() {
+		case "PASS":
+		case "NOT RUNNABLE":
+			notRunnable++
+		default:
+			failed++
+		}
+	}
+	switch {
+	case failed > 0:
 		return fmt.Errorf("%d of %d scenarios failed", failed, len(results))
+	case notRunnable > 0 && os.Getenv(requireEnv) == "1":
+		return fmt.Errorf("%d of %d scenarios not runnable on this cluster (a failure with %s=1)", notRunnable, len(results), requireEnv)
+	case notRunnable > 0:
+		return &command.ExitError{Code: 3, Err: fmt.Errorf("%d of %d scenarios not runnable on this cluster (see NOT RUNNABLE above for how to make them runnable)", notRunnable, len(results))}
 	}
 	return nil
 }
@@ -270,7 +301,7 @@ func runOne(ctx context.Context, cfg config, sc scenarios.Scenario, out io.Write
 			strings.Join(append(o.Artifacts, "events.log"), " "))
 	}
 	fmt.Fprint(out, o.KeepNote)
-	fmt.Fprintf(out, "RESULT %s on kubelet %s: %s\n", sc.Name, o.Kubelet, passFail(o.Passed()))
+	fmt.Fprintf(out, "RESULT %s on kubelet %s: %s\n", sc.Name, o.Kubelet, o.Result())
 	return o
 }
 
@@ -291,9 +322,45 @@ func newBackend(cfg config, out io.Writer) scenarios.Backend {
 	return local.New(opts)
 }
 
-func passFail(ok bool) string {
-	if ok {
-		return "PASS"
+// unknownName is the error for a name that is not in the catalog: the closest names, else where to find them.
+func unknownName(n string) error {
+	var best []string
+	bestDist := len(n)/3 + 2 // a typo or two, not another word
+	for _, c := range append(catalog.Names(), "all") {
+		d := distance(n, c)
+		if strings.Contains(c, n) && len(n) >= 3 {
+			d = min(d, 1)
+		}
+		switch {
+		case d < bestDist:
+			best, bestDist = []string{c}, d
+		case d == bestDist:
+			best = append(best, c)
+		}
 	}
-	return "FAIL"
+	if len(best) == 0 || len(best) > 4 {
+		return fmt.Errorf("no scenario %q (dfc-scenario --list shows them)", n)
+	}
+	return fmt.Errorf("no scenario %q; did you mean %s?", n, strings.Join(best, " or "))
+}
+
+// distance is the Levenshtein distance of a and b, in bytes (scenario names are ASCII).
+func distance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
 }

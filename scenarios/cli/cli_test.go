@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"strings"
 	"testing"
@@ -22,7 +23,11 @@ func TestParse(t *testing.T) {
 		{args: []string{"restart"}, code: -1, names: "restart"},
 		{args: []string{"all"}, code: -1, names: strings.Join(catalog.Names(), ",")},
 		{args: []string{"--keep", "subpath", "restart"}, code: -1, names: "subpath,restart"},
-		{args: []string{"nope"}, code: 2, out: `no scenario "nope"`},
+		{args: []string{"nope"}, code: 2, out: `no scenario "nope" (dfc-scenario --list shows them)`},
+		{args: []string{"restrat"}, code: 2, out: `no scenario "restrat"; did you mean restart?`},
+		{args: []string{"sidecar-kill"}, code: 2, out: `did you mean sidecar-killed?`},
+		{args: []string{"--check", "restart", "subpath"}, code: 0},
+		{args: []string{"--check", "--backend=kube", "restrat"}, code: 2, out: "did you mean restart?"},
 		{args: nil, code: 2, out: "name at least one scenario"},
 		{args: []string{"--backend=kube", "--kube-set=a=1", "--kube-set=b=2", "restart"}, code: -1, names: "restart"},
 		{args: []string{"--backend=mars", "restart"}, code: 2, out: "unknown backend"},
@@ -50,7 +55,7 @@ func TestParse(t *testing.T) {
 				t.Errorf("%q: exit code %d, want %d (stderr %s)", tc.args, code, tc.code, stderr.String())
 			}
 		} else {
-			cfg, err := parse(tc.args, &stderr)
+			cfg, err := parse(tc.args, &stdout)
 			if err != nil {
 				t.Errorf("%q: %v", tc.args, err)
 				continue
@@ -128,5 +133,43 @@ func TestListVersionDependent(t *testing.T) {
 		if len(names) == 0 || stdout.String() != strings.Join(names, "") {
 			t.Errorf("%s: output %q, want %q", flag, stdout.String(), strings.Join(names, ""))
 		}
+	}
+}
+
+// TestUsageOutput: --help goes to stdout (for | less) with exit 0; a bad flag gets its one line and a pointer to
+// --help on stderr, not the whole usage.
+func TestUsageOutput(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	err := Run(context.Background(), []string{"--help"}, command.Streams{Out: &stdout, Err: &stderr})
+	if code := command.Code("dfc-scenario", err, &stderr); code != 0 || stderr.Len() != 0 ||
+		!strings.HasPrefix(stdout.String(), "Usage: dfc-scenario") || !strings.Contains(stdout.String(), "-backend") {
+		t.Errorf("--help: exit %d, stdout %q, stderr %q; want 0, the usage with the flags on stdout, nothing on stderr", code, stdout.String(), stderr.String())
+	}
+	stdout.Reset()
+	err = Run(context.Background(), []string{"--bogus", "restart"}, command.Streams{Out: &stdout, Err: &stderr})
+	want := "dfc-scenario: flag provided but not defined: -bogus\nRun 'dfc-scenario --help' for usage.\n"
+	if code := command.Code("dfc-scenario", err, &stderr); code != 2 || stderr.String() != want || stdout.Len() != 0 {
+		t.Errorf("--bogus: exit %d, stderr %q, stdout %q; want 2 and stderr %q", code, stderr.String(), stdout.String(), want)
+	}
+}
+
+// TestJudge: a scenario that is not runnable on the cluster is neither a pass nor silently counted as one:
+// exit 3 alone, exit 1 beside a failure or under DFC_REQUIRE_PRIVILEGED=1.
+func TestJudge(t *testing.T) {
+	notRunnable := &scenarios.Outcome{Err: &scenarios.NotRunnableError{Why: "no gate", Fix: "make cluster-up"}}
+	failed := &scenarios.Outcome{Err: errors.New("setup failed")}
+	code := func(results ...*scenarios.Outcome) int {
+		return command.Code("dfc-scenario", judge(results), io.Discard)
+	}
+	t.Setenv(requireEnv, "")
+	if c := code(notRunnable); c != 3 {
+		t.Errorf("not runnable alone: exit %d, want 3", c)
+	}
+	if c := code(notRunnable, failed); c != 1 {
+		t.Errorf("not runnable and failed: exit %d, want 1", c)
+	}
+	t.Setenv(requireEnv, "1")
+	if c := code(notRunnable); c != 1 {
+		t.Errorf("not runnable under %s=1: exit %d, want 1", requireEnv, c)
 	}
 }

@@ -68,25 +68,34 @@ func claimVolume(p *corev1.Pod, claim string) string {
 	return ""
 }
 
-// checkVolumeHealthConfig warns when the node's kubelet does not run as a VolumeHealth scenario assumes: the
-// CSIVolumeHealth gate on, and volumeStatsAggPeriod scenarios.HealthPeriod (make cluster-up FEATURE_GATES=
-// CSIVolumeHealth=true VOLUME_STATS_AGG_PERIOD=2s; manifests/kind-config.yaml). Best effort, like
-// readRestartBackoffMax.
-func (b *Backend) checkVolumeHealthConfig(ctx context.Context) {
+// checkVolumeHealthConfig refuses a VolumeHealth scenario (a *scenarios.NotRunnableError) when the node's
+// kubelet does not run as it assumes: the CSIVolumeHealth gate on, and volumeStatsAggPeriod
+// scenarios.HealthPeriod. Such a kubelet reports late or never, and the scenario would fail for the cluster's
+// sake. Best effort, like readRestartBackoffMax: an unreadable config is assumed right.
+func (b *Backend) checkVolumeHealthConfig(ctx context.Context) error {
 	raw, err := b.cs.CoreV1().RESTClient().Get().AbsPath("/api/v1/nodes", b.node, "proxy", "configz").DoRaw(ctx)
 	if err != nil {
 		b.logf("kubelet config of node %s not readable (%v): assuming the CSIVolumeHealth gate and volumeStatsAggPeriod %s", b.node, err, scenarios.HealthPeriod)
-		return
+		return nil
 	}
 	gate, period, err := volumeHealthConfig(raw)
 	if err != nil {
 		b.logf("kubelet config of node %s: %v", b.node, err)
-		return
+		return nil
 	}
-	if !gate || period != scenarios.HealthPeriod {
-		b.progress("warning: kubelet on node %s runs with CSIVolumeHealth=%t and volumeStatsAggPeriod %s; this scenario needs the gate "+
-			"and %s (make cluster-up FEATURE_GATES=CSIVolumeHealth=true VOLUME_STATS_AGG_PERIOD=%s, or manifests/kind-config.yaml)",
-			b.node, gate, period, scenarios.HealthPeriod, scenarios.HealthPeriod)
+	return volumeHealthRunnable(b.node, gate, period)
+}
+
+// volumeHealthRunnable is checkVolumeHealthConfig's judgement of a kubelet's gate and period.
+func volumeHealthRunnable(node string, gate bool, period time.Duration) error {
+	if gate && period == scenarios.HealthPeriod {
+		return nil
+	}
+	return &scenarios.NotRunnableError{
+		Why: fmt.Sprintf("kubelet on node %s runs with CSIVolumeHealth=%t and volumeStatsAggPeriod %s; this scenario needs the gate and %s",
+			node, gate, period, scenarios.HealthPeriod),
+		Fix: fmt.Sprintf("make cluster-down && make cluster-up (its defaults: FEATURE_GATES=CSIVolumeHealth=true VOLUME_STATS_AGG_PERIOD=%s); "+
+			"on kind, a cluster from manifests/kind-config.yaml", scenarios.HealthPeriod),
 	}
 }
 

@@ -1,6 +1,9 @@
 package kube
 
 import (
+	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -57,5 +60,31 @@ func TestObserveVolumeHealth(t *testing.T) {
 	want := []string{"Inaccessible FuseServerGone: not answering", ""}
 	if len(got) != len(want) || got[0] != want[0] || got[1] != want[1] {
 		t.Errorf("recorded %q, want %q", got, want)
+	}
+}
+
+// TestVolumeHealthRunnable: a kubelet without the gate or with another period makes health-report not
+// runnable (not a failure), with the command that makes it runnable.
+func TestVolumeHealthRunnable(t *testing.T) {
+	if err := volumeHealthRunnable("n1", true, scenarios.HealthPeriod); err != nil {
+		t.Errorf("gate on, period %s: %v", scenarios.HealthPeriod, err)
+	}
+	for _, tc := range []struct {
+		gate   bool
+		period time.Duration
+	}{{false, scenarios.HealthPeriod}, {true, time.Minute}, {false, time.Minute}} {
+		err := volumeHealthRunnable("n1", tc.gate, tc.period)
+		var nr *scenarios.NotRunnableError
+		if !errors.As(err, &nr) {
+			t.Errorf("gate %t period %s: %v, want a *scenarios.NotRunnableError", tc.gate, tc.period, err)
+			continue
+		}
+		if !strings.Contains(nr.Why, "node n1") || !strings.Contains(nr.Fix, "make cluster-up") {
+			t.Errorf("gate %t period %s: %q", tc.gate, tc.period, err)
+		}
+		o := &scenarios.Outcome{Err: fmt.Errorf("setup: %w", err)}
+		if o.Passed() || o.Result() != "NOT RUNNABLE" {
+			t.Errorf("an outcome with %v: passed %t, result %s; want not passed, NOT RUNNABLE", err, o.Passed(), o.Result())
+		}
 	}
 }

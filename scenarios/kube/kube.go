@@ -431,7 +431,9 @@ func (b *Backend) followPod(ctx context.Context, uid types.UID, first bool) erro
 		}
 		b.readRestartBackoffMax(ctx)
 		if b.sc.VolumeHealth {
-			b.checkVolumeHealthConfig(ctx)
+			if err := b.checkVolumeHealthConfig(ctx); err != nil {
+				return err
+			}
 		}
 	}
 	if err := b.stopProbe(ctx); err != nil {

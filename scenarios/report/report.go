@@ -29,6 +29,15 @@ func killMeasure(o *scenarios.Outcome, d time.Duration) string {
 	return FormatMeasure(d)
 }
 
+// recoveryMeasure formats a time to recover from the kill: "no failure" when there was nothing to recover
+// from (failed false), where a bare "never" would read as a failure to recover.
+func recoveryMeasure(o *scenarios.Outcome, d time.Duration, failed bool) string {
+	if d == 0 && !failed && o.Scenario.Kills() {
+		return "no failure"
+	}
+	return killMeasure(o, d)
+}
+
 // stallMeasure formats the longest open or read after the kill, in milliseconds: a stall is short.
 func stallMeasure(o *scenarios.Outcome) string {
 	if !o.Scenario.Kills() {
@@ -50,8 +59,8 @@ func measuredLine(o *scenarios.Outcome) string {
 	m := o.Measures
 	var parts []string
 	if o.Scenario.Kills() {
-		parts = append(parts, "kill → first ENOTCONN "+killMeasure(o, m.KillToError), "kill → volume dir restored "+killMeasure(o, m.KillToRestore),
-			"kill → first good read again "+killMeasure(o, m.KillToRecovery), "longest open/read after the kill "+stallMeasure(o))
+		parts = append(parts, "kill → first ENOTCONN "+killMeasure(o, m.KillToError), "kill → volume dir restored "+recoveryMeasure(o, m.KillToRestore, m.VolumeDied),
+			"kill → first good read again "+recoveryMeasure(o, m.KillToRecovery, m.Failed), "longest open/read after the kill "+stallMeasure(o))
 	} else {
 		parts = append(parts, "no step kills anything")
 	}
@@ -64,7 +73,13 @@ func measuredLine(o *scenarios.Outcome) string {
 
 // PrintVerdicts prints one PASS/FAIL line per expected outcome, the measures, and why a run failed.
 func PrintVerdicts(w io.Writer, o *scenarios.Outcome) {
-	fmt.Fprintf(w, "verdicts (kubelet %s):\n", o.Kubelet)
+	root := ""
+	for _, v := range o.Verdicts {
+		if o.Evidence != nil && strings.Contains(shortenFor(o, v.Result.Why), "$ROOT") {
+			root = fmt.Sprintf("; $ROOT is %s", o.Evidence.Paths[scenarios.PathRoot])
+		}
+	}
+	fmt.Fprintf(w, "verdicts (kubelet %s%s):\n", o.Kubelet, root)
 	for _, v := range o.Verdicts {
 		mark := "PASS"
 		if !v.Result.OK {
@@ -76,7 +91,9 @@ func PrintVerdicts(w io.Writer, o *scenarios.Outcome) {
 		}
 		fmt.Fprintf(w, "  %s  %s%s\n        %s\n", mark, v.Expectation.Describe(), src, shortenFor(o, v.Result.Why))
 	}
-	if o.Err != nil {
+	if nr := o.NotRunnable(); nr != nil {
+		fmt.Fprintf(w, "  NOT RUNNABLE  %s\n        to make it runnable: %s\n", nr.Why, nr.Fix)
+	} else if o.Err != nil {
 		fmt.Fprintf(w, "  FAIL  the run: %v\n", o.Err)
 	}
 	if o.CleanupErr != nil {
@@ -91,8 +108,8 @@ func PrintSummary(w io.Writer, outcomes []*scenarios.Outcome) {
 	fmt.Fprintln(tw, "  scenario\tkubelet\tresult\tkill→ENOTCONN\tkill→volume restored\tkill→good read\tstall\tsidecar→good read\twall\treport")
 	for _, o := range outcomes {
 		m := o.Measures
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", o.Scenario.Name, o.Kubelet, passFail(o.Passed()),
-			killMeasure(o, m.KillToError), killMeasure(o, m.KillToRestore), killMeasure(o, m.KillToRecovery), stallMeasure(o),
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", o.Scenario.Name, o.Kubelet, o.Result(),
+			killMeasure(o, m.KillToError), recoveryMeasure(o, m.KillToRestore, m.VolumeDied), recoveryMeasure(o, m.KillToRecovery, m.Failed), stallMeasure(o),
 			sidecarMeasure(o, m.SidecarToRead), m.Wall.Round(10*time.Millisecond), filepath.Join(o.Dir, "report.md"))
 	}
 	tw.Flush()
@@ -113,6 +130,9 @@ func WriteReport(o *scenarios.Outcome) error {
 	}
 	ev := o.Evidence
 	var log strings.Builder
+	if root := ev.Paths[scenarios.PathRoot]; root != "" {
+		fmt.Fprintf(&log, "# $ROOT is %s, the run's kubelet root dir\n", root)
+	}
 	kill, killed := ev.KillTime()
 	for _, e := range ev.Events {
 		rel := ""
@@ -141,7 +161,7 @@ func WriteReport(o *scenarios.Outcome) error {
 func Markdown(o *scenarios.Outcome) string {
 	var b strings.Builder
 	sc := &o.Scenario
-	fmt.Fprintf(&b, "# Scenario `%s` on kubelet %s: %s\n\n", sc.Name, o.Kubelet, passFail(o.Passed()))
+	fmt.Fprintf(&b, "# Scenario `%s` on kubelet %s: %s\n\n", sc.Name, o.Kubelet, o.Result())
 	fmt.Fprintf(&b, "**%s.** %s\n\n", sc.Title, sc.Shows)
 	t := o.Timing
 	fmt.Fprintf(&b, "Kubelet %s", o.Kubelet)
@@ -164,7 +184,11 @@ func Markdown(o *scenarios.Outcome) string {
 	}
 	b.WriteString("![timeline of the workload's reads](timeline.svg)\n\n")
 
-	b.WriteString("## Verdicts\n\n| | expected outcome | evidence |\n|---|---|---|\n")
+	b.WriteString("## Verdicts\n\n")
+	if root := o.Evidence.Paths[scenarios.PathRoot]; root != "" {
+		fmt.Fprintf(&b, "`$ROOT` is the run's kubelet root dir, `%s`.\n\n", root)
+	}
+	b.WriteString("| | expected outcome | evidence |\n|---|---|---|\n")
 	for _, v := range o.Verdicts {
 		exp := v.Expectation.Describe()
 		if v.Expectation.Source != "" {
@@ -172,7 +196,9 @@ func Markdown(o *scenarios.Outcome) string {
 		}
 		fmt.Fprintf(&b, "| %s | %s | %s |\n", passFail(v.Result.OK), mdCell(exp), mdCell(shortenFor(o, v.Result.Why)))
 	}
-	if o.Err != nil {
+	if nr := o.NotRunnable(); nr != nil {
+		fmt.Fprintf(&b, "| NOT RUNNABLE | the cluster can run it | %s; to make it runnable: %s |\n", mdCell(nr.Why), mdCell(nr.Fix))
+	} else if o.Err != nil {
 		fmt.Fprintf(&b, "| FAIL | the run is carried out | %s |\n", mdCell(o.Err.Error()))
 	}
 	if o.CleanupErr != nil {
@@ -181,8 +207,8 @@ func Markdown(o *scenarios.Outcome) string {
 
 	m := o.Measures
 	b.WriteString("\n## Measured\n\n| kill → first ENOTCONN | kill → volume dir restored | kill → first good read again | longest open/read after the kill (stall) | sidecar start → served | sidecar start → first good read | wall time of the run |\n|---|---|---|---|---|---|---|\n")
-	fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s |\n\n", killMeasure(o, m.KillToError), killMeasure(o, m.KillToRestore),
-		killMeasure(o, m.KillToRecovery), stallMeasure(o), sidecarMeasure(o, m.SidecarToServe), sidecarMeasure(o, m.SidecarToRead), m.Wall.Round(10*time.Millisecond))
+	fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s |\n\n", killMeasure(o, m.KillToError), recoveryMeasure(o, m.KillToRestore, m.VolumeDied),
+		recoveryMeasure(o, m.KillToRecovery, m.Failed), stallMeasure(o), sidecarMeasure(o, m.SidecarToServe), sidecarMeasure(o, m.SidecarToRead), m.Wall.Round(10*time.Millisecond))
 	if len(sc.Pod.Containers) > 0 {
 		fmt.Fprintf(&b, "Times are for container `%s`; \"never\" means it did not happen during the run.\n", sc.Pod.Containers[0].Name)
 	}
@@ -221,10 +247,7 @@ func Markdown(o *scenarios.Outcome) string {
 		fmt.Fprintf(&b, "%d. %s\n", i+1, mdCell(line))
 	}
 
-	b.WriteString("\n## Timeline\n\nNotable events (every event is in `events.log`); `$ROOT` is the run's kubelet root dir")
-	if root := o.Evidence.Paths[scenarios.PathRoot]; root != "" {
-		fmt.Fprintf(&b, " `%s`", root)
-	}
+	b.WriteString("\n## Timeline\n\nNotable events (every event is in `events.log`)")
 	b.WriteString(".\n\n```text\n")
 	var nb strings.Builder
 	scenarios.NewNarrator(&nb, o.Start).Update(o.Evidence)

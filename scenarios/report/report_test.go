@@ -98,3 +98,27 @@ func TestTimelineSVGEscapesAndCopesWithNothing(t *testing.T) {
 		Message: `failed <&> "x"`})
 	checkSVG(t, TimelineSVG(o), map[string]int{"circle": 5, "line": 3})
 }
+
+// TestNoFailureIsNotNever: for a run in which nothing failed, the times to recover read "no failure", not
+// "never" (which reads as a failure to recover); a refused run reads NOT RUNNABLE with its fix.
+func TestNoFailureIsNotNever(t *testing.T) {
+	sc := restartScenario(t)
+	o := &scenarios.Outcome{Scenario: sc, Measures: scenarios.Measures{KillToError: 0}}
+	line := measuredLine(o)
+	for _, want := range []string{"kill → volume dir restored no failure", "kill → first good read again no failure", "kill → first ENOTCONN never"} {
+		if !strings.Contains(line, want) {
+			t.Errorf("measured line %q lacks %q", line, want)
+		}
+	}
+	o.Measures = scenarios.Measures{KillToError: time.Second, Failed: true, VolumeDied: true}
+	if line := measuredLine(o); !strings.Contains(line, "volume dir restored never") || !strings.Contains(line, "good read again never") {
+		t.Errorf("after a failure that did not heal: %q, want never", line)
+	}
+
+	o = &scenarios.Outcome{Scenario: sc, Err: &scenarios.NotRunnableError{Why: "no gate", Fix: "make cluster-up"}}
+	var b bytes.Buffer
+	PrintVerdicts(&b, o)
+	if !strings.Contains(b.String(), "NOT RUNNABLE  no gate\n        to make it runnable: make cluster-up") || strings.Contains(b.String(), "FAIL") {
+		t.Errorf("verdicts of a run that is not runnable:\n%s", b.String())
+	}
+}

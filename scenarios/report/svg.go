@@ -60,6 +60,72 @@ func (b *svgBuf) title(s string) {
 	b.f("</title>")
 }
 
+// box is the rectangle a label takes: x1..x2, y1..y2.
+type box struct{ x1, y1, x2, y2 float64 }
+
+func (a box) overlaps(b box) bool { return a.x1 < b.x2 && b.x1 < a.x2 && a.y1 < b.y2 && b.y1 < a.y2 }
+
+// textBox is where text of size px drawn at x, y with the given anchor lies (ascent 0.8 em, descent 0.2 em).
+func textBox(x, y float64, anchor, s string, px float64) box {
+	w := textWidth(s, px)
+	switch anchor {
+	case "end":
+		x -= w
+	case "middle":
+		x -= w / 2
+	}
+	return box{x, y - 0.8*px, x + w, y + 0.2*px}
+}
+
+// placer keeps labels clear of each other and of the step lines that cross every lane: a label goes where it
+// overlaps nothing placed, or is left out (its mark keeps the full text as a tooltip).
+type placer struct {
+	b      *svgBuf
+	width  float64 // of the picture: a label must fit inside
+	placed []box
+	lines  []box // vertical lines, as thin boxes
+}
+
+// label draws s at the first of the candidate positions (x, anchor) on baseline y that is free; false if none.
+func (p *placer) label(y, px float64, attrs, s string, cands ...candidate) bool {
+	for _, c := range cands {
+		bx := textBox(c.x, y, c.anchor, s, px)
+		if p.free(bx) {
+			p.placed = append(p.placed, bx)
+			p.b.text(c.x, y, fmt.Sprintf(`text-anchor="%s" font-size="%g" %s`, c.anchor, px, attrs), s)
+			return true
+		}
+	}
+	return false
+}
+
+func (p *placer) free(bx box) bool {
+	if bx.x1 < 0 || bx.x2 > p.width {
+		return false
+	}
+	for _, o := range p.placed {
+		if bx.overlaps(o) {
+			return false
+		}
+	}
+	// textWidth is an estimate: keep 3 px from a line.
+	wide := box{bx.x1 - 3, bx.y1, bx.x2 + 3, bx.y2}
+	for _, o := range p.lines {
+		if wide.overlaps(o) {
+			return false
+		}
+	}
+	return true
+}
+
+type candidate struct {
+	x      float64
+	anchor string
+}
+
+func right(x float64) candidate { return candidate{x, "start"} }
+func left(x float64) candidate  { return candidate{x, "end"} }
+
 // TimelineSVG draws the run: the life of each component the steps kill and start, stat of the host volume and staging dirs, and for each
 // container its instances with every read (good / failed), starts, exits and failed starts, against the
 // plugin kill and restart as vertical lines, with the measured intervals and a time axis.
@@ -91,7 +157,12 @@ func TimelineSVG(o *scenarios.Outcome) []byte {
 	plotBottom := top + float64(len(lanes))*laneH
 	axisY := plotBottom + 8
 	measY := axisY + 40
-	legendY := measY + float64(len(measures))*22 + 14
+	zoomY := measY + float64(len(measures))*22 + 10
+	zoom, zoomed := zoomWindow(o)
+	legendY := zoomY + 14
+	if zoomed {
+		legendY += zoomH
+	}
 	height := legendY + 46
 
 	var b svgBuf
@@ -99,16 +170,28 @@ func TimelineSVG(o *scenarios.Outcome) []byte {
 	b.f(`<svg xmlns="http://www.w3.org/2000/svg" width="%.0f" height="%.0f" viewBox="0 0 %.0f %.0f" font-family="DejaVu Sans, Helvetica, Arial, sans-serif" font-size="12">`+"\n",
 		l.width, height, l.width, height)
 	b.f(`<rect x="0" y="0" width="%.0f" height="%.0f" fill="#ffffff"/>`+"\n", l.width, height)
+	p := &placer{b: &b, width: l.width}
+	for _, x := range stepLineXs(l, o) {
+		p.lines = append(p.lines, box{x - 1.5, stepsTop - 4, x + 1.5, plotBottom})
+	}
 
 	// Title.
-	result, resCol := "PASS", colGood
-	if !o.Passed() {
-		result, resCol = "FAIL", colBad
+	result, resCol := o.Result(), colBad
+	if o.Passed() {
+		resCol = colGood
 	}
 	b.f(`<text x="16" y="24" font-size="16" font-weight="bold" fill="%s">scenario `, colText)
 	_ = xml.EscapeText(&b.Buffer, []byte(o.Scenario.Name))
 	b.f(`<tspan dx="10" fill="%s">%s</tspan></text>`+"\n", resCol, result)
-	b.text(16, 42, `fill="`+colSubtle+`"`, fmt.Sprintf("%s · kubelet %s · backend %s · read interval %s · restart back-off %s", o.Scenario.Title, o.Kubelet, o.Backend, o.Timing.ReadInterval, o.Timing.BackoffBase))
+	facts := fmt.Sprintf(" · kubelet %s · backend %s · read interval %s · restart back-off %s", o.Kubelet, o.Backend, o.Timing.ReadInterval, o.Timing.BackoffBase)
+	title := []rune(o.Scenario.Title)
+	for len(title) > 0 && textWidth(string(title)+"…"+facts, 12) > l.width-32 {
+		title = title[:len(title)-1]
+	}
+	if len(title) < len([]rune(o.Scenario.Title)) {
+		title = append(title, '…') // the report's heading has it whole
+	}
+	b.text(16, 42, `fill="`+colSubtle+`"`, string(title)+facts)
 
 	// Lanes: labels and zebra background.
 	for i, name := range lanes {
@@ -129,18 +212,18 @@ func TimelineSVG(o *scenarios.Outcome) []byte {
 		b.text(x, axisY+18, `text-anchor="middle" fill="`+colSubtle+`"`, trimFloat(s)+"s")
 	}
 	b.f(`<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#888888"/>`+"\n", l.left, axisY, l.width-l.right, axisY)
-	b.text(l.left-10, axisY+18, `text-anchor="end" fill="`+colSubtle+`"`, "seconds since start")
+	b.text(l.left-22, axisY+18, `text-anchor="end" fill="`+colSubtle+`"`, "seconds since start")
 
 	for i, c := range comps {
-		drawComponent(&b, l, ev, c, top+float64(i)*laneH, laneH)
+		drawComponent(&b, p, l, ev, c, top+float64(i)*laneH, laneH)
 	}
 	first := len(comps)
-	drawProbe(&b, l, ev, scenarios.PathVolume, top+float64(first)*laneH, laneH)
-	drawProbe(&b, l, ev, scenarios.PathStaging, top+float64(first+1)*laneH, laneH)
+	drawProbe(&b, p, l, ev, scenarios.PathVolume, top+float64(first)*laneH, laneH)
+	drawProbe(&b, p, l, ev, scenarios.PathStaging, top+float64(first+1)*laneH, laneH)
 	for i, c := range o.Scenario.Pod.Containers {
-		drawContainer(&b, l, ev, c.Name, top+float64(first+2+i)*laneH, laneH)
+		drawContainer(&b, p, l, ev, c.Name, top+float64(first+2+i)*laneH, laneH)
 	}
-	drawSteps(&b, l, o, stepsTop, stepsH, plotBottom)
+	drawSteps(&b, p, l, o, stepsTop, stepsH, plotBottom)
 
 	// Measured intervals as arrows below the axis.
 	for i, m := range measures {
@@ -156,6 +239,9 @@ func TimelineSVG(o *scenarios.Outcome) []byte {
 		}
 	}
 
+	if zoomed {
+		drawZoom(&b, l, o, zoom, zoomY)
+	}
 	drawLegend(&b, l, legendY)
 	b.f("</svg>\n")
 	return b.Bytes()
@@ -194,7 +280,7 @@ func measureArrows(o *scenarios.Outcome) []measureArrow {
 }
 
 // drawComponent draws the life of component c: starting, serving, down.
-func drawComponent(b *svgBuf, l svgLayout, ev *scenarios.Evidence, c scenarios.Component, y, h float64) {
+func drawComponent(b *svgBuf, p *placer, l svgLayout, ev *scenarios.Evidence, c scenarios.Component, y, h float64) {
 	type seg struct {
 		from  time.Time
 		state string
@@ -246,38 +332,38 @@ func drawComponent(b *svgBuf, l svgLayout, ev *scenarios.Evidence, c scenarios.C
 		b.title(fmt.Sprintf("%s %s from %s", c, s.state, ev.Since(s.from)))
 		b.f("</rect>\n")
 		if x2-x1 > textWidth(s.state, 11)+10 {
-			b.text(x1+5, y+h/2+4, `font-size="11" fill="`+colText+`"`, s.state)
+			p.label(y+h/2+4, 11, `fill="`+colText+`"`, s.state, right(x1+5))
 		}
 	}
 }
 
-func drawProbe(b *svgBuf, l svgLayout, ev *scenarios.Evidence, label string, y, h float64) {
+func drawProbe(b *svgBuf, p *placer, l svgLayout, ev *scenarios.Evidence, label string, y, h float64) {
 	var probes []scenarios.Event
 	for _, e := range ev.Events {
 		if e.Kind == scenarios.KProbe && e.Path == label {
 			probes = append(probes, e)
 		}
 	}
-	for i, p := range probes {
+	for i, pr := range probes {
 		end := ev.Until
 		if i+1 < len(probes) {
 			end = probes[i+1].Time
 		}
-		x1, x2 := l.x(p.Time), l.x(end)
+		x1, x2 := l.x(pr.Time), l.x(end)
 		col, state := colUp, "stat ok"
-		if p.Errno != "" {
-			col, state = colDown, "stat: "+p.Errno
+		if pr.Errno != "" {
+			col, state = colDown, "stat: "+pr.Errno
 		}
 		b.f(`<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="%s" rx="2">`, x1, y+12, math.Max(x2-x1, 1), h-24, col)
-		b.title(fmt.Sprintf("%s dir %s from %s", label, state, ev.Since(p.Time)))
+		b.title(fmt.Sprintf("%s dir %s from %s", label, state, ev.Since(pr.Time)))
 		b.f("</rect>\n")
 		if x2-x1 > textWidth(state, 11)+10 {
-			b.text(x1+5, y+h/2+4, `font-size="11" fill="`+colText+`"`, state)
+			p.label(y+h/2+4, 11, `fill="`+colText+`"`, state, right(x1+5))
 		}
 	}
 }
 
-func drawContainer(b *svgBuf, l svgLayout, ev *scenarios.Evidence, name string, y, h float64) {
+func drawContainer(b *svgBuf, p *placer, l svgLayout, ev *scenarios.Evidence, name string, y, h float64) {
 	mid := y + h/2
 	// Instance bars: started → exited.
 	var startT *time.Time
@@ -292,15 +378,14 @@ func drawContainer(b *svgBuf, l svgLayout, ev *scenarios.Evidence, name string, 
 			startT, inst = &t, e.Instance
 		case scenarios.KContainerExited:
 			if startT != nil {
-				instanceBar(b, l, ev, *startT, e.Time, inst, mid)
+				instanceBar(b, p, l, ev, *startT, e.Time, inst, mid)
 				startT = nil
 			}
 		}
 	}
 	if startT != nil {
-		instanceBar(b, l, ev, *startT, ev.Until, inst, mid)
+		instanceBar(b, p, l, ev, *startT, ev.Until, inst, mid)
 	}
-	lastExitLabel := -1e9
 	lastFailure := ""
 	for _, e := range ev.Events {
 		if e.Container != name {
@@ -328,10 +413,7 @@ func drawContainer(b *svgBuf, l svgLayout, ev *scenarios.Evidence, name string, 
 			b.f(`<rect x="%.1f" y="%.1f" width="9" height="9" fill="%s">`, x-4.5, y+h-11, colExit)
 			b.title(fmt.Sprintf("%s exited with code %d at %s", e.Who(), code, ev.Since(e.Time)))
 			b.f("</rect>\n")
-			if x-lastExitLabel > 44 {
-				b.text(x+7, y+h-3, `font-size="10" fill="`+colExit+`"`, fmt.Sprintf("exit %d", code))
-				lastExitLabel = x
-			}
+			p.label(y+h-3, 10, `fill="`+colExit+`"`, fmt.Sprintf("exit %d", code), right(x+7), left(x-7))
 		case e.Kind == scenarios.KStartFailed:
 			b.f(`<path d="M%.1f %.1f l6 6 l-6 6 l-6 -6 z" fill="%s" stroke="#ffffff" stroke-width="0.8">`, x, y+2, colFail)
 			b.title(fmt.Sprintf("start of %s failed at %s: %s", name, ev.Since(e.Time), scenarios.Shorten(ev, e.Message)))
@@ -339,26 +421,44 @@ func drawContainer(b *svgBuf, l svgLayout, ev *scenarios.Evidence, name string, 
 			// Name the kind of failure where it changes.
 			if cls := failureClass(e.Message); cls != lastFailure {
 				lastFailure = cls
-				b.text(x+8, y+11, `font-size="10" fill="#a35f0c"`, cls)
+				p.label(y+11, 10, `fill="#a35f0c"`, cls, right(x+8), left(x-8))
 			}
 		}
 	}
 }
 
-func instanceBar(b *svgBuf, l svgLayout, ev *scenarios.Evidence, from, to time.Time, inst int, mid float64) {
+func instanceBar(b *svgBuf, p *placer, l svgLayout, ev *scenarios.Evidence, from, to time.Time, inst int, mid float64) {
 	x1, x2 := l.x(from), l.x(to)
 	b.f(`<rect x="%.1f" y="%.1f" width="%.1f" height="16" fill="%s" rx="3">`, x1, mid-8, math.Max(x2-x1, 1), colRun)
 	b.title(fmt.Sprintf("instance #%d running %s → %s", inst, ev.Since(from), ev.Since(to)))
 	b.f("</rect>\n")
 	if x2-x1 > 30 {
-		b.text(x1+12, mid-10, `font-size="10" fill="`+colStart+`"`, fmt.Sprintf("#%d", inst))
+		p.label(mid-10, 10, `fill="`+colStart+`"`, fmt.Sprintf("#%d", inst), right(x1+12))
 	}
 }
 
-// drawSteps draws the scenario's steps as a lane of segments (waits and observations, labelled when there is
-// room, with the full description as tooltip) and the plugin kill and start as bold dashed lines across every
-// lane, labelled above the picture.
-func drawSteps(b *svgBuf, l svgLayout, o *scenarios.Outcome, y, h, bottom float64) {
+// minStepWidth is the least width of a step in the steps lane: a step that took no time stays visible.
+const minStepWidth = 6.0
+
+// stepLineXs are the x positions of the steps drawn as lines across every lane (kills, starts, upgrades).
+func stepLineXs(l svgLayout, o *scenarios.Outcome) []float64 {
+	var xs []float64
+	for _, r := range o.Steps {
+		if isLineStep(r.Step) {
+			xs = append(xs, l.x(r.Start))
+		}
+	}
+	return xs
+}
+
+func isLineStep(st scenarios.Step) bool {
+	return st.Action == scenarios.ActKill || st.Action == scenarios.ActStart || st.Action == scenarios.ActUpgrade
+}
+
+// drawSteps draws the scenario's steps as a lane of segments (waits and observations, at least minStepWidth
+// wide, labelled when there is room, with the full description as tooltip) and the kills, starts and
+// upgrades as bold dashed lines across every lane, labelled above the picture in as many rows as they need.
+func drawSteps(b *svgBuf, p *placer, l svgLayout, o *scenarios.Outcome, y, h, bottom float64) {
 	b.text(l.left-10, y+h/2+4, `text-anchor="end" fill="`+colSubtle+`"`, "scenario steps")
 	type label struct {
 		x     float64
@@ -366,49 +466,170 @@ func drawSteps(b *svgBuf, l svgLayout, o *scenarios.Outcome, y, h, bottom float6
 		color string
 	}
 	var labels []label
+	prevEnd := -1e9
 	for i, r := range o.Steps {
 		x1, x2 := l.x(r.Start), l.x(r.End)
 		desc := fmt.Sprintf("step %d: %s", i+1, r.Step.Describe(o.Timing))
-		switch r.Step.Action {
-		case scenarios.ActKill, scenarios.ActStart:
+		if isLineStep(r.Step) {
 			col := colKill
-			if r.Step.Action == scenarios.ActStart {
+			if r.Step.Action != scenarios.ActKill {
 				col = colRestart
 			}
 			b.f(`<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s" stroke-width="2" stroke-dasharray="6 4">`, x1, y-4, x1, bottom, col)
 			b.title(desc)
 			b.f("</line>\n")
 			labels = append(labels, label{x1, fmt.Sprintf("%d %s", i+1, r.Step.Label()), col})
-		default:
-			fill := "#ececec"
-			if i%2 == 1 {
-				fill = "#e0e0e0"
-			}
-			if r.TimedOut {
-				fill = "#f8d7a8"
-			}
-			b.f(`<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="%s" stroke="#ffffff" stroke-width="1">`, x1, y+4, math.Max(x2-x1, 1), h-8, fill)
-			b.title(desc)
-			b.f("</rect>\n")
-			text := fmt.Sprintf("%d %s", i+1, r.Step.Label())
-			if x2-x1 < textWidth(text, 10)+8 {
-				text = fmt.Sprint(i + 1)
-			}
-			if x2-x1 >= textWidth(text, 10)+4 {
-				b.text(x1+3, y+h/2+3.5, `font-size="10" fill="#555555"`, text)
-			}
+			continue
+		}
+		// A step that took (almost) no time still gets minStepWidth, after the previous one.
+		x1 = math.Max(x1, prevEnd)
+		x2 = math.Max(x2, x1+minStepWidth)
+		prevEnd = x2
+		fill := "#ececec"
+		if i%2 == 1 {
+			fill = "#d4d4d4"
+		}
+		if r.TimedOut {
+			fill = "#f8d7a8"
+		}
+		b.f(`<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="%s" stroke="#ffffff" stroke-width="1">`, x1, y+4, x2-x1, h-8, fill)
+		b.title(desc)
+		b.f("</rect>\n")
+		text := fmt.Sprintf("%d %s", i+1, r.Step.Label())
+		if x2-x1 < textWidth(text, 10)+8 {
+			text = fmt.Sprint(i + 1)
+		}
+		if x2-x1 >= textWidth(text, 10)+4 {
+			p.label(y+h/2+3.5, 10, `fill="#555555"`, text, right(x1+3))
 		}
 	}
-	// Kill/start labels above the lanes, in two rows when they would overlap.
-	rowEnd := []float64{-1e9, -1e9}
+	// Kill/start labels above the lanes, in the first row where they overlap no other label.
 	for _, lb := range labels {
-		row := 0
-		if lb.x < rowEnd[0] {
-			row = 1
+		for row := 0; row < 4; row++ {
+			if p.label(y-8-float64(row)*13, 11, `font-weight="bold" fill="`+lb.color+`"`, lb.text, right(lb.x+3)) {
+				break
+			}
 		}
-		rowEnd[row] = lb.x + textWidth(lb.text, 11) + 8
-		b.text(lb.x+3, y-8-float64(1-row)*13, `font-size="11" font-weight="bold" fill="`+lb.color+`"`, lb.text)
 	}
+}
+
+// zoomH is the height of the zoomed strip.
+const zoomH = 96.0
+
+// zoomSpan is the window of a zoomed takeover: what happens within it is too fast for the main time axis.
+const zoomSpan = 100 * time.Millisecond
+
+// zoomMin is the least window the zoomed strip shows.
+const zoomMin = 20 * time.Millisecond
+
+// zoomWindow returns the interval to show enlarged below the picture: around a kill whose component was
+// started again, or whose stall ended, within zoomSpan (a takeover of the keeper modes), from just before the
+// kill to just after the later of the two.
+func zoomWindow(o *scenarios.Outcome) (win [2]time.Time, ok bool) {
+	if o.Evidence == nil {
+		return win, false
+	}
+	for i, r := range o.Steps {
+		if r.Step.Action != scenarios.ActKill {
+			continue
+		}
+		end := r.Start
+		if i+1 < len(o.Steps) && isLineStep(o.Steps[i+1].Step) && o.Steps[i+1].Start.Sub(r.Start) < zoomSpan {
+			end = o.Steps[i+1].Start
+		}
+		if _, to, ok := stall(o.Evidence, r.Start, end.Add(time.Millisecond)); ok && to.Sub(r.Start) < zoomSpan && to.After(end) {
+			end = to
+		}
+		if end.Equal(r.Start) {
+			continue
+		}
+		// At least zoomMin wide, so that the reads around the takeover show.
+		pad := max(end.Sub(r.Start)/4+time.Millisecond, (zoomMin-end.Sub(r.Start))/2)
+		return [2]time.Time{r.Start.Add(-pad), end.Add(pad)}, true
+	}
+	return win, false
+}
+
+// stall returns the longest open or read that ended after t (and, if until is set, began before it): the
+// time a workload waited for a server.
+func stall(ev *scenarios.Evidence, t time.Time, until ...time.Time) (from, to time.Time, ok bool) {
+	var longest time.Duration
+	for _, e := range ev.Events {
+		if len(until) > 0 && !e.Time.Add(-e.Latency).Before(until[0]) {
+			continue
+		}
+		if e.Source == scenarios.SrcWorkload && !e.Time.Before(t) && e.Latency > longest {
+			longest, from, to, ok = e.Latency, e.Time.Add(-e.Latency), e.Time, true
+		}
+	}
+	return from, to, ok
+}
+
+// drawZoom draws the window win enlarged: the step lines in it, the reads (good or failed) of every container
+// and the stall, with an axis in milliseconds from the kill.
+func drawZoom(b *svgBuf, l svgLayout, o *scenarios.Outcome, win [2]time.Time, y float64) {
+	ev := o.Evidence
+	z := svgLayout{width: l.width, left: l.left, right: l.right, t0: win[0], span: win[1].Sub(win[0]).Seconds()}
+	top, bottom := y+26, y+zoomH-30
+	b.text(16, y+8, `font-weight="bold" fill="`+colText+`"`, fmt.Sprintf("zoomed: %s around the kill", win[1].Sub(win[0]).Round(time.Millisecond)))
+	b.f(`<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="#fafafa" stroke="#cccccc"/>`+"\n", z.left, top, z.width-z.left-z.right, bottom-top)
+	var kill time.Time
+	p := &placer{b: b, width: l.width}
+	inWindow := func(r scenarios.StepRecord) bool {
+		return isLineStep(r.Step) && !r.Start.Before(win[0]) && !r.Start.After(win[1])
+	}
+	for _, r := range o.Steps {
+		if inWindow(r) {
+			x := z.x(r.Start)
+			p.lines = append(p.lines, box{x - 1.5, top - 4, x + 1.5, bottom})
+		}
+	}
+	for i, r := range o.Steps {
+		if !inWindow(r) {
+			continue
+		}
+		if kill.IsZero() && r.Step.Action == scenarios.ActKill {
+			kill = r.Start
+		}
+		col := colKill
+		if r.Step.Action != scenarios.ActKill {
+			col = colRestart
+		}
+		x := z.x(r.Start)
+		b.f(`<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s" stroke-width="2" stroke-dasharray="6 4"/>`+"\n", x, top-4, x, bottom, col)
+		for row := 0; row < 3; row++ {
+			if p.label(top-8-float64(row)*12, 10, `font-weight="bold" fill="`+col+`"`, fmt.Sprintf("%d %s", i+1, r.Step.Label()), right(x+3), left(x-3)) {
+				break
+			}
+		}
+	}
+	if from, to, ok := stall(ev, kill, win[1]); ok && !kill.IsZero() {
+		x1, x2 := z.x(from), z.x(to)
+		b.f(`<rect x="%.1f" y="%.1f" width="%.1f" height="10" fill="%s" opacity="0.8">`, x1, top+8, math.Max(x2-x1, 2), colFail)
+		b.title(fmt.Sprintf("the longest open or read after the kill took %s", to.Sub(from)))
+		b.f("</rect>\n")
+		lbl := fmt.Sprintf("stall %.1f ms: the longest read in the takeover", float64(to.Sub(from).Microseconds())/1000)
+		p.label(top+17, 10, `fill="#a35f0c"`, lbl, right(x2+4), left(x1-4))
+	}
+	for _, e := range ev.Events {
+		if e.Source != scenarios.SrcWorkload || e.Time.Before(win[0]) || e.Time.After(win[1]) {
+			continue
+		}
+		x := z.x(e.Time)
+		if e.IsGoodRead() {
+			b.f(`<circle cx="%.1f" cy="%.1f" r="2.5" fill="%s"/>`+"\n", x, bottom-8, colGood)
+		} else if e.IsWorkloadError() {
+			b.f(`<rect x="%.1f" y="%.1f" width="3" height="10" fill="%s"/>`+"\n", x-1.5, bottom-13, colBad)
+		}
+	}
+	// Axis: milliseconds from the kill.
+	step := tickStep(z.span * 1000)
+	for ms := math.Ceil((win[0].Sub(kill).Seconds()*1000)/step) * step; ms <= win[1].Sub(kill).Seconds()*1000+1e-9; ms += step {
+		x := z.x(kill.Add(time.Duration(ms * float64(time.Millisecond))))
+		b.f(`<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#888888"/>`+"\n", x, bottom, x, bottom+5)
+		b.text(x, bottom+17, `text-anchor="middle" font-size="10" fill="`+colSubtle+`"`, trimFloat(ms)+"ms")
+	}
+	b.text(l.left-22, bottom+17, `text-anchor="end" font-size="10" fill="`+colSubtle+`"`, "ms since the kill")
 }
 
 // textWidth estimates the width of s in pixels at font size px (DejaVu Sans averages ~0.6 em).
