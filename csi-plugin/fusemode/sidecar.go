@@ -350,12 +350,32 @@ func listenIn(dir *os.File, network, name string) (*net.UnixListener, error) {
 	}
 	ln.SetUnlinkOnClose(false) // the address is only valid while dir is open: removeSocket does it
 	// Any user in the pod may connect (the sidecar runs as non-root): the first one gets the descriptor.
-	if err := unix.Fchmodat(int(dir.Fd()), name, 0o666, 0); err != nil {
+	if err := chmodSocket(dir, name); err != nil {
 		_ = ln.Close()
 		_ = removeSocket(dir)
 		return nil, fmt.Errorf("chmod socket: %w", err)
 	}
 	return ln, nil
+}
+
+// chmodSocket makes the socket called name in dir connectable by anyone (0666). A pod's root can replace the
+// name between bind and chmod, so the chmod never goes through the name: the file is opened without following
+// a symlink (O_PATH|O_NOFOLLOW), checked to be a socket, and its mode set through that descriptor.
+func chmodSocket(dir *os.File, name string) error {
+	fd, err := unix.Openat(int(dir.Fd()), name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return err
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFSOCK || int(st.Uid) != os.Getuid() {
+		return fmt.Errorf("%s/%s is not the plugin's socket (mode %#o, uid %d): left alone", dir.Name(), name, st.Mode, st.Uid)
+	}
+	// chmod(2) of a /proc/self/fd link acts on the inode the descriptor holds, whatever the name now is.
+	return unix.Chmod(fmt.Sprintf("/proc/self/fd/%d", fd), 0o666)
 }
 
 // removeSocket removes the socket of a handover from dir; anything else there is left alone.
