@@ -79,7 +79,10 @@ type Handover struct {
 
 // Sidecar is the sidecar mode.
 type Sidecar struct {
-	opts    Options
+	opts Options
+	// closer closes, off every call's path, what a pod can make slow to close: the sockets in its volume
+	// and whatever its sidecar sends.
+	closer  *fdpass.Closer
 	mu      sync.Mutex
 	pending map[string]*waitingHandover // by target: the descriptor still to send (GCS's design)
 	held    map[string]*heldTarget      // by target: the connections kept for the sidecars (KeepFD)
@@ -95,7 +98,7 @@ func NewSidecar(opts Options) (*Sidecar, error) {
 	if opts.SendTimeout <= 0 {
 		opts.SendTimeout = 10 * time.Second
 	}
-	return &Sidecar{opts: opts, pending: map[string]*waitingHandover{}, held: map[string]*heldTarget{}}, nil
+	return &Sidecar{opts: opts, closer: fdpass.NewCloser(closeWorkers, closePending), pending: map[string]*waitingHandover{}, held: map[string]*heldTarget{}}, nil
 }
 
 // Name implements Mode.
@@ -152,7 +155,7 @@ func (s *Sidecar) MountTarget(_ context.Context, req TargetRequest) (err error) 
 	}
 	socket := filepath.Join(req.PodDir, req.SocketDir, SocketName)
 	if s.opts.SidecarKeepFD {
-		h := newHolder(socket, -1) // any user: the pod runs its sidecar as it likes
+		h := newHolder(socket, nil, s.closer, maxTargetSessions) // any user: the pod runs its sidecar as it likes
 		t := &heldTarget{h: h, c: h.add(req.VolumeID, req.Target, dev), sockDir: sockDir}
 		h.serve(handover.ListenerOf(ln))
 		s.mu.Lock()
@@ -169,7 +172,7 @@ func (s *Sidecar) MountTarget(_ context.Context, req TargetRequest) (err error) 
 	s.mu.Unlock()
 	go func() {
 		defer close(h.done)
-		err := fdpass.SendOnce(ctx, ln, dev, Handover{VolumeID: req.VolumeID, ReadOnly: req.ReadOnly}, s.opts.SendTimeout)
+		err := fdpass.SendOnce(ctx, ln, dev, Handover{VolumeID: req.VolumeID, ReadOnly: req.ReadOnly}, s.opts.SendTimeout, s.closer)
 		// Closed in every case, as GCS does: from now on the mount lives only as long as its server.
 		_ = dev.Close()
 		_ = removeSocket(sockDir)
@@ -208,7 +211,7 @@ func (s *Sidecar) RecollectTargets(reqs []TargetRequest) map[string]error {
 			errs[req.Target] = fmt.Errorf("socket in %s: %w", dir.Name(), err)
 			continue
 		}
-		h := newHolder(filepath.Join(req.PodDir, req.SocketDir, SocketName), -1)
+		h := newHolder(filepath.Join(req.PodDir, req.SocketDir, SocketName), nil, s.closer, maxTargetSessions)
 		t := &heldTarget{h: h, c: h.expect(req.VolumeID, req.Target, nil), sockDir: dir}
 		h.serve(handover.ListenerOf(ln))
 		s.mu.Lock()
@@ -282,8 +285,21 @@ func (s *Sidecar) Release(target string) {
 		return
 	}
 	h.cancel()
-	<-h.done
+	// The handover closes what the pod can make slow to close through the Closer, so it ends at once; the
+	// bound is for what cannot be foreseen: unpublish and the plugin's exit never wait longer.
+	select {
+	case <-h.done:
+	case <-time.After(releaseWait):
+		klog.ErrorS(nil, "The handover to the sidecar did not end in time; leaving it", "target", target, "waited", releaseWait)
+	}
 }
+
+// releaseWait bounds how long Release waits for a handover to end.
+const releaseWait = 2 * time.Second
+
+// maxTargetSessions bounds the sessions at once on one target's socket (KeepFD): a sidecar and its restarted
+// successor.
+const maxTargetSessions = 4
 
 // Pending implements TargetMounter: with KeepFD, whether no sidecar serves the target's connection yet.
 func (s *Sidecar) Pending(target string) bool {
