@@ -51,7 +51,7 @@ type holder struct {
 func newHolder(socket string, auth func(*handover.Conn, handover.Msg) error, closer *fdpass.Closer, maxSessions int) *holder {
 	return &holder{socket: socket, auth: auth, closer: closer, slots: make(chan struct{}, maxSessions), greeting: helloTimeout,
 		resend: func(dev *os.File) { _, _ = fuseconn.Resend(int(dev.Fd())) },
-		conns: map[string]*keptConn{}, changed: make(chan struct{}), done: make(chan struct{})}
+		conns:  map[string]*keptConn{}, changed: make(chan struct{}), done: make(chan struct{})}
 }
 
 // serve starts taking sessions on ln.
