@@ -209,7 +209,7 @@ func TestSlowDescriptorsDoNotPileUpThreads(t *testing.T) {
 		if err := fdpassWrite(raw, f); err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { go f.Close() }) // after the peer's reset (cleanups run last first): never blocks
+		go f.Close() // the copy in flight is the last one, or this one is: then it blocks until the peer's reset
 	}
 	time.Sleep(2 * time.Second)
 	if n := fdpasstest.Threads(t) - before; n > closeWorkers+8 {
@@ -243,17 +243,22 @@ func TestAcceptSurvivesEMFILE(t *testing.T) {
 	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
 		t.Fatal(err)
 	}
-	c := rawConn(t, k) // its accept is what fails
+	// One descriptor left (FDs counts the one it reads the list with): the connecting side takes it, so the
+	// plugin's accept fails with EMFILE.
 	low := lim
 	low.Cur = uint64(fdpasstest.FDs(t))
 	if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &low); err != nil {
 		t.Fatal(err)
 	}
+	c, err := net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: k.opts.KeeperSocket, Net: "unixpacket"})
 	time.Sleep(300 * time.Millisecond)
 	if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
 		t.Fatal(err)
 	}
-	_ = c
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
 	helloKeeper(t, k)
 }
 

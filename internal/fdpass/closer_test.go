@@ -70,7 +70,7 @@ func TestSendOnceDoesNotBlockOnLingeringSockets(t *testing.T) {
 		if err := WriteMsg(c, []byte("x"), f, time.Now().Add(time.Second)); err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { go f.Close() }) // released by the peer's reset, which runs next
+		f.Close() // not the last reference: the copy in flight, queued until SendOnce, is
 		conns = append(conns, c)
 	}
 	_, w := pipe(t)
