@@ -1,11 +1,19 @@
 package fusemode
 
 import (
+	"context"
+	"net"
 	"os"
 	"path/filepath"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/fdpass/fdpasstest"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/testenv"
 )
 
 // TestSocketChmodDoesNotFollowSymlinks: the socket's directory lies in a volume the pod can write to, so root in
@@ -62,5 +70,80 @@ func TestSocketChmodDoesNotFollowSymlinks(t *testing.T) {
 	}
 	if st, err := os.Lstat(filepath.Join(dir, SocketName)); err != nil || st.Mode().Perm() != 0o666 {
 		t.Errorf("socket mode after chmodSocket: %v %v, want 0666", st.Mode(), err)
+	}
+}
+
+// TestReleaseDoesNotWaitForThePod: in the plain sidecar mode a pod can queue descriptors whose close blocks
+// (lingering TCP sockets) on connections to its socket, which the handover closes (all but the one it accepts,
+// when it stops listening; that one after sending); unpublish (Release) and the plugin's exit (Close) still
+// return at once.
+func TestReleaseDoesNotWaitForThePod(t *testing.T) {
+	testenv.RequireFUSE(t)
+	pod := t.TempDir()
+	rel := filepath.Join("volumes", "kubernetes.io~empty-dir", SidecarVolume, "vol")
+	if err := os.MkdirAll(filepath.Join(pod, filepath.Dir(rel)), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	s, err := NewSidecar(Options{SendTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var queued atomic.Int32
+	var targets []string
+	for _, name := range []string{"a", "b"} {
+		target := filepath.Join(pod, "target-"+name)
+		if err := os.Mkdir(target, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = unix.Unmount(target, unix.MNT_DETACH) })
+		// The pod's processes connect as soon as the socket exists, while the plugin still mounts.
+		socket := filepath.Join(pod, rel+name, SocketName)
+		var wg sync.WaitGroup
+		for range 8 {
+			f := fdpasstest.LingeringSocket(t)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); {
+					c, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: socket, Net: "unix"})
+					if err != nil {
+						continue
+					}
+					t.Cleanup(func() { c.Close() })
+					if _, _, err := c.WriteMsgUnix([]byte("x"), unix.UnixRights(int(f.Fd())), nil); err == nil {
+						queued.Add(1)
+						f.Close() // the copy in flight is the last one
+						return
+					}
+					break
+				}
+				go f.Close() // not sent: blocks until the peer's reset at the end
+			}()
+		}
+		req := TargetRequest{VolumeID: "vol-" + name, Target: target, PodDir: pod, SocketDir: rel + name}
+		if err := s.MountTarget(context.Background(), req); err != nil {
+			t.Fatal(err)
+		}
+		targets = append(targets, target)
+		wg.Wait()
+	}
+	if queued.Load() == 0 {
+		t.Fatal("no slow descriptor could be queued: the test shows nothing")
+	}
+	t.Logf("%d slow descriptors queued", queued.Load())
+	for _, what := range []struct {
+		name string
+		call func()
+	}{
+		{"Release", func() { s.Release(targets[0]) }},
+		{"Close", func() { _ = s.Close() }},
+	} {
+		done := make(chan struct{})
+		go func() { what.call(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(releaseWait + 3*time.Second):
+			t.Fatalf("%s blocked on descriptors the pod queued", what.name)
+		}
 	}
 }
