@@ -149,7 +149,7 @@ func (s *Sidecar) MountTarget(_ context.Context, req TargetRequest) (err error) 
 	if s.opts.SidecarKeepFD {
 		network = "unixpacket" // a session (package handover) instead of one message
 	}
-	ln, dev, sockDir, err := prepareTarget(req, network)
+	ln, dev, sockDir, err := prepareTarget(req, network, s.closer)
 	if err != nil {
 		return err
 	}
@@ -205,7 +205,7 @@ func (s *Sidecar) RecollectTargets(reqs []TargetRequest) map[string]error {
 			errs[req.Target] = err
 			continue
 		}
-		ln, err := listenIn(dir, "unixpacket", SocketName)
+		ln, err := listenIn(dir, "unixpacket", SocketName, s.closer)
 		if err != nil {
 			dir.Close()
 			errs[req.Target] = fmt.Errorf("socket in %s: %w", dir.Name(), err)
@@ -225,18 +225,18 @@ func (s *Sidecar) RecollectTargets(reqs []TargetRequest) map[string]error {
 // connection and mounts req.Target with it. It returns the listener, the connection's descriptor and the socket
 // directory (kept open: the socket's address goes through it, and it is removed through it at the end), or an
 // error after undoing what it did.
-func prepareTarget(req TargetRequest, network string) (*net.UnixListener, *os.File, *os.File, error) {
+func prepareTarget(req TargetRequest, network string, closer *fdpass.Closer) (*net.UnixListener, *os.File, *os.File, error) {
 	dir, err := openSocketDir(req.PodDir, req.SocketDir)
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	ln, err := listenIn(dir, network, SocketName)
+	ln, err := listenIn(dir, network, SocketName, closer)
 	if err != nil {
 		dir.Close()
 		return nil, nil, nil, fmt.Errorf("socket in %s: %w", filepath.Join(req.PodDir, req.SocketDir), err)
 	}
 	undo := func() {
-		_ = ln.Close()
+		go closer.Close(ln) // the pod may have queued slow descriptors on it: not on the publish call's path
 		_ = removeSocket(dir)
 		_ = dir.Close()
 	}
@@ -353,9 +353,9 @@ func openSocketDir(podDir, rel string) (*os.File, error) {
 }
 
 // listenIn listens on a socket of network ("unix", "unixpacket") called name in dir, replacing a socket left by
-// an earlier handover. The address goes through /proc/self/fd: short whatever dir's path (sun_path holds 108
+// an earlier handover; on failure the socket is closed through closer. The address goes through /proc/self/fd: short whatever dir's path (sun_path holds 108
 // bytes; GCS symlinks a short path for the same reason), and no symlink on the way can move it.
-func listenIn(dir *os.File, network, name string) (*net.UnixListener, error) {
+func listenIn(dir *os.File, network, name string, closer *fdpass.Closer) (*net.UnixListener, error) {
 	if err := removeSocket(dir); err != nil {
 		return nil, err
 	}
@@ -367,7 +367,7 @@ func listenIn(dir *os.File, network, name string) (*net.UnixListener, error) {
 	ln.SetUnlinkOnClose(false) // the address is only valid while dir is open: removeSocket does it
 	// Any user in the pod may connect (the sidecar runs as non-root): the first one gets the descriptor.
 	if err := chmodSocket(dir, name); err != nil {
-		_ = ln.Close()
+		go closer.Close(ln) // the pod may have queued slow descriptors on it: not on the publish call's path
 		_ = removeSocket(dir)
 		return nil, fmt.Errorf("chmod socket: %w", err)
 	}

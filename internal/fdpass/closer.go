@@ -33,7 +33,8 @@ func NewCloser(workers, pending int) *Closer {
 	return c
 }
 
-// Close closes f's descriptor: at once when it is /dev/fuse, else through the workers (see Closer).
+// Close closes x: at once when it is a /dev/fuse descriptor, else through the workers (see Closer), waiting
+// while pending are queued. A caller that must not wait (a CSI call) runs it on a goroutine of its own.
 func (c *Closer) Close(x io.Closer) {
 	if f, ok := x.(*os.File); ok && IsFuseDevice(f) {
 		_ = f.Close()
