@@ -390,6 +390,9 @@ func (h *holder) missingLocked(s *keeperSession) []*keptConn {
 			continue
 		}
 		s.holds[c.volume] = true
+		if c.init == nil {
+			s.handed[c.volume] = true // its server answers the INIT: its report gives the record
+		}
 		out = append(out, c)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].volume < out[j].volume })

@@ -278,3 +278,22 @@ func fdpassWrite(c *net.UnixConn, f *os.File) error {
 	_, _, err := c.WriteMsgUnix([]byte(`{"kind":"hello"}`), unix.UnixRights(int(f.Fd())), nil)
 	return err
 }
+
+// TestConnectionBeforeKeeperIsServed: a new connection mounted while no keeper is connected goes to the next
+// one, whose report gives its record.
+func TestConnectionBeforeKeeperIsServed(t *testing.T) {
+	testenv.RequireFUSE(t)
+	k, dir := listeningKeeper(t)
+	staging := filepath.Join(dir, "staging")
+	c := k.h.add("vol-1", staging, mountConn(t, staging))
+	keeper := helloKeeper(t, k)
+	recvKind(t, keeper, handover.Serve, "vol-1")
+	if err := keeper.Send(handover.Msg{Kind: handover.Served, Volume: "vol-1", Init: []byte("rec"), PID: 7}, nil); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := k.h.waitServed(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+}
