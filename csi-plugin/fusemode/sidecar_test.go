@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/fdpass/fdpasstest"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/handover"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/testenv"
 )
 
@@ -145,5 +146,62 @@ func TestReleaseDoesNotWaitForThePod(t *testing.T) {
 		case <-time.After(releaseWait + 3*time.Second):
 			t.Fatalf("%s blocked on descriptors the pod queued", what.name)
 		}
+	}
+}
+
+// TestKeepFDHandsTheRecordToTheNextSidecar: with KeepFD, the first sidecar's report gives the connection's
+// record, which a restarted sidecar gets with the connection to take it over.
+func TestKeepFDHandsTheRecordToTheNextSidecar(t *testing.T) {
+	testenv.RequireFUSE(t)
+	pod := t.TempDir()
+	rel := filepath.Join("volumes", "kubernetes.io~empty-dir", SidecarVolume, "vol")
+	if err := os.MkdirAll(filepath.Join(pod, filepath.Dir(rel)), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	s, err := NewSidecar(Options{SidecarKeepFD: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	target := filepath.Join(pod, "target")
+	if err := os.Mkdir(target, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = unix.Unmount(target, unix.MNT_DETACH) })
+	if err := s.MountTarget(context.Background(), TargetRequest{VolumeID: "vol-1", Target: target, PodDir: pod, SocketDir: rel}); err != nil {
+		t.Fatal(err)
+	}
+	socket := filepath.Join(pod, rel, SocketName)
+	sidecar := func() (*handover.Conn, handover.Msg) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		c, err := handover.Dial(ctx, socket, 10*time.Millisecond)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Send(handover.Msg{Kind: handover.Hello, Role: "sidecar"}, nil); err != nil {
+			t.Fatal(err)
+		}
+		c.SetRecvDeadline(time.Now().Add(5 * time.Second))
+		m, f, err := c.Recv()
+		if err != nil || m.Kind != handover.Serve {
+			t.Fatalf("sidecar got %+v, %v; want serve", m, err)
+		}
+		f.Close()
+		return c, m
+	}
+	first, m := sidecar()
+	if m.Init != nil {
+		t.Fatalf("a new connection came with a record %q", m.Init)
+	}
+	if err := first.Send(handover.Msg{Kind: handover.Served, Volume: "vol-1", Init: []byte("rec"), PID: 7}, nil); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the target served", func() bool { return !s.Pending(target) })
+	first.Close()
+	second, m := sidecar()
+	defer second.Close()
+	if string(m.Init) != "rec" {
+		t.Errorf("the next sidecar got the connection with record %q, want the first one's", m.Init)
 	}
 }
