@@ -79,10 +79,7 @@ type Handover struct {
 
 // Sidecar is the sidecar mode.
 type Sidecar struct {
-	opts Options
-	// closer closes, off every call's path, what a pod can make slow to close: the sockets in its volume
-	// and whatever its sidecar sends.
-	closer  *fdpass.Closer
+	opts    Options
 	mu      sync.Mutex
 	pending map[string]*waitingHandover // by target: the descriptor still to send (GCS's design)
 	held    map[string]*heldTarget      // by target: the connections kept for the sidecars (KeepFD)
@@ -98,7 +95,7 @@ func NewSidecar(opts Options) (*Sidecar, error) {
 	if opts.SendTimeout <= 0 {
 		opts.SendTimeout = 10 * time.Second
 	}
-	return &Sidecar{opts: opts, closer: fdpass.NewCloser(closeWorkers, closePending), pending: map[string]*waitingHandover{}, held: map[string]*heldTarget{}}, nil
+	return &Sidecar{opts: opts, pending: map[string]*waitingHandover{}, held: map[string]*heldTarget{}}, nil
 }
 
 // Name implements Mode.
@@ -149,13 +146,16 @@ func (s *Sidecar) MountTarget(_ context.Context, req TargetRequest) (err error) 
 	if s.opts.SidecarKeepFD {
 		network = "unixpacket" // a session (package handover) instead of one message
 	}
-	ln, dev, sockDir, err := prepareTarget(req, network, s.closer)
+	// What the pod can make slow to close (the sockets in its volume, whatever its sidecar sends) is closed
+	// by a Closer of the target's own: a pod that jams it stalls nothing but its own socket.
+	closer := targetCloser()
+	ln, dev, sockDir, err := prepareTarget(req, network, closer)
 	if err != nil {
 		return err
 	}
 	socket := filepath.Join(req.PodDir, req.SocketDir, SocketName)
 	if s.opts.SidecarKeepFD {
-		h := newHolder(socket, nil, s.closer, maxTargetSessions) // any user: the pod runs its sidecar as it likes
+		h := newHolder(socket, nil, closer, maxTargetSessions) // any user: the pod runs its sidecar as it likes
 		t := &heldTarget{h: h, c: h.add(req.VolumeID, req.Target, dev), sockDir: sockDir}
 		h.serve(handover.ListenerOf(ln))
 		s.mu.Lock()
@@ -172,7 +172,7 @@ func (s *Sidecar) MountTarget(_ context.Context, req TargetRequest) (err error) 
 	s.mu.Unlock()
 	go func() {
 		defer close(h.done)
-		err := fdpass.SendOnce(ctx, ln, dev, Handover{VolumeID: req.VolumeID, ReadOnly: req.ReadOnly}, s.opts.SendTimeout, s.closer)
+		err := fdpass.SendOnce(ctx, ln, dev, Handover{VolumeID: req.VolumeID, ReadOnly: req.ReadOnly}, s.opts.SendTimeout, closer)
 		// Closed in every case, as GCS does: from now on the mount lives only as long as its server.
 		_ = dev.Close()
 		_ = removeSocket(sockDir)
@@ -205,13 +205,14 @@ func (s *Sidecar) RecollectTargets(reqs []TargetRequest) map[string]error {
 			errs[req.Target] = err
 			continue
 		}
-		ln, err := listenIn(dir, "unixpacket", SocketName, s.closer)
+		closer := targetCloser()
+		ln, err := listenIn(dir, "unixpacket", SocketName, closer)
 		if err != nil {
 			dir.Close()
 			errs[req.Target] = fmt.Errorf("socket in %s: %w", dir.Name(), err)
 			continue
 		}
-		h := newHolder(filepath.Join(req.PodDir, req.SocketDir, SocketName), nil, s.closer, maxTargetSessions)
+		h := newHolder(filepath.Join(req.PodDir, req.SocketDir, SocketName), nil, closer, maxTargetSessions)
 		t := &heldTarget{h: h, c: h.expect(req.VolumeID, req.Target, nil), sockDir: dir}
 		h.serve(handover.ListenerOf(ln))
 		s.mu.Lock()
@@ -300,6 +301,10 @@ const releaseWait = 2 * time.Second
 // maxTargetSessions bounds the sessions at once on one target's socket (KeepFD): a sidecar and its restarted
 // successor.
 const maxTargetSessions = 4
+
+// targetCloser returns the Closer of one target: one worker (one thread at most stuck per target), a few
+// waiting.
+func targetCloser() *fdpass.Closer { return fdpass.NewCloser(1, 16) }
 
 // Pending implements TargetMounter: with KeepFD, whether no sidecar serves the target's connection yet.
 func (s *Sidecar) Pending(target string) bool {

@@ -10,27 +10,43 @@ import (
 // Closer closes what another process can make slow to close, off the caller's path: a descriptor it sent (a
 // file of a FUSE mount whose server never answers FLUSH, a TCP socket with SO_LINGER: close(2) waits for
 // them in the kernel, holding its OS thread), and a socket it can have queued such descriptors on (closing a
-// socket releases what waits in its queue). A fixed number of workers close them, so at most that many
-// threads can ever be stuck, and at most pending wait: Close blocks its caller beyond that, which slows down
-// whoever sends them rather than the process.
+// socket releases what waits in its queue). At most workers goroutines close them (started when needed, gone
+// when idle), so at most that many threads can ever be stuck, and at most pending wait: Close blocks its
+// caller beyond that, which slows down whoever sends them rather than the process.
 //
 // A /dev/fuse descriptor is closed at once: its release (fuse_dev_release in fs/fuse/dev.c) never waits for a
 // server.
 type Closer struct {
-	q chan io.Closer
+	q       chan io.Closer
+	workers chan struct{} // a token per running worker; workers exit when nothing waits
 }
 
-// NewCloser starts workers goroutines that close what is queued; at most pending may wait.
+// NewCloser returns a Closer of at most workers goroutines (started when needed) with at most pending waiting.
 func NewCloser(workers, pending int) *Closer {
-	c := &Closer{q: make(chan io.Closer, pending)}
-	for range workers {
-		go func() {
-			for x := range c.q {
-				_ = x.Close()
-			}
-		}()
+	return &Closer{q: make(chan io.Closer, pending), workers: make(chan struct{}, workers)}
+}
+
+// work closes what is queued until nothing is, then lets its token go.
+func (c *Closer) work() {
+	for {
+		select {
+		case x := <-c.q:
+			_ = x.Close()
+			continue
+		default:
+		}
+		<-c.workers
+		// Something queued between the check and the release, by a caller that found no free token, is
+		// taken here.
+		if len(c.q) == 0 {
+			return
+		}
+		select {
+		case c.workers <- struct{}{}:
+		default:
+			return // another worker runs and takes it
+		}
 	}
-	return c
 }
 
 // Close closes x: at once when it is a /dev/fuse descriptor, else through the workers (see Closer), waiting
@@ -41,6 +57,11 @@ func (c *Closer) Close(x io.Closer) {
 		return
 	}
 	c.q <- x
+	select {
+	case c.workers <- struct{}{}:
+		go c.work()
+	default: // every worker runs: one of them takes it
+	}
 }
 
 // Pending reports how many wait to be closed, for tests and logs.

@@ -18,6 +18,14 @@ const Linger = 60 * time.Second
 // waiting) when the test ends; the returned file is the caller's.
 func LingeringSocket(t testing.TB) *os.File {
 	t.Helper()
+	f, _ := LingeringSocketAndRelease(t)
+	return f
+}
+
+// LingeringSocketAndRelease is LingeringSocket with a function that resets the peer at once (also called when
+// the test ends), which ends any close of the socket still waiting.
+func LingeringSocketAndRelease(t testing.TB) (*os.File, func()) {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -42,10 +50,11 @@ func LingeringSocket(t testing.TB) *os.File {
 	}
 	tcp := peer.(*net.TCPConn)
 	_ = tcp.SetReadBuffer(4096)
-	t.Cleanup(func() {
+	release := func() {
 		_ = tcp.SetLinger(0)
 		_ = tcp.Close()
-	})
+	}
+	t.Cleanup(release)
 	if err := unix.SetNonblock(fd, true); err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +68,7 @@ func LingeringSocket(t testing.TB) *os.File {
 	if err := unix.SetsockoptLinger(fd, unix.SOL_SOCKET, unix.SO_LINGER, &unix.Linger{Onoff: 1, Linger: int32(Linger / time.Second)}); err != nil {
 		t.Fatal(err)
 	}
-	return os.NewFile(uintptr(fd), "lingering-socket")
+	return os.NewFile(uintptr(fd), "lingering-socket"), release
 }
 
 // Threads returns how many threads the process has.
