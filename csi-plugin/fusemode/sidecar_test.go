@@ -90,6 +90,7 @@ func TestReleaseDoesNotWaitForThePod(t *testing.T) {
 		t.Fatal(err)
 	}
 	var queued atomic.Int32
+	var mounted atomic.Bool
 	var targets []string
 	for _, name := range []string{"a", "b"} {
 		target := filepath.Join(pod, "target-"+name)
@@ -100,6 +101,7 @@ func TestReleaseDoesNotWaitForThePod(t *testing.T) {
 		// The pod's processes connect as soon as the socket exists, while the plugin still mounts.
 		socket := filepath.Join(pod, rel+name, SocketName)
 		var wg sync.WaitGroup
+		mounted.Store(false)
 		for range 8 {
 			f := fdpasstest.LingeringSocket(t)
 			wg.Add(1)
@@ -108,6 +110,10 @@ func TestReleaseDoesNotWaitForThePod(t *testing.T) {
 				for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); {
 					c, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: socket, Net: "unix"})
 					if err != nil {
+						if mounted.Load() {
+							break // the handover is over: nothing to queue on any more
+						}
+						time.Sleep(100 * time.Microsecond)
 						continue
 					}
 					t.Cleanup(func() { c.Close() })
@@ -125,6 +131,7 @@ func TestReleaseDoesNotWaitForThePod(t *testing.T) {
 		if err := s.MountTarget(context.Background(), req); err != nil {
 			t.Fatal(err)
 		}
+		mounted.Store(true)
 		targets = append(targets, target)
 		wg.Wait()
 	}
@@ -140,9 +147,11 @@ func TestReleaseDoesNotWaitForThePod(t *testing.T) {
 		{"Close", func() { _ = s.Close() }},
 	} {
 		done := make(chan struct{})
+		start := time.Now()
 		go func() { what.call(); close(done) }()
 		select {
 		case <-done:
+			t.Logf("%s returned after %v", what.name, time.Since(start))
 		case <-time.After(releaseWait + 3*time.Second):
 			t.Fatalf("%s blocked on descriptors the pod queued", what.name)
 		}
