@@ -27,8 +27,8 @@ import (
 // had read.
 type holder struct {
 	socket string // for messages
-	// auth decides whether a session that said hello may go on (nil: anyone who reaches the socket).
-	auth func(c *handover.Conn, hello handover.Msg) error
+	// auth decides who may hold a session (nil: anyone who reaches the socket).
+	auth *sessionAuth
 	// closer closes what sessions send and the sessions themselves, off every request's path.
 	closer *fdpass.Closer
 	// slots bounds the sessions at once, greeting ones included: the accept loop takes a slot before it
@@ -48,7 +48,13 @@ type holder struct {
 	done     chan struct{} // closed by close
 }
 
-func newHolder(socket string, auth func(*handover.Conn, handover.Msg) error, closer *fdpass.Closer, maxSessions int) *holder {
+// sessionAuth checks a new session: its peer at once (peer), then its hello (hello).
+type sessionAuth struct {
+	peer  func(*handover.Conn) error
+	hello func(handover.Msg) error
+}
+
+func newHolder(socket string, auth *sessionAuth, closer *fdpass.Closer, maxSessions int) *holder {
 	return &holder{socket: socket, auth: auth, closer: closer, slots: make(chan struct{}, maxSessions), greeting: helloTimeout,
 		resend: func(dev *os.File) { _, _ = fuseconn.Resend(int(dev.Fd())) },
 		conns:  map[string]*keptConn{}, changed: make(chan struct{}), done: make(chan struct{})}
@@ -251,6 +257,12 @@ const helloTimeout = 10 * time.Second
 // lacks (handed over), then its reports until it ends.
 func (h *holder) session(c *handover.Conn) {
 	defer c.Close() // waits while the Closer is full: whoever floods it with slow descriptors waits too
+	if h.auth != nil {
+		if err := h.auth.peer(c); err != nil {
+			klog.ErrorS(err, "Refusing a session", "socket", h.socket)
+			return
+		}
+	}
 	c.SetRecvDeadline(time.Now().Add(h.greeting))
 	m, f, err := c.Recv()
 	if err != nil || m.Kind != handover.Hello {
@@ -261,7 +273,7 @@ func (h *holder) session(c *handover.Conn) {
 		return
 	}
 	if h.auth != nil {
-		if err := h.auth(c, m); err != nil {
+		if err := h.auth.hello(m); err != nil {
 			klog.ErrorS(err, "Refusing a session", "socket", h.socket, "role", clip(m.Role), "pid", m.PID)
 			return
 		}

@@ -207,7 +207,8 @@ func TestSlowDescriptorsDoNotPileUpThreads(t *testing.T) {
 	for range maxKeeperSessions {
 		silent = append(silent, rawConn(t, k))
 	}
-	time.Sleep(100 * time.Millisecond)
+	waitUntil(t, "every session slot taken", func() bool { return len(k.h.slots) == maxKeeperSessions })
+	time.Sleep(50 * time.Millisecond) // the accept loop now waits for a slot, not in accept
 	before := fdpasstest.Threads(t)
 	const attackers = 40
 	var releases []func()

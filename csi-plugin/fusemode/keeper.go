@@ -98,25 +98,30 @@ func NewKeeper(opts Options) (*Keeper, error) {
 		opts.StartTimeout = 10 * time.Second
 	}
 	k := &Keeper{opts: opts}
-	k.h = newHolder(opts.KeeperSocket, k.authenticate, fdpass.NewCloser(closeWorkers, closePending), maxKeeperSessions)
+	k.h = newHolder(opts.KeeperSocket, &sessionAuth{peer: k.peerIsKeeper, hello: k.helloHasSecret}, fdpass.NewCloser(closeWorkers, closePending), maxKeeperSessions)
 	return k, nil
 }
 
-// authenticate lets a keeper session go on only from the keeper's user (and group, when set), which the
-// kernel tells (SO_PEERCRED), and with the secret of this plugin run, which only that user can read.
-func (k *Keeper) authenticate(c *handover.Conn, hello handover.Msg) error {
+// peerIsKeeper lets a keeper session go on only from the keeper's user (and group, when set), as the kernel
+// tells (SO_PEERCRED).
+func (k *Keeper) peerIsKeeper(c *handover.Conn) error {
 	cred, err := c.PeerCred()
 	if err != nil {
 		return err
 	}
 	if int(cred.Uid) != k.opts.KeeperUID || (k.opts.KeeperGID >= 0 && int(cred.Gid) != k.opts.KeeperGID) {
-		return fmt.Errorf("peer uid %d gid %d is not the keeper's (uid %d gid %d)", cred.Uid, cred.Gid, k.opts.KeeperUID, k.opts.KeeperGID)
+		return fmt.Errorf("peer uid %d gid %d (pid %d) is not the keeper's (uid %d gid %d)", cred.Uid, cred.Gid, cred.Pid, k.opts.KeeperUID, k.opts.KeeperGID)
 	}
+	return nil
+}
+
+// helloHasSecret lets it go on only with the secret of this plugin run, which only the keeper's user can read.
+func (k *Keeper) helloHasSecret(hello handover.Msg) error {
 	k.mu.Lock()
 	secret := k.secret
 	k.mu.Unlock()
 	if len(secret) == 0 || subtle.ConstantTimeCompare(hello.Secret, secret) != 1 {
-		return fmt.Errorf("peer uid %d (pid %d) did not give the secret of %s", cred.Uid, cred.Pid, k.secretPath())
+		return fmt.Errorf("the hello (pid %d) does not give the secret of %s", hello.PID, k.secretPath())
 	}
 	return nil
 }
@@ -161,7 +166,7 @@ func (k *Keeper) Recollect(recs []Recorded) (map[string]Server, error) {
 		return nil, fmt.Errorf("keeper secret: %w", err)
 	}
 	// Who may connect: the keeper's user (group) only, by the socket's owner and mode; the chart mounts its
-	// directory only into the keeper's pods; a session then proves uid, gid and the secret (authenticate).
+	// directory only into the keeper's pods; a session then proves uid, gid (peerIsKeeper) and the secret (helloHasSecret).
 	mode := os.FileMode(0o600)
 	if k.opts.KeeperGID >= 0 {
 		mode = 0o660
