@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"compress/gzip"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -938,12 +939,13 @@ func TestKeeperMode(t *testing.T) {
 			t.Errorf("a keeper DaemonSet in fuseMode %s", mode)
 		}
 	}
-	o := render(t, "csi.plugin.fuseMode=keeper", "keeper.runAsUser=4242", "keeper.readLatency=500ms", "keeper.volumesPerServer=8",
+	o := render(t, "csi.plugin.fuseMode=keeper", "keeper.runAsUser=4242", "keeper.runAsGroup=4343", "keeper.readLatency=500ms", "keeper.volumesPerServer=8",
 		"csi.plugin.directIO=true", "image.tag=v1", "keeper.imageTag=v2")
 	checkInvariants(t, o, defaultKubelet, defaultDriver, "/var/lib/dummy-fuse-csi")
 	plugin := container(t, o.ds, pluginContainer)
 	wantArg(t, plugin, "--fuse-mode", "--fuse-mode=keeper")
 	wantArg(t, plugin, "--keeper-uid", "--keeper-uid=4242")
+	wantArg(t, plugin, "--keeper-gid", "--keeper-gid=4343")
 	wantNoArg(t, plugin, "--fuse-direct-io") // the keeper's servers read directly, not the plugin's (none)
 	ds := o.keeperDS
 	if ds == nil {
@@ -978,11 +980,19 @@ func TestKeeperMode(t *testing.T) {
 	wantArg(t, c, "--volumes-per-server", "--volumes-per-server=8")
 	wantArg(t, c, "--fuse-direct-io", "--fuse-direct-io")
 	sc := c.SecurityContext
-	if sc == nil || sc.RunAsUser == nil || *sc.RunAsUser != 4242 || sc.RunAsNonRoot == nil || !*sc.RunAsNonRoot ||
+	if sc == nil || sc.RunAsUser == nil || *sc.RunAsUser != 4242 || sc.RunAsGroup == nil || *sc.RunAsGroup != 4343 || sc.RunAsNonRoot == nil || !*sc.RunAsNonRoot ||
 		(sc.Privileged != nil && *sc.Privileged) || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation ||
 		sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) || len(sc.Capabilities.Add) != 0 {
-		t.Errorf("keeper securityContext %+v: want user 4242, no privilege, no capability", sc)
+		t.Errorf("keeper securityContext %+v: want user 4242, group 4343, no privilege, no capability", sc)
 	}
+	// By default the keeper runs as the IDs the plugin expects without flags, which nothing else uses.
+	d := render(t, "csi.plugin.fuseMode=keeper")
+	dsc := container(t, d.keeperDS, "keeper").SecurityContext
+	if *dsc.RunAsUser == 65534 || *dsc.RunAsGroup == 65534 {
+		t.Errorf("default keeper user %d group %d: nobody is shared with too many images", *dsc.RunAsUser, *dsc.RunAsGroup)
+	}
+	wantArg(t, container(t, d.ds, pluginContainer), "--keeper-uid", fmt.Sprintf("--keeper-uid=%d", *dsc.RunAsUser))
+	wantArg(t, container(t, d.ds, pluginContainer), "--keeper-gid", fmt.Sprintf("--keeper-gid=%d", *dsc.RunAsGroup))
 	for _, m := range c.VolumeMounts {
 		v := volume(t, ds, m.Name)
 		switch {

@@ -153,9 +153,11 @@ type Options struct {
 	// instead of finding nothing (GCS hands its only copy over and closes its own).
 	SidecarKeepFD bool
 	// KeeperSocket is where the keeper mode waits for keepers; KeeperUID is the only user ID a keeper may
-	// connect as (SO_PEERCRED), -1 for any.
+	// connect as and KeeperGID, when not -1, the only group ID (SO_PEERCRED). A keeper must also know the
+	// per-node secret the plugin writes beside the socket (KeeperSecretName), readable by that user only.
 	KeeperSocket string
 	KeeperUID    int
+	KeeperGID    int
 }
 
 // constructors are the modes by name: each mode's file registers itself (Register) from an init function, so that

@@ -12,6 +12,7 @@ import (
 	"github.com/moby/sys/mountinfo"
 	"k8s.io/klog/v2"
 
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/fdpass"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/fuseconn"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/handover"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/mounts"
@@ -26,7 +27,17 @@ import (
 // had read.
 type holder struct {
 	socket string // for messages
-	uid    int    // the only user a session may come from, -1 for any
+	// auth decides who may hold a session (nil: anyone who reaches the socket).
+	auth *sessionAuth
+	// closer closes what sessions send and the sessions themselves, off every request's path.
+	closer *fdpass.Closer
+	// slots bounds the sessions at once, greeting ones included: the accept loop takes a slot before it
+	// accepts, so surplus connections wait in the socket's backlog (bounded by the kernel) and cost nothing.
+	slots chan struct{}
+	// greeting bounds how long a new session may take to say hello and hand back what it holds.
+	greeting time.Duration
+	// resend asks the kernel to queue again the requests a session's servers had read (fuseconn.Resend).
+	resend func(dev *os.File)
 
 	mu       sync.Mutex
 	ln       *handover.Listener
@@ -34,14 +45,24 @@ type holder struct {
 	sessions []*keeperSession     // connected sessions, oldest first
 	changed  chan struct{}        // closed and replaced whenever a session or a connection's state changes
 	closed   bool
+	done     chan struct{} // closed by close
 }
 
-func newHolder(socket string, uid int) *holder {
-	return &holder{socket: socket, uid: uid, conns: map[string]*keptConn{}, changed: make(chan struct{})}
+// sessionAuth checks a new session: its peer at once (peer), then its hello (hello).
+type sessionAuth struct {
+	peer  func(*handover.Conn) error
+	hello func(handover.Msg) error
+}
+
+func newHolder(socket string, auth *sessionAuth, closer *fdpass.Closer, maxSessions int) *holder {
+	return &holder{socket: socket, auth: auth, closer: closer, slots: make(chan struct{}, maxSessions), greeting: helloTimeout,
+		resend: func(dev *os.File) { _, _ = fuseconn.Resend(int(dev.Fd())) },
+		conns:  map[string]*keptConn{}, changed: make(chan struct{}), done: make(chan struct{})}
 }
 
 // serve starts taking sessions on ln.
 func (h *holder) serve(ln *handover.Listener) {
+	ln.CloseVia(h.closer)
 	h.mu.Lock()
 	h.ln = ln
 	h.mu.Unlock()
@@ -67,32 +88,57 @@ func (h *holder) add(volume, mountpoint string, dev *os.File) *keptConn {
 		h.forgetLocked(old)
 	}
 	h.conns[volume] = c
-	var s *keeperSession
-	if n := len(h.sessions); n > 0 {
-		s = h.sessions[n-1]
+	s := h.pickLocked()
+	if s != nil {
 		s.holds[volume] = true
+		s.handed[volume] = true
 	}
 	h.mu.Unlock()
 	if s != nil {
 		if err := s.conn.Send(handover.Msg{Kind: handover.Serve, Volume: volume}, dev); err != nil {
-			s.conn.Close() // its receiver removes the session; the next one gets the connection
+			go s.conn.Close() // its receiver removes the session; the next one gets the connection
 		}
 	}
 	return c
 }
 
+// pickLocked chooses the session that serves a new connection: the newest of those that serve what they are
+// handed, else the newest that has not failed to. A session that never serves (a hung or hostile keeper) is
+// then only chosen while no other is there, and never again once a connection handed to it went unserved.
+func (h *holder) pickLocked() *keeperSession {
+	var fallback *keeperSession
+	for i := len(h.sessions) - 1; i >= 0; i-- {
+		s := h.sessions[i]
+		switch {
+		case s.failed:
+		case s.proven:
+			return s
+		case fallback == nil:
+			fallback = s
+		}
+	}
+	return fallback
+}
+
 // close stops taking sessions and ends every one; the plugin's copies are closed only by forget.
 func (h *holder) close() {
 	h.mu.Lock()
+	if !h.closed {
+		close(h.done)
+	}
 	h.closed = true
 	ln, sessions := h.ln, h.sessions
 	h.mu.Unlock()
-	if ln != nil {
-		_ = ln.Close()
-	}
-	for _, s := range sessions {
-		_ = s.conn.Close()
-	}
+	// Closing sockets a peer could have queued slow descriptors on is the Closer's, which may make one wait:
+	// not the caller (a CSI call, the plugin's exit).
+	go func() {
+		if ln != nil {
+			_ = ln.Close()
+		}
+		for _, s := range sessions {
+			_ = s.conn.Close()
+		}
+	}()
 }
 
 // forget drops the plugin's copy of c and tells every session to drop theirs.
@@ -134,6 +180,9 @@ type keeperSession struct {
 	version string
 	pid     int
 	holds   map[string]bool // connections it holds (said hold, or was handed)
+	handed  map[string]bool // new connections handed to it to answer their INIT
+	proven  bool            // it reported a server for a connection handed to it
+	failed  bool            // a new connection handed to it went unserved within the start timeout
 }
 
 // waitServed waits until a server answers c.
@@ -143,8 +192,10 @@ func (h *holder) waitServed(ctx context.Context, c *keptConn) error {
 		changed := h.changed
 		served := c.init != nil && c.servedBy != 0
 		var s *keeperSession
-		if n := len(h.sessions); n > 0 {
-			s = h.sessions[n-1]
+		for _, x := range h.sessions {
+			if x.handed[c.volume] {
+				s = x
+			}
 		}
 		h.mu.Unlock()
 		if served {
@@ -156,58 +207,84 @@ func (h *holder) waitServed(ctx context.Context, c *keptConn) error {
 			if s == nil {
 				return fmt.Errorf("%w to %s in time: is the keeper running on this node? (%w)", ErrNoKeeper, h.socket, ctx.Err())
 			}
-			return fmt.Errorf("the %s (pid %d) did not serve the connection in time: %w", s.role, s.pid, ctx.Err())
+			h.mu.Lock()
+			s.failed = true // the next new connection goes to another session, if there is one
+			h.mu.Unlock()
+			return notServedError{fmt.Errorf("the %s (pid %d) did not serve the connection in time: %w", s.role, s.pid, ctx.Err())}
 		}
 	}
 }
 
-// accept takes sessions until the listener is closed.
+// accept takes sessions until the listener is closed, at most cap(h.slots) at once. A failure to accept (no
+// descriptor left: EMFILE) is waited out with a growing pause, as net/http's Server does, never the end.
 func (h *holder) accept(ln *handover.Listener) {
+	var pause time.Duration
 	for {
-		c, err := ln.Accept()
-		if err != nil {
-			h.mu.Lock()
-			closed := h.closed
-			h.mu.Unlock()
-			if !closed {
-				klog.ErrorS(err, "Session socket stopped accepting", "socket", h.socket)
-			}
+		select {
+		case h.slots <- struct{}{}:
+		case <-h.done:
 			return
 		}
-		go h.session(c)
+		c, err := ln.Accept()
+		if err != nil {
+			<-h.slots
+			select {
+			case <-h.done:
+				return
+			default:
+			}
+			pause = min(max(2*pause, 5*time.Millisecond), time.Second)
+			klog.ErrorS(err, "Accepting a session failed; retrying", "socket", h.socket, "in", pause)
+			select {
+			case <-time.After(pause):
+			case <-h.done:
+				return
+			}
+			continue
+		}
+		pause = 0
+		go func() {
+			defer func() { <-h.slots }()
+			h.session(c)
+		}()
 	}
 }
 
-// helloTimeout bounds how long a new session may take to say hello.
+// helloTimeout bounds how long a new session may take to say hello and hand back what it holds.
 const helloTimeout = 10 * time.Second
 
 // session runs one keeper's session: hello, the connections it holds (re-collected or refused), the ones it
 // lacks (handed over), then its reports until it ends.
 func (h *holder) session(c *handover.Conn) {
-	defer c.Close()
-	if want := h.uid; want >= 0 {
-		if uid, err := c.PeerUID(); err != nil || uid != want {
-			klog.ErrorS(err, "Refusing a session from another user", "socket", h.socket, "uid", uid, "want", want)
+	defer c.Close() // waits while the Closer is full: whoever floods it with slow descriptors waits too
+	if h.auth != nil {
+		if err := h.auth.peer(c); err != nil {
+			klog.ErrorS(err, "Refusing a session", "socket", h.socket)
 			return
 		}
 	}
-	timer := time.AfterFunc(helloTimeout, func() { c.Close() })
+	c.SetRecvDeadline(time.Now().Add(h.greeting))
 	m, f, err := c.Recv()
-	timer.Stop()
 	if err != nil || m.Kind != handover.Hello {
 		if f != nil {
-			f.Close()
+			c.Discard(f)
 		}
 		klog.ErrorS(err, "Session without hello", "socket", h.socket, "got", m.Kind)
 		return
 	}
-	s := &keeperSession{conn: c, role: m.Role, version: m.Version, pid: m.PID, holds: map[string]bool{}}
+	if h.auth != nil {
+		if err := h.auth.hello(m); err != nil {
+			klog.ErrorS(err, "Refusing a session", "socket", h.socket, "role", clip(m.Role), "pid", m.PID)
+			return
+		}
+	}
+	s := &keeperSession{conn: c, role: clip(m.Role), version: clip(m.Version), pid: m.PID, holds: map[string]bool{}, handed: map[string]bool{}}
 	var adopted, refused []string
 	for i := 0; i < m.Holds; i++ {
 		hm, f, err := c.Recv()
 		if err != nil || hm.Kind != handover.Hold {
 			if f != nil {
-				f.Close()
+				c.Discard(f)
 			}
 			klog.ErrorS(err, "Session broke off while handing back its connections", "role", s.role, "pid", s.pid, "got", hm.Kind)
 			return
@@ -223,6 +300,7 @@ func (h *holder) session(c *handover.Conn) {
 			adopted = append(adopted, hm.Volume)
 		}
 	}
+	c.SetRecvDeadline(time.Time{})
 	h.mu.Lock()
 	h.sessions = append(h.sessions, s)
 	missing := h.missingLocked(s)
@@ -243,18 +321,25 @@ func (h *holder) session(c *handover.Conn) {
 			break
 		}
 	}
+	var devs []*os.File
 	for _, cn := range h.conns {
-		if cn.servedBy != 0 && s.holds[cn.volume] {
+		if !s.holds[cn.volume] {
+			continue
+		}
+		if cn.servedBy != 0 {
 			cn.servedBy = 0 // unknown until another keeper reports
 		}
+		if cn.dev != nil {
+			devs = append(devs, cn.dev)
+		}
 	}
-	devs := h.devsLocked()
 	h.notifyLocked()
 	h.mu.Unlock()
 	// The requests its servers had read and not answered stay stuck until someone asks the kernel to queue
-	// them again: another keeper's servers answer them at once, the next keeper's when it takes over.
+	// them again: another keeper's servers answer them at once, the next keeper's when it takes over. Only
+	// the connections it held: no other connection had a request in its servers.
 	for _, d := range devs {
-		_, _ = fuseconn.Resend(int(d.Fd()))
+		h.resend(d)
 	}
 	klog.InfoS("Session ended; the connections stay mounted, held by the plugin", "role", s.role, "pid", s.pid, "reason", err, "connections", len(devs))
 }
@@ -263,7 +348,7 @@ func (h *holder) session(c *handover.Conn) {
 func (h *holder) takeBack(s *keeperSession, m handover.Msg, f *os.File) string {
 	defer func() {
 		if f != nil {
-			f.Close()
+			s.conn.Discard(f)
 		}
 	}()
 	h.mu.Lock()
@@ -317,6 +402,9 @@ func (h *holder) missingLocked(s *keeperSession) []*keptConn {
 			continue
 		}
 		s.holds[c.volume] = true
+		if c.init == nil {
+			s.handed[c.volume] = true // its server answers the INIT: its report gives the record
+		}
 		out = append(out, c)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].volume < out[j].volume })
@@ -341,13 +429,24 @@ func (h *holder) reports(s *keeperSession) error {
 			return err
 		}
 		if f != nil {
-			f.Close() // only Hold carries a descriptor, and only right after hello
+			s.conn.Discard(f) // only Hold carries a descriptor, and only right after hello
 		}
 		h.mu.Lock()
 		c := h.conns[m.Volume]
 		switch {
 		case c == nil:
+		case !s.holds[m.Volume]:
+			// A session speaks only of the connections it holds: another's report could mark any volume
+			// served, or over for good.
+			klog.ErrorS(nil, "Ignoring a report about a connection the session does not hold", "role", s.role, "pid", s.pid, "volumeID", m.Volume, "kind", m.Kind)
+		case m.Kind == handover.Served && c.init == nil && !s.handed[m.Volume]:
+			// Its record becomes the one every successor replays: only the session that was handed the new
+			// connection, whose server answered its INIT, can know it.
+			klog.ErrorS(nil, "Ignoring a handover record from a session that was not handed the new connection", "role", s.role, "pid", s.pid, "volumeID", m.Volume)
 		case m.Kind == handover.Served:
+			if s.handed[m.Volume] {
+				s.proven = true
+			}
 			if c.init == nil {
 				c.init = m.Init
 			} else if !bytes.Equal(c.init, m.Init) {
@@ -359,9 +458,9 @@ func (h *holder) reports(s *keeperSession) error {
 			for _, o := range h.sessions {
 				if o != s && !o.holds[c.volume] && c.dev != nil {
 					o.holds[c.volume] = true
-					go func(o *keeperSession, c *keptConn, init []byte) {
-						_ = o.conn.Send(handover.Msg{Kind: handover.Serve, Volume: c.volume, Init: init}, c.dev)
-					}(o, c, c.init)
+					go func(o *keeperSession, c *keptConn, init []byte, dev *os.File) {
+						_ = o.conn.Send(handover.Msg{Kind: handover.Serve, Volume: c.volume, Init: init}, dev)
+					}(o, c, c.init, c.dev)
 				}
 			}
 		case m.Kind == handover.Ended:
@@ -375,17 +474,6 @@ func (h *holder) reports(s *keeperSession) error {
 		h.notifyLocked()
 		h.mu.Unlock()
 	}
-}
-
-// devsLocked returns the plugin's copies.
-func (h *holder) devsLocked() []*os.File {
-	var out []*os.File
-	for _, c := range h.conns {
-		if c.dev != nil {
-			out = append(out, c.dev)
-		}
-	}
-	return out
 }
 
 // notifyLocked wakes everyone waiting for a change.
@@ -421,3 +509,19 @@ func closeOnce(ch chan struct{}) {
 		close(ch)
 	}
 }
+
+// clip bounds a string a session sent before it goes into a log line.
+func clip(s string) string {
+	const max = 64
+	if len(s) > max {
+		return s[:max] + "…"
+	}
+	return s
+}
+
+// notServedError is a new connection that the session handed it did not serve in time: like no keeper at all
+// (ErrNoKeeper), the CO retries, and the next try goes to another session if there is one.
+type notServedError struct{ error }
+
+func (e notServedError) Is(target error) bool { return target == ErrNoKeeper || target == ErrRetry }
+func (e notServedError) Unwrap() error        { return e.error }

@@ -2,14 +2,22 @@ package fusemode
 
 import (
 	"context"
+	"crypto/rand"
+	"crypto/subtle"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
 
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/atomicfile"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/contract"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/fdpass"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/fuseconn"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/handover"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/mounts"
@@ -23,8 +31,25 @@ import (
 // keeper for who repairs what. A restarted plugin re-collects its copies from the keeper (Recollect).
 const KeeperName = contract.ModeKeeper
 
-// ErrNoKeeper is wrapped by Start when no keeper connected in time: the CO should retry later.
+// ErrNoKeeper is wrapped by Start when no keeper connected in time, or the one handed the connection did not
+// serve it in time: the CO should retry later.
 var ErrNoKeeper = Retryable(errors.New("no keeper connected"))
+
+// DefaultKeeperID is the user and group ID the plugin expects a keeper to run as unless told otherwise: the
+// chart's, chosen so that nothing else on a node runs as it (unlike 65534, nobody).
+const DefaultKeeperID = 61731
+
+// KeeperSecretName is the file beside the keeper socket that holds the per-node secret a keeper proves itself
+// with (its hello's secret): the plugin writes a new one at every start, readable by the keeper's user only.
+const KeeperSecretName = "keeper.secret"
+
+// Bounds of the keeper socket: sessions at once (a keeper, and its successor during a rolling update, need
+// two), and the Closer of what they send.
+const (
+	maxKeeperSessions = 8
+	closeWorkers      = 4
+	closePending      = 64
+)
 
 // maxReadBytes is the mount's max_read: a READ as large as the servers' max_write (dummyfs).
 const maxReadBytes = 128 * 1024
@@ -34,6 +59,9 @@ type Keeper struct {
 	onStagingPath
 	opts Options
 	h    *holder
+
+	mu     sync.Mutex
+	secret []byte // this run's per-node secret, as written to the secret file
 }
 
 func init() { Register(KeeperName, func(o Options) (Mode, error) { return NewKeeper(o) }) }
@@ -43,10 +71,66 @@ func NewKeeper(opts Options) (*Keeper, error) {
 	if opts.KeeperSocket == "" {
 		return nil, errors.New("keeper mode: the keeper socket path is empty")
 	}
+	if opts.KeeperUID < 0 {
+		return nil, fmt.Errorf("keeper mode: the keeper's user ID must be given (got %d): no keeper socket is open to any user", opts.KeeperUID)
+	}
 	if opts.StartTimeout <= 0 {
 		opts.StartTimeout = 10 * time.Second
 	}
-	return &Keeper{opts: opts, h: newHolder(opts.KeeperSocket, opts.KeeperUID)}, nil
+	k := &Keeper{opts: opts}
+	k.h = newHolder(opts.KeeperSocket, &sessionAuth{peer: k.peerIsKeeper, hello: k.helloHasSecret}, fdpass.NewCloser(closeWorkers, closePending), maxKeeperSessions)
+	return k, nil
+}
+
+// peerIsKeeper lets a keeper session go on only from the keeper's user (and group, when set), as the kernel
+// tells (SO_PEERCRED).
+func (k *Keeper) peerIsKeeper(c *handover.Conn) error {
+	cred, err := c.PeerCred()
+	if err != nil {
+		return err
+	}
+	if int(cred.Uid) != k.opts.KeeperUID || (k.opts.KeeperGID >= 0 && int(cred.Gid) != k.opts.KeeperGID) {
+		return fmt.Errorf("peer uid %d gid %d (pid %d) is not the keeper's (uid %d gid %d)", cred.Uid, cred.Gid, cred.Pid, k.opts.KeeperUID, k.opts.KeeperGID)
+	}
+	return nil
+}
+
+// helloHasSecret lets it go on only with the secret of this plugin run, which only the keeper's user can read.
+func (k *Keeper) helloHasSecret(hello handover.Msg) error {
+	k.mu.Lock()
+	secret := k.secret
+	k.mu.Unlock()
+	if len(secret) == 0 || subtle.ConstantTimeCompare(hello.Secret, secret) != 1 {
+		return fmt.Errorf("the hello (pid %d) does not give the secret of %s", hello.PID, k.secretPath())
+	}
+	return nil
+}
+
+func (k *Keeper) secretPath() string {
+	return filepath.Join(filepath.Dir(k.opts.KeeperSocket), KeeperSecretName)
+}
+
+// writeSecret makes a new per-node secret and writes it beside the socket, readable by the keeper's user
+// only (and its group's, when set). The socket's directory is the plugin's: nobody else can put a link there.
+func (k *Keeper) writeSecret() error {
+	secret := make([]byte, 32)
+	if _, err := rand.Read(secret); err != nil {
+		return err
+	}
+	path := k.secretPath()
+	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
+		return err
+	}
+	if err := atomicfile.Write(path, []byte(hex.EncodeToString(secret)), 0o400); err != nil {
+		return err
+	}
+	if err := os.Lchown(path, k.opts.KeeperUID, k.opts.KeeperGID); err != nil {
+		return err
+	}
+	k.mu.Lock()
+	k.secret = []byte(hex.EncodeToString(secret))
+	k.mu.Unlock()
+	return nil
 }
 
 // Name implements Mode.
@@ -58,10 +142,21 @@ func (k *Keeper) Recollect(recs Records) (map[string]Server, error) {
 	for _, r := range recs.Stages {
 		out[r.VolumeID] = &keptServer{h: k.h, c: k.h.expect(r.VolumeID, r.StagingPath, r.Init)}
 	}
-	// Who may connect: anyone who can reach the socket; the chart mounts its directory only into the
-	// keeper's pods, and KeeperUID narrows it down to the keeper's user.
-	ln, err := handover.Listen(k.opts.KeeperSocket, 0o666)
+	if err := k.writeSecret(); err != nil {
+		return nil, fmt.Errorf("keeper secret: %w", err)
+	}
+	// Who may connect: the keeper's user (group) only, by the socket's owner and mode; the chart mounts its
+	// directory only into the keeper's pods; a session then proves uid, gid (peerIsKeeper) and the secret (helloHasSecret).
+	mode := os.FileMode(0o600)
+	if k.opts.KeeperGID >= 0 {
+		mode = 0o660
+	}
+	ln, err := handover.Listen(k.opts.KeeperSocket, mode)
 	if err != nil {
+		return nil, fmt.Errorf("keeper socket: %w", err)
+	}
+	if err := os.Lchown(k.opts.KeeperSocket, k.opts.KeeperUID, k.opts.KeeperGID); err != nil {
+		_ = ln.Close()
 		return nil, fmt.Errorf("keeper socket: %w", err)
 	}
 	k.h.serve(ln)

@@ -73,7 +73,7 @@ func newTestKeeper(t *testing.T, uid int) (*Keeper, string) {
 // then on: unstaging (Stop) tells the keeper to drop its own.
 func TestRecollectAdoptsOnlyItsOwnConnections(t *testing.T) {
 	testenv.RequireFUSE(t)
-	k, dir := newTestKeeper(t, -1)
+	k, dir := newTestKeeper(t, os.Getuid())
 	staging := filepath.Join(dir, "staging-1")
 	own := mountConn(t, staging)
 	other := mountConn(t, filepath.Join(dir, "elsewhere"))
@@ -92,7 +92,7 @@ func TestRecollectAdoptsOnlyItsOwnConnections(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	send(handover.Msg{Kind: handover.Hello, Role: "keeper", Holds: 3}, nil)
+	send(handover.Msg{Kind: handover.Hello, Role: "keeper", Holds: 3, Secret: k.secret}, nil)
 	send(handover.Msg{Kind: handover.Hold, Volume: "vol-1"}, other)                // another connection under its name
 	send(handover.Msg{Kind: handover.Hold, Volume: "vol-unknown"}, own)            // a volume without a record
 	send(handover.Msg{Kind: handover.Hold, Volume: "vol-1", Init: []byte{1}}, own) // the right one
@@ -174,7 +174,7 @@ func TestKeeperRefusesOtherUsers(t *testing.T) {
 // nothing mounted.
 func TestStartWithoutKeeper(t *testing.T) {
 	testenv.RequireFUSE(t)
-	k, dir := newTestKeeper(t, -1)
+	k, dir := newTestKeeper(t, os.Getuid())
 	if _, err := k.Recollect(Records{}); err != nil {
 		t.Fatal(err)
 	}

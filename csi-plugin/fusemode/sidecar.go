@@ -121,13 +121,16 @@ func (s *Sidecar) MountTarget(_ context.Context, req TargetRequest) (err error) 
 	if s.opts.SidecarKeepFD {
 		network = "unixpacket" // a session (package handover) instead of one message
 	}
-	ln, dev, sockDir, err := prepareTarget(req, network)
+	// What the pod can make slow to close (the sockets in its volume, whatever its sidecar sends) is closed
+	// by a Closer of the target's own: a pod that jams it stalls nothing but its own socket.
+	closer := targetCloser()
+	ln, dev, sockDir, err := prepareTarget(req, network, closer)
 	if err != nil {
 		return err
 	}
 	socket := filepath.Join(req.PodDir, req.SocketDir, SocketName)
 	if s.opts.SidecarKeepFD {
-		h := newHolder(socket, -1) // any user: the pod runs its sidecar as it likes
+		h := newHolder(socket, nil, closer, maxTargetSessions) // any user: the pod runs its sidecar as it likes
 		t := &heldTarget{h: h, c: h.add(req.VolumeID, req.Target, dev), sockDir: sockDir}
 		h.serve(handover.ListenerOf(ln))
 		s.mu.Lock()
@@ -144,7 +147,7 @@ func (s *Sidecar) MountTarget(_ context.Context, req TargetRequest) (err error) 
 	s.mu.Unlock()
 	go func() {
 		defer close(h.done)
-		err := fdpass.SendOnce(ctx, ln, dev, Handover{VolumeID: req.VolumeID, ReadOnly: req.ReadOnly}, s.opts.SendTimeout)
+		err := fdpass.SendOnce(ctx, ln, dev, Handover{VolumeID: req.VolumeID, ReadOnly: req.ReadOnly}, s.opts.SendTimeout, closer)
 		// Closed in every case, as GCS does: from now on the mount lives only as long as its server.
 		_ = dev.Close()
 		_ = removeSocket(sockDir)
@@ -178,13 +181,14 @@ func (s *Sidecar) RecollectTargets(reqs []TargetRequest) map[string]error {
 			errs[req.Target] = err
 			continue
 		}
-		ln, err := listenIn(dir, "unixpacket", SocketName)
+		closer := targetCloser()
+		ln, err := listenIn(dir, "unixpacket", SocketName, closer)
 		if err != nil {
 			dir.Close()
 			errs[req.Target] = fmt.Errorf("socket in %s: %w", dir.Name(), err)
 			continue
 		}
-		h := newHolder(filepath.Join(req.PodDir, req.SocketDir, SocketName), -1)
+		h := newHolder(filepath.Join(req.PodDir, req.SocketDir, SocketName), nil, closer, maxTargetSessions)
 		t := &heldTarget{h: h, c: h.expect(req.VolumeID, req.Target, nil), sockDir: dir}
 		h.serve(handover.ListenerOf(ln))
 		s.mu.Lock()
@@ -198,18 +202,18 @@ func (s *Sidecar) RecollectTargets(reqs []TargetRequest) map[string]error {
 // connection and mounts req.Target with it. It returns the listener, the connection's descriptor and the socket
 // directory (kept open: the socket's address goes through it, and it is removed through it at the end), or an
 // error after undoing what it did.
-func prepareTarget(req TargetRequest, network string) (*net.UnixListener, *os.File, *os.File, error) {
+func prepareTarget(req TargetRequest, network string, closer *fdpass.Closer) (*net.UnixListener, *os.File, *os.File, error) {
 	dir, err := openSocketDir(req.PodDir, req.SocketDir)
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	ln, err := listenIn(dir, network, SocketName)
+	ln, err := listenIn(dir, network, SocketName, closer)
 	if err != nil {
 		dir.Close()
 		return nil, nil, nil, fmt.Errorf("socket in %s: %w", filepath.Join(req.PodDir, req.SocketDir), err)
 	}
 	undo := func() {
-		_ = ln.Close()
+		go closer.Close(ln) // the pod may have queued slow descriptors on it: not on the publish call's path
 		_ = removeSocket(dir)
 		_ = dir.Close()
 	}
@@ -258,8 +262,25 @@ func (s *Sidecar) Release(target string) {
 		return
 	}
 	h.cancel()
-	<-h.done
+	// The handover closes what the pod can make slow to close through the Closer, so it ends at once; the
+	// bound is for what cannot be foreseen: unpublish and the plugin's exit never wait longer.
+	select {
+	case <-h.done:
+	case <-time.After(releaseWait):
+		klog.ErrorS(nil, "The handover to the sidecar did not end in time; leaving it", "target", target, "waited", releaseWait)
+	}
 }
+
+// releaseWait bounds how long Release waits for a handover to end.
+const releaseWait = 2 * time.Second
+
+// maxTargetSessions bounds the sessions at once on one target's socket (KeepFD): a sidecar and its restarted
+// successor.
+const maxTargetSessions = 4
+
+// targetCloser returns the Closer of one target: one worker (one thread at most stuck per target), a few
+// waiting.
+func targetCloser() *fdpass.Closer { return fdpass.NewCloser(1, 16) }
 
 // Pending reports whether target's descriptor is still waiting for its server: with KeepFD, whether no sidecar
 // serves the target's connection yet.
@@ -314,9 +335,9 @@ func openSocketDir(podDir, rel string) (*os.File, error) {
 }
 
 // listenIn listens on a socket of network ("unix", "unixpacket") called name in dir, replacing a socket left by
-// an earlier handover. The address goes through /proc/self/fd: short whatever dir's path (sun_path holds 108
+// an earlier handover; on failure the socket is closed through closer. The address goes through /proc/self/fd: short whatever dir's path (sun_path holds 108
 // bytes; GCS symlinks a short path for the same reason), and no symlink on the way can move it.
-func listenIn(dir *os.File, network, name string) (*net.UnixListener, error) {
+func listenIn(dir *os.File, network, name string, closer *fdpass.Closer) (*net.UnixListener, error) {
 	if err := removeSocket(dir); err != nil {
 		return nil, err
 	}
@@ -327,12 +348,32 @@ func listenIn(dir *os.File, network, name string) (*net.UnixListener, error) {
 	}
 	ln.SetUnlinkOnClose(false) // the address is only valid while dir is open: removeSocket does it
 	// Any user in the pod may connect (the sidecar runs as non-root): the first one gets the descriptor.
-	if err := unix.Fchmodat(int(dir.Fd()), name, 0o666, 0); err != nil {
-		_ = ln.Close()
+	if err := chmodSocket(dir, name); err != nil {
+		go closer.Close(ln) // the pod may have queued slow descriptors on it: not on the publish call's path
 		_ = removeSocket(dir)
 		return nil, fmt.Errorf("chmod socket: %w", err)
 	}
 	return ln, nil
+}
+
+// chmodSocket makes the socket called name in dir connectable by anyone (0666). A pod's root can replace the
+// name between bind and chmod, so the chmod never goes through the name: the file is opened without following
+// a symlink (O_PATH|O_NOFOLLOW), checked to be a socket, and its mode set through that descriptor.
+func chmodSocket(dir *os.File, name string) error {
+	fd, err := unix.Openat(int(dir.Fd()), name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return err
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFSOCK || int(st.Uid) != os.Getuid() {
+		return fmt.Errorf("%s/%s is not the plugin's socket (mode %#o, uid %d): left alone", dir.Name(), name, st.Mode, st.Uid)
+	}
+	// chmod(2) of a /proc/self/fd link acts on the inode the descriptor holds, whatever the name now is.
+	return unix.Chmod(fmt.Sprintf("/proc/self/fd/%d", fd), 0o666)
 }
 
 // removeSocket removes the socket of a handover from dir; anything else there is left alone.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"path/filepath"
 	"strconv"
 	"time"
 
@@ -54,6 +55,7 @@ func Command(ctx context.Context, args []string, streams command.Streams) error 
 	fl.IntVar(&cfg.VolumesPerServer, "volumes-per-server", 64, "connections one FUSE server process answers (1: a process per volume, isolating volumes from each other's crashes; more save about 1 MiB per volume)")
 	fl.BoolVar(&directIO, "fuse-direct-io", false, "pass --direct-io to the FUSE servers: every read reaches a server")
 	fl.DurationVar(&readLatency, "read-latency", 0, "pass --read-latency to the FUSE servers: every read takes this long, like a remote backend")
+	fl.StringVar(&cfg.SecretFile, "secret-file", "", "the plugin's per-node secret (default: "+fusemode.KeeperSecretName+" beside --plugin-socket)")
 	fl.StringVar(&cfg.StatusFile, "status-file", DefaultStatusFile, "write which server serves which volume here after every change (empty: nowhere)")
 	fl.BoolVar(&showVersion, "version", false, "print the version and exit")
 	fl.Usage = func() {
@@ -76,6 +78,9 @@ func Command(ctx context.Context, args []string, streams command.Streams) error 
 	}
 	if cfg.DummyFusePath == "" {
 		cfg.DummyFusePath = fusemode.FindDummyFuse()
+	}
+	if cfg.SecretFile == "" {
+		cfg.SecretFile = filepath.Join(filepath.Dir(cfg.PluginSocket), fusemode.KeeperSecretName)
 	}
 	if directIO {
 		cfg.ServerArgs = append(cfg.ServerArgs, "--direct-io")

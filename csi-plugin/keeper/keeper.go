@@ -48,6 +48,9 @@ type Config struct {
 	VolumesPerServer int
 	// StatusFile, when set, receives the keeper's state (status.go) after every change.
 	StatusFile string
+	// SecretFile, when set, holds the per-node secret the plugin asks of a keeper (fusemode.KeeperSecretName
+	// beside its socket); it is read at every connection, since a restarted plugin writes a new one.
+	SecretFile string
 	// RedialInterval is how often the keeper tries to reach the plugin while it cannot (default 100ms).
 	RedialInterval time.Duration
 	// Role is how it says hello to the plugin: "keeper" (the default), or "sidecar" when a pod's sidecar keeps
@@ -229,7 +232,15 @@ func (k *Keeper) handle(e event) (redial bool) {
 // its copies back; the plugin answers with the connections it has and the keeper lacks.
 func (k *Keeper) pluginConnected(c *handover.Conn) bool {
 	held := k.sortedConns()
-	err := c.Send(handover.Msg{Kind: handover.Hello, Role: k.cfg.Role, Version: version.Version, PID: os.Getpid(), Holds: len(held)}, nil)
+	hello := handover.Msg{Kind: handover.Hello, Role: k.cfg.Role, Version: version.Version, PID: os.Getpid(), Holds: len(held)}
+	if k.cfg.SecretFile != "" {
+		secret, err := readSecret(k.cfg.SecretFile)
+		if err != nil {
+			k.logf("the plugin will refuse this session: %v", err)
+		}
+		hello.Secret = secret
+	}
+	err := c.Send(hello, nil)
 	for _, cn := range held {
 		if err != nil {
 			break
@@ -481,4 +492,18 @@ func (k *Keeper) serverCmd(child *os.File) *exec.Cmd {
 	// One OS thread per server process is plenty (its requests take microseconds unless told to be slow).
 	cmd.Env = append(os.Environ(), "GOMAXPROCS=1")
 	return cmd
+}
+
+// readSecret reads the plugin's per-node secret.
+func readSecret(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading the plugin's secret: %w", err)
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, handover.MaxSecret+1))
+	if err != nil || len(b) == 0 || len(b) > handover.MaxSecret {
+		return nil, fmt.Errorf("reading the plugin's secret %s: %d bytes (%v)", path, len(b), err)
+	}
+	return b, nil
 }

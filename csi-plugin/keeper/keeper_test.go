@@ -2,6 +2,7 @@ package keeper
 
 import (
 	"context"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -109,5 +110,47 @@ func TestNewRefusesBadConfig(t *testing.T) {
 		if _, err := New(c, os.Stderr); err == nil {
 			t.Errorf("%s: New accepted %+v", name, c)
 		}
+	}
+}
+
+// TestHelloCarriesTheSecret: the keeper proves itself with the plugin's per-node secret, read from its file at
+// every connection (a restarted plugin writes a new one).
+func TestHelloCarriesTheSecret(t *testing.T) {
+	testenv.RequireFUSE(t)
+	dir, err := os.MkdirTemp("", "keeper")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	sock := filepath.Join(dir, "keeper.sock")
+	secret := filepath.Join(dir, "keeper.secret")
+	if err := os.WriteFile(secret, []byte("s3cret"), 0o400); err != nil {
+		t.Fatal(err)
+	}
+	l, err := handover.Listen(sock, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	k, err := New(Config{PluginSocket: sock, SecretFile: secret, DummyFusePath: "/bin/false", VolumesPerServer: 1}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- k.Run(ctx) }()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	c, err := l.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetRecvDeadline(time.Now().Add(10 * time.Second))
+	m, _, err := c.Recv()
+	if err != nil || m.Kind != handover.Hello || string(m.Secret) != "s3cret" {
+		t.Fatalf("first message %+v, %v; want a hello with the secret", m, err)
 	}
 }

@@ -64,7 +64,7 @@ func TestRunHandsTheDescriptorOn(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	sent := make(chan error, 1)
-	go func() { sent <- fdpass.SendOnce(ctx, ln, w, fusemode.Handover{VolumeID: "v"}, 5*time.Second) }()
+	go func() { sent <- fdpass.SendOnce(ctx, ln, w, fusemode.Handover{VolumeID: "v"}, 5*time.Second, nil) }()
 
 	var out, errOut strings.Builder
 	err = Run(ctx, []string{"--socket", sock, "--dummy-fuse-path", fakeServer(t)}, command.Streams{Out: &out, Err: &errOut})

@@ -54,14 +54,13 @@ func splitInitRecord(rec []byte) (req, reply []byte, err error) {
 	if n > len(rec) {
 		return nil, nil, refuse("handover record: INIT request of %d bytes is cut at %d", n, len(rec))
 	}
-	req, reply = rec[:n], rec[n:]
-	major, minor := binary.NativeEndian.Uint32(req[inHeaderLen:]), uint32(0)
-	if n >= inHeaderLen+8 {
-		minor = binary.NativeEndian.Uint32(req[inHeaderLen+4:])
+	// The length decides the layout; only a known layout is read (the record comes from another process).
+	if n != inHeaderLen+initInLen && n != inHeaderLen+initInLenOld {
+		return nil, nil, refuse("unknown INIT layout: a request of %d bytes (known: %d, %d)", n, inHeaderLen+initInLenOld, inHeaderLen+initInLen)
 	}
+	req, reply = rec[:n], rec[n:]
+	major, minor := binary.NativeEndian.Uint32(req[inHeaderLen:]), binary.NativeEndian.Uint32(req[inHeaderLen+4:])
 	switch {
-	case n != inHeaderLen+initInLen && n != inHeaderLen+initInLenOld:
-		return nil, nil, refuse("unknown INIT layout: %d bytes of fuse_init_in (known: %d, %d)", n-inHeaderLen, initInLenOld, initInLen)
 	case major != kernelMajor:
 		return nil, nil, refuse("kernel speaks FUSE %d.%d, this server %d.x", major, minor, kernelMajor)
 	case (minor >= 36) != (n == inHeaderLen+initInLen):

@@ -1,11 +1,16 @@
 package dummyfs
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
 )
@@ -123,5 +128,92 @@ func TestInitRecordFile(t *testing.T) {
 	var he *HandoverError
 	if _, err := ReadInitRecord(big); !errors.As(err, &he) {
 		t.Errorf("ReadInitRecord(too large) = %v, want a *HandoverError", err)
+	}
+}
+
+// TestReplayInitEveryLength: a record whose INIT request claims any length up to past both layouts is refused
+// with a HandoverError, never a panic (a record comes from another process: the keeper, the plugin's records).
+func TestReplayInitEveryLength(t *testing.T) {
+	opts := DefaultOptions()
+	good := record(t, kernelInit(45, fuse.CAP_HAS_RESEND), opts)
+	for n := 0; n <= inHeaderLen+initInLen+40; n++ {
+		rec := append([]byte(nil), good...)
+		binary.NativeEndian.PutUint32(rec[0:], uint32(n))
+		for _, cut := range []int{len(rec), n, n + outHeaderLen} {
+			if cut > len(rec) {
+				continue
+			}
+			c := NewConn(-1, New(opts), MountOptions(opts), 1)
+			err := func() (err error) {
+				defer func() {
+					if p := recover(); p != nil {
+						err = fmt.Errorf("panic: %v", p)
+					}
+				}()
+				return c.replayInit(rec[:cut])
+			}()
+			var he *HandoverError
+			if n == inHeaderLen+initInLen && cut == len(rec) {
+				if err != nil {
+					t.Errorf("INIT length %d: the good record is refused: %v", n, err)
+				}
+			} else if !errors.As(err, &he) {
+				t.Errorf("INIT length %d, record of %d bytes: replayInit = %v, want a *HandoverError", n, cut, err)
+			}
+		}
+	}
+}
+
+// FuzzReplayInit: no handover record makes a server panic; a record it accepts is kept as it came.
+func FuzzReplayInit(f *testing.F) {
+	opts := DefaultOptions()
+	good := func(minor uint32, flags uint64) []byte {
+		c := NewConn(-1, New(opts), MountOptions(opts), 1)
+		req := kernelInit(minor, flags)
+		out := make([]byte, c.bufSize)
+		m, _ := c.ps.HandleRequest([][]byte{req}, [][]byte{out})
+		return append(req, out[:m]...)
+	}
+	f.Add(good(45, fuse.CAP_HAS_RESEND))
+	f.Add(good(31, fuse.CAP_ASYNC_READ))
+	f.Add(good(12, 0))
+	f.Add([]byte{})
+	f.Add(make([]byte, inHeaderLen))
+	f.Fuzz(func(t *testing.T, rec []byte) {
+		c := NewConn(-1, New(opts), MountOptions(opts), 1)
+		err := c.replayInit(rec)
+		var he *HandoverError
+		switch {
+		case err == nil && !bytes.Equal(c.InitRecord(), rec):
+			t.Errorf("accepted record %x kept as %x", rec, c.InitRecord())
+		case err != nil && !errors.As(err, &he):
+			t.Errorf("replayInit(%x) = %v, want a *HandoverError", rec, err)
+		}
+	})
+}
+
+// TestReadInitRecordRefusesSpecialFiles: --takeover with a FIFO (or a directory, a device) as the record is
+// refused at once instead of blocking in open(2) for a writer that never comes.
+func TestReadInitRecordRefusesSpecialFiles(t *testing.T) {
+	fifo := filepath.Join(t.TempDir(), "fifo")
+	if err := unix.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{fifo, t.TempDir(), "/dev/null"} {
+		done := make(chan error, 1)
+		go func() { _, err := ReadInitRecord(path); done <- err }()
+		select {
+		case err := <-done:
+			var he *HandoverError
+			if !errors.As(err, &he) {
+				t.Errorf("ReadInitRecord(%s) = %v, want a *HandoverError", path, err)
+			}
+		case <-time.After(5 * time.Second):
+			// Unblock the open so the goroutine ends with the test.
+			if w, err := os.OpenFile(fifo, os.O_WRONLY|unix.O_NONBLOCK, 0); err == nil {
+				w.Close()
+			}
+			t.Fatalf("ReadInitRecord(%s) still blocked after 5s", path)
+		}
 	}
 }

@@ -137,13 +137,19 @@ func wrapSave(err error) error {
 // MaxInitRecord bounds a handover record: an INIT request and reply are a few hundred bytes.
 const MaxInitRecord = 4096
 
-// ReadInitRecord reads a handover record from path (a file or /dev/fd/N).
+// ReadInitRecord reads a handover record from path (a regular file, also as /dev/fd/N). Anything else is
+// refused before it is read: opening is non-blocking, so a FIFO there cannot hold the server up forever.
 func ReadInitRecord(path string) ([]byte, error) {
-	f, err := os.Open(path)
+	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY, 0)
 	if err != nil {
 		return nil, fmt.Errorf("read the handover record: %w", err)
 	}
 	defer f.Close()
+	if st, err := f.Stat(); err != nil {
+		return nil, fmt.Errorf("read the handover record: %w", err)
+	} else if !st.Mode().IsRegular() {
+		return nil, refuse("handover record %s is not a regular file (%s)", path, st.Mode().Type())
+	}
 	b, err := io.ReadAll(io.LimitReader(f, MaxInitRecord+1))
 	switch {
 	case err != nil:

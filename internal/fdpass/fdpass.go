@@ -98,6 +98,12 @@ func ReadMsg(conn *net.UnixConn, deadline time.Time) ([]byte, *os.File, error) {
 	if err := conn.SetReadDeadline(deadline); err != nil {
 		return nil, nil, fmt.Errorf("setting the read deadline: %w", err)
 	}
+	return ReadMsgVia(conn, nil)
+}
+
+// ReadMsgVia is ReadMsg within conn's own read deadline, closing the descriptors of a refused message through
+// closer (nil: at once), for a receiver that does not trust the sender (see Closer).
+func ReadMsgVia(conn *net.UnixConn, closer *Closer) ([]byte, *os.File, error) {
 	buf := make([]byte, MaxConfig+1)
 	oob := make([]byte, unix.CmsgSpace(maxFDs*4))
 	n, oobn, flags, _, err := conn.ReadMsgUnix(buf, oob)
@@ -120,7 +126,7 @@ func ReadMsg(conn *net.UnixConn, deadline time.Time) ([]byte, *os.File, error) {
 	}
 	if err != nil {
 		for _, fd := range fds {
-			_ = unix.Close(fd)
+			closeVia(closer, os.NewFile(uintptr(fd), "fdpass"))
 		}
 		return nil, nil, err
 	}
@@ -237,18 +243,29 @@ func dialOnce(ctx context.Context, network, path string) (*net.UnixConn, error) 
 }
 
 // SendOnce waits on ln for ONE connection until ctx ends, sends f and config on it within timeout, and
-// closes the connection and ln. It does not close f.
-func SendOnce(ctx context.Context, ln *net.UnixListener, f *os.File, config any, timeout time.Duration) error {
-	stop := context.AfterFunc(ctx, func() { _ = ln.Close() })
-	defer stop()
+// closes the connection and ln through closer (nil: at once): the receiver may have queued descriptors on
+// them that are slow to close (see Closer). It does not close f.
+func SendOnce(ctx context.Context, ln *net.UnixListener, f *os.File, config any, timeout time.Duration, closer *Closer) error {
+	// A deadline in the past wakes the Accept without closing anything on this goroutine.
+	stop := context.AfterFunc(ctx, func() { _ = ln.SetDeadline(time.Unix(1, 0)) })
 	conn, err := ln.AcceptUnix()
-	_ = ln.Close()
+	stop()
+	closeVia(closer, ln)
 	if err != nil {
 		if ctx.Err() != nil {
 			return fmt.Errorf("waiting for the receiver: %w", ctx.Err())
 		}
 		return fmt.Errorf("waiting for the receiver: %w", err)
 	}
-	defer conn.Close()
+	defer closeVia(closer, conn)
 	return Send(conn, f, config, time.Now().Add(timeout))
+}
+
+// closeVia closes x through closer, or at once when closer is nil.
+func closeVia(closer *Closer, x io.Closer) {
+	if closer == nil {
+		_ = x.Close()
+		return
+	}
+	closer.Close(x)
 }

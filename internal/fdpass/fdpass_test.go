@@ -185,7 +185,7 @@ func TestSendOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := SendOnce(ctx, ln, w, config{VolumeID: "v"}, time.Second); err != nil {
+	if err := SendOnce(ctx, ln, w, config{VolumeID: "v"}, time.Second, nil); err != nil {
 		t.Fatal(err)
 	}
 	r := <-got
@@ -211,7 +211,7 @@ func TestSendOnceEndsWithContext(t *testing.T) {
 	_, w := pipe(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
-	if err := SendOnce(ctx, ln, w, config{}, time.Second); !errors.Is(err, context.DeadlineExceeded) {
+	if err := SendOnce(ctx, ln, w, config{}, time.Second, nil); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("SendOnce without a receiver: %v, want the context's deadline", err)
 	}
 }

@@ -9,7 +9,8 @@
 // kinds that hand over a connection (Hold, Serve) carry its descriptor. Each side may send at any time. The
 // messages:
 //
-//	hello  {role, version, pid, holds}  first message of the side that connected; holds Hold messages follow
+//	hello  {role, version, pid, holds, secret}  first message of the side that connected; holds Hold messages
+//	                                    follow; secret proves the right to connect where the listener asks for one
 //	hold   {volume, init} + descriptor  "I hold this connection": what a restarted peer re-collects
 //	serve  {volume, init} + descriptor  "serve this connection"; no init: it is new, its INIT is still queued
 //	served {volume, init, pid, version} the connection is answered by process pid; init is its handover record
@@ -35,7 +36,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/fdpass"
-	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/fuseconn"
 )
 
 // Kind is a message's kind.
@@ -80,6 +80,9 @@ type Msg struct {
 	Holds int `json:"holds,omitempty"`
 	// Reason says why, for Drop and Ended.
 	Reason string `json:"reason,omitempty"`
+	// Secret, in a Hello, is what the listener asks of those who may connect (the keeper socket's per-node
+	// secret).
+	Secret []byte `json:"secret,omitempty"`
 }
 
 // Limits of a message, checked on receipt.
@@ -92,6 +95,8 @@ const (
 	maxReason = 1024
 	// maxHolds bounds the connections one hello may announce.
 	maxHolds = 100000
+	// MaxSecret bounds a hello's secret.
+	MaxSecret = 64
 )
 
 // validate checks m as received (with or without a descriptor).
@@ -107,6 +112,8 @@ func (m Msg) validate(hasFD bool) error {
 		return fmt.Errorf("%s message: handover record of %d bytes (at most %d)", m.Kind, len(m.Init), MaxInit)
 	case len(m.Reason) > maxReason:
 		return fmt.Errorf("%s message: reason of %d bytes (at most %d)", m.Kind, len(m.Reason), maxReason)
+	case len(m.Secret) > MaxSecret || (len(m.Secret) > 0 && m.Kind != Hello):
+		return fmt.Errorf("%s message: secret of %d bytes (only a hello has one, of at most %d)", m.Kind, len(m.Secret), MaxSecret)
 	}
 	if m.Kind == Hello {
 		if m.Holds < 0 || m.Holds > maxHolds {
@@ -139,6 +146,13 @@ type Conn struct {
 	c       *net.UnixConn
 	timeout time.Duration
 	mu      sync.Mutex // one Send at a time: a message and its descriptor go out together
+	// closer, when set, closes what the peer sent and the session's socket (see fdpass.Closer): the end that
+	// does not trust its peer.
+	closer *fdpass.Closer
+	// recvBy bounds the next Recv calls (zero: none).
+	recvBy time.Time
+	dl     sync.Mutex // closed, and the read deadline, which Close sets in the past to wake a Recv
+	closed bool
 }
 
 // SendTimeout bounds a Send: a peer that stops reading gets its session closed instead of blocking the sender.
@@ -157,7 +171,14 @@ func Dial(ctx context.Context, path string, interval time.Duration) (*Conn, erro
 }
 
 // Listener accepts sessions on a unix sequenced-packet socket.
-type Listener struct{ l *net.UnixListener }
+type Listener struct {
+	l      *net.UnixListener
+	closer *fdpass.Closer
+}
+
+// CloseVia makes l close itself and every session it accepts through closer (see fdpass.Closer): the
+// listener's side does not trust who connects. Call it before Accept.
+func (l *Listener) CloseVia(closer *fdpass.Closer) { l.closer = closer }
 
 // Listen listens at path (replacing a stale socket, never anything else; see fdpass.Listen), with the socket's
 // permissions set to mode.
@@ -179,11 +200,22 @@ func (l *Listener) Accept() (*Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return newConn(c), nil
+	conn := newConn(c)
+	conn.closer = l.closer
+	return conn, nil
 }
 
-// Close stops listening and removes the socket; a blocked Accept returns.
-func (l *Listener) Close() error { return l.l.Close() }
+// Close stops listening and removes the socket; a blocked Accept returns. With CloseVia, connections still
+// waiting to be accepted may hold descriptors that are slow to close: the socket is closed by the Closer, and
+// a blocked Accept is woken at once.
+func (l *Listener) Close() error {
+	if l.closer == nil {
+		return l.l.Close()
+	}
+	_ = l.l.SetDeadline(time.Unix(1, 0))
+	l.closer.Close(l.l)
+	return nil
+}
 
 // Pair returns a connected pair of session ends, for a parent and the child it starts: the child's end is a
 // file to pass in exec.Cmd.ExtraFiles (the parent closes its copy once the child runs; FromFile opens it in
@@ -237,6 +269,12 @@ func (c *Conn) Send(m Msg, f *os.File) error {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.dl.Lock()
+	closed := c.closed
+	c.dl.Unlock()
+	if closed {
+		return fmt.Errorf("%s message: the session is closed: %w", m.Kind, net.ErrClosed)
+	}
 	if err := fdpass.WriteMsg(c.c, data, f, time.Now().Add(c.timeout)); err != nil {
 		return fmt.Errorf("%s message: %w", m.Kind, err)
 	}
@@ -248,7 +286,17 @@ func (c *Conn) Send(m Msg, f *os.File) error {
 // caller should end the session; any descriptor it carried is closed. The end of the session is an error
 // wrapping io.EOF.
 func (c *Conn) Recv() (Msg, *os.File, error) {
-	data, f, err := fdpass.ReadMsg(c.c, time.Time{})
+	c.dl.Lock()
+	if c.closed {
+		c.dl.Unlock()
+		return Msg{}, nil, fmt.Errorf("the session is closed: %w", net.ErrClosed)
+	}
+	err := c.c.SetReadDeadline(c.recvBy)
+	c.dl.Unlock()
+	if err != nil {
+		return Msg{}, nil, fmt.Errorf("setting the read deadline: %w", err)
+	}
+	data, f, err := fdpass.ReadMsgVia(c.c, c.closer)
 	if err != nil {
 		return Msg{}, nil, err
 	}
@@ -256,38 +304,76 @@ func (c *Conn) Recv() (Msg, *os.File, error) {
 	err = json.Unmarshal(data, &m)
 	if err != nil {
 		err = fmt.Errorf("message %q is not JSON: %w", clip(string(data)), err)
-	} else if err = m.validate(f != nil); err == nil && f != nil {
-		err = fuseconn.Check(int(f.Fd()))
+	} else if err = m.validate(f != nil); err == nil && f != nil && !fdpass.IsFuseDevice(f) {
+		err = fmt.Errorf("%s message: descriptor is not /dev/fuse", m.Kind)
 	}
 	if err != nil {
 		if f != nil {
-			f.Close()
+			c.Discard(f)
 		}
 		return Msg{}, nil, fmt.Errorf("protocol error: %w", err)
 	}
 	return m, f, nil
 }
 
-// Close ends the session; a blocked Recv returns.
-func (c *Conn) Close() error { return c.c.Close() }
+// SetRecvDeadline bounds the Recv calls that follow: past t they fail (zero: no bound).
+func (c *Conn) SetRecvDeadline(t time.Time) { c.recvBy = t }
+
+// Discard closes f, a descriptor the peer sent, through the session's Closer if it has one.
+func (c *Conn) Discard(f *os.File) {
+	if c.closer == nil {
+		_ = f.Close()
+		return
+	}
+	c.closer.Close(f)
+}
+
+// Close ends the session; a blocked Recv or Send returns. With a Closer (an accepted session), Close only
+// wakes them and leaves the socket, which may hold descriptors of the peer's that are slow to close, to the
+// Closer: it waits while the Closer is full.
+func (c *Conn) Close() error {
+	if c.closer == nil {
+		return c.c.Close()
+	}
+	c.dl.Lock()
+	if c.closed {
+		c.dl.Unlock()
+		return nil
+	}
+	c.closed = true
+	_ = c.c.SetDeadline(time.Unix(1, 0))
+	c.dl.Unlock()
+	c.closer.Close(c.c)
+	return nil
+}
 
 // PeerUID returns the user ID of the process at the other end (SO_PEERCRED, as it was when it connected).
 func (c *Conn) PeerUID() (int, error) {
-	raw, err := c.c.SyscallConn()
+	cred, err := c.PeerCred()
 	if err != nil {
 		return 0, err
+	}
+	return int(cred.Uid), nil
+}
+
+// PeerCred returns the credentials of the process at the other end (SO_PEERCRED, as they were when it
+// connected).
+func (c *Conn) PeerCred() (*unix.Ucred, error) {
+	raw, err := c.c.SyscallConn()
+	if err != nil {
+		return nil, err
 	}
 	var cred *unix.Ucred
 	var serr error
 	if err := raw.Control(func(fd uintptr) {
 		cred, serr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
 	}); err != nil {
-		return 0, err
+		return nil, err
 	}
 	if serr != nil {
-		return 0, fmt.Errorf("SO_PEERCRED: %w", serr)
+		return nil, fmt.Errorf("SO_PEERCRED: %w", serr)
 	}
-	return int(cred.Uid), nil
+	return cred, nil
 }
 
 func clip(s string) string {
