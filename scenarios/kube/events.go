@@ -41,7 +41,13 @@ func (b *Backend) onEvent(o any) {
 	t := stampTime(stamp, seen)
 	b.logf("event %s %s %s %s x%d (at %s): %s", ev.Type, ev.Reason, ev.InvolvedObject.Name, ev.InvolvedObject.FieldPath,
 		count, t.UTC().Format("15:04:05.000"), ev.Message)
-	if string(ev.InvolvedObject.UID) != b.workloadUID() {
+	current := string(ev.InvolvedObject.UID) == b.workloadUID()
+	b.mu.Lock()
+	earlier := b.podUIDs[string(ev.InvolvedObject.UID)]
+	b.mu.Unlock()
+	if !current && !(earlier && podEvent(ev.Reason)) {
+		// Kubelet's container events count only for the pod followed now; an event on the pod itself (the
+		// remediator's deletion) may arrive after the pod's successor was taken up, and still belongs to the run.
 		return
 	}
 	c := containerOf(ev.InvolvedObject.FieldPath)
@@ -78,6 +84,12 @@ func (b *Backend) onEvent(o any) {
 			b.rec.Add(scenarios.Event{Time: t, Source: scenarios.SrcKubelet, Kind: kFailedMount, Message: msg})
 		}
 	}
+}
+
+// podEvent says whether reason is one of the events on the pod itself that the checks read (podEventSource).
+func podEvent(reason string) bool {
+	_, ok := podEventSource(reason)
+	return ok
 }
 
 func (b *Backend) workloadUID() string {

@@ -201,6 +201,7 @@ type Backend struct {
 	// remediators are the remediator DaemonSet's pods, by pod UID (Plugin.Remediation).
 	remediators map[string]*dsPod
 	events      map[string]int32 // event UID → count seen
+	podUIDs     map[string]bool  // every workload pod's UID so far, for events that arrive after a successor took over
 	kubelet     *kubeletLog
 	unstage     *unstageWatch
 
@@ -226,7 +227,7 @@ var _ scenarios.Backend = (*Backend)(nil)
 
 // New returns a Kubernetes backend; configuration errors are reported by Start.
 func New(opts Options) *Backend {
-	b := &Backend{opts: opts, plugins: map[string]*dsPod{}, keepers: map[string]*dsPod{}, remediators: map[string]*dsPod{}, off: map[string]bool{}, events: map[string]int32{}, unstage: newUnstageWatch()}
+	b := &Backend{opts: opts, plugins: map[string]*dsPod{}, keepers: map[string]*dsPod{}, remediators: map[string]*dsPod{}, off: map[string]bool{}, events: map[string]int32{}, podUIDs: map[string]bool{}, unstage: newUnstageWatch()}
 	b.optErr = b.opts.defaults()
 	return b
 }
@@ -602,6 +603,9 @@ func (b *Backend) chartValues() (map[string]any, error) {
 func (b *Backend) setPaths(uid string) {
 	b.uid = uid
 	b.uids = append(b.uids, uid)
+	b.mu.Lock()
+	b.podUIDs[uid] = true
+	b.mu.Unlock()
 	root := b.opts.KubeletDir
 	b.vols = map[string]string{
 		scenarios.PathRoot:    root,

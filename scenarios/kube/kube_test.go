@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/contract"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios/catalog"
 )
@@ -287,6 +288,11 @@ func TestEvents(t *testing.T) {
 	b.onEvent(ev("2", "BackOff", "Back-off restarting failed container reader", "workload", 1))
 	b.onEvent(ev("3", "Failed", stat, "other-pod", 1))
 	b.onEvent(ev("4", "Pulled", "already present", "workload", 1))
+	// The remediator's event on the pod it deleted, arriving after the successor was taken up, is still the
+	// run's; kubelet's container events on that earlier pod are not.
+	b.podUIDs["u-earlier"] = true
+	b.onEvent(ev("5", "Failed", stat, "earlier", 1))
+	b.onEvent(ev("6", contract.ReasonDeleted, "Deleting the pod", "earlier", 1))
 	e := b.rec.Snapshot()
 	var kinds []string
 	for _, x := range e.Events {
@@ -298,7 +304,7 @@ func TestEvents(t *testing.T) {
 			t.Errorf("event time %s, want within the stamp's second", x.Time)
 		}
 	}
-	if want := []string{"start_failed", "start_failed", "start_failed", "back_off"}; !slices.Equal(kinds, want) {
+	if want := []string{"start_failed", "start_failed", "start_failed", "back_off", "pod_event"}; !slices.Equal(kinds, want) {
 		t.Errorf("kinds %v, want %v", kinds, want)
 	}
 }
