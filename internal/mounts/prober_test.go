@@ -1,4 +1,4 @@
-package mounts
+package mounts_test
 
 import (
 	"errors"
@@ -10,6 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/mounts"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/testenv"
 )
 
@@ -18,26 +19,26 @@ import (
 // nothing stays counted.
 func TestProberBoundsStuckCalls(t *testing.T) {
 	const perMount = 2
-	p := NewProber(50*time.Millisecond, perMount)
+	p := mounts.NewProber(50*time.Millisecond, perMount)
 	dir := t.TempDir()
 	release := make(chan struct{})
 	var started atomic.Int32
 	stuck := func() (any, error) { started.Add(1); <-release; return "late", nil }
 
 	for i := 0; i < 5; i++ { // kubelet polling one path: one call, joined
-		if _, err := p.do("statfs", dir, stuck); !errors.Is(err, ErrTimeout) {
+		if _, err := p.Do("statfs", dir, stuck); !errors.Is(err, mounts.ErrTimeout) {
 			t.Fatalf("call %d on a stuck path: %v, want ErrTimeout", i, err)
 		}
 	}
 	if n := started.Load(); n != 1 {
 		t.Fatalf("%d calls started for one path, want 1 (the others join it)", n)
 	}
-	if _, err := p.do("lstat", dir, stuck); !errors.Is(err, ErrTimeout) { // second outstanding call: allowed
+	if _, err := p.Do("lstat", dir, stuck); !errors.Is(err, mounts.ErrTimeout) { // second outstanding call: allowed
 		t.Fatalf("second operation: %v, want ErrTimeout", err)
 	}
 	start := time.Now()
-	_, err := p.do("readdir", dir, stuck)
-	if !errors.Is(err, ErrTimeout) || time.Since(start) >= 50*time.Millisecond {
+	_, err := p.Do("readdir", dir, stuck)
+	if !errors.Is(err, mounts.ErrTimeout) || time.Since(start) >= 50*time.Millisecond {
 		t.Fatalf("third operation on a mount with %d stuck calls: %v after %v; want an immediate ErrTimeout", perMount, err, time.Since(start))
 	}
 	if n := started.Load(); n != perMount {
@@ -51,7 +52,7 @@ func TestProberBoundsStuckCalls(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	if v, err := p.do("statfs", dir, func() (any, error) { return "ok", nil }); err != nil || v != "ok" {
+	if v, err := p.Do("statfs", dir, func() (any, error) { return "ok", nil }); err != nil || v != "ok" {
 		t.Fatalf("after the mount answered again: %v, %v", v, err)
 	}
 }
@@ -63,8 +64,8 @@ func TestMountPointsFollowTheTable(t *testing.T) {
 		testenv.SkipOrFail(t, "mounting needs root")
 	}
 	dir := t.TempDir()
-	var m mountPoints
-	parent := m.of(dir)
+	var m mounts.MountPoints
+	parent := m.Of(dir)
 	if parent == dir {
 		t.Fatalf("%s is a mount point before the test mounted it", dir)
 	}
@@ -72,13 +73,13 @@ func TestMountPointsFollowTheTable(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = unix.Unmount(dir, unix.MNT_DETACH) })
-	if got := m.of(filepath.Join(dir, "x")); got != dir {
+	if got := m.Of(filepath.Join(dir, "x")); got != dir {
 		t.Errorf("after mounting %s: a path in it is on %q", dir, got)
 	}
 	if err := unix.Unmount(dir, 0); err != nil {
 		t.Fatal(err)
 	}
-	if got := m.of(filepath.Join(dir, "x")); got != parent {
+	if got := m.Of(filepath.Join(dir, "x")); got != parent {
 		t.Errorf("after unmounting %s: a path in it is on %q, want %q", dir, got, parent)
 	}
 }
