@@ -41,7 +41,8 @@ const (
 //     it waits for in the kernel and the end of its log;
 //  5. when the test failed, show the end of every process's log.
 type Lab struct {
-	t testing.TB
+	t      testing.TB
+	logDir string
 
 	mu    sync.Mutex
 	roots []string
@@ -50,13 +51,15 @@ type Lab struct {
 
 // NewLab returns a Lab for t. Tests that start processes or mount filesystems make it first.
 func NewLab(t testing.TB) *Lab {
-	l := &Lab{t: t}
+	// The log directory is made first: testing removes it after the Lab's cleanup, which shows the logs.
+	l := &Lab{t: t, logDir: t.TempDir()}
 	t.Cleanup(l.cleanup)
 	return l
 }
 
-// Dir returns a new directory for the test's mounts and sockets: short (a unix socket path holds 108 bytes,
-// t.TempDir's are long), removed at the end after everything mounted below it was unmounted.
+// Dir returns a new directory for the test's mounts and sockets: short (a unix socket path holds 108 bytes),
+// removed at the end after everything mounted below it was unmounted. Mount nothing in a t.TempDir made after
+// the Lab: testing removes it before the Lab's cleanup has unmounted anything.
 func (l *Lab) Dir() string {
 	l.t.Helper()
 	dir, err := os.MkdirTemp("", "dfc")
@@ -92,7 +95,7 @@ type Proc struct {
 func (l *Lab) Start(name string, cmd *exec.Cmd) *Proc {
 	l.t.Helper()
 	p := &Proc{Name: name, Cmd: cmd, t: l.t, done: make(chan struct{})}
-	log, err := os.CreateTemp(l.t.TempDir(), strings.NewReplacer("/", "-", " ", "-").Replace(name)+"-*.log")
+	log, err := os.CreateTemp(l.logDir, strings.NewReplacer("/", "-", " ", "-").Replace(name)+"-*.log")
 	if err != nil {
 		l.t.Fatal(err)
 	}
