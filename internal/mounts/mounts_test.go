@@ -205,6 +205,7 @@ func TestWaitAnsweringStopsWhenServerDies(t *testing.T) {
 // TestUnderOrder: mounts.Under lists nested and stacked mounts in an order that unmounts them all, and
 // mounts.UnmountUnder removes every one of them.
 func TestUnderOrder(t *testing.T) {
+	testenv.Integration(t, "mounts tmpfs")
 	if os.Geteuid() != 0 {
 		testenv.SkipOrFail(t, "mounting tmpfs needs root")
 	}

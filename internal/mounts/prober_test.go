@@ -60,6 +60,7 @@ func TestProberBoundsStuckCalls(t *testing.T) {
 // TestMountPointsFollowTheTable: the cached mount points notice a mount and an unmount (the kernel's POLLPRI on
 // mountinfo), so a path is always attributed to the mount it lies on.
 func TestMountPointsFollowTheTable(t *testing.T) {
+	testenv.Integration(t, "mounts tmpfs")
 	if os.Geteuid() != 0 {
 		testenv.SkipOrFail(t, "mounting needs root")
 	}
