@@ -439,3 +439,26 @@ func Reap(t testing.TB, pids []int) map[int]syscall.WaitStatus {
 	}
 	return out
 }
+
+// ReadFile reads path as os.ReadFile does, but from another goroutine: a read that a FUSE server does not answer
+// within fails the test (naming the file) instead of hanging it; the Lab's cleanup then aborts the connection,
+// which ends the read.
+func ReadFile(t testing.TB, path string, within time.Duration) ([]byte, error) {
+	t.Helper()
+	type result struct {
+		b   []byte
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		b, err := os.ReadFile(path)
+		done <- result{b, err}
+	}()
+	select {
+	case r := <-done:
+		return r.b, r.err
+	case <-time.After(within):
+		t.Fatalf("reading %s: no answer within %s (a FUSE server that does not serve its connection?)", path, within)
+		return nil, nil
+	}
+}
