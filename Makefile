@@ -6,7 +6,7 @@ export CGO_ENABLED ?= 0
 BIN ?= $(CURDIR)/bin
 export BIN
 
-.PHONY: all help build test lint bench bench-doc clean
+.PHONY: all help build test test-short lint bench bench-doc clean
 all: build
 
 help: ## show the targets
@@ -21,8 +21,11 @@ build: ## build static binaries into bin/ (version from git)
 ################################################################################
 # Test
 ################################################################################
-test: ## run all tests; privileged ones need root + /dev/fuse (mandatory with DFC_REQUIRE_PRIVILEGED=1)
+test: ## go vet and all tests with progress (gotestsum); privileged ones need root + /dev/fuse (mandatory with DFC_REQUIRE_PRIVILEGED=1)
 	hack/test.sh
+
+test-short: ## unit tests only (go test -short: no processes, mounts or namespaces), the fast loop
+	SHORT=1 hack/test.sh
 
 lint: ## gofmt, go vet, staticcheck (built into bin/tools) and shellcheck (from Debian when missing)
 	hack/lint.sh

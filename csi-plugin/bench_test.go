@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/internal/plugintest"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/testenv"
 )
 
 // BenchmarkRestore measures what --restore-mounts costs as volumes grow: with N volumes staged and published
@@ -32,21 +33,21 @@ func benchRestore(b *testing.B, volumes int) {
 	vols := e.stagePublishMany(p, volumes, "pod")
 
 	avg := e.timeRestarts(b, &p, []string{"--restore-mounts", "--restore-strategy=rebind"}, func(p *plugin) {
-		p.kill9(p.children())
+		p.kill9(p.Children())
 		plugintest.WaitDead(b, e.targetPath(vols[0], "pod"))
 		plugintest.WaitDead(b, e.targetPath(vols[volumes-1], "pod"))
 	}, func(p *plugin) {
 		for _, vol := range vols {
 			plugintest.MustRead(b, e.targetPath(vol, "pod"))
 		}
-		if n := len(p.children()); n != volumes {
+		if n := len(p.Children()); n != volumes {
 			b.Fatalf("%d FUSE servers after the restore, want %d", n, volumes)
 		}
 	})
 	b.ReportMetric(avg.Seconds(), "s/restore")
 	b.ReportMetric(float64(avg.Microseconds())/1000/float64(volumes), "ms/volume")
 
-	pids := append([]int{p.cmd.Process.Pid}, p.children()...)
+	pids := append([]int{p.PID()}, p.Children()...)
 	var rss, pss, pluginRSS int64
 	var pluginCPU, serversCPU time.Duration
 	for i, pid := range pids {
@@ -156,15 +157,15 @@ func benchKeeperRestart(b *testing.B, volumes int) {
 		for _, vol := range vols {
 			plugintest.MustRead(b, e.targetPath(vol, "pod"))
 		}
-		waitFor(b, "the plugin to re-collect every connection", func() bool {
-			return strings.Contains(p.logs.String(), fmt.Sprintf("adopted=%d", volumes))
+		testenv.Eventually(b, waitTimeout, "the plugin to re-collect every connection", func() bool {
+			return strings.Contains(p.Log(), fmt.Sprintf("adopted=%d", volumes))
 		})
 	})
 	b.ReportMetric(avg.Seconds(), "s/start-to-ready")
 
-	servers := childrenOf(b, k.cmd.Process.Pid)
+	servers := k.Children()
 	var pss [3]int64 // plugin, keeper, servers
-	for i, pid := range append([]int{p.cmd.Process.Pid, k.cmd.Process.Pid}, servers...) {
+	for i, pid := range append([]int{p.PID(), k.PID()}, servers...) {
 		pss[min(i, 2)] += procKB(b, fmt.Sprintf("/proc/%d/smaps_rollup", pid), "Pss:")
 	}
 	sum := pss[0] + pss[1] + pss[2]

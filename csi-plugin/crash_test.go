@@ -16,6 +16,7 @@ import (
 
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/internal/plugintest"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/mounts"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/testenv"
 )
 
 // TestKilledDuringStage kills the plugin with SIGKILL between a stage's mount and its record: in keeper mode
@@ -34,10 +35,10 @@ func TestKilledDuringStage(t *testing.T) {
 		_, err := p.node.NodeStageVolume(ctx, &csi.NodeStageVolumeRequest{VolumeId: vol, StagingTargetPath: staging, VolumeCapability: mountCap()})
 		return err
 	}
-	p := e.start("--fuse-mode=keeper")
+	p := e.start("--fuse-mode=keeper", fmt.Sprintf("--keeper-uid=%d", nobody))
 	interrupted := make(chan error, 1)
 	go func() { interrupted <- stage(p, context.Background()) }()
-	waitFor(t, "the stage's mount of "+staging, func() bool {
+	testenv.Eventually(t, waitTimeout, "the stage's mount of "+staging, func() bool {
 		top, err := mounts.Top(staging)
 		return err == nil && top != nil
 	})
@@ -49,12 +50,12 @@ func TestKilledDuringStage(t *testing.T) {
 		t.Fatal("the NodeStageVolume of the killed plugin did not end")
 	}
 
-	p = e.start("--fuse-mode=keeper")
+	p = e.start("--fuse-mode=keeper", fmt.Sprintf("--keeper-uid=%d", nobody))
 	e.startKeeper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := stage(p, ctx); err != nil {
-		t.Fatalf("retry of the NodeStageVolume the kill interrupted: %v\n%s", err, p.logs.String())
+		t.Fatalf("retry of the NodeStageVolume the kill interrupted: %v\n%s", err, p.Log())
 	}
 	if n, err := mounts.CountMounts(staging); err != nil || n != 1 {
 		t.Errorf("%d mounts on the staging path after the retry (%v), want 1", n, err)
@@ -106,10 +107,10 @@ func TestKillsDuringStagesAndPublishes(t *testing.T) {
 		}
 		all = append(all, vols...)
 		time.Sleep(time.Duration(rand.IntN(300)) * time.Millisecond)
-		p.kill9(p.children())
+		p.kill9(p.Children())
 		wg.Wait()
 		p = e.start()
-		interrupted += strings.Count(p.logs.String(), "Undid an interrupted")
+		interrupted += strings.Count(p.Log(), "Undid an interrupted")
 		for _, vol := range vols {
 			err := stage(p, vol)
 			if err == nil {

@@ -61,7 +61,7 @@ func TestKeeperSoak(t *testing.T) {
 	}
 	readsOn(t, "before the first kill", readers...)
 	mountsBefore := countMounts(t, e.root)
-	keeperFDs, pluginFDs := testenv.OpenFDs(t, k.cmd.Process.Pid), testenv.OpenFDs(t, p.cmd.Process.Pid)
+	keeperFDs, pluginFDs := testenv.OpenFDs(t, k.PID()), testenv.OpenFDs(t, p.PID())
 
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))
 	var log []soakKill
@@ -78,22 +78,22 @@ func TestKeeperSoak(t *testing.T) {
 			}
 			k.servedBy("vol-1", old)
 			sk.successor = k.lastServerStart(t)
-			keeperFDsAfter = append(keeperFDsAfter, testenv.OpenFDs(t, k.cmd.Process.Pid))
+			keeperFDsAfter = append(keeperFDsAfter, testenv.OpenFDs(t, k.PID()))
 		case 1:
 			sk.what = "keeper"
 			sk.killed = time.Now()
-			k.kill()
+			k.Kill()
 			sk.successor = time.Now()
 			k = e.startKeeper()
 			k.servedBy("vol-1", 0)
-			pluginFDsAfter = append(pluginFDsAfter, testenv.OpenFDs(t, p.cmd.Process.Pid))
+			pluginFDsAfter = append(pluginFDsAfter, testenv.OpenFDs(t, p.PID()))
 		default:
 			sk.what = "plugin"
 			sk.killed = time.Now()
 			p.kill()
 			sk.successor = time.Now()
 			p = e.start(pluginArgs...)
-			waitFor(t, "the plugin to re-collect its copy", func() bool { return strings.Contains(p.logs.String(), "adopted=1") })
+			testenv.Eventually(t, waitTimeout, "the plugin to re-collect its copy", func() bool { return strings.Contains(p.Log(), "adopted=1") })
 		}
 		readsOn(t, fmt.Sprintf("after kill %d (%s)", i+1, sk.what), readers...)
 		log = append(log, sk)
@@ -144,7 +144,7 @@ func TestKeeperSoak(t *testing.T) {
 	if st := k.state(); len(st.Servers) != 1 {
 		t.Errorf("the keeper runs %d FUSE servers after the soak, want 1: %+v", len(st.Servers), st.Servers)
 	}
-	if n := len(childrenOf(t, k.cmd.Process.Pid)); n != 1 {
+	if n := len(k.Children()); n != 1 {
 		t.Errorf("the keeper has %d child processes, want its one server", n)
 	}
 	for _, c := range []struct {
@@ -174,7 +174,7 @@ func maxTime(a, b time.Time) time.Time {
 func (k *keeperProc) lastServerStart(t testing.TB) time.Time {
 	t.Helper()
 	var last time.Time
-	for _, line := range strings.Split(k.logs.String(), "\n") {
+	for _, line := range strings.Split(k.Log(), "\n") {
 		stamp, rest, ok := strings.Cut(line, " ")
 		if !ok || !strings.Contains(rest, "started FUSE server pid") {
 			continue
@@ -196,26 +196,4 @@ func countMounts(t testing.TB, dir string) int {
 		t.Fatal(err)
 	}
 	return len(ms)
-}
-
-// childrenOf returns the PIDs of pid's children.
-func childrenOf(t testing.TB, pid int) []int {
-	t.Helper()
-	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var kids []int
-	for _, task := range tasks {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/children", pid, task.Name()))
-		if err != nil {
-			continue
-		}
-		for _, f := range strings.Fields(string(b)) {
-			if n, err := strconv.Atoi(f); err == nil {
-				kids = append(kids, n)
-			}
-		}
-	}
-	return kids
 }

@@ -27,45 +27,24 @@ import (
 // nobody is the user the keeper runs as in these tests, as in the chart: it needs no privilege.
 const nobody = 65534
 
+// waitTimeout bounds the waits of these tests for something to happen; generous, as other builds share the
+// machine.
+const waitTimeout = 30 * time.Second
+
 // nobodyProc is a csi-plugin subcommand (keeper, sidecar) run as user nobody without capabilities, as their
-// pods run them.
+// pods run them. Kill sends SIGKILL, as a container kill does; the FUSE servers it runs die with it
+// (parent-death signal).
 type nobodyProc struct {
-	t      testing.TB
-	cmd    *exec.Cmd
-	logs   *testenv.SyncBuffer
-	exited chan struct{}
+	*testenv.Proc
+	t testing.TB
 }
 
-// startNobody starts `csi-plugin args...` as nobody; it is killed when the test ends, and its output logged if
-// the test failed.
+// startNobody starts `csi-plugin args...` as nobody; the test's Lab stops it.
 func (e *env) startNobody(args ...string) *nobodyProc {
 	e.t.Helper()
-	p := &nobodyProc{t: e.t, logs: &testenv.SyncBuffer{}, exited: make(chan struct{})}
-	p.cmd = exec.Command(e.plugin, args...)
-	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobody, Gid: nobody}, Setpgid: true}
-	if err := p.cmd.Start(); err != nil {
-		e.t.Fatal(err)
-	}
-	go func() { _ = p.cmd.Wait(); close(p.exited) }()
-	e.t.Cleanup(func() {
-		p.kill()
-		if e.t.Failed() {
-			e.t.Logf("csi-plugin %s output:\n%s", args[0], p.logs.String())
-		}
-	})
-	return p
-}
-
-// kill sends SIGKILL, as a container kill does; the FUSE servers it runs die with it (parent-death signal).
-func (p *nobodyProc) kill() {
-	select {
-	case <-p.exited:
-		return
-	default:
-	}
-	_ = p.cmd.Process.Signal(syscall.SIGKILL)
-	<-p.exited
+	cmd := exec.Command(e.plugin, args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobody, Gid: nobody}, Setpgid: true}
+	return &nobodyProc{Proc: e.lab.Start("csi-plugin "+args[0], cmd), t: e.t}
 }
 
 // keeperProc is one running `csi-plugin keeper`.
@@ -103,29 +82,17 @@ func (k *keeperProc) state() keeper.Status {
 func (k *keeperProc) servedBy(vol string, not int) int {
 	k.t.Helper()
 	var pid int
-	waitFor(k.t, "a FUSE server of "+vol+" in the keeper's status", func() bool {
+	testenv.Eventually(k.t, waitTimeout, "a FUSE server of "+vol+" in the keeper's status", func() bool {
 		pid, _ = k.state().ServerOf(vol)
 		return pid != 0 && pid != not
 	})
 	return pid
 }
 
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
-// reader is a dummy-fuse-workload reading a file every 20 ms.
+// reader is a dummy-fuse-workload reading a file every 20 ms; its log is JSON records.
 type reader struct {
-	t   testing.TB
-	cmd *exec.Cmd
-	log string
+	*testenv.Proc
+	t testing.TB
 }
 
 func (e *env) startReader(file string, keepOpen bool) *reader {
@@ -136,30 +103,14 @@ func (e *env) startReader(file string, keepOpen bool) *reader {
 // startReaderArgs starts a dummy-fuse-workload reading file, logging JSON, with args.
 func (e *env) startReaderArgs(file string, args ...string) *reader {
 	e.t.Helper()
-	r := &reader{t: e.t, log: filepath.Join(e.t.TempDir(), "workload.log")}
-	out, err := os.Create(r.log)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	defer out.Close()
-	r.cmd = exec.Command(bins.Path(e.t, "dummy-fuse-workload"), append([]string{"--file", file, "--log-format", "json"}, args...)...)
-	r.cmd.Stdout, r.cmd.Stderr = out, out
-	if err := r.cmd.Start(); err != nil {
-		e.t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { _ = r.cmd.Wait(); close(done) }()
-	e.t.Cleanup(func() {
-		_ = r.cmd.Process.Kill()
-		<-done
-	})
-	return r
+	cmd := exec.Command(bins.Path(e.t, "dummy-fuse-workload"), append([]string{"--file", file, "--log-format", "json"}, args...)...)
+	return &reader{Proc: e.lab.Start("workload", cmd), t: e.t}
 }
 
 // records returns what the reader logged so far.
 func (r *reader) records() []workload.Record {
 	r.t.Helper()
-	f, err := os.Open(r.log)
+	f, err := os.Open(r.LogPath)
 	if err != nil {
 		r.t.Fatal(err)
 	}
@@ -184,7 +135,7 @@ func (r *reader) goodReads() int {
 		case rec.Event == workload.EventRead && rec.Content != nil && *rec.Content == "Hello world!\n":
 			n++
 		case rec.Event == workload.EventReadError, rec.Event == workload.EventOpenError:
-			r.t.Fatalf("the workload saw a failure: %s %s %s", rec.Event, *rec.Errno, rec.Error)
+			r.t.Fatalf("the workload saw a failure: %s %s %s (its log: %s)", rec.Event, *rec.Errno, rec.Error, r.LogPath)
 		}
 	}
 	return n
@@ -195,7 +146,7 @@ func readsOn(t testing.TB, what string, rs ...*reader) {
 	t.Helper()
 	for _, r := range rs {
 		n := r.goodReads()
-		waitFor(t, "3 more good reads "+what, func() bool { return r.goodReads() >= n+3 })
+		testenv.Eventually(t, waitTimeout, "3 more good reads "+what, func() bool { return r.goodReads() >= n+3 })
 	}
 }
 
@@ -240,7 +191,7 @@ func TestKeeperPlacement(t *testing.T) {
 	t.Logf("server pid %d killed, pid %d took over; longest read so far %s", first, second, keep.maxLatency())
 
 	// 2. The keeper dies with its servers: the plugin's copy carries the connection until a new keeper serves it.
-	k.kill()
+	k.Kill()
 	k = e.startKeeper(keeperArgs...)
 	k.servedBy("vol-1", 0)
 	readsOn(t, "after the keeper was replaced", keep, reopen)
@@ -251,11 +202,11 @@ func TestKeeperPlacement(t *testing.T) {
 	start := time.Now()
 	p = e.start(pluginArgs...)
 	t.Logf("plugin restarted: Probe ready after %s", time.Since(start).Round(time.Millisecond))
-	waitFor(t, "the restarted plugin to re-collect its copy from the keeper", func() bool {
-		return strings.Contains(p.logs.String(), `"Session connected"`) && strings.Contains(p.logs.String(), `adopted=1`)
+	testenv.Eventually(t, waitTimeout, "the restarted plugin to re-collect its copy from the keeper", func() bool {
+		return strings.Contains(p.Log(), `"Session connected"`) && strings.Contains(p.Log(), `adopted=1`)
 	})
 	// 4. Which the next keeper loss proves: the plugin's re-collected copy carries the connection again.
-	k.kill()
+	k.Kill()
 	k = e.startKeeper(keeperArgs...)
 	k.servedBy("vol-1", 0)
 	readsOn(t, "after the keeper was replaced a second time", keep, reopen)
@@ -266,18 +217,18 @@ func TestKeeperPlacement(t *testing.T) {
 
 	// Unstaging drops every copy: the keeper forgets the connection and its server ends with the mount.
 	for _, r := range []*reader{keep, reopen} {
-		_ = r.cmd.Process.Kill()
+		r.Kill()
 	}
 	e.teardown(p, "vol-1", "pod-a")
-	waitFor(t, "the keeper to drop the unstaged connection", func() bool { return len(k.state().Connections) == 0 })
+	testenv.Eventually(t, waitTimeout, "the keeper to drop the unstaged connection", func() bool { return len(k.state().Connections) == 0 })
 
 	// 5. The limit: the plugin and the keeper together take every copy with them.
 	e.stagePublish(p, "vol-2", "pod-b")
 	k.servedBy("vol-2", 0)
 	p.kill()
-	k.kill()
+	k.Kill()
 	staging := e.stagingPath("vol-2")
-	waitFor(t, "ENOTCONN on the staging mount once every holder is gone", func() bool {
+	testenv.Eventually(t, waitTimeout, "ENOTCONN on the staging mount once every holder is gone", func() bool {
 		_, err := os.Stat(filepath.Join(staging, "dummy-file.txt"))
 		return errors.Is(err, syscall.ENOTCONN)
 	})

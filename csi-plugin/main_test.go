@@ -65,6 +65,7 @@ type env struct {
 	// ownMountNS runs the plugin in a mount namespace of its own (unshare, mounts still propagating as they
 	// are set up), as in a container.
 	ownMountNS bool
+	lab        *testenv.Lab
 }
 
 // newEnv prepares a test's world. Its root directory becomes a mount of its own with the given propagation
@@ -75,15 +76,10 @@ type env struct {
 func newEnv(t testing.TB, propagation uintptr) *env {
 	t.Helper()
 	testenv.RequireFUSE(t)
-	root := plugintest.ShortDir(t)
+	lab := testenv.NewLab(t) // first: its cleanup runs last, after every other one of the test
+	root := lab.Dir()
 	e := &env{t: t, plugin: bins.Path(t, "csi-plugin"), dummyFuse: bins.Path(t, "dummy-fuse"), root: root,
-		kubelet: plugintest.Kubelet{Root: root, Driver: driver.DefaultDriverName}, state: filepath.Join(root, "state"), sockDir: root}
-	// Registered before any plugin starts, so it runs after every plugin is gone: no mount may stay.
-	t.Cleanup(func() {
-		if n, err := mounts.UnmountUnder(root); err != nil || n > 1 {
-			t.Logf("cleanup unmounted %d leftover mounts (err %v)", n-1, err)
-		}
-	})
+		kubelet: plugintest.Kubelet{Root: root, Driver: driver.DefaultDriverName}, state: filepath.Join(root, "state"), sockDir: root, lab: lab}
 	if err := unix.Mount(root, root, "", unix.MS_BIND, ""); err != nil {
 		t.Fatal(err)
 	}
@@ -101,13 +97,11 @@ func (e *env) targetPath(vol, pod string) string { return e.kubelet.Target(vol, 
 
 // plugin is one running csi-plugin process.
 type plugin struct {
-	t      testing.TB
-	cmd    *exec.Cmd
-	logs   *testenv.SyncBuffer
-	exited chan struct{}
-	conn   *grpc.ClientConn
-	node   csi.NodeClient
-	ident  csi.IdentityClient
+	*testenv.Proc
+	t     testing.TB
+	conn  *grpc.ClientConn
+	node  csi.NodeClient
+	ident csi.IdentityClient
 }
 
 // start runs csi-plugin with the env's state directory plus args, and waits until Probe is ready.
@@ -123,7 +117,7 @@ func (e *env) launch(args ...string) *plugin {
 	t := e.t
 	t.Helper()
 	sock := filepath.Join(e.sockDir, "csi.sock")
-	p := &plugin{t: t, logs: &testenv.SyncBuffer{}, exited: make(chan struct{})}
+	p := &plugin{t: t}
 	argv := append([]string{e.plugin,
 		"--endpoint=unix://" + sock, "--nodeid=test-node", "--state-dir=" + e.state,
 		"--dummy-fuse-path=" + e.dummyFuse, "-v=2",
@@ -132,18 +126,7 @@ func (e *env) launch(args ...string) *plugin {
 		// unshare execs the plugin: the process (and its PID) stays the plugin's.
 		argv = append([]string{"unshare", "--mount", "--propagation=unchanged", "--"}, argv...)
 	}
-	p.cmd = exec.Command(argv[0], argv[1:]...)
-	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = p.cmd.Wait(); close(p.exited) }()
-	t.Cleanup(func() {
-		p.kill()
-		if t.Failed() {
-			t.Logf("csi-plugin %v output:\n%s", p.cmd.Args[1:], p.logs.String())
-		}
-	})
+	p.Proc = e.lab.Start("csi-plugin", exec.Command(argv[0], argv[1:]...))
 	// The socket appears only once the process runs: retry connecting every few milliseconds, not after
 	// gRPC's default one-second backoff (which would dominate the start-up times measured here).
 	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()),
@@ -151,6 +134,7 @@ func (e *env) launch(args ...string) *plugin {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = conn.Close() })
 	p.conn, p.node, p.ident = conn, csi.NewNodeClient(conn), csi.NewIdentityClient(conn)
 	return p
 }
@@ -163,10 +147,8 @@ func (p *plugin) waitReady(timeout time.Duration) {
 		if ready {
 			return
 		}
-		select {
-		case <-p.exited:
-			p.t.Fatalf("csi-plugin exited before it was ready: %v\n%s", p.cmd.ProcessState, p.logs.String())
-		default:
+		if p.Exited() {
+			p.t.Fatalf("csi-plugin exited before it was ready: %v\n%s", p.Cmd.ProcessState, p.Tail())
 		}
 		if time.Now().After(deadline) {
 			p.t.Fatalf("csi-plugin not ready after %v: %v", timeout, err)
@@ -175,74 +157,22 @@ func (p *plugin) waitReady(timeout time.Duration) {
 	}
 }
 
-// children returns the PIDs of the plugin's child processes (its dummy-fuse servers).
-func (p *plugin) children() []int { return childrenOf(p.t, p.cmd.Process.Pid) }
-
 // kill9 kills the plugin with SIGKILL and returns how each of its children ended: they must have been killed by
 // the parent-death signal, as FUSE servers inside a dying container would be.
 func (p *plugin) kill9(kids []int) map[int]syscall.WaitStatus {
 	p.t.Helper()
-	_ = p.cmd.Process.Signal(syscall.SIGKILL)
-	<-p.exited
+	p.Kill()
 	_ = p.conn.Close()
-	return reap(p.t, kids)
+	return testenv.Reap(p.t, kids)
 }
 
-// kill ends the plugin if it still runs (cleanup), reaping its children too.
+// kill ends the plugin if it still runs, reaping its children too.
 func (p *plugin) kill() {
-	select {
-	case <-p.exited:
+	p.t.Helper()
+	if p.Exited() {
 		return
-	default:
 	}
-	kids := p.children()
-	_ = p.cmd.Process.Signal(syscall.SIGKILL)
-	<-p.exited
-	_ = p.conn.Close()
-	reap(p.t, kids)
-}
-
-// reap waits for the given orphans (re-parented to this subreaper) and returns the wait status of each one it
-// reaped. A child may also have been reaped by its dying parent: SIGKILL ends the plugin's threads one by one,
-// the first thread exit fires the parent-death signal, and a plugin thread still inside waitid for that child can
-// collect it before it ends itself. Such a child is gone all the same and is left out of the result.
-func reap(t testing.TB, pids []int) map[int]syscall.WaitStatus {
-	t.Helper()
-	out := map[int]syscall.WaitStatus{}
-	for _, pid := range pids {
-		type result struct {
-			ws  syscall.WaitStatus
-			err error
-		}
-		done := make(chan result, 1)
-		go func() {
-			var r result
-			for {
-				_, r.err = syscall.Wait4(pid, &r.ws, 0, nil)
-				if !errors.Is(r.err, syscall.EINTR) {
-					break
-				}
-			}
-			done <- r
-		}()
-		select {
-		case r := <-done:
-			switch {
-			case r.err == nil:
-				out[pid] = r.ws
-			case errors.Is(r.err, syscall.ECHILD):
-				if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); err == nil {
-					t.Errorf("child %d of the killed plugin is still alive and not ours to reap", pid)
-				}
-			default:
-				t.Errorf("wait4(%d): %v", pid, r.err)
-			}
-		case <-time.After(10 * time.Second):
-			t.Errorf("child %d of the killed plugin is still alive", pid)
-			_ = syscall.Kill(pid, syscall.SIGKILL)
-		}
-	}
-	return out
+	p.kill9(p.Children())
 }
 
 // mountCap is the volume capability of these tests' requests: they publish read-only.
@@ -391,7 +321,7 @@ func TestRestoreAfterKill(t *testing.T) {
 			}
 			e.publishEphemeral(p1, eph, ephPod)
 			plugintest.MustRead(t, e.targetPath(eph, ephPod))
-			kids := p1.children()
+			kids := p1.Children()
 			if len(kids) != len(volumes)+1 {
 				t.Fatalf("plugin has %d children, want one dummy-fuse per volume (%d)", len(kids), len(volumes)+1)
 			}
@@ -430,7 +360,7 @@ func TestRestoreAfterKill(t *testing.T) {
 			if n, _ := mounts.CountMounts(e.targetPath(eph, ephPod)); n != wantLayers {
 				t.Errorf("%d mounts on the ephemeral target after a %s restore, want %d", n, strategy, wantLayers)
 			}
-			if n := len(p2.children()); n != len(volumes)+1 {
+			if n := len(p2.Children()); n != len(volumes)+1 {
 				t.Errorf("restored plugin has %d children, want %d", n, len(volumes)+1)
 			}
 			resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/healthz", port))
@@ -438,8 +368,8 @@ func TestRestoreAfterKill(t *testing.T) {
 				t.Fatalf("/healthz after restore: %v, %v", resp, err)
 			}
 			resp.Body.Close()
-			if got := strings.Count(p2.logs.String(), `"Restored target"`); got != 4 {
-				t.Errorf("%d \"Restored target\" log lines, want 4:\n%s", got, p2.logs.String())
+			if got := strings.Count(p2.Log(), `"Restored target"`); got != 4 {
+				t.Errorf("%d \"Restored target\" log lines, want 4:\n%s", got, p2.Log())
 			}
 
 			// kubelet tears down pod by pod. With shared propagation the stacked mounts of one volume's targets
@@ -458,7 +388,7 @@ func TestRestoreAfterKill(t *testing.T) {
 					t.Errorf("%s left behind after the ephemeral volume was unpublished: %v", p, err)
 				}
 			}
-			if n := len(p2.children()); n != len(volumes) {
+			if n := len(p2.Children()); n != len(volumes) {
 				t.Errorf("%d dummy-fuse children after the ephemeral volume was unpublished, want %d", n, len(volumes))
 			}
 			volumes["vol-a"] = []string{"pod-2"}
@@ -516,11 +446,11 @@ func TestEphemeralVolumeInChartLayout(t *testing.T) {
 	if n, _ := mounts.CountMounts(staging); n != 0 {
 		t.Errorf("the host sees %d mounts on the private staging path %s, want 0", n, staging)
 	}
-	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/mountinfo", p1.cmd.Process.Pid)); err != nil || !strings.Contains(string(b), " "+staging+" ") {
+	if infos, err := mounts.MountsAtIn(p1.PID(), staging); err != nil || len(infos) == 0 {
 		t.Errorf("the plugin's namespace has no mount on %s (%v)", staging, err)
 	}
 
-	p1.kill9(p1.children())
+	p1.kill9(p1.Children())
 	plugintest.WaitDead(t, target)
 	p2 := e.start("--restore-mounts")
 	plugintest.MustRead(t, target)
@@ -531,7 +461,7 @@ func TestEphemeralVolumeInChartLayout(t *testing.T) {
 	if _, err := os.Lstat(staging); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("staging directory %s left behind: %v", staging, err)
 	}
-	if n := len(p2.children()); n != 0 {
+	if n := len(p2.Children()); n != 0 {
 		t.Errorf("%d dummy-fuse children after unpublishing the only volume, want 0", n)
 	}
 	st, err := state.Open(e.state)
@@ -550,7 +480,7 @@ func TestRestoreSkipsCorruptRecords(t *testing.T) {
 	e := newEnv(t, unix.MS_PRIVATE)
 	p1 := e.start()
 	e.stagePublish(p1, "vol-a", "pod-1")
-	p1.kill9(p1.children())
+	p1.kill9(p1.Children())
 	plugintest.WaitDead(t, e.targetPath("vol-a", "pod-1"))
 
 	garbage := filepath.Join(e.state, "staged", "garbage.json")
@@ -579,7 +509,7 @@ func TestRestoreSkipsCorruptRecords(t *testing.T) {
 
 	p2 := e.start("--restore-mounts")
 	plugintest.MustRead(t, e.targetPath("vol-a", "pod-1"))
-	logs := p2.logs.String()
+	logs := p2.Log()
 	for _, want := range []string{`"Failed to restore staging mount" err=`, `volumeID="vol-blocked"`, `"Not restoring target: its staging mount failed"`, "ok=2 failed=1 skipped=1"} {
 		if !strings.Contains(logs, want) {
 			t.Errorf("log lacks %q:\n%s", want, logs)
@@ -601,7 +531,7 @@ func TestRestoreForgetsWhatKubeletRemoved(t *testing.T) {
 	p1 := e.start()
 	e.stagePublish(p1, "vol-a", "pod-1")
 	e.stagePublish(p1, "vol-b", "pod-2")
-	p1.kill9(p1.children())
+	p1.kill9(p1.Children())
 	gone := []string{e.targetPath("vol-b", "pod-2"), e.stagingPath("vol-b")}
 	for _, path := range gone {
 		plugintest.WaitDead(t, path)
@@ -616,7 +546,7 @@ func TestRestoreForgetsWhatKubeletRemoved(t *testing.T) {
 
 	p2 := e.start("--restore-mounts")
 	plugintest.MustRead(t, e.targetPath("vol-a", "pod-1"))
-	logs := p2.logs.String()
+	logs := p2.Log()
 	for _, want := range []string{`"Not restoring staging mount: kubelet removed the directory of this path`,
 		`"Not restoring target: kubelet removed the directory of this path`, "ok=2 failed=0 skipped=0 forgotten=2"} {
 		if !strings.Contains(logs, want) {
@@ -645,19 +575,12 @@ func TestGracefulStopLeavesDeadMounts(t *testing.T) {
 	e := newEnv(t, unix.MS_SHARED)
 	p := e.start()
 	e.stagePublish(p, "vol-a", "pod-1")
-	kids := p.children()
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
+	kids := p.Children()
+	p.Signal(syscall.SIGTERM)
+	if code := p.Wait(30 * time.Second); code != 0 {
+		t.Fatalf("exit code after SIGTERM = %d, want 0\n%s", code, p.Tail())
 	}
-	select {
-	case <-p.exited:
-	case <-time.After(30 * time.Second):
-		t.Fatal("plugin did not stop on SIGTERM")
-	}
-	if code := p.cmd.ProcessState.ExitCode(); code != 0 {
-		t.Fatalf("exit code after SIGTERM = %d, want 0\n%s", code, p.logs.String())
-	}
-	reap(t, kids)
+	testenv.Reap(t, kids)
 	plugintest.WaitDead(t, e.targetPath("vol-a", "pod-1"))
 	if _, err := os.Stat(filepath.Join(e.root, "csi.sock")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("socket left behind after a graceful stop: %v", err)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/fusemode"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/kubeletpath"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/testenv"
 )
 
 // podUIDKey is the volume context key of the pod's UID (kubelet sends it with podInfoOnMount).
@@ -62,26 +63,22 @@ func TestSidecarKeepFD(t *testing.T) {
 	keep := e.startReaderArgs(target, "--read-interval=5ms", "--direct-io")
 	reopen := e.startReaderArgs(target, "--read-interval=5ms", "--keep-open=false", "--direct-io")
 	readsOn(t, "through the sidecar", keep, reopen)
-	if !strings.Contains(sc.logs.String(), "serving it as its keeper") {
-		t.Errorf("the sidecar did not notice that the plugin keeps its copy:\n%s", sc.logs.String())
+	if !strings.Contains(sc.Log(), "serving it as its keeper") {
+		t.Errorf("the sidecar did not notice that the plugin keeps its copy:\n%s", sc.Log())
 	}
 
-	sc.kill()
+	sc.Kill()
 	sc = e.startSidecar("vol-1", "pod-a")
 	readsOn(t, "after the sidecar was killed and started again", keep, reopen)
 
 	// Its FUSE server alone dies (csi-plugin sidecar-crash does this on a cluster): the sidecar exits with it,
 	// as without a kept copy, and the next instance takes the connection over.
-	waitFor(t, "the sidecar's FUSE server", func() bool { return len(childrenOf(t, sc.cmd.Process.Pid)) == 1 })
-	if err := syscall.Kill(childrenOf(t, sc.cmd.Process.Pid)[0], syscall.SIGKILL); err != nil {
+	testenv.Eventually(t, waitTimeout, "the sidecar's FUSE server", func() bool { return len(sc.Children()) == 1 })
+	if err := syscall.Kill(sc.Children()[0], syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case <-sc.exited:
-	case <-time.After(10 * time.Second):
-		t.Fatalf("the sidecar lives on without its FUSE server:\n%s", sc.logs.String())
-	}
-	if code := sc.cmd.ProcessState.ExitCode(); code != 128+int(syscall.SIGKILL) {
+	sc.Wait(10 * time.Second) // a sidecar living on without its FUSE server fails here
+	if code := sc.Cmd.ProcessState.ExitCode(); code != 128+int(syscall.SIGKILL) {
 		t.Errorf("the sidecar exited with code %d after its FUSE server's SIGKILL, want 137 (the server's status, as without a kept copy)", code)
 	}
 	sc = e.startSidecar("vol-1", "pod-a")
@@ -89,16 +86,16 @@ func TestSidecarKeepFD(t *testing.T) {
 
 	p.kill()
 	p = e.start(args...)
-	waitFor(t, "the restarted plugin to take its copy back from the sidecar", func() bool {
-		return strings.Contains(p.logs.String(), `"Session connected"`) && strings.Contains(p.logs.String(), "adopted=1")
+	testenv.Eventually(t, waitTimeout, "the restarted plugin to take its copy back from the sidecar", func() bool {
+		return strings.Contains(p.Log(), `"Session connected"`) && strings.Contains(p.Log(), "adopted=1")
 	})
-	sc.kill()
+	sc.Kill()
 	e.startSidecar("vol-1", "pod-a")
 	readsOn(t, "after a plugin restart and another sidecar kill", keep, reopen)
 	t.Logf("longest read: %s with a kept descriptor, %s with an open per read", keep.maxLatency(), reopen.maxLatency())
 
 	for _, r := range []*reader{keep, reopen} {
-		_ = r.cmd.Process.Kill()
+		r.Kill()
 	}
 	e.teardown(p, "vol-1", "pod-a")
 }

@@ -5,7 +5,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -22,11 +21,12 @@ import (
 // its own with HostToContainer propagation (rslave), as a container runtime does for a volumeMount with
 // mountPropagation: HostToContainer. Reading below /proc/<pid>/root walks its mount table.
 type container struct {
-	cmd  *exec.Cmd
+	*testenv.Proc
 	path string // where the volume is, in the container's mount table
 }
 
-func startContainer(t *testing.T, volumeDir, path string) *container {
+func (e *env) startContainer(volumeDir, path string) *container {
+	t := e.t
 	t.Helper()
 	if _, err := exec.LookPath("unshare"); err != nil {
 		testenv.SkipOrFail(t, "unshare(1) is needed to give the container a mount namespace: "+err.Error())
@@ -36,44 +36,26 @@ func startContainer(t *testing.T, volumeDir, path string) *container {
 	}
 	// --propagation slave: everything the new namespace copies is a slave of the host's mounts, so the bind below
 	// is a slave of the volume directory's mount, receiving what the host mounts on it and sending nothing back.
-	cmd := exec.Command("unshare", "--mount", "--propagation", "slave", "--", "sh", "-c",
-		`mount --bind "$0" "$1" && exec sleep 600`, volumeDir, path)
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
-	t.Cleanup(func() { _ = cmd.Process.Kill(); <-exited }) // its mounts go with its namespace
-	c := &container{cmd: cmd, path: path}
-	deadline := time.Now().Add(10 * time.Second)
-	for c.layers(t) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the container did not bind-mount the volume")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	// Its mounts go with its namespace when the Lab kills it.
+	c := &container{Proc: e.lab.Start("container", exec.Command("unshare", "--mount", "--propagation", "slave", "--", "sh", "-c",
+		`mount --bind "$0" "$1" && exec sleep 600`, volumeDir, path)), path: path}
+	testenv.Eventually(t, 10*time.Second, "the container to bind-mount the volume", func() bool { return c.layers(t) > 0 })
 	return c
 }
 
 // layers counts the mounts stacked on the container's volume path, from its own mount table.
-func (c *container) layers(t *testing.T) int {
+func (c *container) layers(t testing.TB) int {
 	t.Helper()
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/mountinfo", c.cmd.Process.Pid))
+	infos, err := mounts.MountsAtIn(c.PID(), c.path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := 0
-	for _, line := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(line); len(f) > 4 && f[4] == c.path {
-			n++
-		}
-	}
-	return n
+	return len(infos)
 }
 
 // read opens the volume's file anew inside the container.
 func (c *container) read() (string, error) {
-	b, err := os.ReadFile(filepath.Join(fmt.Sprintf("/proc/%d/root", c.cmd.Process.Pid), c.path, fusemode.ServedFile))
+	b, err := os.ReadFile(filepath.Join(fmt.Sprintf("/proc/%d/root", c.PID()), c.path, fusemode.ServedFile))
 	return string(b), err
 }
 
@@ -87,12 +69,12 @@ func TestStackStaysBounded(t *testing.T) {
 	p := e.start("--restore-strategy=stack")
 	e.stagePublish(p, vol, pod)
 	target := e.targetPath(vol, pod)
-	c := startContainer(t, target, filepath.Join(e.root, "container", "data"))
+	c := e.startContainer(target, filepath.Join(e.root, "container", "data"))
 	if got, err := c.read(); err != nil || got != dummyfs.Content {
 		t.Fatalf("container read before any crash: %q, %v", got, err)
 	}
 	for i := 1; i <= crashes; i++ {
-		p.kill9(p.children())
+		p.kill9(p.Children())
 		plugintest.WaitDead(t, target)
 		if _, err := c.read(); err == nil {
 			t.Fatalf("crash %d: the container still reads a dead volume", i)

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -24,6 +23,7 @@ import (
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/fdpass"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/fuseconn"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/handover"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/mounts"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/testenv"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/version"
 )
@@ -62,130 +62,56 @@ func TestRunFlags(t *testing.T) {
 	}
 }
 
-// proc is a process a test started; it is killed (by PID) and reaped when the test ends.
+// proc is a process a test started through its Lab: out is the file with its stdout (a workload's JSON
+// records), its stderr goes to its log.
 type proc struct {
-	cmd    *exec.Cmd
-	out    string // file with its stdout
-	stderr *testenv.SyncBuffer
-	done   chan struct{}
-	err    error
+	*testenv.Proc
+	out string
 }
 
-func (p *proc) stderrString() string { return p.stderr.String() }
+func (p *proc) stderrString() string { return p.Log() }
 
-func start(t *testing.T, cmd *exec.Cmd) *proc {
+// wait waits for the process to exit and returns its exit code.
+func (p *proc) wait() int { return p.Wait(waitTimeout) }
+
+func start(t *testing.T, lab *testenv.Lab, cmd *exec.Cmd) *proc {
 	t.Helper()
-	p := &proc{cmd: cmd, out: filepath.Join(t.TempDir(), filepath.Base(cmd.Path)+".out"), stderr: &testenv.SyncBuffer{}, done: make(chan struct{})}
-	out, err := os.Create(p.out)
+	out, err := os.CreateTemp(t.TempDir(), filepath.Base(cmd.Path)+"-*.out")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer out.Close()
-	cmd.Stdout, cmd.Stderr = out, p.stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start %s: %v", cmd, err)
-	}
-	go func() {
-		p.err = cmd.Wait()
-		close(p.done)
-	}()
-	t.Cleanup(func() {
-		select {
-		case <-p.done:
-		default:
-			_ = cmd.Process.Kill()
-			<-p.done
-		}
-		if t.Failed() {
-			b, _ := os.ReadFile(p.out)
-			t.Logf("%s (pid %d):\nstdout:\n%s\nstderr:\n%s", cmd, cmd.Process.Pid, b, p.stderr)
-		}
-	})
-	return p
-}
-
-func (p *proc) exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
-}
-
-// wait waits for the process to exit and returns its exit code.
-func (p *proc) wait(t *testing.T) int {
-	t.Helper()
-	select {
-	case <-p.done:
-	case <-time.After(waitTimeout):
-		t.Fatalf("%s did not exit within %s", p.cmd, waitTimeout)
-	}
-	var ee *exec.ExitError
-	if errors.As(p.err, &ee) {
-		return ee.ExitCode()
-	}
-	if p.err != nil {
-		t.Fatalf("%s: %v", p.cmd, p.err)
-	}
-	return 0
+	cmd.Stdout = out
+	return &proc{Proc: lab.Start(filepath.Base(cmd.Path), cmd), out: out.Name()}
 }
 
 // poll calls cond until it reports true; it fails the test after waitTimeout.
 func poll(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(waitTimeout)
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", waitTimeout, what)
-		}
-		<-tick.C
-	}
+	testenv.Eventually(t, waitTimeout, what, cond)
 }
 
-// mountType returns the filesystem type of the mount at point, or "" when nothing is mounted there.
+// mountType returns the filesystem type of the mount on top at point, or "" when nothing is mounted there.
 func mountType(t testing.TB, point string) string {
 	t.Helper()
-	f, err := os.Open("/proc/self/mountinfo")
+	top, err := mounts.Top(point)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	typ := ""
-	for sc.Scan() {
-		pre, post, _ := strings.Cut(sc.Text(), " - ")
-		if a, b := strings.Fields(pre), strings.Fields(post); len(a) > 4 && len(b) > 0 && a[4] == point {
-			typ = b[0] // the last one is the top of the stack
-		}
+	if top == nil {
+		return ""
 	}
-	return typ
-}
-
-// cleanupMount lazily unmounts whatever is left at mnt when the test ends (registered before the server
-// starts, so it runs after the server was killed).
-func cleanupMount(t *testing.T, mnt string) {
-	t.Cleanup(func() {
-		for mountType(t, mnt) != "" {
-			if err := unix.Unmount(mnt, unix.MNT_DETACH); err != nil {
-				t.Errorf("unmount %s: %v", mnt, err)
-				return
-			}
-		}
-	})
+	return top.FSType
 }
 
 // startDummyFuse mounts dummy-fuse (the binary) at a new directory and waits for the mount.
-func startDummyFuse(t *testing.T, bin string, args ...string) (*proc, string) {
+func startDummyFuse(t *testing.T, lab *testenv.Lab, bin string, args ...string) (*proc, string) {
 	t.Helper()
-	mnt := t.TempDir()
-	cleanupMount(t, mnt)
-	p := start(t, exec.Command(bin, append(args, mnt)...))
+	mnt := lab.Dir()
+	p := start(t, lab, exec.Command(bin, append(args, mnt)...))
 	poll(t, "dummy-fuse to mount "+mnt, func() bool {
-		if p.exited() {
-			t.Fatalf("dummy-fuse exited before mounting: %v\n%s", p.err, p.stderr)
+		if p.Exited() {
+			t.Fatalf("dummy-fuse exited before mounting: %v\n%s", p.Err(), p.Tail())
 		}
 		return mountType(t, mnt) == "fuse.dummy-fuse"
 	})
@@ -194,19 +120,20 @@ func startDummyFuse(t *testing.T, bin string, args ...string) (*proc, string) {
 
 func TestSIGTERMUnmounts(t *testing.T) {
 	testenv.RequireFUSE(t)
+	lab := testenv.NewLab(t)
 	bin := testenv.Build(t, "dummy-fuse")
-	p, mnt := startDummyFuse(t, bin)
+	p, mnt := startDummyFuse(t, lab, bin)
 	if b, err := os.ReadFile(filepath.Join(mnt, fileName)); err != nil || string(b) != "Hello world!\n" {
 		t.Fatalf("read = %q, %v", b, err)
 	}
 	// One line says what is mounted where and how to stop it.
-	want := fmt.Sprintf("dummy-fuse: mounted %s at %s; stop with kill %d (SIGTERM) or umount %s\n", fileName, mnt, p.cmd.Process.Pid, mnt)
+	want := fmt.Sprintf("dummy-fuse: mounted %s at %s; stop with kill %d (SIGTERM) or umount %s\n", fileName, mnt, p.Cmd.Process.Pid, mnt)
 	poll(t, "dummy-fuse's mounted line", func() bool { return strings.Contains(p.stderrString(), want) })
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := p.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	if code := p.wait(t); code != 0 {
-		t.Errorf("exit code %d after SIGTERM, want 0; stderr %q", code, p.stderr)
+	if code := p.wait(); code != 0 {
+		t.Errorf("exit code %d after SIGTERM, want 0; stderr %q", code, p.stderrString())
 	}
 	if typ := mountType(t, mnt); typ != "" {
 		t.Errorf("%s still mounted (%s) after SIGTERM", mnt, typ)
@@ -215,19 +142,20 @@ func TestSIGTERMUnmounts(t *testing.T) {
 
 func TestSIGINTWithOpenFileDetaches(t *testing.T) {
 	testenv.RequireFUSE(t)
+	lab := testenv.NewLab(t)
 	bin := testenv.Build(t, "dummy-fuse")
-	p, mnt := startDummyFuse(t, bin, "--direct-io")
+	p, mnt := startDummyFuse(t, lab, bin, "--direct-io")
 	f, err := os.Open(filepath.Join(mnt, fileName))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	if err := p.cmd.Process.Signal(syscall.SIGINT); err != nil {
+	if err := p.Cmd.Process.Signal(syscall.SIGINT); err != nil {
 		t.Fatal(err)
 	}
 	// A plain unmount is EBUSY while the file is open; dummy-fuse detaches lazily and still exits 0.
-	if code := p.wait(t); code != 0 {
-		t.Errorf("exit code %d after SIGINT, want 0; stderr %q", code, p.stderr)
+	if code := p.wait(); code != 0 {
+		t.Errorf("exit code %d after SIGINT, want 0; stderr %q", code, p.stderrString())
 	}
 	if typ := mountType(t, mnt); typ != "" {
 		t.Errorf("%s still mounted (%s)", mnt, typ)
@@ -281,13 +209,13 @@ func mountDevFuse(t *testing.T, mnt string) *os.File {
 // dummy-fuse child as /dev/fd/3 and closes its own copy.
 func TestMagicMountpoint(t *testing.T) {
 	testenv.RequireFUSE(t)
+	lab := testenv.NewLab(t)
 	bin := testenv.Build(t, "dummy-fuse")
-	mnt := t.TempDir()
-	cleanupMount(t, mnt)
+	mnt := lab.Dir()
 	dev := mountDevFuse(t, mnt)
 	cmd := exec.Command(bin, "/dev/fd/3")
 	cmd.ExtraFiles = []*os.File{dev}
-	p := start(t, cmd)
+	p := start(t, lab, cmd)
 	dev.Close() // only the child serves the connection now
 
 	// A read waits for the child to answer INIT; do it aside so a broken child fails the test, not hangs it.
@@ -313,11 +241,11 @@ func TestMagicMountpoint(t *testing.T) {
 	}
 
 	// The child cannot unmount a mount it does not know; it exits 0 and the mount is dead.
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := p.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	if code := p.wait(t); code != 0 {
-		t.Errorf("exit code %d, want 0; stderr %q", code, p.stderr)
+	if code := p.wait(); code != 0 {
+		t.Errorf("exit code %d, want 0; stderr %q", code, p.stderrString())
 	}
 	// open always asks the server (stat may still be answered from the attribute cache).
 	if f, err := os.Open(filepath.Join(mnt, fileName)); !errors.Is(err, unix.ENOTCONN) {
@@ -364,6 +292,7 @@ func find(recs []workload.Record, event, errno string) *workload.Record {
 // --exit-on-error.
 func TestMountLoss(t *testing.T) {
 	testenv.RequireFUSE(t)
+	lab := testenv.NewLab(t)
 	fuseBin := testenv.Build(t, "dummy-fuse")
 	wlBin := testenv.Build(t, "dummy-fuse-workload")
 	for _, mode := range []struct {
@@ -374,21 +303,21 @@ func TestMountLoss(t *testing.T) {
 		{"page-cache", nil},
 	} {
 		t.Run(mode.name, func(t *testing.T) {
-			server, mnt := startDummyFuse(t, fuseBin, mode.args...)
+			server, mnt := startDummyFuse(t, lab, fuseBin, mode.args...)
 			file := filepath.Join(mnt, fileName)
 			workloadArgs := []string{"--file", file, "--log-format", "json", "--read-interval", "50ms"}
-			keep := start(t, exec.Command(wlBin, workloadArgs...))
-			exitOnErr := start(t, exec.Command(wlBin, append(workloadArgs, "--exit-on-error")...))
-			reopen := start(t, exec.Command(wlBin, append(workloadArgs, "--keep-open=false")...))
+			keep := start(t, lab, exec.Command(wlBin, workloadArgs...))
+			exitOnErr := start(t, lab, exec.Command(wlBin, append(workloadArgs, "--exit-on-error")...))
+			reopen := start(t, lab, exec.Command(wlBin, append(workloadArgs, "--keep-open=false")...))
 			for _, w := range []*proc{keep, exitOnErr, reopen} {
 				poll(t, "a first successful read", func() bool { return find(readLog(t, w.out), workload.EventRead, "") != nil })
 			}
 
-			if err := unix.Kill(server.cmd.Process.Pid, unix.SIGKILL); err != nil {
+			if err := unix.Kill(server.PID(), unix.SIGKILL); err != nil {
 				t.Fatal(err)
 			}
 			killed := time.Now()
-			server.wait(t)
+			server.wait()
 
 			poll(t, "read_error ENOTCONN on the descriptor kept open", func() bool {
 				return find(readLog(t, keep.out), workload.EventReadError, "ENOTCONN") != nil
@@ -398,7 +327,7 @@ func TestMountLoss(t *testing.T) {
 				return find(readLog(t, reopen.out), workload.EventOpenError, "ENOTCONN") != nil
 			})
 
-			if code := exitOnErr.wait(t); code != workload.ExitError {
+			if code := exitOnErr.wait(); code != workload.ExitError {
 				t.Errorf("--exit-on-error workload exit code %d, want %d", code, workload.ExitError)
 			}
 			recs := readLog(t, exitOnErr.out)
@@ -411,10 +340,10 @@ func TestMountLoss(t *testing.T) {
 			}
 
 			for _, w := range []*proc{keep, reopen} {
-				if err := w.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+				if err := w.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
 					t.Fatal(err)
 				}
-				if code := w.wait(t); code != 0 {
+				if code := w.wait(); code != 0 {
 					t.Errorf("workload exit code %d after SIGTERM, want 0", code)
 				}
 				recs := readLog(t, w.out)
@@ -448,18 +377,18 @@ func readLogRaw(t *testing.T, path string) string {
 // after the unmount: SIGTERM must still end the server, leaving the bind disconnected as a crash would.
 func TestSIGTERMWithBindMountExits(t *testing.T) {
 	testenv.RequireFUSE(t)
+	lab := testenv.NewLab(t)
 	bin := testenv.Build(t, "dummy-fuse")
-	p, mnt := startDummyFuse(t, bin)
-	bind := t.TempDir()
+	p, mnt := startDummyFuse(t, lab, bin)
+	bind := lab.Dir()
 	if err := unix.Mount(mnt, bind, "", unix.MS_BIND, ""); err != nil {
 		t.Fatalf("bind %s to %s: %v", mnt, bind, err)
 	}
-	cleanupMount(t, bind)
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := p.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	if code := p.wait(t); code != 0 {
-		t.Errorf("exit code %d after SIGTERM, want 0; stderr %q", code, p.stderr)
+	if code := p.wait(); code != 0 {
+		t.Errorf("exit code %d after SIGTERM, want 0; stderr %q", code, p.stderrString())
 	}
 	if _, err := os.Stat(filepath.Join(bind, fileName)); !errors.Is(err, syscall.ENOTCONN) {
 		t.Errorf("stat through the bind after the server stopped: %v, want ENOTCONN", err)
@@ -475,40 +404,30 @@ func TestSIGTERMWithBindMountExits(t *testing.T) {
 // reading, new opens work, and the mount was never remounted.
 func TestTakeover(t *testing.T) {
 	testenv.RequireFUSE(t)
+	lab := testenv.NewLab(t)
 	bin := testenv.Build(t, "dummy-fuse")
 	wlBin := testenv.Build(t, "dummy-fuse-workload")
-	mnt := t.TempDir()
-	cleanupMount(t, mnt)
+	mnt := lab.Dir()
 	dev := mountDevFuse(t, mnt)
 	record := filepath.Join(t.TempDir(), "init")
 	file := filepath.Join(mnt, fileName)
 
 	first := exec.Command(bin, "--direct-io", "--read-latency", "300ms", "--debug", "--save-init", record, "/dev/fd/3")
 	first.ExtraFiles = []*os.File{dev}
-	a := start(t, first)
+	a := start(t, lab, first)
 	poll(t, "the first server to save the handover record", func() bool {
-		if a.exited() {
-			t.Fatalf("first server exited: %v\n%s", a.err, a.stderr)
+		if a.Exited() {
+			t.Fatalf("first server exited: %v\n%s", a.Err(), a.Tail())
 		}
 		_, err := os.Stat(record)
 		return err == nil
 	})
 
 	wlArgs := []string{"--file", file, "--log-format", "json", "--read-interval", "20ms"}
-	keep := start(t, exec.Command(wlBin, wlArgs...))
-	reopen := start(t, exec.Command(wlBin, append(wlArgs, "--keep-open=false")...))
+	keep := start(t, lab, exec.Command(wlBin, wlArgs...))
+	reopen := start(t, lab, exec.Command(wlBin, append(wlArgs, "--keep-open=false")...))
 	var succ *exec.Cmd
-	// Registered after the workloads, so it runs before their cleanups: a request that a dead server had
-	// read blocks its caller even against SIGKILL ("wait it out" in request_wait_answer, fs/fuse/dev.c)
-	// until the connection ends, which happens when the servers are gone and our copy is closed.
-	t.Cleanup(func() {
-		for _, cmd := range []*exec.Cmd{first, succ} {
-			if cmd != nil {
-				_ = cmd.Process.Kill() // by its pidfd: a no-op for a process already reaped
-			}
-		}
-		dev.Close()
-	})
+	t.Cleanup(func() { dev.Close() }) // the Lab's cleanup, later, aborts the connection and stops the servers
 	for _, w := range []*proc{keep, reopen} {
 		poll(t, "a first successful read", func() bool { return find(readLog(t, w.out), workload.EventRead, "") != nil })
 	}
@@ -517,7 +436,7 @@ func TestTakeover(t *testing.T) {
 	if err := unix.Kill(first.Process.Pid, unix.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	a.wait(t)
+	a.wait()
 	inside := unanswered(a.stderrString(), "READ")
 	if len(inside) == 0 {
 		t.Fatal("no READ was left unanswered by the killed server")
@@ -525,7 +444,7 @@ func TestTakeover(t *testing.T) {
 
 	succ = exec.Command(bin, "--direct-io", "--debug", "--takeover", record, "/dev/fd/3")
 	succ.ExtraFiles = []*os.File{dev}
-	b := start(t, succ)
+	b := start(t, lab, succ)
 	// The kernel resends a request with bit 63 of its unique ID set (FUSE_UNIQUE_RESEND).
 	for _, u := range inside {
 		resent := fmt.Sprintf("tx %d:", u|1<<63)
@@ -542,10 +461,10 @@ func TestTakeover(t *testing.T) {
 		t.Errorf("mount type %q after the takeover", typ)
 	}
 	for _, w := range []*proc{keep, reopen} {
-		if err := w.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		if err := w.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
 			t.Fatal(err)
 		}
-		w.wait(t)
+		w.wait()
 		reads := 0
 		for _, r := range readLog(t, w.out) {
 			switch {
@@ -578,15 +497,15 @@ func TestTakeover(t *testing.T) {
 	}
 	refused := exec.Command(bin, "--direct-io", "--takeover", bad, "/dev/fd/3")
 	refused.ExtraFiles = []*os.File{dev}
-	r := start(t, refused)
-	if code := r.wait(t); code != 1 || !strings.Contains(r.stderrString(), "cannot take over the FUSE connection") {
+	r := start(t, lab, refused)
+	if code := r.wait(); code != 1 || !strings.Contains(r.stderrString(), "cannot take over the FUSE connection") {
 		t.Errorf("takeover with a mismatching record: exit %d, stderr %q; want 1 and a refusal", code, r.stderrString())
 	}
 
 	if err := succ.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	if code := b.wait(t); code != 0 {
+	if code := b.wait(); code != 0 {
 		t.Errorf("successor exit code %d after SIGTERM", code)
 	}
 }
@@ -629,6 +548,7 @@ func unanswered(log, op string) []uint64 {
 // reported as the end of its connection; closing the session ends the server.
 func TestSession(t *testing.T) {
 	testenv.RequireFUSE(t)
+	lab := testenv.NewLab(t)
 	bin := testenv.Build(t, "dummy-fuse")
 	wlBin := testenv.Build(t, "dummy-fuse-workload")
 	type volume struct {
@@ -639,16 +559,10 @@ func TestSession(t *testing.T) {
 	}
 	var vols []*volume
 	for _, name := range []string{"vol-a", "vol-b"} {
-		mnt := t.TempDir()
-		cleanupMount(t, mnt)
+		mnt := lab.Dir()
 		vols = append(vols, &volume{name: name, mnt: mnt, dev: mountDevFuse(t, mnt)})
 	}
-	var servers []*exec.Cmd
-	// Runs before the workloads' cleanups (registered later, run earlier is the reverse): see TestTakeover.
-	t.Cleanup(func() {
-		for _, cmd := range servers {
-			_ = cmd.Process.Kill()
-		}
+	t.Cleanup(func() { // the Lab's cleanup, later, aborts the connections and stops the servers
 		for _, v := range vols {
 			v.dev.Close()
 		}
@@ -662,9 +576,8 @@ func TestSession(t *testing.T) {
 		t.Cleanup(func() { session.Close() })
 		cmd := exec.Command(bin, "--direct-io", "--read-latency", "300ms", "--debug", "--session", "/dev/fd/3")
 		cmd.ExtraFiles = []*os.File{child}
-		p := start(t, cmd)
+		p := start(t, lab, cmd)
 		child.Close()
-		servers = append(servers, cmd)
 		return session, p
 	}
 	// served hands every volume to the server and waits for its answers.
@@ -680,8 +593,8 @@ func TestSession(t *testing.T) {
 			if err != nil {
 				t.Fatalf("waiting for served: %v\n%s", err, p.stderrString())
 			}
-			if f != nil || m.Kind != handover.Served || m.PID != p.cmd.Process.Pid || len(m.Init) == 0 {
-				t.Fatalf("got %+v (descriptor %v), want served by pid %d with a record", m, f != nil, p.cmd.Process.Pid)
+			if f != nil || m.Kind != handover.Served || m.PID != p.PID() || len(m.Init) == 0 {
+				t.Fatalf("got %+v (descriptor %v), want served by pid %d with a record", m, f != nil, p.PID())
 			}
 			for _, v := range vols {
 				if v.name == m.Volume {
@@ -696,15 +609,15 @@ func TestSession(t *testing.T) {
 	session, first := startServer()
 	served(session, first)
 	for _, v := range vols {
-		v.wl = start(t, exec.Command(wlBin, "--file", filepath.Join(v.mnt, fileName), "--log-format", "json", "--read-interval", "20ms"))
+		v.wl = start(t, lab, exec.Command(wlBin, "--file", filepath.Join(v.mnt, fileName), "--log-format", "json", "--read-interval", "20ms"))
 		w := v.wl
 		poll(t, v.name+": a first successful read", func() bool { return find(readLog(t, w.out), workload.EventRead, "") != nil })
 	}
 	poll(t, "a READ inside the first server", func() bool { return len(unanswered(first.stderrString(), "READ")) > 0 })
-	if err := unix.Kill(first.cmd.Process.Pid, unix.SIGKILL); err != nil {
+	if err := unix.Kill(first.PID(), unix.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	first.wait(t)
+	first.wait()
 	inside := unanswered(first.stderrString(), "READ")
 
 	session2, succ := startServer()
@@ -720,10 +633,10 @@ func TestSession(t *testing.T) {
 		w := v.wl
 		n := len(readLog(t, w.out))
 		poll(t, v.name+": two more reads after the takeover", func() bool { return len(readLog(t, w.out)) >= n+2 })
-		if err := w.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		if err := w.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
 			t.Fatal(err)
 		}
-		w.wait(t)
+		w.wait()
 		for _, r := range readLog(t, w.out) {
 			if r.Event == workload.EventReadError || r.Event == workload.EventOpenError || (r.Event == workload.EventRead && *r.Content != "Hello world!\n") {
 				t.Errorf("%s: workload record %+v", v.name, r)
@@ -741,7 +654,7 @@ func TestSession(t *testing.T) {
 	}
 	// The keeper going away ends the server, cleanly.
 	session2.Close()
-	if code := succ.wait(t); code != 0 {
+	if code := succ.wait(); code != 0 {
 		t.Errorf("server exit code %d after its session closed, want 0: %s", code, succ.stderrString())
 	}
 }
@@ -750,6 +663,7 @@ func TestSession(t *testing.T) {
 // reason; a descriptor that is not /dev/fuse is never served.
 func TestSessionRefusesGarbage(t *testing.T) {
 	testenv.RequireFUSE(t)
+	lab := testenv.NewLab(t)
 	bin := testenv.Build(t, "dummy-fuse")
 	// A raw socket pair: handover.Conn checks its own messages, a broken peer does not.
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
@@ -764,9 +678,8 @@ func TestSessionRefusesGarbage(t *testing.T) {
 	defer keeperEnd.Close()
 	cmd := exec.Command(bin, "--session", "/dev/fd/3")
 	cmd.ExtraFiles = []*os.File{child}
-	p := start(t, cmd)
+	p := start(t, lab, cmd)
 	child.Close()
-	t.Cleanup(func() { _ = cmd.Process.Kill() })
 	null, err := os.Open(os.DevNull)
 	if err != nil {
 		t.Fatal(err)
@@ -775,12 +688,12 @@ func TestSessionRefusesGarbage(t *testing.T) {
 	if err := fdpass.WriteMsg(keeperEnd.(*net.UnixConn), []byte(`{"kind":"serve","volume":"v"}`), null, time.Now().Add(time.Second)); err != nil {
 		t.Fatal(err)
 	}
-	if code := p.wait(t); code != 1 || !strings.Contains(p.stderrString(), "not /dev/fuse") {
+	if code := p.wait(); code != 1 || !strings.Contains(p.stderrString(), "not /dev/fuse") {
 		t.Errorf("exit %d, stderr %q; want 1 and the reason", code, p.stderrString())
 	}
 	for _, args := range [][]string{{"--session", "/tmp/x"}, {"--session", "/dev/fd/3", "/mnt"}, {"--session", "/dev/fd/3", "--save-init", "/tmp/r"}} {
-		r := start(t, exec.Command(bin, args...))
-		if code := r.wait(t); code != 2 {
+		r := start(t, lab, exec.Command(bin, args...))
+		if code := r.wait(); code != 2 {
 			t.Errorf("dummy-fuse %q: exit %d, want 2 (usage)", args, code)
 		}
 	}

@@ -31,6 +31,7 @@ func TestRequestTimeoutEndsAPause(t *testing.T) {
 		t.Skipf("opt-in: %s=1 (it sets /proc/sys/fs/fuse/max_request_timeout for an instant)", timeoutTestEnv)
 	}
 	testenv.RequireFUSE(t)
+	lab := testenv.NewLab(t)
 	const sysctl = "/proc/sys/fs/fuse/max_request_timeout"
 	old, err := os.ReadFile(sysctl)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -51,7 +52,7 @@ func TestRequestTimeoutEndsAPause(t *testing.T) {
 	if err := os.WriteFile(sysctl, []byte(fmt.Sprint(asked)), 0); err != nil {
 		t.Fatal(err)
 	}
-	p, mnt := startDummyFuse(t, bin, "--direct-io") // every read reaches the server
+	p, mnt := startDummyFuse(t, lab, bin, "--direct-io") // every read reaches the server
 	file := filepath.Join(mnt, fileName)
 	if b, err := os.ReadFile(file); err != nil || string(b) != "Hello world!\n" { // INIT is answered by now
 		restore()
@@ -61,10 +62,10 @@ func TestRequestTimeoutEndsAPause(t *testing.T) {
 
 	// pause stops the server for d (or until the read ends, when d is 0) while one read waits for it.
 	pause := func(d time.Duration) (time.Duration, error) {
-		if err := p.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		if err := p.Cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 			t.Fatal(err)
 		}
-		defer func() { _ = p.cmd.Process.Signal(syscall.SIGCONT) }()
+		defer func() { _ = p.Cmd.Process.Signal(syscall.SIGCONT) }()
 		start := time.Now()
 		done := make(chan error, 1)
 		go func() {
@@ -76,7 +77,7 @@ func TestRequestTimeoutEndsAPause(t *testing.T) {
 		}()
 		if d > 0 {
 			time.Sleep(d)
-			_ = p.cmd.Process.Signal(syscall.SIGCONT)
+			_ = p.Cmd.Process.Signal(syscall.SIGCONT)
 		}
 		select {
 		case err := <-done:

@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/testenv"
 )
 
 // fakeSidecarEnv makes the test binary play `csi-plugin sidecar`: it starts a "FUSE server" (sleep), prints its
@@ -69,6 +71,7 @@ func startFakeSidecar(t *testing.T) (*exec.Cmd, int) {
 // TestCrashKillsTheServer: the server (the child of a process running this executable) dies by SIGKILL, and the
 // sidecar learns it from its server's exit status, as `csi-plugin sidecar` does.
 func TestCrashKillsTheServer(t *testing.T) {
+	testenv.Integration(t, "runs a fake sidecar and its server")
 	sidecar, server := startFakeSidecar(t)
 	var out strings.Builder
 	if err := crash("/proc", sidecar.Process.Pid, &out); err != nil {
@@ -92,6 +95,7 @@ func TestCrashKillsTheServer(t *testing.T) {
 // TestCrashRefusesAnotherInit: when the process playing PID 1 does not run this executable (a host's init, say),
 // nothing is killed.
 func TestCrashRefusesAnotherInit(t *testing.T) {
+	testenv.Integration(t, "runs processes")
 	other := exec.Command("sh", "-c", "sleep 60 & echo $!; wait")
 	out, err := other.StdoutPipe()
 	if err != nil {

@@ -1,7 +1,6 @@
 package dummyfs
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"os"
@@ -15,6 +14,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
 
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/mounts"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/testenv"
 )
 
@@ -69,30 +69,24 @@ func mountFdT(t *testing.T, opts Options, flags uintptr) string {
 	return mnt
 }
 
-// mountEntry is a line of /proc/self/mountinfo.
+// mountEntry is what the mount table says about a mount.
 type mountEntry struct {
 	Point, Type, Source  string
 	MountOpts, SuperOpts []string
 }
 
+// findMount returns the mount on top at point, from the mount table.
 func findMount(t *testing.T, point string) (mountEntry, bool) {
 	t.Helper()
-	f, err := os.Open("/proc/self/mountinfo")
+	top, err := mounts.Top(point)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		// 41 26 0:38 / /mnt ro,nosuid,nodev,relatime - fuse.dummy-fuse dummy-fuse ro,user_id=0,...
-		pre, post, ok := strings.Cut(sc.Text(), " - ")
-		a, b := strings.Fields(pre), strings.Fields(post)
-		if !ok || len(a) < 6 || len(b) < 3 || a[4] != point {
-			continue
-		}
-		return mountEntry{Point: a[4], MountOpts: strings.Split(a[5], ","), Type: b[0], Source: b[1], SuperOpts: strings.Split(b[2], ",")}, true
+	if top == nil {
+		return mountEntry{}, false
 	}
-	return mountEntry{}, false
+	return mountEntry{Point: top.Mountpoint, Type: top.FSType, Source: top.Source,
+		MountOpts: strings.Split(top.Options, ","), SuperOpts: strings.Split(top.VFSOptions, ",")}, true
 }
 
 func TestContent(t *testing.T) {

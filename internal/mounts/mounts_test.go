@@ -1,4 +1,4 @@
-package mounts
+package mounts_test
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/mounts"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/testenv"
 )
 
@@ -25,10 +26,10 @@ func TestIsDead(t *testing.T) {
 		{fmt.Errorf("wrapped: %w", syscall.ECONNABORTED), true},
 		{syscall.EIO, true},
 		{syscall.ENOENT, false},
-		{ErrTimeout, false},
+		{mounts.ErrTimeout, false},
 		{nil, false},
 	} {
-		if got := IsDead(tc.err); got != tc.dead {
+		if got := mounts.IsDead(tc.err); got != tc.dead {
 			t.Errorf("IsDead(%v) = %v, want %v", tc.err, got, tc.dead)
 		}
 	}
@@ -36,16 +37,16 @@ func TestIsDead(t *testing.T) {
 
 func TestAnswersOnPlainDirectory(t *testing.T) {
 	dir := t.TempDir()
-	if err := Answers(dir, "", time.Second); !errors.Is(err, ErrNotFUSE) {
+	if err := mounts.Answers(dir, "", time.Second); !errors.Is(err, mounts.ErrNotFUSE) {
 		t.Fatalf("Answers(plain dir) = %v, want ErrNotFUSE", err)
 	}
-	if ok, err := IsMountPoint(dir); err != nil || ok {
+	if ok, err := mounts.IsMountPoint(dir); err != nil || ok {
 		t.Fatalf("IsMountPoint(plain dir) = %v, %v; want false, nil", ok, err)
 	}
-	if n, err := UnmountAll(dir); err != nil || n != 0 {
+	if n, err := mounts.UnmountAll(dir); err != nil || n != 0 {
 		t.Fatalf("UnmountAll(plain dir) = %d, %v; want 0, nil", n, err)
 	}
-	if n, err := UnmountAll(filepath.Join(dir, "missing")); err != nil || n != 0 {
+	if n, err := mounts.UnmountAll(filepath.Join(dir, "missing")); err != nil || n != 0 {
 		t.Fatalf("UnmountAll(missing) = %d, %v; want 0, nil", n, err)
 	}
 }
@@ -59,7 +60,7 @@ func TestResolveParentSymlinks(t *testing.T) {
 	if err := os.Symlink(real, filepath.Join(dir, "link")); err != nil {
 		t.Fatal(err)
 	}
-	p := NewProber(time.Second, 1)
+	p := mounts.NewProber(time.Second, 1)
 	realDir, err := filepath.EvalSymlinks(real)
 	if err != nil {
 		t.Fatal(err)
@@ -90,19 +91,19 @@ func mountDummyFuse(t *testing.T, bin, dir string) *exec.Cmd {
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := WaitAnswering(ctx, dir, "dummy-file.txt", died); err != nil {
+	if err := mounts.WaitAnswering(ctx, dir, "dummy-file.txt", died); err != nil {
 		t.Fatal(err)
 	}
 	return cmd
 }
 
 // TestDeadFUSEMount pins the kernel behaviour the plugin's honesty rests on: after the server dies, the mount
-// stays in the table, stat may still answer from the cache, but statfs (Probe) reports ENOTCONN.
+// stays in the table, stat may still answer from the cache, but statfs (mounts.Probe) reports ENOTCONN.
 func TestDeadFUSEMount(t *testing.T) {
 	testenv.RequireFUSE(t)
 	bin := testenv.Build(t, "dummy-fuse")
 	root := t.TempDir()
-	t.Cleanup(func() { _, _ = UnmountUnder(root) })
+	t.Cleanup(func() { _, _ = mounts.UnmountUnder(root) })
 	mnt := filepath.Join(root, "mnt")
 	target := filepath.Join(root, "target")
 	for _, d := range []string{mnt, target} {
@@ -111,10 +112,10 @@ func TestDeadFUSEMount(t *testing.T) {
 		}
 	}
 	cmd := mountDummyFuse(t, bin, mnt)
-	if err := Answers(mnt, "dummy-file.txt", time.Second); err != nil {
+	if err := mounts.Answers(mnt, "dummy-file.txt", time.Second); err != nil {
 		t.Fatalf("live mount: %v", err)
 	}
-	if err := Bind(mnt, target, true); err != nil {
+	if err := mounts.Bind(mnt, target, true); err != nil {
 		t.Fatal(err)
 	}
 	var st unix.Statfs_t
@@ -130,7 +131,7 @@ func TestDeadFUSEMount(t *testing.T) {
 	}
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		err := Probe(mnt, time.Second)
+		err := mounts.Probe(mnt, time.Second)
 		if errors.Is(err, syscall.ENOTCONN) {
 			break
 		}
@@ -140,13 +141,13 @@ func TestDeadFUSEMount(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	for _, p := range []string{mnt, target} {
-		if err := Answers(p, "dummy-file.txt", time.Second); !IsDead(err) {
+		if err := mounts.Answers(p, "dummy-file.txt", time.Second); !mounts.IsDead(err) {
 			t.Errorf("Answers(%s) on dead mount = %v, want a dead-mount error", p, err)
 		}
-		if ok, err := IsMountPoint(p); err != nil || !ok {
+		if ok, err := mounts.IsMountPoint(p); err != nil || !ok {
 			t.Errorf("IsMountPoint(%s) on dead mount = %v, %v; want true", p, ok, err)
 		}
-		if ok, err := NewProber(time.Second, 1).Exists(p); err != nil || !ok {
+		if ok, err := mounts.NewProber(time.Second, 1).Exists(p); err != nil || !ok {
 			t.Errorf("Exists(%s) on dead mount = %v, %v; want true", p, ok, err)
 		}
 	}
@@ -157,29 +158,29 @@ func TestDeadFUSEMount(t *testing.T) {
 		t.Fatal(err)
 	}
 	mountDummyFuse(t, bin, mnt2)
-	if err := Bind(mnt2, target, false); err != nil {
+	if err := mounts.Bind(mnt2, target, false); err != nil {
 		t.Fatal(err)
 	}
-	if err := Answers(target, "dummy-file.txt", time.Second); err != nil {
+	if err := mounts.Answers(target, "dummy-file.txt", time.Second); err != nil {
 		t.Fatalf("stacked live mount: %v", err)
 	}
-	table, err := ReadTable()
+	table, err := mounts.ReadTable()
 	if err != nil {
 		t.Fatal(err)
 	}
 	if n := table.Count(target); n != 2 {
 		t.Fatalf("mounts on stacked target = %d, want 2", n)
 	}
-	if n, err := CountMounts(target); err != nil || n != 2 {
+	if n, err := mounts.CountMounts(target); err != nil || n != 2 {
 		t.Fatalf("CountMounts(stacked target) = %d, %v; want 2", n, err)
 	}
-	if n, err := UnmountAll(target); err != nil || n != 2 {
+	if n, err := mounts.UnmountAll(target); err != nil || n != 2 {
 		t.Fatalf("UnmountAll(stacked) = %d, %v; want 2, nil", n, err)
 	}
-	if ok, _ := IsMountPoint(target); ok {
+	if ok, _ := mounts.IsMountPoint(target); ok {
 		t.Fatal("target still a mount point after UnmountAll")
 	}
-	if err := UnmountLazy(mnt); err != nil {
+	if err := mounts.UnmountLazy(mnt); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(filepath.Join(mnt, "dummy-file.txt")); !errors.Is(err, os.ErrNotExist) {
@@ -193,7 +194,7 @@ func TestWaitAnsweringStopsWhenServerDies(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	start := time.Now()
-	if err := WaitAnswering(ctx, t.TempDir(), "x", died); err == nil {
+	if err := mounts.WaitAnswering(ctx, t.TempDir(), "x", died); err == nil {
 		t.Fatal("WaitAnswering on a plain directory succeeded")
 	}
 	if time.Since(start) > 5*time.Second {
@@ -201,14 +202,15 @@ func TestWaitAnsweringStopsWhenServerDies(t *testing.T) {
 	}
 }
 
-// TestUnderOrder: Under lists nested and stacked mounts in an order that unmounts them all, and
-// UnmountUnder removes every one of them.
+// TestUnderOrder: mounts.Under lists nested and stacked mounts in an order that unmounts them all, and
+// mounts.UnmountUnder removes every one of them.
 func TestUnderOrder(t *testing.T) {
+	testenv.Integration(t, "mounts tmpfs")
 	if os.Geteuid() != 0 {
 		testenv.SkipOrFail(t, "mounting tmpfs needs root")
 	}
 	root := t.TempDir()
-	t.Cleanup(func() { _, _ = UnmountUnder(root) })
+	t.Cleanup(func() { _, _ = mounts.UnmountUnder(root) })
 	outer := filepath.Join(root, "outer")
 	inner := filepath.Join(outer, "inner")
 	if err := os.Mkdir(outer, 0o755); err != nil {
@@ -227,7 +229,7 @@ func TestUnderOrder(t *testing.T) {
 	mountTmpfs("bottom", inner)
 	mountTmpfs("top", inner)
 
-	infos, err := Under(root)
+	infos, err := mounts.Under(root)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -238,10 +240,10 @@ func TestUnderOrder(t *testing.T) {
 	if fmt.Sprint(got) != "[top bottom outer]" {
 		t.Errorf("Under(%s) = %v, want [top bottom outer] (deepest first, topmost first)", root, got)
 	}
-	if n, err := UnmountUnder(root); err != nil || n != 3 {
+	if n, err := mounts.UnmountUnder(root); err != nil || n != 3 {
 		t.Errorf("UnmountUnder = %d, %v; want 3 mounts removed", n, err)
 	}
-	if left, err := Under(root); err != nil || len(left) != 0 {
+	if left, err := mounts.Under(root); err != nil || len(left) != 0 {
 		t.Errorf("left after UnmountUnder: %d mounts (%v)", len(left), err)
 	}
 }

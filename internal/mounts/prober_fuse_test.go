@@ -1,4 +1,4 @@
-package mounts
+package mounts_test
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 	mountutils "k8s.io/mount-utils"
 
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/fuseconn"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/mounts"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/testenv"
 )
 
@@ -46,7 +47,7 @@ func startServer(t *testing.T, bin, mnt string, extra []*os.File, args ...string
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	if err := WaitAnswering(ctx, mnt, "dummy-file.txt", died); err != nil {
+	if err := mounts.WaitAnswering(ctx, mnt, "dummy-file.txt", died); err != nil {
 		t.Fatalf("dummy-fuse %v never answered: %v; its log:\n%s", args, err, stderr.String())
 	}
 	return cmd, died
@@ -129,7 +130,7 @@ func TestNaiveProbesLieOnDeadMount(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			mnt := t.TempDir()
-			t.Cleanup(func() { _, _ = UnmountUnder(mnt) })
+			t.Cleanup(func() { _, _ = mounts.UnmountUnder(mnt) })
 			cmd, died := startServer(t, bin, mnt, nil, append(cachedServerArgs, mnt)...)
 			if tc.warm {
 				for _, np := range naiveProbes { // fill the caches, and make sure each probe works on a live mount
@@ -138,9 +139,9 @@ func TestNaiveProbesLieOnDeadMount(t *testing.T) {
 					}
 				}
 			}
-			p := NewProber(time.Second, 1)
+			p := mounts.NewProber(time.Second, 1)
 			if err := p.Answers(mnt, "dummy-file.txt"); err != nil {
-				t.Fatalf("Prober on the live mount: %v", err)
+				t.Fatalf("mounts.Prober on the live mount: %v", err)
 			}
 
 			kill(t, cmd, died)
@@ -153,17 +154,17 @@ func TestNaiveProbesLieOnDeadMount(t *testing.T) {
 					t.Errorf("%s on the dead mount: healthy; expected it to reach the connection and fail", np.name)
 				case tc.lies[np.name]:
 					t.Errorf("%s on the dead mount: %v; expected it to lie (answer from the caches) on this kernel", np.name, err)
-				case !IsDead(err):
+				case !mounts.IsDead(err):
 					t.Errorf("%s on the dead mount: %v; want ENOTCONN", np.name, err)
 				default:
 					t.Logf("%s: %v — honest", np.name, err)
 				}
 			}
 			if _, err := p.Statfs(mnt); !errors.Is(err, syscall.ENOTCONN) {
-				t.Errorf("Prober.Statfs on the dead mount: %v, want ENOTCONN", err)
+				t.Errorf("mounts.Prober.Statfs on the dead mount: %v, want ENOTCONN", err)
 			}
-			if err := p.Answers(mnt, "dummy-file.txt"); !IsDead(err) {
-				t.Errorf("Prober.Answers on the dead mount: %v, want a dead-mount error", err)
+			if err := p.Answers(mnt, "dummy-file.txt"); !mounts.IsDead(err) {
+				t.Errorf("mounts.Prober.Answers on the dead mount: %v, want a dead-mount error", err)
 			}
 		})
 	}
@@ -183,7 +184,7 @@ func TestProberOnHeldConnection(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _, _ = UnmountUnder(mnt) }) // runs last
+	t.Cleanup(func() { _, _ = mounts.UnmountUnder(mnt) }) // runs last
 	if err := fuseconn.Mount(dev, mnt, fuseconn.MountOptions{Name: "dummy-fuse", Source: "dummy-fuse", ReadOnly: true, AllowOther: true}); err != nil {
 		dev.Close()
 		t.Fatal(err)
@@ -226,44 +227,44 @@ func TestProberOnHeldConnection(t *testing.T) {
 	}
 
 	const timeout, perMount = 300 * time.Millisecond, 2
-	p := NewProber(timeout, perMount)
+	p := mounts.NewProber(timeout, perMount)
 	start := time.Now()
 	_, err = p.Statfs(mnt)
 	took := time.Since(start)
-	if !errors.Is(err, ErrTimeout) {
-		t.Fatalf("Prober.Statfs on the held connection: %v after %v, want ErrTimeout", err, took)
+	if !errors.Is(err, mounts.ErrTimeout) {
+		t.Fatalf("mounts.Prober.Statfs on the held connection: %v after %v, want mounts.ErrTimeout", err, took)
 	}
 	if took < timeout || took > 20*timeout {
-		t.Errorf("Prober.Statfs gave up after %v, want about its timeout %v", took, timeout)
+		t.Errorf("mounts.Prober.Statfs gave up after %v, want about its timeout %v", took, timeout)
 	}
-	t.Logf("Prober.Statfs gave up after %v (timeout %v): %v", took, timeout, err)
+	t.Logf("mounts.Prober.Statfs gave up after %v (timeout %v): %v", took, timeout, err)
 	for i := 0; i < 5; i++ { // kubelet polling: joined, not repeated
-		if _, err := p.Statfs(mnt); !errors.Is(err, ErrTimeout) {
-			t.Fatalf("repeated Statfs %d: %v, want ErrTimeout", i, err)
+		if _, err := p.Statfs(mnt); !errors.Is(err, mounts.ErrTimeout) {
+			t.Fatalf("repeated mounts.Statfs %d: %v, want mounts.ErrTimeout", i, err)
 		}
 	}
 	if n := p.Outstanding(); n != 1 {
 		t.Fatalf("%d calls outstanding after six statfs of one path, want 1", n)
 	}
-	if err := p.Answers(mnt, "dummy-file.txt"); !errors.Is(err, ErrTimeout) {
-		t.Fatalf("Prober.Answers on the held connection: %v, want ErrTimeout", err)
+	if err := p.Answers(mnt, "dummy-file.txt"); !errors.Is(err, mounts.ErrTimeout) {
+		t.Fatalf("mounts.Prober.Answers on the held connection: %v, want mounts.ErrTimeout", err)
 	}
 	for i := 0; i < 20; i++ { // further calls to the stuck mount are refused at once
 		start := time.Now()
 		_, err := p.Statfs(filepath.Join(mnt, fmt.Sprintf("name-%d", i)))
-		if !errors.Is(err, ErrTimeout) || time.Since(start) >= timeout {
-			t.Fatalf("call %d beyond perMount: %v after %v, want an immediate ErrTimeout", i, err, time.Since(start))
+		if !errors.Is(err, mounts.ErrTimeout) || time.Since(start) >= timeout {
+			t.Fatalf("call %d beyond perMount: %v after %v, want an immediate mounts.ErrTimeout", i, err, time.Since(start))
 		}
 	}
 	// A bind mount of the same connection (a target of the volume) shares the budget: refused at once too.
 	bind := t.TempDir()
-	if err := Bind(mnt, bind, true); err != nil {
+	if err := mounts.Bind(mnt, bind, true); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = UnmountLazy(bind) })
+	t.Cleanup(func() { _ = mounts.UnmountLazy(bind) })
 	start = time.Now()
-	if _, err := p.Statfs(bind); !errors.Is(err, ErrTimeout) || time.Since(start) >= timeout {
-		t.Fatalf("statfs of a bind mount of the stuck connection: %v after %v, want an immediate ErrTimeout", err, time.Since(start))
+	if _, err := p.Statfs(bind); !errors.Is(err, mounts.ErrTimeout) || time.Since(start) >= timeout {
+		t.Fatalf("statfs of a bind mount of the stuck connection: %v after %v, want an immediate mounts.ErrTimeout", err, time.Since(start))
 	}
 	if n := p.Outstanding(); n != perMount {
 		t.Fatalf("%d calls outstanding on the stuck connection, want at most perMount = %d", n, perMount)
@@ -280,7 +281,7 @@ func TestProberOnHeldConnection(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	if _, err := p.Statfs(mnt); !errors.Is(err, syscall.ENOTCONN) {
-		t.Errorf("Prober.Statfs after the abort: %v, want ENOTCONN", err)
+		t.Errorf("mounts.Prober.Statfs after the abort: %v, want ENOTCONN", err)
 	}
 }
 
@@ -310,7 +311,7 @@ func TestStatfsOfAnOutsider(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	t.Cleanup(func() { _, _ = UnmountUnder(mnt) })
+	t.Cleanup(func() { _, _ = mounts.UnmountUnder(mnt) })
 	cmd, died := startServer(t, bin, mnt, nil, append(cachedServerArgs, "--allow-other=false", mnt)...)
 	const nobody = 65534
 	outsider := func() string { // statfs as another user: "f_type f_bsize f_namelen"
@@ -323,18 +324,18 @@ func TestStatfsOfAnOutsider(t *testing.T) {
 		}
 		return string(out)
 	}
-	want := fmt.Sprintf("%x 0 0\n", FUSESuperMagic) // the kernel's stand-in: the type, no sizes
+	want := fmt.Sprintf("%x 0 0\n", mounts.FUSESuperMagic) // the kernel's stand-in: the type, no sizes
 	if got := outsider(); got != want {
 		t.Fatalf("statfs of the live mount as an outsider: %q, want the kernel's stand-in %q", got, want)
 	}
-	if st, err := NewProber(time.Second, 1).Statfs(mnt); err != nil || st.Bsize == 0 {
+	if st, err := mounts.NewProber(time.Second, 1).Statfs(mnt); err != nil || st.Bsize == 0 {
 		t.Fatalf("statfs of the live mount as root: bsize %d, %v; want the server's answer", st.Bsize, err)
 	}
 	kill(t, cmd, died)
 	if got := outsider(); got != want {
 		t.Errorf("statfs of the dead mount as an outsider: %q, want the same stand-in %q (a lie)", got, want)
 	}
-	if _, err := NewProber(time.Second, 1).Statfs(mnt); !errors.Is(err, syscall.ENOTCONN) {
+	if _, err := mounts.NewProber(time.Second, 1).Statfs(mnt); !errors.Is(err, syscall.ENOTCONN) {
 		t.Errorf("statfs of the dead mount as root: %v, want ENOTCONN", err)
 	}
 }

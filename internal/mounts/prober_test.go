@@ -1,4 +1,4 @@
-package mounts
+package mounts_test
 
 import (
 	"errors"
@@ -10,6 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/mounts"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/testenv"
 )
 
@@ -18,26 +19,26 @@ import (
 // nothing stays counted.
 func TestProberBoundsStuckCalls(t *testing.T) {
 	const perMount = 2
-	p := NewProber(50*time.Millisecond, perMount)
+	p := mounts.NewProber(50*time.Millisecond, perMount)
 	dir := t.TempDir()
 	release := make(chan struct{})
 	var started atomic.Int32
 	stuck := func() (any, error) { started.Add(1); <-release; return "late", nil }
 
 	for i := 0; i < 5; i++ { // kubelet polling one path: one call, joined
-		if _, err := p.do("statfs", dir, stuck); !errors.Is(err, ErrTimeout) {
+		if _, err := p.Do("statfs", dir, stuck); !errors.Is(err, mounts.ErrTimeout) {
 			t.Fatalf("call %d on a stuck path: %v, want ErrTimeout", i, err)
 		}
 	}
 	if n := started.Load(); n != 1 {
 		t.Fatalf("%d calls started for one path, want 1 (the others join it)", n)
 	}
-	if _, err := p.do("lstat", dir, stuck); !errors.Is(err, ErrTimeout) { // second outstanding call: allowed
+	if _, err := p.Do("lstat", dir, stuck); !errors.Is(err, mounts.ErrTimeout) { // second outstanding call: allowed
 		t.Fatalf("second operation: %v, want ErrTimeout", err)
 	}
 	start := time.Now()
-	_, err := p.do("readdir", dir, stuck)
-	if !errors.Is(err, ErrTimeout) || time.Since(start) >= 50*time.Millisecond {
+	_, err := p.Do("readdir", dir, stuck)
+	if !errors.Is(err, mounts.ErrTimeout) || time.Since(start) >= 50*time.Millisecond {
 		t.Fatalf("third operation on a mount with %d stuck calls: %v after %v; want an immediate ErrTimeout", perMount, err, time.Since(start))
 	}
 	if n := started.Load(); n != perMount {
@@ -51,7 +52,7 @@ func TestProberBoundsStuckCalls(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	if v, err := p.do("statfs", dir, func() (any, error) { return "ok", nil }); err != nil || v != "ok" {
+	if v, err := p.Do("statfs", dir, func() (any, error) { return "ok", nil }); err != nil || v != "ok" {
 		t.Fatalf("after the mount answered again: %v, %v", v, err)
 	}
 }
@@ -60,12 +61,13 @@ func TestProberBoundsStuckCalls(t *testing.T) {
 // mountinfo), so a path is always attributed to the mount it lies on; a bind mount counts as the same
 // filesystem as its source.
 func TestMountPointsFollowTheTable(t *testing.T) {
+	testenv.Integration(t, "mounts tmpfs")
 	if os.Geteuid() != 0 {
 		testenv.SkipOrFail(t, "mounting needs root")
 	}
 	dir, bind := t.TempDir(), t.TempDir()
-	var m mountPoints
-	parent, parentFS := m.of(dir)
+	var m mounts.MountPoints
+	parent, parentFS := m.Of(dir)
 	if parent == dir {
 		t.Fatalf("%s is a mount point before the test mounted it", dir)
 	}
@@ -73,7 +75,7 @@ func TestMountPointsFollowTheTable(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = unix.Unmount(dir, unix.MNT_DETACH) })
-	got, fsys := m.of(filepath.Join(dir, "x"))
+	got, fsys := m.Of(filepath.Join(dir, "x"))
 	if got != dir || fsys == parentFS {
 		t.Errorf("after mounting %s: a path in it is on %q (filesystem %s, its parent's %s)", dir, got, fsys, parentFS)
 	}
@@ -81,7 +83,7 @@ func TestMountPointsFollowTheTable(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = unix.Unmount(bind, unix.MNT_DETACH) })
-	if got, bindFS := m.of(bind); got != bind || bindFS != fsys {
+	if got, bindFS := m.Of(bind); got != bind || bindFS != fsys {
 		t.Errorf("the bind mount %s: on %q, filesystem %s; want itself and the source's filesystem %s", bind, got, bindFS, fsys)
 	}
 	if err := unix.Unmount(bind, 0); err != nil {
@@ -90,7 +92,7 @@ func TestMountPointsFollowTheTable(t *testing.T) {
 	if err := unix.Unmount(dir, 0); err != nil {
 		t.Fatal(err)
 	}
-	if got, fsys := m.of(filepath.Join(dir, "x")); got != parent || fsys != parentFS {
+	if got, fsys := m.Of(filepath.Join(dir, "x")); got != parent || fsys != parentFS {
 		t.Errorf("after unmounting %s: a path in it is on %q (%s), want %q (%s)", dir, got, fsys, parent, parentFS)
 	}
 }

@@ -3,6 +3,7 @@ package mounts
 import (
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -56,14 +57,31 @@ func CountMounts(path string) (int, error) {
 
 // MountsAt returns the mounts stacked on path, bottom first, as Table.Mounts does, from a fresh read of
 // /proc/self/mountinfo (one path: a caller that looks up many reads the Table once).
-func MountsAt(path string) ([]*mountinfo.Info, error) {
+func MountsAt(path string) ([]*mountinfo.Info, error) { return MountsAtIn(0, path) }
+
+// MountsAtIn is MountsAt in the mount namespace of process pid (0: this process), read from its
+// /proc/<pid>/mountinfo: what a process in a mount namespace of its own (a container) sees at path.
+func MountsAtIn(pid int, path string) ([]*mountinfo.Info, error) {
 	p := filepath.Clean(path)
 	// Not mountinfo.SingleEntryFilter: it stops at the first match and would count stacked mounts as one.
-	infos, err := mountinfo.GetMounts(func(in *mountinfo.Info) (skip, stop bool) { return in.Mountpoint != p, false })
+	infos, err := readMountinfo(pid, func(in *mountinfo.Info) (skip, stop bool) { return in.Mountpoint != p, false })
 	if err != nil {
 		return nil, fmt.Errorf("reading mount table for %s: %w", path, err)
 	}
 	return infos, nil
+}
+
+// readMountinfo parses the mount table of process pid (0: this process) through filter.
+func readMountinfo(pid int, filter mountinfo.FilterFunc) ([]*mountinfo.Info, error) {
+	if pid == 0 {
+		return mountinfo.GetMounts(filter)
+	}
+	f, err := os.Open(fmt.Sprintf("/proc/%d/mountinfo", pid))
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return mountinfo.GetMountsFromReader(f, filter)
 }
 
 // Top returns the mount on top at path according to the mount table (nil if nothing is mounted there), without
@@ -83,9 +101,12 @@ func Top(path string) (*mountinfo.Info, error) {
 // deepest first and, of mounts stacked on one path, the topmost (latest in mountinfo) first. Like Mounts, it
 // compares dir as the kernel writes mount points and reads the mount table only, so dead FUSE mounts are
 // listed without being touched.
-func Under(dir string) ([]*mountinfo.Info, error) {
+func Under(dir string) ([]*mountinfo.Info, error) { return UnderIn(0, dir) }
+
+// UnderIn is Under in the mount namespace of process pid (0: this process).
+func UnderIn(pid int, dir string) ([]*mountinfo.Info, error) {
 	root := filepath.Clean(dir)
-	infos, err := mountinfo.GetMounts(func(in *mountinfo.Info) (skip, stop bool) {
+	infos, err := readMountinfo(pid, func(in *mountinfo.Info) (skip, stop bool) {
 		return in.Mountpoint != root && !strings.HasPrefix(in.Mountpoint, root+"/"), false
 	})
 	if err != nil {

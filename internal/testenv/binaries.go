@@ -23,6 +23,7 @@ type built struct {
 // Path returns the binary of the command at pkgDir (as for Build), building it on first use.
 func (b *Binaries) Path(t testing.TB, pkgDir string) string {
 	t.Helper()
+	Integration(t, "builds and runs "+pkgDir)
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	r, ok := b.built[pkgDir]

@@ -1,8 +1,10 @@
-// Package testenv gates tests that need root, /dev/fuse or a cluster, and builds the project's binaries for
-// tests that run them as real processes.
+// Package testenv gates tests that need root, /dev/fuse or a cluster, builds the project's binaries for tests
+// that run them as real processes, and runs those processes (Lab) so that no test can hang on them.
 //
 // For an ordinary user such tests skip with a clear reason. With DFC_REQUIRE_PRIVILEGED=1 (set by CI) a missing
-// requirement fails the test instead, so CI can never pass by skipping.
+// requirement fails the test instead, so CI can never pass by skipping. Under `go test -short` every test that
+// starts a process, builds a binary, mounts or makes a namespace skips (Integration): what is left are the unit
+// tests, a contributor's fast loop.
 package testenv
 
 import (
@@ -49,9 +51,20 @@ func FUSEProblem() string {
 	return ""
 }
 
-// RequireFUSE skips (or, in CI, fails) t unless it runs as root on Linux with a usable /dev/fuse.
+// Integration skips t under `go test -short`: it starts processes, builds binaries, mounts or makes namespaces
+// (what says how). -short is asked for explicitly, so it skips even where privileged tests are mandatory.
+func Integration(t testing.TB, what string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("integration test (" + what + "): skipped with -short")
+	}
+}
+
+// RequireFUSE skips (or, in CI, fails) t unless it runs as root on Linux with a usable /dev/fuse; under -short
+// it skips (Integration).
 func RequireFUSE(t testing.TB) {
 	t.Helper()
+	Integration(t, "mounts FUSE filesystems")
 	if p := FUSEProblem(); p != "" {
 		SkipOrFail(t, "privileged test: "+p)
 	}
@@ -61,6 +74,7 @@ func RequireFUSE(t testing.TB) {
 // temporary directory of t and returns the binary's path. The Go build cache keeps repeated builds cheap.
 func Build(t testing.TB, pkgDir string) string {
 	t.Helper()
+	Integration(t, "builds and runs "+pkgDir)
 	out, err := build(t.TempDir(), pkgDir)
 	if err != nil {
 		t.Fatal(err)

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -31,7 +32,8 @@ var (
 func TestMain(m *testing.M) {
 	MaybeInit() // the backend re-executes this test binary as its containers' init
 	code := func() int {
-		if testenv.FUSEProblem() == "" {
+		flag.Parse()                                         // for testing.Short
+		if testenv.FUSEProblem() == "" && !testing.Short() { // -short: the tests that would need them skip
 			dir, err := os.MkdirTemp("", "dfc-scenario-bin-")
 			if err != nil {
 				buildErr = err

@@ -18,6 +18,7 @@ import (
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/fusemode"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/dummy-fuse/dummyfs"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/kubeletpath"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/testenv"
 )
 
 // ShortDir returns a new directory with a short path, removed after the test: a unix socket path is limited to
@@ -69,7 +70,7 @@ func EphemeralContext(pod string) map[string]string {
 // MustRead fails the test unless dir/dummy-file.txt reads what dummy-fuse serves.
 func MustRead(t testing.TB, dir string) {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(dir, fusemode.ServedFile))
+	b, err := testenv.ReadFile(t, filepath.Join(dir, fusemode.ServedFile), readWithin)
 	if err != nil || string(b) != dummyfs.Content {
 		t.Fatalf("reading %s: %q, %v; want %q", dir, b, err, dummyfs.Content)
 	}
@@ -79,15 +80,12 @@ func MustRead(t testing.TB, dir string) {
 // up to the attribute timeout after the server died.
 func WaitDead(t testing.TB, dir string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		_, err := os.ReadFile(filepath.Join(dir, fusemode.ServedFile))
-		if errors.Is(err, syscall.ENOTCONN) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("reading %s: %v; want ENOTCONN", dir, err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	var err error
+	testenv.Eventually(t, 10*time.Second, "ENOTCONN reading "+dir, func() bool {
+		_, err = testenv.ReadFile(t, filepath.Join(dir, fusemode.ServedFile), readWithin)
+		return errors.Is(err, syscall.ENOTCONN)
+	})
 }
+
+// readWithin bounds one read of a mount: a dead server answers ENOTCONN at once, a live one in milliseconds.
+const readWithin = 30 * time.Second
