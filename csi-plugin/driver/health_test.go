@@ -245,7 +245,7 @@ func TestHealthSeesThroughCaches(t *testing.T) {
 }
 
 // storable fails t unless conditions (status, reason, message triples) are what kubelet v1.37 can store: no two
-// with the same status and reason, at most volumecondition.MaxEntries, valid UTF-8 (kubernetes issue 142280).
+// with the same status and reason, at most volumecondition.MaxEntries, valid UTF-8 (kubernetes#142280).
 func storable(t *testing.T, conditions [][3]string) {
 	t.Helper()
 	if len(conditions) > volumecondition.MaxEntries {

@@ -15,7 +15,7 @@ import (
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/testenv"
 )
 
-// TestAttackFigures replays the attacks on the keeper socket that issue 23 measured and logs what they cost
+// TestAttackFigures replays the attacks on the keeper socket that the trust-boundary review measured and logs what they cost
 // the plugin's process (threads, descriptors, resident memory) and how many resends a session churn causes.
 // It is a measurement, not a check: DFC_ATTACK_FIGURES=1 runs it (go test -v -run TestAttackFigures).
 func TestAttackFigures(t *testing.T) {

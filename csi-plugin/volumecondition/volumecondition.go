@@ -115,7 +115,7 @@ func merge(c *Condition, m []byte) bool {
 // NodeGetVolumeHealth entries as they are into pod.status.volumeHealth[].healthConditions, a list the API server
 // keys by status and reason and caps at 16 items; a status patch with a duplicate or a 17th condition is
 // refused (422), and since kubelet retries it before it checks whether the pod can be deleted, the pod hangs in
-// Terminating (kubernetes issue 142280, open; kubelet PR 142292, open, would deduplicate on its side). So the
+// Terminating (kubernetes#142280, open; kubelet PR 142292, open, would deduplicate on its side). So the
 // plugin folds its entries before it answers.
 const MaxEntries = 16
 

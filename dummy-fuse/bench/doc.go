@@ -53,7 +53,7 @@ func Table(r *Result, file string) string {
 	return b.String()
 }
 
-// aheadBenches must reach at least C's rate with no more CPU per operation (issue 24).
+// aheadBenches must reach at least C's rate with no more CPU per operation (the performance goal).
 var aheadBenches = []string{"DirectIORead", "ParallelDirectIORead", "OpenReadClose"}
 
 // Goals states, for r, which of dummy-fuse's goals its medians meet and in how many rounds: a median met in
