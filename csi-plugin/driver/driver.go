@@ -26,8 +26,9 @@ import (
 // DefaultDriverName is the CSI driver name unless --drivername says otherwise.
 const DefaultDriverName = "dummy-fuse-csi"
 
-// probesPerMount bounds the filesystem calls that may be outstanding on a mount that stopped answering: each
-// keeps an OS thread blocked in the kernel until the FUSE server answers (see mounts.Prober).
+// probesPerMount bounds the filesystem calls that may be outstanding on a FUSE connection that stopped answering
+// (its staging mount and every bind of it count together): each keeps an OS thread blocked in the kernel until the
+// FUSE server answers (see mounts.Prober).
 const probesPerMount = 4
 
 // Config is everything the plugin is started with; main fills it from flags.
