@@ -34,7 +34,26 @@ func mountT(t *testing.T, opts Options) string {
 			_ = unix.Unmount(mnt, unix.MNT_DETACH)
 		}
 	})
+	pollOnce(t, mnt)
 	return mnt
+}
+
+// pollOnce makes the kernel send its first FUSE_POLL for the mount now, from a plain poll(2), so that the server
+// answers ENOSYS and the kernel never polls this connection again (fs/fuse/file.c fuse_file_poll: no_poll). Without
+// it the first poll comes from the Go runtime's own epoll when the test opens a file of the mount: epoll_ctl and
+// the netpoller then wait in the kernel for this very process's server while holding its Ps, and with every P
+// held the server never runs (a test stuck in request_wait_answer). go-fuse's WaitMount does the same
+// (fuse/poll.go, its "epoll hack"); dummyfs serves the connection with its own loop, so the tests do it.
+func pollOnce(t *testing.T, mnt string) {
+	t.Helper()
+	fd, err := unix.Open(filepath.Join(mnt, FileName), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatalf("open %s for the first poll: %v", mnt, err)
+	}
+	defer unix.Close(fd)
+	if _, err := unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, 0); err != nil {
+		t.Fatalf("poll %s: %v", mnt, err)
+	}
 }
 
 // mountFdT mounts like a privileged parent does for the magic mountpoint: it opens /dev/fuse, mounts it with
@@ -66,6 +85,7 @@ func mountFdT(t *testing.T, opts Options, flags uintptr) string {
 		}
 		srv.Wait()
 	})
+	pollOnce(t, mnt)
 	return mnt
 }
 
