@@ -113,7 +113,7 @@ func TestBadMessages(t *testing.T) {
 			if len(fds) > 0 {
 				oob = unix.UnixRights(fds...)
 			}
-			before := testenv.OpenFDs(t, 0)
+			before := testenv.DescriptorsOf(t, w)
 			if _, _, err := a.WriteMsgUnix([]byte(tc.data), oob, nil); err != nil {
 				t.Fatal(err)
 			}
@@ -126,8 +126,8 @@ func TestBadMessages(t *testing.T) {
 			if !strings.Contains(err.Error(), tc.wantErr) {
 				t.Errorf("error %q, want it to contain %q", err, tc.wantErr)
 			}
-			if after := testenv.OpenFDs(t, 0); after != before {
-				t.Errorf("%d descriptors open after the refused message, %d before: received ones leaked", after, before)
+			if after := testenv.DescriptorsOf(t, w); after != before {
+				t.Errorf("%d descriptors of the sent pipe open after the refused message, %d before: received ones leaked", after, before)
 			}
 		})
 	}

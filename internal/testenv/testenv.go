@@ -93,6 +93,29 @@ func build(dir, pkgDir string) (string, error) {
 	return out, nil
 }
 
+// DescriptorsOf counts this process's descriptors that refer to what f refers to (the same
+// /proc/self/fd link target, e.g. "pipe:[1234]"), f's own included. Unlike OpenFDs, it does not move when
+// the runtime or another test closes an unrelated descriptor meanwhile (a finalizer did, once in a CI run),
+// so a test can assert that a received copy of f was closed.
+func DescriptorsOf(t testing.TB, f *os.File) int {
+	t.Helper()
+	want, err := os.Readlink(fmt.Sprintf("/proc/self/fd/%d", f.Fd()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	entries, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, e := range entries {
+		if target, err := os.Readlink("/proc/self/fd/" + e.Name()); err == nil && target == want {
+			n++
+		}
+	}
+	return n
+}
+
 // OpenFDs counts the open descriptors of process pid (0: this one), to catch a leak.
 func OpenFDs(t testing.TB, pid int) int {
 	t.Helper()
