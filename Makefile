@@ -6,7 +6,7 @@ export CGO_ENABLED ?= 0
 BIN ?= $(CURDIR)/bin
 export BIN
 
-.PHONY: all help build test test-short lint bench bench-doc clean
+.PHONY: all help build servers test test-short lint bench bench-doc clean
 all: build
 
 help: ## show the targets
@@ -17,6 +17,9 @@ help: ## show the targets
 ################################################################################
 build: ## build static binaries into bin/ (version from git)
 	hack/build.sh
+
+servers: ## the real FUSE servers (gcsfuse + a fake GCS from the Go module proxy, squashfuse from Debian) into bin/servers
+	hack/servers.sh
 
 ################################################################################
 # Test

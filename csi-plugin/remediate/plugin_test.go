@@ -21,6 +21,7 @@ import (
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/fusemode"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/internal/plugintest"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/restore"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/fuseserver"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/kubeletpath"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/mounts"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/testenv"
@@ -60,7 +61,7 @@ func (l *serverLog) Start(ctx context.Context, req fusemode.Request) (fusemode.S
 func TestWithThePlugin(t *testing.T) {
 	testenv.RequireFUSE(t)
 	root := plugintest.ShortDir(t)
-	child, err := fusemode.NewChild(fusemode.Options{DummyFusePath: bins.Path(t, "dummy-fuse")})
+	child, err := fusemode.NewChild(fusemode.Options{Server: fuseserver.Spec{Path: bins.Path(t, "dummy-fuse")}})
 	if err != nil {
 		t.Fatal(err)
 	}
