@@ -30,13 +30,13 @@ fi
 read -r -a flags <<<"${SCENARIO_FLAGS:-}"
 args=(--backend="$BACKEND" --bin-dir="$BIN" "${flags[@]}" "$@")
 "$BIN/dfc-scenario" --check "${args[@]}" || exit
+# The commit the binaries are built from, taken before the build: the tree may change while it runs.
+commit=$(git describe --always --dirty --abbrev=7 2>/dev/null || echo unknown)
 BIN=$BIN hack/build.sh
 RESULTS=${RESULTS-scenarios/results}
 if [ "$*" != all ] || [ -z "$RESULTS" ]; then
   exec "$BIN/dfc-scenario" "${args[@]}"
 fi
-# The commit the binaries are built from, before the run: the tree may change while it runs.
-commit=$(git describe --always --dirty --abbrev=7 2>/dev/null || echo unknown)
 since=$(date -u +%FT%TZ) interrupted='' rc=0
 trap 'interrupted=1' INT TERM # dfc-scenario gets the signal too, and cleans up before it exits
 "$BIN/dfc-scenario" "${args[@]}" || rc=$?
