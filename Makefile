@@ -84,12 +84,15 @@ kind-down: ## delete the kind cluster of kind-up
 ################################################################################
 BACKEND ?= local
 export BACKEND
-.PHONY: scenarios
+.PHONY: scenarios scenarios-doc
 scenario-%: ## run one scenario (checks the name, then builds): make scenario-restart (BACKEND=local|kube, SCENARIO_FLAGS=--keep)
 	hack/scenario.sh $*
 
-scenarios: ## build, then run every scenario of the catalog; reports in _output/runs/<time>-<name>/
+scenarios: ## build, then run every scenario of the catalog; reports in _output/runs/<time>-<name>/, recorded in scenarios/results
 	hack/scenario.sh all
+
+scenarios-doc: ## regenerate scenarios/README.md's per-version table from the files of scenarios/results
+	go run ./scenarios/cmd/scenariodoc
 
 ################################################################################
 # CSI plugin
