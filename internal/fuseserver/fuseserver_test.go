@@ -17,7 +17,7 @@ func TestBadSpecsAreRefusedWithTheReason(t *testing.T) {
 	}{
 		"unknown server":         {fuseserver.Spec{Name: "sshfs", Path: "/bin/true"}, "known: dummy-fuse, gcsfuse, squashfuse"},
 		"gcsfuse, no endpoint":   {fuseserver.Spec{Name: "gcsfuse", Path: "/bin/true"}, "needs --fuse-server-opt=endpoint="},
-		"gcsfuse, typo":          {fuseserver.Spec{Name: "gcsfuse", Path: "/bin/true", Opts: map[string]string{"endpont": "x"}}, `unknown setting "endpont" (known: endpoint, bucket)`},
+		"gcsfuse, typo":          {fuseserver.Spec{Name: "gcsfuse", Path: "/bin/true", Opts: map[string]string{"endpont": "x"}}, `unknown setting "endpont" (known: endpoint, bucket, metadata-cache-ttl-secs)`},
 		"gcsfuse, direct I/O":    {fuseserver.Spec{Name: "gcsfuse", Path: "/bin/true", Opts: map[string]string{"endpoint": "x"}, DirectIO: true}, "no direct-I/O"},
 		"squashfuse, no image":   {fuseserver.Spec{Name: "squashfuse", Path: "/bin/true"}, "needs --fuse-server-opt=image="},
 		"squashfuse, bad image":  {fuseserver.Spec{Name: "squashfuse", Path: "/bin/true", Opts: map[string]string{"image": "/nonexistent"}}, "is not a regular file"},

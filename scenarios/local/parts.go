@@ -56,6 +56,7 @@ func partKinds() []struct {
 		{scenarios.SidecarContainer, newSidecarPart},
 		{scenarios.KeeperContainer, newKeeperPart},
 		{scenarios.FuseServer, newKeeperServerPart},
+		{scenarios.FuseServer, newServerPart},
 		{scenarios.WorkloadPod, newPodPart},
 	}
 }

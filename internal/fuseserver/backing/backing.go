@@ -139,3 +139,60 @@ func freePort() (int, error) {
 	}
 	return addr.Port, nil
 }
+
+// Backing is what one real server of a run reads, ready: the settings that point the server at it.
+type Backing struct {
+	// Opts are the server's --fuse-server-opt settings.
+	Opts map[string]string
+	stop func()
+}
+
+// Stop ends what Prepare started (nothing for a file).
+func (b *Backing) Stop() {
+	if b.stop != nil {
+		b.stop()
+	}
+}
+
+// Env is where Prepare puts what it makes and how it finds executables.
+type Env struct {
+	// Dir holds what it makes (the image); it must be readable by the server's user.
+	Dir string
+	// Find returns the executable called name ("" when there is none).
+	Find func(name string) string
+	// Log receives the output of what it starts.
+	Log *os.File
+}
+
+// preparers make the backing of a server by its name; a server that reads nothing (dummy-fuse) has none.
+var preparers = map[string]func(ctx context.Context, env Env) (*Backing, error){
+	fuseserver.Gcsfuse: func(ctx context.Context, env Env) (*Backing, error) {
+		bin := env.Find("fake-gcs-server")
+		if bin == "" {
+			return nil, errors.New("gcsfuse reads a fake GCS server: fake-gcs-server not found (make servers puts it in bin/servers)")
+		}
+		f, err := StartFakeGCS(ctx, bin, env.Log)
+		if err != nil {
+			return nil, err
+		}
+		// A 1 s metadata TTL (gcsfuse's default is 60 s) lets a dead gcsfuse show within the bounds the catalog's
+		// rows wait; with the default, the kernel answers stat and cached reads for up to a minute after it died.
+		return &Backing{Opts: map[string]string{"endpoint": f.Endpoint, "metadata-cache-ttl-secs": "1"}, stop: f.Stop}, nil
+	},
+	fuseserver.Squashfuse: func(ctx context.Context, env Env) (*Backing, error) {
+		image := filepath.Join(env.Dir, "tree.squashfs")
+		if err := SquashfsImage(ctx, image); err != nil {
+			return nil, err
+		}
+		return &Backing{Opts: map[string]string{"image": image}}, nil
+	},
+}
+
+// Prepare makes (or starts) what the server called name reads; nil for a server that reads nothing.
+func Prepare(ctx context.Context, name string, env Env) (*Backing, error) {
+	p, ok := preparers[name]
+	if !ok {
+		return &Backing{}, nil
+	}
+	return p(ctx, env)
+}
