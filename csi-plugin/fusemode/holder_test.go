@@ -123,7 +123,7 @@ func TestSessionActsOnlyOnWhatItHolds(t *testing.T) {
 	}
 	time.Sleep(300 * time.Millisecond)
 	k.h.mu.Lock()
-	init, ended, by := c.init, c.ended, c.servedBy
+	init, ended, by := c.init, c.ended, c.servedBy()
 	k.h.mu.Unlock()
 	if init != nil || ended || by != 0 {
 		t.Fatalf("after another session's reports: record %q, over %t, served by %d; want nothing changed", init, ended, by)
