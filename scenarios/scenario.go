@@ -540,7 +540,7 @@ func (s *Scenario) Validate() error {
 			if st.Component == SidecarContainer && s.Pod.Sidecar == nil {
 				return fmt.Errorf("scenario %s: step %d: the pod has no sidecar", s.Name, i+1)
 			}
-			if (st.Component == KeeperContainer || st.Component == FuseServer) && s.Plugin.FuseMode != FuseModeKeeper {
+			if (st.Component == KeeperContainer || st.Component == FuseServer || st.Component == FuseSuccessor || st.Component == FuseCrashLoop || st.Component == PluginRecollecting) && s.Plugin.FuseMode != FuseModeKeeper {
 				return fmt.Errorf("scenario %s: step %d: %s without the keeper FUSE mode", s.Name, i+1, st.Component.Noun())
 			}
 			if st.Action == ActUpgrade && components[st.Component].upgrade == "" {
