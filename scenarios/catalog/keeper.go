@@ -45,7 +45,7 @@ func keeperScenarios() []scenarios.Scenario {
 		}
 		return append(out, scenarios.Expectation{Check: scenarios.VolumeDirAlive{}})
 	}
-	return []scenarios.Scenario{
+	return append([]scenarios.Scenario{
 		{
 			Name:  "keeper-plugin-restart",
 			Title: "Keeper mode: the plugin restarts; its copies of the connections come back from the keeper",
@@ -166,5 +166,5 @@ func keeperScenarios() []scenarios.Scenario {
 			},
 			EveryRelease: keeperReleases,
 		},
-	}
+	}, keeperFaultScenarios()...)
 }
