@@ -16,10 +16,7 @@ const keeperNoSuccessorWithin = 35 * time.Second
 func keeperFaultScenarios() []scenarios.Scenario {
 	slow := scenarios.Plugin{FuseMode: scenarios.FuseModeKeeper, Keeper: scenarios.Keeper{DirectIO: true, ReadLatency: keeperInFlightLatency}}
 	mode := scenarios.Plugin{FuseMode: scenarios.FuseModeKeeper, RestoreMounts: true, RestoreStrategy: scenarios.StrategyRebind, Keeper: scenarios.Keeper{DirectIO: true}}
-	readers := []scenarios.Container{
-		{Name: reader, ExitOnError: true, KeepOpen: true, ReadInterval: keeperReadInterval},
-		{Name: reopen, ExitOnError: true, KeepOpen: false, ReadInterval: keeperReadInterval},
-	}
+	readers := keeperReaders()
 	return []scenarios.Scenario{
 		{
 			Name:  "keeper-double-fault",
@@ -70,6 +67,7 @@ func keeperFaultScenarios() []scenarios.Scenario {
 			Expect: []scenarios.Expectation{
 				{Check: scenarios.NeverFails{C: reader, After: scenarios.AfterKill, Reads: 10}},
 				{Check: scenarios.NeverFails{C: reopen, After: scenarios.AfterKill, Reads: 10}},
+				{Check: scenarios.NeverFails{C: sub, After: scenarios.AfterKill, Reads: 10}},
 				{Check: scenarios.VolumeDirAlive{}},
 			},
 			EveryRelease: keeperReleases,
