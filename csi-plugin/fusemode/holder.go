@@ -402,13 +402,13 @@ func (h *holder) takeBack(s *keeperSession, m handover.Msg, f *os.File) string {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	s.holds[m.Volume] = true
+	if c.dev == nil && c.init != nil && len(m.Init) > 0 && !bytes.Equal(c.init, m.Init) {
+		return "its handover record differs from the one the plugin recorded"
+	}
 	// A keeper says which of its servers answers each connection it hands back (0: none right now).
 	c.setServed(s, m.PID, time.Now())
 	if c.dev != nil {
 		return "" // the plugin holds it already
-	}
-	if c.init != nil && len(m.Init) > 0 && !bytes.Equal(c.init, m.Init) {
-		return "its handover record differs from the one the plugin recorded"
 	}
 	c.dev, c.id, f = f, id, nil // adopted: kept open
 	if c.init == nil {
