@@ -29,7 +29,7 @@ const stableServe = time.Second
 
 // watchUnserved aborts the connections that the plugin holds (its own copy: those its records gave it or it
 // mounted) on which requests wait while no server has answered steadily for limit; the checks run every
-// limit/10, at most every second, until the holder is closed. limit <= 0 turns it off.
+// tenth of the limit, at least once a second, until the holder is closed. limit <= 0 turns it off.
 func (h *holder) watchUnserved(limit time.Duration) {
 	if limit <= 0 {
 		return
