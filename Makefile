@@ -6,7 +6,7 @@ export CGO_ENABLED ?= 0
 BIN ?= $(CURDIR)/bin
 export BIN
 
-.PHONY: all help build test test-short lint bench bench-doc clean
+.PHONY: all help build servers test test-short lint bench bench-doc clean
 all: build
 
 help: ## show the targets
@@ -17,6 +17,9 @@ help: ## show the targets
 ################################################################################
 build: ## build static binaries into bin/ (version from git)
 	hack/build.sh
+
+servers: ## the real FUSE servers (gcsfuse + a fake GCS from the Go module proxy, squashfuse from Debian) into bin/servers
+	hack/servers.sh
 
 ################################################################################
 # Test
@@ -81,12 +84,15 @@ kind-down: ## delete the kind cluster of kind-up
 ################################################################################
 BACKEND ?= local
 export BACKEND
-.PHONY: scenarios
+.PHONY: scenarios scenarios-doc
 scenario-%: ## run one scenario (checks the name, then builds): make scenario-restart (BACKEND=local|kube, SCENARIO_FLAGS=--keep)
 	hack/scenario.sh $*
 
-scenarios: ## build, then run every scenario of the catalog; reports in _output/runs/<time>-<name>/
+scenarios: ## build, then run every scenario of the catalog; reports in _output/runs/<time>-<name>/, recorded in scenarios/results
 	hack/scenario.sh all
+
+scenarios-doc: ## regenerate scenarios/README.md's per-version table from the files of scenarios/results
+	go run ./scenarios/cmd/scenariodoc
 
 ################################################################################
 # CSI plugin

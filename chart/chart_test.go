@@ -32,6 +32,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/yaml"
+
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/testenv"
 )
 
 const (
@@ -1058,6 +1060,7 @@ func TestDefaultImageIsWhatTheClusterLoads(t *testing.T) {
 	}
 
 	// The cluster scripts read the same appVersion and tag the name containerd stores.
+	testenv.Integration(t, "runs hack/cluster/lib.sh with bash")
 	out, err := exec.Command("bash", "-c", `source ../hack/cluster/lib.sh && chart_app_version && containerd_ref dummy-fuse-csi:`+app).CombinedOutput()
 	if err != nil {
 		t.Fatalf("hack/cluster/lib.sh: %v\n%s", err, out)
@@ -1070,6 +1073,7 @@ func TestDefaultImageIsWhatTheClusterLoads(t *testing.T) {
 // TestClusterDownKnowsTheStateDirs: cluster-down removes the chart's state dirs that cluster-up did not find;
 // hack/cluster/lib.sh must name the chart's default stateDir and the scenario backend's.
 func TestClusterDownKnowsTheStateDirs(t *testing.T) {
+	testenv.Integration(t, "runs hack/cluster/lib.sh with bash")
 	out, err := exec.Command("bash", "-c", `source ../hack/cluster/lib.sh && printf '%s\n' "${CHART_STATE_DIRS[@]}"`).CombinedOutput()
 	if err != nil {
 		t.Fatalf("hack/cluster/lib.sh: %v\n%s", err, out)

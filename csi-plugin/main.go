@@ -55,8 +55,8 @@ func run(ctx context.Context, args []string, streams command.Streams) error {
 	fl.BoolVar(&cfg.RestoreMounts, "restore-mounts", false, "at start-up, before Probe is ready, remount recorded volumes whose mounts are dead")
 	fl.StringVar(&strategy, "restore-strategy", string(restore.Rebind), "how a dead published target is repaired: rebind (unmount it, bind again) or stack (bind on top of it, reaching running containers with HostToContainer propagation)")
 	fl.StringVar(&cfg.FuseMode, "fuse-mode", fusemode.ChildName, "where FUSE servers run: "+strings.Join(fusemode.Names(), ", "))
-	fl.StringVar(&cfg.FuseOptions.DummyFusePath, "dummy-fuse-path", "", "dummy-fuse executable (default: beside this executable, else in $PATH)")
-	fl.BoolVar(&cfg.FuseOptions.DirectIO, "fuse-direct-io", false, "pass --direct-io to dummy-fuse")
+	cfg.FuseOptions.Server.Flags(fl)
+	fl.BoolVar(&cfg.FuseOptions.Server.DirectIO, "fuse-direct-io", false, "pass --direct-io to dummy-fuse")
 	fl.BoolVar(&cfg.FuseOptions.SidecarKeepFD, "sidecar-keep-fd", false, "sidecar mode: keep a copy of each target's FUSE descriptor, so that a restarted sidecar takes the live connection over instead of finding nothing")
 	fl.StringVar(&cfg.FuseOptions.KeeperSocket, "keeper-socket", "", "keeper mode: where keepers (csi-plugin keeper) connect (default: "+driver.KeeperSocketName+" beside the CSI socket)")
 	fl.IntVar(&cfg.FuseOptions.KeeperUID, "keeper-uid", fusemode.DefaultKeeperID, "keeper mode: the only user ID a keeper may connect as (the chart's keeper user; nothing else on the node should run as it)")
@@ -79,9 +79,6 @@ func run(ctx context.Context, args []string, streams command.Streams) error {
 	}
 	defer klog.Flush()
 	cfg.RestoreStrategy = restore.Strategy(strategy)
-	if cfg.FuseOptions.DummyFusePath == "" {
-		cfg.FuseOptions.DummyFusePath = fusemode.FindDummyFuse()
-	}
 
 	d, err := driver.New(cfg)
 	if err != nil {

@@ -5,8 +5,9 @@
 # whose kubelet code changed between the two (the native sidecar's). For each release: make cluster-build
 # (compiles it from Go module source the first time, cached after), make cluster-up (installs the Debian
 # packages the cluster needs, builds and imports the images), make test-kube with every skip a failure, and
-# make cluster-down, which also runs after a failure or an interrupt. Prints each step's duration and the
-# total. Needs root.
+# make cluster-down, which also runs after a failure or an interrupt. Each release's runs are recorded in a file
+# of scenarios/results, and scenarios/README.md's per-version table is generated again from those files (make
+# scenarios-doc). Prints each step's duration and the total. Needs root.
 #
 # Environment: DFC_KUBE_ARTIFACTS (parent of one directory of run dirs and summary per release; default
 # _output/kube-e2e/ci-<time>).
@@ -35,6 +36,14 @@ MAKE=${MAKE:-make}
 need_root "the cluster runs kubelet and containerd on this machine"
 ARTIFACTS=${DFC_KUBE_ARTIFACTS:-$PWD/_output/kube-e2e/ci-$(date +%Y%m%d-%H%M%S)}
 export DFC_REQUIRE_PRIVILEGED=1 KUBECONFIG=$KUBECONFIG_PATH
+COMMIT=$(git describe --always --dirty --abbrev=7 2>/dev/null || echo unknown)
+
+# record VERSION: the result.json of the release's run dirs into scenarios/results, then the README's table.
+# shellcheck disable=SC2317 # run through timed
+record() {
+  go run ./scenarios/cmd/scenariodoc record -commit "$COMMIT" -command "make ci-kube" "$ARTIFACTS/$1" &&
+    go run ./scenarios/cmd/scenariodoc
+}
 
 up= # the release whose cluster may be running
 # shellcheck disable=SC2317 # run by the EXIT trap
@@ -70,6 +79,7 @@ for run in "${RUNS[@]}"; do
   if timed "cluster-up $version" "$MAKE" cluster-up K8S_VERSION="$version"; then
     timed "test-kube $version: ${only:-all}" env DFC_KUBE_ARTIFACTS="$ARTIFACTS/$version" DFC_SCENARIOS="$only" \
       "$MAKE" test-kube || failed=1
+    timed "record $version" record "$version" || failed=1
   else
     failed=1
   fi

@@ -4,6 +4,9 @@
 # BACKEND=kube runs them on the cluster of the current kubeconfig (make cluster-up or make kind-up), with the
 # chart installed for each scenario and removed after it.
 # SCENARIO_FLAGS adds dfc-scenario flags, e.g. SCENARIO_FLAGS="--keep" or "--backoff-base=10s".
+# A run of the whole catalog (all) is recorded: the result.json of its run dirs (_output/runs) go into a file
+# of $RESULTS (default scenarios/results; RESULTS= records nothing), and scenarios/README.md's per-version table
+# is generated again from those files (make scenarios-doc). An interrupted run is not recorded.
 set -o errexit -o nounset -o pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=hack/lib.sh
@@ -27,5 +30,19 @@ fi
 read -r -a flags <<<"${SCENARIO_FLAGS:-}"
 args=(--backend="$BACKEND" --bin-dir="$BIN" "${flags[@]}" "$@")
 "$BIN/dfc-scenario" --check "${args[@]}" || exit
+# The commit the binaries are built from, taken before the build: the tree may change while it runs.
+commit=$(git describe --always --dirty --abbrev=7 2>/dev/null || echo unknown)
 BIN=$BIN hack/build.sh
-exec "$BIN/dfc-scenario" "${args[@]}"
+RESULTS=${RESULTS-scenarios/results}
+if [ "$*" != all ] || [ -z "$RESULTS" ]; then
+  exec "$BIN/dfc-scenario" "${args[@]}"
+fi
+since=$(date -u +%FT%TZ) interrupted='' rc=0
+trap 'interrupted=1' INT TERM # dfc-scenario gets the signal too, and cleans up before it exits
+"$BIN/dfc-scenario" "${args[@]}" || rc=$?
+trap - INT TERM
+[ -z "$interrupted" ] || exit "$rc"
+go run ./scenarios/cmd/scenariodoc record -out "$RESULTS" -commit "$commit" -since "$since" \
+  -command "make scenarios BACKEND=$BACKEND${SCENARIO_FLAGS:+ SCENARIO_FLAGS=\"$SCENARIO_FLAGS\"}" _output/runs &&
+  go run ./scenarios/cmd/scenariodoc || rc=1
+exit "$rc"

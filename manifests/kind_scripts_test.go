@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/testenv"
 )
 
 // kind cannot run here (no Docker engine, no node image), so hack/kind-up.sh and hack/kind-down.sh are
@@ -27,6 +29,7 @@ const stubHeader = "#!/bin/bash\necho \"$(basename \"$0\") $*\" >>\"$STUB_LOG\"\
 
 func newStubs(t *testing.T, scripts map[string]string) stubs {
 	t.Helper()
+	testenv.Integration(t, "runs hack/ scripts with bash and stand-in commands")
 	dir := t.TempDir()
 	s := stubs{dir: dir, log: filepath.Join(dir, "calls.log"), imageOut: filepath.Join(dir, "images")}
 	defaults := map[string]string{

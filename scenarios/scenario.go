@@ -20,6 +20,7 @@ import (
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/restore"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/dummy-fuse/dummyfs"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/contract"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/fuseserver"
 )
 
 // RestartPolicy is a pod's restartPolicy.
@@ -85,6 +86,9 @@ type Plugin struct {
 	// FuseMode is --fuse-mode (FuseModeChild, FuseModeSidecar, FuseModeKeeper); empty means the plugin's
 	// default (child).
 	FuseMode string
+	// FuseServer is --fuse-server: the FUSE server program (internal/fuseserver: dummy-fuse, gcsfuse,
+	// squashfuse); empty means dummy-fuse. A run sets it (ForServer) for the scenarios that hold for it.
+	FuseServer string
 	// Keeper is how the keeper runs in FuseModeKeeper.
 	Keeper Keeper
 	// SidecarKeepFD passes --sidecar-keep-fd in FuseModeSidecar: the plugin keeps its copy of each pod's FUSE
@@ -139,7 +143,18 @@ func (p Plugin) Args() []string {
 	if p.SidecarKeepFD {
 		args = append(args, "--sidecar-keep-fd")
 	}
+	if p.FuseServer != "" && p.FuseServer != fuseserver.DummyFuse {
+		args = append(args, "--fuse-server="+p.FuseServer)
+	}
 	return args
+}
+
+// Server returns the FUSE server's name (FuseServer, or dummy-fuse when empty).
+func (p Plugin) Server() string {
+	if p.FuseServer == "" {
+		return fuseserver.DummyFuse
+	}
+	return p.FuseServer
 }
 
 // ChartSets returns the chart's values (helm --set form) that deploy this setup, only those that differ from
@@ -158,6 +173,9 @@ func (p Plugin) ChartSets() []string {
 	}
 	if p.SidecarKeepFD {
 		sets = append(sets, "sidecar.keepFd=true")
+	}
+	if p.Server() != fuseserver.DummyFuse {
+		sets = append(sets, "csi.plugin.fuseServer="+p.Server())
 	}
 	if p.Keeper.DirectIO {
 		sets = append(sets, "csi.plugin.directIO=true")
@@ -396,6 +414,29 @@ type Scenario struct {
 	// BackendsWhy says why the others cannot (yet).
 	Backends    []string
 	BackendsWhy string
+	// Servers names the FUSE servers (internal/fuseserver) its expectations hold for, besides dummy-fuse, which
+	// every scenario runs with: a row whose outcome does not depend on what the server is lists them all
+	// (AllServers). Where a server behaves differently, the row's expectations say so from evidence.
+	Servers []string
+}
+
+// AllServers are the FUSE servers a server-independent scenario runs with.
+var AllServers = fuseserver.Names()
+
+// ForServer returns the scenario set up for the FUSE server called server (empty: dummy-fuse), or an error
+// saying why it does not hold for it.
+func (s Scenario) ForServer(server string) (Scenario, error) {
+	if server == "" || server == fuseserver.DummyFuse {
+		return s, nil
+	}
+	if _, err := fuseserver.Lookup(server); err != nil {
+		return s, err
+	}
+	if !slices.Contains(s.Servers, server) {
+		return s, fmt.Errorf("scenario %s runs with dummy-fuse only, not %s: its outcome depends on the server (runs with: %s)", s.Name, server, strings.Join(append([]string{fuseserver.DummyFuse}, s.Servers...), ", "))
+	}
+	s.Plugin.FuseServer = server
+	return s, nil
 }
 
 // RunsOn returns nil when the backend called backend can deploy the scenario, else an error saying why not.
@@ -540,7 +581,7 @@ func (s *Scenario) Validate() error {
 			if st.Component == SidecarContainer && s.Pod.Sidecar == nil {
 				return fmt.Errorf("scenario %s: step %d: the pod has no sidecar", s.Name, i+1)
 			}
-			if (st.Component == KeeperContainer || st.Component == FuseServer || st.Component == FuseSuccessor || st.Component == FuseCrashLoop || st.Component == PluginRecollecting) && s.Plugin.FuseMode != FuseModeKeeper {
+			if (st.Component == KeeperContainer || st.Component == FuseSuccessor || st.Component == FuseCrashLoop || st.Component == PluginRecollecting) && s.Plugin.FuseMode != FuseModeKeeper {
 				return fmt.Errorf("scenario %s: step %d: %s without the keeper FUSE mode", s.Name, i+1, st.Component.Noun())
 			}
 			if st.Action == ActUpgrade && components[st.Component].upgrade == "" {

@@ -33,7 +33,7 @@ func killedBetweenMountAndRecord(t *testing.T, mode string, path func(h *harness
 	h := newHarness(t, true, func(c *Config) {
 		if mode != "" { // by name: the driver owns and closes it
 			c.Mode, c.FuseMode = nil, mode
-			c.FuseOptions.DummyFusePath = bins.Path(t, "dummy-fuse")
+			c.FuseOptions.Server.Path = bins.Path(t, "dummy-fuse")
 		}
 		c.mounted = func(p string) {
 			select {

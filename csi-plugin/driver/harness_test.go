@@ -22,6 +22,7 @@ import (
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/internal/plugintest"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/volumecondition"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/csiprobe"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/fuseserver"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/mounts"
 )
 
@@ -160,7 +161,7 @@ func newHarness(t *testing.T, privileged bool, edit func(*Config)) *harness {
 		StateDir: filepath.Join(h.root, "state"),
 	}
 	if privileged {
-		child, err := fusemode.NewChild(fusemode.Options{DummyFusePath: bins.Path(t, "dummy-fuse")})
+		child, err := fusemode.NewChild(fusemode.Options{Server: fuseserver.Spec{Path: bins.Path(t, "dummy-fuse")}})
 		if err != nil {
 			t.Fatal(err)
 		}

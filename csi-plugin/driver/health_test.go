@@ -20,6 +20,7 @@ import (
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/internal/plugintest"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/state"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/volumecondition"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/fuseserver"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/testenv"
 )
 
@@ -196,7 +197,7 @@ func TestHealthSeesThroughCaches(t *testing.T) {
 	}
 	const probeTimeout = 2 * time.Second
 	h := newHarness(t, true, func(c *Config) {
-		child, err := fusemode.NewChild(fusemode.Options{DummyFusePath: wrapper})
+		child, err := fusemode.NewChild(fusemode.Options{Server: fuseserver.Spec{Path: wrapper}})
 		if err != nil {
 			t.Fatal(err)
 		}

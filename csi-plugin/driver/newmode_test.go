@@ -95,7 +95,7 @@ func TestNewModeNeedsNoDriverChange(t *testing.T) {
 	testenv.RequireFUSE(t)
 	h := newHarness(t, true, func(c *Config) {
 		c.Mode, c.FuseMode = nil, perTargetName
-		c.FuseOptions.DummyFusePath = bins.Path(t, "dummy-fuse")
+		c.FuseOptions.Server.Path = bins.Path(t, "dummy-fuse")
 	})
 	const vol = "vol-1"
 	if err := h.stage(vol); err != nil {

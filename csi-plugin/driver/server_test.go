@@ -63,7 +63,7 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		"relative registration path": func(c *Config) { c.KubeletRegistrationPath, c.RegistrationDir = "csi.sock", "/reg" },
 		"health port out of range":   func(c *Config) { c.HealthPort = 70000 },
 		"unknown FUSE mode":          func(c *Config) { c.Mode, c.FuseMode = nil, "daemon" },
-		"missing dummy-fuse":         func(c *Config) { c.Mode, c.FuseOptions.DummyFusePath = nil, "/nonexistent/dummy-fuse" },
+		"missing dummy-fuse":         func(c *Config) { c.Mode, c.FuseOptions.Server.Path = nil, "/nonexistent/dummy-fuse" },
 	} {
 		c := good
 		edit(&c)

@@ -13,39 +13,35 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/contract"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/fuseserver"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/mounts"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/spawn"
 )
 
-// ChildName is the mode in which dummy-fuse runs as a child process of the plugin and dies with it (SIGKILL
+// ChildName is the mode in which the FUSE server runs as a child process of the plugin and dies with it (SIGKILL
 // through the parent-death signal), as a FUSE server inside the plugin's container dies with that container.
 const ChildName = contract.ModeChild
 
 func init() { Register(ChildName, func(o Options) (Mode, error) { return NewChild(o) }) }
 
-// Child starts dummy-fuse processes that die with the plugin.
+// Child starts FUSE server processes that mount the staging path themselves and die with the plugin.
 type Child struct {
 	onStagingPath
-	opts  Options
-	spawn *spawn.Spawner
+	opts   Options
+	server fuseserver.Server
+	spawn  *spawn.Spawner
 }
 
-// NewChild checks that opts.DummyFusePath is an executable and returns the mode.
+// NewChild checks the server (fuseserver.New: known, executable, settings complete) and returns the mode.
 func NewChild(opts Options) (*Child, error) {
-	if opts.DummyFusePath == "" {
-		return nil, errors.New("child mode: the dummy-fuse path is empty")
-	}
-	st, err := os.Stat(opts.DummyFusePath)
+	server, err := fuseserver.New(opts.Server)
 	if err != nil {
-		return nil, fmt.Errorf("child mode: dummy-fuse: %w", err)
-	}
-	if !st.Mode().IsRegular() || st.Mode().Perm()&0o111 == 0 {
-		return nil, fmt.Errorf("child mode: dummy-fuse %s is not an executable file", opts.DummyFusePath)
+		return nil, fmt.Errorf("child mode: %w", err)
 	}
 	if opts.StartTimeout <= 0 {
 		opts.StartTimeout = 10 * time.Second
 	}
-	return &Child{opts: opts, spawn: spawn.New()}, nil
+	return &Child{opts: opts, server: server, spawn: spawn.New()}, nil
 }
 
 // Name implements Mode.
@@ -60,27 +56,16 @@ func (c *Child) Close() error {
 	return nil
 }
 
-// Args returns the dummy-fuse command line for mountpoint (without the executable).
-func (c *Child) Args(mountpoint string) []string {
-	var args []string
-	if c.opts.DirectIO {
-		args = append(args, "--direct-io")
-	}
-	return append(args, mountpoint)
-}
-
-// Start implements Mode: it starts dummy-fuse on req.Mountpoint and waits until the mount answers.
+// Start implements Mode: it starts the server on req.Mountpoint and waits until the mount answers.
 func (c *Child) Start(ctx context.Context, req Request) (Server, error) {
 	out := newTail(4096)
-	cmd := exec.Command(c.opts.DummyFusePath, c.Args(req.Mountpoint)...)
+	cmd := fuseserver.Command(c.server, c.server.MountArgs(req.Mountpoint))
 	cmd.Stdout = out
 	cmd.Stderr = out
-	// One OS thread per server is plenty for a hello-world filesystem and keeps hundreds of servers cheap.
-	cmd.Env = append(os.Environ(), "GOMAXPROCS=1")
 	if err := c.spawn.Start(ctx, cmd); err != nil {
 		return nil, fmt.Errorf("starting %s on %s: %w", cmd, req.Mountpoint, err)
 	}
-	p := &childProcess{cmd: cmd, out: out, volumeID: req.VolumeID, mountpoint: req.Mountpoint, done: make(chan struct{})}
+	p := &childProcess{server: c.server.Name(), cmd: cmd, out: out, volumeID: req.VolumeID, mountpoint: req.Mountpoint, done: make(chan struct{})}
 	go p.wait()
 
 	wctx, cancel := context.WithTimeout(ctx, c.opts.StartTimeout)
@@ -90,7 +75,7 @@ func (c *Child) Start(ctx context.Context, req Request) (Server, error) {
 		if ok, _ := mounts.IsMountPoint(req.Mountpoint); ok && !isAnswering(req.Mountpoint) {
 			_ = mounts.UnmountLazy(req.Mountpoint)
 		}
-		return nil, fmt.Errorf("dummy-fuse (pid %d) on %s: %w; %s; output: %q", p.PID(), req.Mountpoint, err, p.exitState(), out.String())
+		return nil, fmt.Errorf("%s (pid %d) on %s: %w; %s; output: %q", c.server.Name(), p.PID(), req.Mountpoint, err, p.exitState(), out.String())
 	}
 	klog.V(4).InfoS("FUSE server started", "volumeID", req.VolumeID, "mountpoint", req.Mountpoint, "pid", p.PID())
 	return p, nil
@@ -98,8 +83,9 @@ func (c *Child) Start(ctx context.Context, req Request) (Server, error) {
 
 func isAnswering(path string) bool { return mounts.Answers(path, ServedFile, time.Second) == nil }
 
-// childProcess is a dummy-fuse child.
+// childProcess is a FUSE server child.
 type childProcess struct {
+	server     string
 	cmd        *exec.Cmd
 	out        *tail
 	volumeID   string
@@ -128,7 +114,7 @@ func (p *childProcess) wait() {
 	switch {
 	case stopping:
 	case err == nil:
-		// dummy-fuse exits 0 when its mount goes away, which is how unstaging ends it (unmount first).
+		// A server exits 0 when its mount goes away, which is how unstaging ends it (unmount first).
 		klog.V(2).InfoS("FUSE server exited after its mount was unmounted", "volumeID", p.volumeID, "mountpoint", p.mountpoint, "pid", p.PID())
 	default:
 		// The mount is dead from now on: this is the failure the testbed reproduces; say so loudly.
@@ -158,7 +144,7 @@ func (p *childProcess) kill() {
 	<-p.done
 }
 
-// Stop sends SIGTERM (dummy-fuse then unmounts and exits) and SIGKILL when ctx ends first.
+// Stop sends SIGTERM (a server then unmounts and exits) and SIGKILL when ctx ends first.
 func (p *childProcess) Stop(ctx context.Context) error {
 	p.mu.Lock()
 	p.stopping = true
@@ -169,7 +155,7 @@ func (p *childProcess) Stop(ctx context.Context) error {
 	default:
 	}
 	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
-		return fmt.Errorf("stopping dummy-fuse pid %d: %w", p.PID(), err)
+		return fmt.Errorf("stopping %s pid %d: %w", p.server, p.PID(), err)
 	}
 	select {
 	case <-p.done:

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/dummy-fuse/dummyfs"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/fuseserver"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/mounts"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/testenv"
 )
@@ -33,11 +34,11 @@ func TestServedFileIsDummyFuses(t *testing.T) {
 }
 
 func TestNewRejectsUnknownModeAndMissingBinary(t *testing.T) {
-	if _, err := New("daemon", Options{DummyFusePath: "/bin/true"}); err == nil {
+	if _, err := New("daemon", Options{Server: fuseserver.Spec{Path: "/bin/true"}}); err == nil {
 		t.Error("New accepted an unknown mode")
 	}
-	for _, p := range []string{"", "/nonexistent/dummy-fuse", t.TempDir()} {
-		if _, err := New(ChildName, Options{DummyFusePath: p}); err == nil {
+	for _, p := range []string{"/nonexistent/dummy-fuse", t.TempDir()} {
+		if _, err := New(ChildName, Options{Server: fuseserver.Spec{Path: p}}); err == nil {
 			t.Errorf("child mode accepted dummy-fuse path %q", p)
 		}
 	}
@@ -46,7 +47,7 @@ func TestNewRejectsUnknownModeAndMissingBinary(t *testing.T) {
 func newChild(t *testing.T) *Child {
 	t.Helper()
 	testenv.RequireFUSE(t)
-	c, err := NewChild(Options{DummyFusePath: bins.Path(t, "dummy-fuse"), StartTimeout: 10 * time.Second})
+	c, err := NewChild(Options{Server: fuseserver.Spec{Path: bins.Path(t, "dummy-fuse")}, StartTimeout: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,21 +9,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/fuseserver"
 )
 
-// ServedFile is the file every dummy-fuse mount serves (dummyfs.FileName). A mount "answers" when a stat of it
+// ServedFile is the file every server serves (fuseserver.ServedFile). A mount "answers" when a stat of it
 // succeeds through a statfs that reached the server.
-const ServedFile = "dummy-file.txt"
-
-// dummyFuse is the filesystem's name (dummyfs.Name): the mount table shows fuse.dummy-fuse. The plugin does
-// not link the filesystem itself.
-const dummyFuse = "dummy-fuse"
+const ServedFile = fuseserver.ServedFile
 
 // Request describes one FUSE server to start.
 type Request struct {
@@ -139,11 +134,9 @@ func (onStagingPath) Release(string) {}
 
 // Options configure every mode.
 type Options struct {
-	// DummyFusePath is the dummy-fuse executable.
-	DummyFusePath string
-	// DirectIO passes --direct-io to dummy-fuse: reads bypass the page cache and fail at once when the server is
-	// gone.
-	DirectIO bool
+	// Server is the FUSE server program and its settings (fuseserver): the child mode runs it, the sidecar mode
+	// names its mounts after it and the keeper mode refuses one that cannot take over a connection.
+	Server fuseserver.Spec
 	// StartTimeout bounds how long Start waits for a new mount to answer (default 10s).
 	StartTimeout time.Duration
 	// SendTimeout bounds the sending of a descriptor to a sidecar that connected (sidecar mode, default 10s).
@@ -199,19 +192,4 @@ func New(name string, opts Options) (Mode, error) {
 		return nil, err
 	}
 	return constructors[name](opts)
-}
-
-// FindDummyFuse returns the dummy-fuse executable to use when none is configured: the one beside the running
-// executable (how the plugin image ships them), else the first in $PATH, else "".
-func FindDummyFuse() string {
-	if exe, err := os.Executable(); err == nil {
-		p := filepath.Join(filepath.Dir(exe), dummyFuse)
-		if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() {
-			return p
-		}
-	}
-	if p, err := exec.LookPath(dummyFuse); err == nil {
-		return p
-	}
-	return ""
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/contract"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/fdpass"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/fuseconn"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/fuseserver"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/handover"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/mounts"
 )
@@ -70,6 +71,13 @@ func init() { Register(KeeperName, func(o Options) (Mode, error) { return NewKee
 func NewKeeper(opts Options) (*Keeper, error) {
 	if opts.KeeperSocket == "" {
 		return nil, errors.New("keeper mode: the keeper socket path is empty")
+	}
+	server, err := fuseserver.Lookup(opts.Server.Name)
+	if err != nil {
+		return nil, fmt.Errorf("keeper mode: %w", err)
+	}
+	if !server.TakesOver {
+		return nil, fmt.Errorf("keeper mode needs a FUSE server that takes over a live connection, and %s cannot: %s (use the child or sidecar mode)", server.Name, server.WhyNot)
 	}
 	if opts.KeeperUID < 0 {
 		return nil, fmt.Errorf("keeper mode: the keeper's user ID must be given (got %d): no keeper socket is open to any user", opts.KeeperUID)
@@ -196,7 +204,7 @@ func (k *Keeper) Start(ctx context.Context, req Request) (Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	o := fuseconn.MountOptions{Name: dummyFuse, Source: dummyFuse, ReadOnly: true, AllowOther: true, MaxRead: maxReadBytes}
+	o := fuseconn.MountOptions{Name: fuseserver.DummyFuse, Source: fuseserver.DummyFuse, ReadOnly: true, AllowOther: true, MaxRead: maxReadBytes}
 	if err := fuseconn.Mount(dev, req.Mountpoint, o); err != nil {
 		dev.Close()
 		return nil, err

@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/fuseconn"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/fuseserver"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/handover"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/testenv"
 )
@@ -28,7 +29,7 @@ func mountConn(t *testing.T, dir string) *os.File {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := fuseconn.Mount(dev, dir, fuseconn.MountOptions{Name: dummyFuse, Source: dummyFuse, ReadOnly: true}); err != nil {
+	if err := fuseconn.Mount(dev, dir, fuseconn.MountOptions{Name: fuseserver.DummyFuse, Source: fuseserver.DummyFuse, ReadOnly: true}); err != nil {
 		dev.Close()
 		t.Fatal(err)
 	}

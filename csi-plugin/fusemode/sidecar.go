@@ -16,6 +16,7 @@ import (
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/contract"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/fdpass"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/fuseconn"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/fuseserver"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/handover"
 )
 
@@ -54,6 +55,7 @@ type Handover struct {
 // Sidecar is the sidecar mode.
 type Sidecar struct {
 	opts    Options
+	server  fuseserver.Kind // what the sidecars run: the plugin runs no server itself
 	mu      sync.Mutex
 	pending map[string]*waitingHandover // by target: the descriptor still to send (GCS's design)
 	held    map[string]*heldTarget      // by target: the connections kept for the sidecars (KeepFD)
@@ -64,12 +66,20 @@ type waitingHandover struct {
 	done   chan struct{}
 }
 
-// NewSidecar returns the sidecar mode. It needs no dummy-fuse on the node: the sidecar runs it.
+// NewSidecar returns the sidecar mode. It needs no FUSE server on the node: the sidecar runs it. Keeping a copy
+// of each connection for the next sidecar (SidecarKeepFD) needs a server that takes a live connection over.
 func NewSidecar(opts Options) (*Sidecar, error) {
+	server, err := fuseserver.Lookup(opts.Server.Name)
+	if err != nil {
+		return nil, fmt.Errorf("sidecar mode: %w", err)
+	}
+	if opts.SidecarKeepFD && !server.TakesOver {
+		return nil, fmt.Errorf("sidecar mode: --sidecar-keep-fd needs a FUSE server that takes over a live connection, and %s cannot: %s", server.Name, server.WhyNot)
+	}
 	if opts.SendTimeout <= 0 {
 		opts.SendTimeout = 10 * time.Second
 	}
-	return &Sidecar{opts: opts, pending: map[string]*waitingHandover{}, held: map[string]*heldTarget{}}, nil
+	return &Sidecar{opts: opts, server: server, pending: map[string]*waitingHandover{}, held: map[string]*heldTarget{}}, nil
 }
 
 // Name implements Mode.
@@ -102,9 +112,9 @@ func (s *Sidecar) Close() error {
 
 // targetMount is how a target is mounted: with the options of the GCS FUSE CSI driver (nosuid, nodev,
 // allow_other so the workload's user reaches it, default_permissions so the kernel checks modes, and ro for
-// read-only volumes).
-func targetMount(readOnly bool) fuseconn.MountOptions {
-	return fuseconn.MountOptions{Name: dummyFuse, Source: dummyFuse, ReadOnly: readOnly, AllowOther: true, DefaultPermissions: true}
+// read-only volumes), named after the server the sidecars run (fuse.<server> in the mount table).
+func (s *Sidecar) targetMount(readOnly bool) fuseconn.MountOptions {
+	return fuseconn.MountOptions{Name: s.server.Name, Source: s.server.Name, ReadOnly: readOnly, AllowOther: true, DefaultPermissions: true}
 }
 
 // MountTarget mounts req.Target and starts handing the FUSE connection to the server that connects to the socket
@@ -124,7 +134,7 @@ func (s *Sidecar) MountTarget(_ context.Context, req TargetRequest) (err error) 
 	// What the pod can make slow to close (the sockets in its volume, whatever its sidecar sends) is closed
 	// by a Closer of the target's own: a pod that jams it stalls nothing but its own socket.
 	closer := targetCloser()
-	ln, dev, sockDir, err := prepareTarget(req, network, closer)
+	ln, dev, sockDir, err := s.prepareTarget(req, network, closer)
 	if err != nil {
 		return err
 	}
@@ -202,7 +212,7 @@ func (s *Sidecar) RecollectTargets(reqs []TargetRequest) map[string]error {
 // connection and mounts req.Target with it. It returns the listener, the connection's descriptor and the socket
 // directory (kept open: the socket's address goes through it, and it is removed through it at the end), or an
 // error after undoing what it did.
-func prepareTarget(req TargetRequest, network string, closer *fdpass.Closer) (*net.UnixListener, *os.File, *os.File, error) {
+func (s *Sidecar) prepareTarget(req TargetRequest, network string, closer *fdpass.Closer) (*net.UnixListener, *os.File, *os.File, error) {
 	dir, err := openSocketDir(req.PodDir, req.SocketDir)
 	if err != nil {
 		return nil, nil, nil, err
@@ -222,7 +232,7 @@ func prepareTarget(req TargetRequest, network string, closer *fdpass.Closer) (*n
 		undo()
 		return nil, nil, nil, err
 	}
-	if err := fuseconn.Mount(dev, req.Target, targetMount(req.ReadOnly)); err != nil {
+	if err := fuseconn.Mount(dev, req.Target, s.targetMount(req.ReadOnly)); err != nil {
 		_ = dev.Close()
 		undo()
 		return nil, nil, nil, err

@@ -11,6 +11,7 @@ import (
 
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/fusemode"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/command"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/fuseserver"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/version"
 )
 
@@ -80,7 +81,7 @@ func Command(ctx context.Context, args []string, streams command.Streams) error 
 		return command.Usagef("--volumes-per-server must be at least 1")
 	}
 	if cfg.DummyFusePath == "" {
-		cfg.DummyFusePath = fusemode.FindDummyFuse()
+		cfg.DummyFusePath = fuseserver.Find(fuseserver.DummyFuse)
 	}
 	if cfg.SecretFile == "" {
 		cfg.SecretFile = filepath.Join(filepath.Dir(cfg.PluginSocket), fusemode.KeeperSecretName)

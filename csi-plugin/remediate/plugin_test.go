@@ -21,6 +21,8 @@ import (
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/fusemode"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/internal/plugintest"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/restore"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/contract"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/fuseserver"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/kubeletpath"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/mounts"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/testenv"
@@ -60,7 +62,7 @@ func (l *serverLog) Start(ctx context.Context, req fusemode.Request) (fusemode.S
 func TestWithThePlugin(t *testing.T) {
 	testenv.RequireFUSE(t)
 	root := plugintest.ShortDir(t)
-	child, err := fusemode.NewChild(fusemode.Options{DummyFusePath: bins.Path(t, "dummy-fuse")})
+	child, err := fusemode.NewChild(fusemode.Options{Server: fuseserver.Spec{Path: bins.Path(t, "dummy-fuse")}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -185,14 +187,14 @@ func TestWithThePlugin(t *testing.T) {
 	if exists(web) {
 		t.Errorf("the ReplicaSet's pod with a dead volume is still there (events %q)", events(web))
 	}
-	if ev := events(web); len(ev) != 1 || !strings.Contains(ev[0], ReasonDeleted) || !strings.Contains(ev[0], driver.ReasonServerGone) {
-		t.Errorf("events of the deleted pod %q, want one %s naming %s", ev, ReasonDeleted, driver.ReasonServerGone)
+	if ev := events(web); len(ev) != 1 || !strings.Contains(ev[0], contract.ReasonDeleted) || !strings.Contains(ev[0], driver.ReasonServerGone) {
+		t.Errorf("events of the deleted pod %q, want one %s naming %s", ev, contract.ReasonDeleted, driver.ReasonServerGone)
 	}
 	if !exists(before) {
 		t.Error("the bare pod was deleted")
 	}
-	if ev := events(before); len(ev) != 1 || !strings.Contains(ev[0], ReasonLeftAlone) || !strings.Contains(ev[0], "still holds the mount of volume vol-fixed") {
-		t.Errorf("events of the bare pod %q, want one %s", ev, ReasonLeftAlone)
+	if ev := events(before); len(ev) != 1 || !strings.Contains(ev[0], contract.ReasonLeftAlone) || !strings.Contains(ev[0], "still holds the mount of volume vol-fixed") {
+		t.Errorf("events of the bare pod %q, want one %s", ev, contract.ReasonLeftAlone)
 	}
 	if !exists(after) || len(events(after)) != 0 {
 		t.Errorf("acted on the pod started after the repair: events %q", events(after))

@@ -32,10 +32,9 @@ import (
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/kubeletpath"
 )
 
-// Event reasons the remediator records on pods, as internal/contract promises them to observers.
+// The event reasons the remediator records on pods are internal/contract's ReasonDeleted and ReasonLeftAlone,
+// which observers rely on.
 const (
-	ReasonDeleted     = contract.ReasonDeleted   // Normal: the pod is deleted so that its controller recreates it
-	ReasonLeftAlone   = contract.ReasonLeftAlone // Warning: the pod's volume will not heal and nothing recreates it
 	eventSource       = "dummy-fuse-csi-remediator"
 	defaultGrace      = 2 * time.Minute
 	defaultRateLimit  = 10 * time.Minute
@@ -371,7 +370,7 @@ func (r *Remediator) decide(ctx context.Context, pod *corev1.Pod, vols []volumeS
 		r.cfg.Log.Info("Remediation: would delete the pod (dry run)", log...)
 	case recreated:
 		r.cfg.Log.Info("Remediation: deleting the pod so that its controller recreates it", log...)
-		r.event(ctx, pod, corev1.EventTypeNormal, ReasonDeleted, fmt.Sprintf("Deleting the pod so that %s recreates it with a fresh mount: %s", owner, why))
+		r.event(ctx, pod, corev1.EventTypeNormal, contract.ReasonDeleted, fmt.Sprintf("Deleting the pod so that %s recreates it with a fresh mount: %s", owner, why))
 		uid := pod.UID
 		err := r.cfg.Client.Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
 		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
@@ -381,7 +380,7 @@ func (r *Remediator) decide(ctx context.Context, pod *corev1.Pod, vols []volumeS
 		r.cfg.Log.Info("Remediation: would leave the pod alone and record a warning (dry run)", log...)
 	default:
 		r.cfg.Log.Info("Remediation: leaving the pod alone, nothing would recreate it", log...)
-		r.event(ctx, pod, corev1.EventTypeWarning, ReasonLeftAlone, fmt.Sprintf("Left alone: %s, so deleting it would lose it; delete it yourself to get a fresh mount. %s", owner, why))
+		r.event(ctx, pod, corev1.EventTypeWarning, contract.ReasonLeftAlone, fmt.Sprintf("Left alone: %s, so deleting it would lose it; delete it yourself to get a fresh mount. %s", owner, why))
 	}
 	return nil
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/restore"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/state"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/contract"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/kubeletpath"
 )
 
@@ -188,8 +189,8 @@ func TestControllerOwnedPodIsDeleted(t *testing.T) {
 				t.Fatal("the pod is still there")
 			}
 			ev := w.events(p)
-			if len(ev) != 1 || ev[0].Reason != ReasonDeleted || ev[0].Type != corev1.EventTypeNormal || !strings.Contains(ev[0].Message, "container reader") {
-				t.Fatalf("events %+v; want one Normal %s naming the container", ev, ReasonDeleted)
+			if len(ev) != 1 || ev[0].Reason != contract.ReasonDeleted || ev[0].Type != corev1.EventTypeNormal || !strings.Contains(ev[0].Message, "container reader") {
+				t.Fatalf("events %+v; want one Normal %s naming the container", ev, contract.ReasonDeleted)
 			}
 		})
 	}
@@ -210,9 +211,9 @@ func TestBarePodGetsAnEventAndStays(t *testing.T) {
 				t.Fatal("a pod that nothing recreates was deleted")
 			}
 			ev := w.events(p)
-			if len(ev) != 1 || ev[0].Reason != ReasonLeftAlone || ev[0].Type != corev1.EventTypeWarning ||
+			if len(ev) != 1 || ev[0].Reason != contract.ReasonLeftAlone || ev[0].Type != corev1.EventTypeWarning ||
 				!strings.Contains(ev[0].Message, "Left alone") || !strings.Contains(ev[0].Message, "still holds the mount of volume vol-1") {
-				t.Fatalf("events %+v; want one Warning %s saying why", ev, ReasonLeftAlone)
+				t.Fatalf("events %+v; want one Warning %s saying why", ev, contract.ReasonLeftAlone)
 			}
 		})
 	}
@@ -260,8 +261,8 @@ func TestOwnerMustExist(t *testing.T) {
 				t.Fatal("deleted a pod whose controller will not recreate it")
 			}
 			ev := w.events(p)
-			if len(ev) != 1 || ev[0].Reason != ReasonLeftAlone || !strings.Contains(ev[0].Message, "ReplicaSet/owner "+tc.why) {
-				t.Fatalf("events %+v; want one %s saying that ReplicaSet/owner %s", ev, ReasonLeftAlone, tc.why)
+			if len(ev) != 1 || ev[0].Reason != contract.ReasonLeftAlone || !strings.Contains(ev[0].Message, "ReplicaSet/owner "+tc.why) {
+				t.Fatalf("events %+v; want one %s saying that ReplicaSet/owner %s", ev, contract.ReasonLeftAlone, tc.why)
 			}
 		})
 	}

@@ -1,6 +1,7 @@
 // Package sidecar is `csi-plugin sidecar`: the unprivileged container that the sidecar FUSE mode puts in the
 // workload's pod. It connects to the socket the plugin serves for one volume, receives the /dev/fuse descriptor
-// of the mount the plugin made, and runs dummy-fuse on it (as /dev/fd/3), as the GCS FUSE CSI driver's sidecar
+// of the mount the plugin made, and runs a FUSE server on it (as /dev/fd/3: dummy-fuse by default, gcsfuse or
+// squashfuse with --fuse-server), as the GCS FUSE CSI driver's sidecar
 // runs gcsfuse on /dev/fd/3 (pkg/sidecar_mounter in GoogleCloudPlatform/gcs-fuse-csi-driver). It needs neither
 // root nor any capability: the mount exists already, the server only reads and writes the descriptor.
 package sidecar
@@ -24,20 +25,19 @@ import (
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/command"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/contract"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/fdpass"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/fuseserver"
 )
 
 // Config is the sidecar's command line.
 type Config struct {
 	// Socket is where the plugin serves the volume's descriptor: <SidecarVolume mount>/<volume name>/socket.
 	Socket string
-	// DummyFusePath is the dummy-fuse executable.
-	DummyFusePath string
+	// Server is the FUSE server to run (--fuse-server and its settings); DirectIO is its --direct-io.
+	Server fuseserver.Spec
 	// Delay holds the sidecar back before it connects.
 	Delay time.Duration
 	// Wait bounds the wait for the socket to accept a connection; ReceiveTimeout the wait for the descriptor.
 	Wait, ReceiveTimeout time.Duration
-	// DirectIO passes --direct-io to dummy-fuse.
-	DirectIO bool
 }
 
 // ParseArgs parses the subcommand's arguments (without "sidecar"); errors are *command.UsageError, and -h is
@@ -47,11 +47,11 @@ func ParseArgs(args []string, stderr io.Writer) (Config, error) {
 	fl := flag.NewFlagSet("csi-plugin sidecar", flag.ContinueOnError)
 	fl.SetOutput(stderr)
 	fl.StringVar(&c.Socket, "socket", "", "socket the plugin serves the volume's descriptor on: <"+fusemode.SidecarVolume+" volume>/<volume name>/"+fusemode.SocketName+" (required)")
-	fl.StringVar(&c.DummyFusePath, "dummy-fuse-path", "", "dummy-fuse executable (default: beside this executable, else in $PATH)")
+	c.Server.Flags(fl)
 	fl.DurationVar(&c.Delay, "delay", 0, "wait this long before connecting (holds the sidecar back, to show that the mount blocks until it serves)")
 	fl.DurationVar(&c.Wait, "wait", 5*time.Minute, "give up when the socket does not accept a connection within this time")
 	fl.DurationVar(&c.ReceiveTimeout, "receive-timeout", 10*time.Second, "give up when the plugin sends no descriptor within this time after connecting")
-	fl.BoolVar(&c.DirectIO, "direct-io", false, "pass --direct-io to dummy-fuse")
+	fl.BoolVar(&c.Server.DirectIO, "direct-io", false, "pass --direct-io to dummy-fuse")
 	if err := command.Parse(fl, args); err != nil {
 		return c, err
 	}
@@ -66,19 +66,19 @@ func ParseArgs(args []string, stderr io.Writer) (Config, error) {
 	return c, nil
 }
 
-// Run is the subcommand. It returns when dummy-fuse exits (its exit code becomes the command's) or, after
-// SIGTERM/SIGINT, once dummy-fuse stopped (nil, also when none was started yet).
+// Run is the subcommand. It returns when the FUSE server exits (its exit code becomes the command's) or, after
+// SIGTERM/SIGINT, once the server stopped (nil, also when none was started yet).
 func Run(ctx context.Context, args []string, streams command.Streams) error {
 	c, err := ParseArgs(args, streams.Err)
 	if err != nil {
 		return err
 	}
-	socket, dummyFuse, directIO := c.Socket, c.DummyFusePath, c.DirectIO
-	if dummyFuse == "" {
-		if dummyFuse = fusemode.FindDummyFuse(); dummyFuse == "" {
-			return errors.New("dummy-fuse not found beside this executable nor in $PATH")
-		}
+	socket := c.Socket
+	server, err := fuseserver.New(c.Server)
+	if err != nil {
+		return err
 	}
+	kind, _ := fuseserver.Lookup(server.Name())
 	// The first line says when the container started (the sidecar's own clock, see logf).
 	if c.Delay > 0 {
 		logf(streams.Err, "started: connecting to %s in %s", socket, c.Delay)
@@ -95,12 +95,15 @@ func Run(ctx context.Context, args []string, streams command.Streams) error {
 		// A session socket: the plugin keeps its copy of the connection (--sidecar-keep-fd). Be its keeper for
 		// this volume: the connection comes over the session, new or to take over, and a successor of this
 		// container gets it again. It lives and dies with its FUSE server, as without the kept copy.
+		if !kind.TakesOver {
+			return fmt.Errorf("the plugin keeps its copy of the connection (%s is a session socket), which needs a FUSE server that takes a live connection over, and %s cannot: %s", socket, kind.Name, kind.WhyNot)
+		}
 		logf(streams.Err, "the plugin keeps its copy of the connection (%s is a session socket): serving it as its keeper", socket)
 		var args []string
-		if directIO {
+		if c.Server.DirectIO {
 			args = append(args, "--direct-io")
 		}
-		k, err := keeper.New(keeper.Config{PluginSocket: socket, DummyFusePath: dummyFuse, ServerArgs: args, VolumesPerServer: 1, Role: "sidecar", ExitWithServer: true}, streams.Err)
+		k, err := keeper.New(keeper.Config{PluginSocket: socket, DummyFusePath: server.Path(), ServerArgs: args, VolumesPerServer: 1, Role: "sidecar", ExitWithServer: true}, streams.Err)
 		if err != nil {
 			return err
 		}
@@ -116,21 +119,22 @@ func Run(ctx context.Context, args []string, streams command.Streams) error {
 	}
 	logf(streams.Err, "%s of volume %s (readOnly=%v) from %s", contract.SidecarReceived, cfg.VolumeID, cfg.ReadOnly, socket)
 
-	cmdArgs := []string{"/dev/fd/3"}
-	if directIO {
-		cmdArgs = append([]string{"--direct-io"}, cmdArgs...)
+	cmdArgs, err := server.FDArgs()
+	if err != nil {
+		dev.Close()
+		return fmt.Errorf("%s cannot serve the connection: %w", server.Name(), err)
 	}
-	cmd := exec.Command(dummyFuse, cmdArgs...)
-	cmd.ExtraFiles = []*os.File{dev} // fd 3 in dummy-fuse
+	cmd := fuseserver.Command(server, cmdArgs)
+	cmd.ExtraFiles = []*os.File{dev} // fd 3 (fuseserver.FD) in the server
 	cmd.Stdout, cmd.Stderr = streams.Out, streams.Err
-	// dummy-fuse dies with this process, as it would with the container: the kernel sends the parent-death
+	// The server dies with this process, as it would with the container: the kernel sends the parent-death
 	// signal when the forking thread exits (golang/go#27505), so that thread stays locked until the end.
 	runtime.LockOSThread()
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	err = cmd.Start()
-	dev.Close() // dummy-fuse holds the connection now; this process keeps no copy
+	dev.Close() // the server holds the connection now; this process keeps no copy
 	if err != nil {
-		return fmt.Errorf("starting dummy-fuse: %w", err)
+		return fmt.Errorf("starting %s: %w", server.Name(), err)
 	}
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
@@ -141,7 +145,7 @@ func Run(ctx context.Context, args []string, streams command.Streams) error {
 		err = <-done
 	}
 	if err != nil {
-		err = fmt.Errorf("dummy-fuse: %w", err)
+		err = fmt.Errorf("%s: %w", server.Name(), err)
 	}
 	return serverExit(err)
 }

@@ -1,10 +1,11 @@
 package bench
 
 import (
-	"bytes"
 	"fmt"
 	"path/filepath"
 	"strings"
+
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/gendoc"
 )
 
 // The README's generated section lies between these lines.
@@ -141,15 +142,5 @@ func count(s Spread) string {
 
 // Splice returns readme with the generated section replaced by table.
 func Splice(readme []byte, table string) ([]byte, error) {
-	begin := bytes.Index(readme, []byte(beginMark))
-	end := bytes.Index(readme, []byte(endMark))
-	if begin < 0 || end < begin {
-		return nil, fmt.Errorf("no generated bench section (%q … %q)", beginMark, endMark)
-	}
-	var out bytes.Buffer
-	out.Write(readme[:begin+len(beginMark)])
-	out.WriteString("\n")
-	out.WriteString(table)
-	out.Write(readme[end:])
-	return out.Bytes(), nil
+	return gendoc.Splice(readme, beginMark, endMark, table)
 }

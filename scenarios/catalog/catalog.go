@@ -63,8 +63,9 @@ func deadThenBack(noticed scenarios.Step, more ...scenarios.Step) []scenarios.St
 func childScenarios() []scenarios.Scenario {
 	return []scenarios.Scenario{
 		{
-			Name:  "restart",
-			Title: "Plugin restart with restoreMounts and a workload that exits on error (the original demo)",
+			Name:    "restart",
+			Servers: scenarios.AllServers,
+			Title:   "Plugin restart with restoreMounts and a workload that exits on error (the original demo)",
 			Shows: "Killing the plugin container kills its FUSE servers: the workload gets ENOTCONN and exits; " +
 				"while the host mount is dead kubelet cannot even start the container again (failed to stat the " +
 				"volume dir); once the restarted plugin has restored its mounts the next restart reads again.",
@@ -86,8 +87,9 @@ func childScenarios() []scenarios.Scenario {
 			},
 		},
 		{
-			Name:  "restart-no-restore",
-			Title: "Plugin restart without restoreMounts, workload keeps running",
+			Name:    "restart-no-restore",
+			Servers: scenarios.AllServers,
+			Title:   "Plugin restart without restoreMounts, workload keeps running",
 			Shows: "Without restoreMounts nothing remounts the volume: the workload reads ENOTCONN from the first " +
 				"read after the kill, forever, also after the plugin is back.",
 			Plugin: scenarios.Plugin{},
@@ -104,8 +106,9 @@ func childScenarios() []scenarios.Scenario {
 			},
 		},
 		{
-			Name:  "restore-without-exit",
-			Title: "Plugin restores its mounts, the running workload does not exit",
+			Name:    "restore-without-exit",
+			Servers: scenarios.AllServers,
+			Title:   "Plugin restores its mounts, the running workload does not exit",
 			Shows: "restoreMounts repairs the host: the volume dir is a live mount again. The running container " +
 				"does not benefit: its private mount namespace still holds the dead bind, so even fresh opens " +
 				"(keep-open=false) fail with ENOTCONN forever. It works only halfway.",
@@ -127,8 +130,9 @@ func childScenarios() []scenarios.Scenario {
 			},
 		},
 		{
-			Name:  "exit-without-restore",
-			Title: "Workload exits on error, plugin restarts without restoreMounts",
+			Name:    "exit-without-restore",
+			Servers: scenarios.AllServers,
+			Title:   "Workload exits on error, plugin restarts without restoreMounts",
 			Shows: "Exiting is not enough: with nothing restoring the mount, every restart of the container " +
 				"fails in kubelet's pre-start stat of the dead volume dir, before and after the plugin is back.",
 			Plugin: scenarios.Plugin{},
@@ -149,8 +153,9 @@ func childScenarios() []scenarios.Scenario {
 			},
 		},
 		{
-			Name:  "host-to-container",
-			Title: "Stacking restore with HostToContainer propagation",
+			Name:    "host-to-container",
+			Servers: scenarios.AllServers,
+			Title:   "Stacking restore with HostToContainer propagation",
 			Shows: "With --restore-strategy=stack the plugin mounts the restored volume on top of the dead one; " +
 				"HostToContainer propagation carries that mount into the running container, so new opens " +
 				"recover without a restart, while an fd held open across the crash stays ENOTCONN.",
@@ -181,8 +186,9 @@ func childScenarios() []scenarios.Scenario {
 			},
 		},
 		{
-			Name:  "subpath",
-			Title: "Workload mounts a subPath of the volume, plugin restores, workload exits on error",
+			Name:    "subpath",
+			Servers: scenarios.AllServers,
+			Title:   "Workload mounts a subPath of the volume, plugin restores, workload exits on error",
 			Shows: "kubelet bind-mounts a subPath once, under pods/<uid>/volume-subpaths/, from the FUSE mount of " +
 				"that moment, and checks that bind before every container start. After the crash the bind is dead, and " +
 				"while the volume dir is dead too every restart fails with \"failed to prepare subPath\". Once the " +

@@ -25,8 +25,9 @@ const SidecarDelay = time.Second
 func sidecarScenarios() []scenarios.Scenario {
 	return []scenarios.Scenario{
 		{
-			Name:  "sidecar-plugin-restart",
-			Title: "Sidecar mode: the plugin restarts under a running workload",
+			Name:    "sidecar-plugin-restart",
+			Servers: scenarios.AllServers,
+			Title:   "Sidecar mode: the plugin restarts under a running workload",
 			Shows: "In the sidecar mode (the GCS FUSE CSI design) no FUSE server runs in the plugin: the pod's own " +
 				"unprivileged sidecar serves the mount's /dev/fuse descriptor. Killing and restarting the plugin " +
 				"changes nothing for the workload: its descriptor, opened before the kill, keeps reading, and the " +
@@ -50,8 +51,9 @@ func sidecarScenarios() []scenarios.Scenario {
 			},
 		},
 		{
-			Name:  "sidecar-late",
-			Title: "Sidecar mode: the sidecar is held back at pod start",
+			Name:    "sidecar-late",
+			Servers: scenarios.AllServers,
+			Title:   "Sidecar mode: the sidecar is held back at pod start",
 			Shows: "Until the sidecar takes the descriptor and answers the kernel's INIT, every access to the mount " +
 				"blocks, stat included: the container runtime's stat of the volume dir before the workload's " +
 				"container starts waits for the sidecar, then the workload reads without ever seeing an error.",
@@ -71,8 +73,9 @@ func sidecarScenarios() []scenarios.Scenario {
 			},
 		},
 		{
-			Name:  "sidecar-killed",
-			Title: "Sidecar mode: the sidecar container is killed and restarted",
+			Name:    "sidecar-killed",
+			Servers: scenarios.AllServers,
+			Title:   "Sidecar mode: the sidecar container is killed and restarted",
 			Shows: "The sidecar holds the only descriptor of the mount (the plugin closed its copy once sent): when " +
 				"it dies, the mount dies (ENOTCONN). Kubelet restarts the native sidecar, but it finds no socket and " +
 				"nothing to serve; the mount stays dead for the running container, which only a new pod would fix.",
@@ -99,8 +102,9 @@ func sidecarScenarios() []scenarios.Scenario {
 			},
 		},
 		{
-			Name:  "sidecar-new-pod",
-			Title: "Sidecar mode: the sidecar is killed; only a new pod brings the volume back",
+			Name:    "sidecar-new-pod",
+			Servers: scenarios.AllServers,
+			Title:   "Sidecar mode: the sidecar is killed; only a new pod brings the volume back",
 			Shows: "What fixes sidecar-killed: deleting the pod (kubelet unpublishes and unstages its volume) and " +
 				"creating it again (a new pod UID, a new NodePublishVolume, a new descriptor for its new sidecar). " +
 				"The new pod's container reads again; the sidecar's restart before that did not help.",

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/command"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/fuseserver"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios/catalog"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios/kube"
@@ -57,6 +58,8 @@ type config struct {
 	versionDependent, everyRelease bool
 	// kubeletVersion is the kubelet the local backend models.
 	kubeletVersion string
+	// fuseServer is the FUSE server every scenario runs with (those that hold for it).
+	fuseServer string
 	// sidecarDelays: run the scenarios that hold their sidecar back once per delay.
 	sidecarDelays string
 	scenarios     []scenarios.Scenario
@@ -119,6 +122,7 @@ func parse(args []string, stdout io.Writer) (config, error) {
 	fl.StringVar(&cfg.kube.KubeletDir, "kubelet-dir", kube.DefaultKubeletDir, "kube: kubelet's root dir on the node (the chart's kubeletDir)")
 	fl.StringVar(&cfg.kube.KubeletLog, "kubelet-log", "", "kube: file with kubelet's log, for causes kubelet only logs (default: the from-source cluster's; on kind: journalctl in the node; - for none)")
 	fl.StringVar(&cfg.kube.Probe, "probe", "auto", "kube: how the volume paths are stat'ed: host (this machine is the node), pod (a probe pod), auto")
+	fl.StringVar(&cfg.fuseServer, "fuse-server", fuseserver.DummyFuse, "the FUSE server the plugin runs: "+strings.Join(fuseserver.Names(), ", ")+" (the real ones need make servers; scenarios whose outcome depends on the server run with dummy-fuse only)")
 	fl.BoolVar(&cfg.check, "check", false, "only check the flags and scenario names, then exit (hack/scenario.sh does, before it builds the binaries)")
 	fl.Usage = func() {}
 	if err := fl.Parse(args); err != nil {
@@ -149,7 +153,10 @@ func parse(args []string, stdout io.Writer) (config, error) {
 		return cfg, command.Usagef("unknown backend %q (%s, %s)", cfg.backend, scenarios.BackendLocal, scenarios.BackendKube)
 	}
 	var err error
-	if cfg.scenarios, cfg.leftOut, err = selectFor(cfg.backend, fl.Args()); err != nil {
+	if _, err := fuseserver.Lookup(cfg.fuseServer); err != nil {
+		return cfg, command.Usagef("--fuse-server: %v", err)
+	}
+	if cfg.scenarios, cfg.leftOut, err = selectFor(cfg.backend, cfg.fuseServer, fl.Args()); err != nil {
 		return cfg, &command.UsageError{Err: err}
 	}
 	if cfg.sidecarDelays != "" {
@@ -171,15 +178,16 @@ func parse(args []string, stdout io.Writer) (config, error) {
 	return cfg, nil
 }
 
-// selectFor returns the scenarios names selects (see catalog.Select) that backend can run. A scenario named
-// explicitly that it cannot run is an error; "all" leaves such scenarios out, saying why in leftOut.
-func selectFor(backend string, names []string) (run []scenarios.Scenario, leftOut []string, err error) {
+// selectFor returns the scenarios names selects (see catalog.Select) that backend can run with the FUSE server
+// called server. A scenario named explicitly that it cannot run is an error; "all" leaves such scenarios out,
+// saying why in leftOut.
+func selectFor(backend, server string, names []string) (run []scenarios.Scenario, leftOut []string, err error) {
 	for _, n := range names {
 		sel, err := catalog.Select([]string{n})
 		if err != nil {
 			return nil, nil, unknownName(n)
 		}
-		r, l, err := runnable(backend, sel, n == "all")
+		r, l, err := runnable(backend, server, sel, n == "all")
 		if err != nil {
 			return nil, nil, err
 		}
@@ -190,9 +198,13 @@ func selectFor(backend string, names []string) (run []scenarios.Scenario, leftOu
 
 // runnable returns the scenarios of scs that backend can run; the others are an error, or, when scs is the
 // whole catalog (all), left out with the reason.
-func runnable(backend string, scs []scenarios.Scenario, all bool) (run []scenarios.Scenario, leftOut []string, err error) {
+func runnable(backend, server string, scs []scenarios.Scenario, all bool) (run []scenarios.Scenario, leftOut []string, err error) {
 	for _, s := range scs {
-		switch err := s.RunsOn(backend); {
+		err := s.RunsOn(backend)
+		if err == nil {
+			s, err = s.ForServer(server)
+		}
+		switch {
 		case err == nil:
 			run = append(run, s)
 		case all:

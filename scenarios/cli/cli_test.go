@@ -100,15 +100,25 @@ func TestAllLeavesOut(t *testing.T) {
 	}
 	localOnly := scenarios.Scenario{Name: "local-only", Backends: []string{scenarios.BackendLocal}, BackendsWhy: "no reason"}
 	both := scenarios.Scenario{Name: "both"}
-	run, leftOut, err := runnable(scenarios.BackendKube, []scenarios.Scenario{localOnly, both}, true)
+	run, leftOut, err := runnable(scenarios.BackendKube, "", []scenarios.Scenario{localOnly, both}, true)
 	if err != nil || len(run) != 1 || run[0].Name != "both" || len(leftOut) != 1 ||
 		!strings.Contains(leftOut[0], "cannot run on the kube backend") || !strings.Contains(leftOut[0], "no reason") {
 		t.Errorf("all on kube: run %v, left out %q, %v", run, leftOut, err)
 	}
-	if _, _, err := runnable(scenarios.BackendKube, []scenarios.Scenario{localOnly}, false); err == nil {
+	if _, _, err := runnable(scenarios.BackendKube, "", []scenarios.Scenario{localOnly}, false); err == nil {
 		t.Error("a scenario named explicitly that the backend cannot run is no error")
 	}
-	if run, leftOut, err := runnable(scenarios.BackendLocal, []scenarios.Scenario{localOnly, both}, true); err != nil || len(run) != 2 || len(leftOut) != 0 {
+	// A scenario that holds for dummy-fuse only is left out of "all" with another server, and refused when named.
+	anyServer := scenarios.Scenario{Name: "any-server", Servers: scenarios.AllServers}
+	run, leftOut, err = runnable(scenarios.BackendLocal, "gcsfuse", []scenarios.Scenario{both, anyServer}, true)
+	if err != nil || len(run) != 1 || run[0].Name != "any-server" || run[0].Plugin.FuseServer != "gcsfuse" ||
+		len(leftOut) != 1 || !strings.Contains(leftOut[0], "runs with dummy-fuse only, not gcsfuse") {
+		t.Errorf("all with gcsfuse: run %+v, left out %q, %v", run, leftOut, err)
+	}
+	if _, _, err := runnable(scenarios.BackendLocal, "gcsfuse", []scenarios.Scenario{both}, false); err == nil {
+		t.Error("a scenario named explicitly that does not hold for the server is no error")
+	}
+	if run, leftOut, err := runnable(scenarios.BackendLocal, "", []scenarios.Scenario{localOnly, both}, true); err != nil || len(run) != 2 || len(leftOut) != 0 {
 		t.Errorf("all on local: run %v, left out %q, %v", run, leftOut, err)
 	}
 }

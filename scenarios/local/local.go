@@ -63,6 +63,9 @@ type Options struct {
 	DriverName string
 	// PluginVerbosity is the plugin's klog -v (default 5: every GRPC call with request and response).
 	PluginVerbosity int
+	// ServersDir holds the real FUSE servers and what they need (make servers: bin/servers); an executable not
+	// there is looked for in $PATH.
+	ServersDir string
 	// KubeletVersion is the kubelet whose behaviour the backend reproduces: one of KubeletVersions or its
 	// minor (default: the newest). Start fails on any other.
 	KubeletVersion string
@@ -76,11 +79,26 @@ func (o *Options) BinariesIn(dir string) {
 	o.PluginPath = filepath.Join(dir, "csi-plugin")
 	o.FusePath = filepath.Join(dir, "dummy-fuse")
 	o.WorkloadPath = filepath.Join(dir, "dummy-fuse-workload")
+	o.ServersDir = filepath.Join(dir, "servers")
 	next := filepath.Join(dir, NextDir)
 	if _, err := os.Stat(filepath.Join(next, "dummy-fuse")); err == nil {
 		o.NextPluginPath = filepath.Join(next, "csi-plugin")
 		o.NextFusePath = filepath.Join(next, "dummy-fuse")
 	}
+}
+
+// findServer returns the executable called name from ServersDir, else $PATH, else "".
+func (o *Options) findServer(name string) string {
+	if o.ServersDir != "" {
+		p := filepath.Join(o.ServersDir, name)
+		if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() {
+			return p
+		}
+	}
+	if p, err := exec.LookPath(name); err == nil {
+		return p
+	}
+	return ""
 }
 
 // NextDir is the directory, beside the binaries, of their next build (another version) for upgrade steps.

@@ -59,6 +59,7 @@ func partKinds() []struct {
 		{scenarios.FuseSuccessor, newSuccessorPart},
 		{scenarios.FuseCrashLoop, newCrashLoopPart},
 		{scenarios.PluginRecollecting, newRecollectPart},
+		{scenarios.FuseServer, newServerPart},
 		{scenarios.WorkloadPod, newPodPart},
 	}
 }

@@ -31,14 +31,20 @@ func TestParts(t *testing.T) {
 			t.Errorf("%s: a sidecar part %t, a sidecar in the pod %t", sc.Name, ok, sc.Pod.Sidecar != nil)
 		}
 		keeper := sc.Plugin.FuseMode == scenarios.FuseModeKeeper
-		for _, c := range []scenarios.Component{scenarios.KeeperContainer, scenarios.FuseServer} {
-			if _, ok := b.parts[c]; ok != keeper {
-				t.Errorf("%s: a %s part %t, keeper mode %t", sc.Name, c, ok, keeper)
-			}
+		if _, ok := b.parts[scenarios.KeeperContainer]; ok != keeper {
+			t.Errorf("%s: a keeper part %t, keeper mode %t", sc.Name, ok, keeper)
 		}
-		if !keeper {
+		// Every mode has a FUSE server part: the keeper's servers, or the server the plugin or a sidecar runs.
+		if _, ok := b.parts[scenarios.FuseServer]; !ok {
+			t.Errorf("%s: no fuse-server part", sc.Name)
+		}
+		_, ownServer := b.parts[scenarios.FuseServer].(*serverPart)
+		if ownServer == keeper {
+			t.Errorf("%s: the plugin's own server part %t in keeper mode %t", sc.Name, ownServer, keeper)
+		}
+		if sc.Plugin.FuseMode == scenarios.FuseModeSidecar {
 			if err := b.Kill(context.Background(), scenarios.FuseServer); err == nil || !strings.Contains(err.Error(), "cannot kill fuse-server") {
-				t.Errorf("%s: Kill(fuse-server) = %v, want a refusal", sc.Name, err)
+				t.Errorf("%s: Kill(fuse-server) in the sidecar mode = %v, want a refusal (the sidecar is what dies)", sc.Name, err)
 			}
 		}
 		if err := b.Upgrade(context.Background(), scenarios.PluginContainer); err == nil || !strings.Contains(err.Error(), "cannot upgrade plugin") {

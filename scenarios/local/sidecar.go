@@ -118,7 +118,8 @@ func (s *sidecarCtr) event(kind scenarios.Kind, t time.Time, msg string) {
 func (s *sidecarCtr) startInstance() error {
 	b := s.b
 	socket := filepath.Join(sidecarMount, pvName, contract.SidecarSocket)
-	args := append(b.sc.Pod.Sidecar.Args(socket), "--dummy-fuse-path="+filepath.Join(sidecarBin, "dummy-fuse"))
+	server, serverMount := b.sidecarSpec(sidecarBin)
+	args := append(b.sc.Pod.Sidecar.Args(socket), server.Args()...)
 	plugin := filepath.Join(sidecarBin, "csi-plugin")
 	s.mu.Lock()
 	inst := s.starts
@@ -129,7 +130,7 @@ func (s *sidecarCtr) startInstance() error {
 		Mounts: []initMount{
 			{Source: s.dir, Target: sidecarMount, Propagation: "rprivate"},
 			{Source: b.opts.PluginPath, Target: plugin, Propagation: "rprivate"},
-			{Source: b.opts.FusePath, Target: filepath.Join(sidecarBin, "dummy-fuse"), Propagation: "rprivate"},
+			serverMount,
 		},
 		Argv: append([]string{plugin}, args...),
 		User: &initUser{UID: sidecarUser, GID: sidecarUser},

@@ -21,54 +21,67 @@ func FormatMeasure(d time.Duration) string {
 	return fmt.Sprintf("%.2fs", d.Seconds())
 }
 
-// killMeasure formats a measure from the kill: "–" for a scenario whose steps kill nothing.
-func killMeasure(o *scenarios.Outcome, d time.Duration) string {
-	if !o.Scenario.Kills() {
-		return "–"
+// seconds formats a measured interval in seconds; zero means it did not happen.
+func seconds(s float64) string {
+	if s == 0 {
+		return "never"
 	}
-	return FormatMeasure(d)
+	return fmt.Sprintf("%.2fs", s)
 }
 
-// recoveryMeasure formats a time to recover from the kill: "no failure" when there was nothing to recover
-// from (failed false), where a bare "never" would read as a failure to recover.
-func recoveryMeasure(o *scenarios.Outcome, d time.Duration, failed bool) string {
-	if d == 0 && !failed && o.Scenario.Kills() {
+// kill formats a measure from the kill: "–" for a scenario whose steps kill nothing.
+func (m Measured) kill(s float64) string {
+	if !m.Kills {
+		return "–"
+	}
+	return seconds(s)
+}
+
+// recovery formats a time to recover from the kill: "no failure" when there was nothing to recover from
+// (failed false), where a bare "never" would read as a failure to recover.
+func (m Measured) recovery(s float64, failed bool) string {
+	if s == 0 && !failed && m.Kills {
 		return "no failure"
 	}
-	return killMeasure(o, d)
+	return m.kill(s)
 }
 
-// stallMeasure formats the longest open or read after the kill, in milliseconds: a stall is short.
-func stallMeasure(o *scenarios.Outcome) string {
-	if !o.Scenario.Kills() {
+// stall formats the longest open or read after the kill, in milliseconds: a stall is short.
+func (m Measured) stall() string {
+	if !m.Kills {
 		return "–"
 	}
-	return fmt.Sprintf("%.1fms", float64(o.Measures.Stall.Microseconds())/1000)
+	return fmt.Sprintf("%.1fms", m.Stall)
 }
 
-// sidecarMeasure formats a measure from the sidecar's start: "–" for a pod without a FUSE sidecar.
-func sidecarMeasure(o *scenarios.Outcome, d time.Duration) string {
-	if o.Scenario.Pod.Sidecar == nil {
+// sidecar formats a measure from the sidecar's start: "–" for a pod without a FUSE sidecar.
+func (m Measured) sidecar(s float64) string {
+	if !m.Sidecar {
 		return "–"
 	}
-	return FormatMeasure(d)
+	return seconds(s)
+}
+
+// wall formats the run's wall time as the summary does.
+func (m Measured) wall() string {
+	return time.Duration(m.Wall * float64(time.Second)).Round(10 * time.Millisecond).String()
 }
 
 // measuredLine says what was measured, in one line.
 func measuredLine(o *scenarios.Outcome) string {
-	m := o.Measures
+	m := measuredOf(o)
 	var parts []string
-	if o.Scenario.Kills() {
-		parts = append(parts, "kill → first ENOTCONN "+killMeasure(o, m.KillToError), "kill → volume dir restored "+recoveryMeasure(o, m.KillToRestore, m.VolumeDied),
-			"kill → first good read again "+recoveryMeasure(o, m.KillToRecovery, m.Failed), "longest open/read after the kill "+stallMeasure(o))
+	if m.Kills {
+		parts = append(parts, "kill → first ENOTCONN "+m.kill(m.KillToError), "kill → volume dir restored "+m.recovery(m.KillToRestore, m.VolumeDied),
+			"kill → first good read again "+m.recovery(m.KillToRecovery, m.Failed), "longest open/read after the kill "+m.stall())
 	} else {
 		parts = append(parts, "no step kills anything")
 	}
 	if sc := o.Scenario.Pod.Sidecar; sc != nil {
 		parts = append(parts, fmt.Sprintf("sidecar (delay %s) start → served %s → first good read %s", sc.Delay,
-			sidecarMeasure(o, m.SidecarToServe), sidecarMeasure(o, m.SidecarToRead)))
+			m.sidecar(m.SidecarToServe), m.sidecar(m.SidecarToRead)))
 	}
-	return strings.Join(append(parts, "wall "+m.Wall.Round(10*time.Millisecond).String()), " · ")
+	return strings.Join(append(parts, "wall "+m.wall()), " · ")
 }
 
 // PrintVerdicts prints one PASS/FAIL line per expected outcome, the measures, and why a run failed.
@@ -107,10 +120,10 @@ func PrintSummary(w io.Writer, outcomes []*scenarios.Outcome) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "  scenario\tkubelet\tresult\tkill→ENOTCONN\tkill→volume restored\tkill→good read\tstall\tsidecar→good read\twall\treport")
 	for _, o := range outcomes {
-		m := o.Measures
+		m := measuredOf(o)
 		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", o.Scenario.Name, o.Kubelet, o.Result(),
-			killMeasure(o, m.KillToError), recoveryMeasure(o, m.KillToRestore, m.VolumeDied), recoveryMeasure(o, m.KillToRecovery, m.Failed), stallMeasure(o),
-			sidecarMeasure(o, m.SidecarToRead), m.Wall.Round(10*time.Millisecond), filepath.Join(o.Dir, "report.md"))
+			m.kill(m.KillToError), m.recovery(m.KillToRestore, m.VolumeDied), m.recovery(m.KillToRecovery, m.Failed), m.stall(),
+			m.sidecar(m.SidecarToRead), m.wall(), filepath.Join(o.Dir, "report.md"))
 	}
 	tw.Flush()
 }
@@ -122,8 +135,9 @@ func shortenFor(o *scenarios.Outcome, s string) string {
 	return scenarios.Shorten(o.Evidence, s)
 }
 
-// WriteReport writes the run's report into o.Dir: report.md with the timeline picture timeline.svg, and the
-// full evidence as events.log (one line per event) and events.json.
+// WriteReport writes the run's report into o.Dir: report.md with the timeline picture timeline.svg, the full
+// evidence as events.log (one line per event) and events.json, and the verdict and measures as result.json
+// (Record).
 func WriteReport(o *scenarios.Outcome) error {
 	if o.Dir == "" || o.Evidence == nil {
 		return fmt.Errorf("nothing to report")
@@ -149,6 +163,13 @@ func WriteReport(o *scenarios.Outcome) error {
 		return err
 	}
 	if err := os.WriteFile(filepath.Join(o.Dir, "events.json"), js, 0o644); err != nil {
+		return err
+	}
+	rec, err := json.MarshalIndent(RecordOf(o), "", " ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(o.Dir, ResultFile), append(rec, '\n'), 0o644); err != nil {
 		return err
 	}
 	if err := os.WriteFile(filepath.Join(o.Dir, "timeline.svg"), TimelineSVG(o), 0o644); err != nil {
@@ -205,10 +226,10 @@ func Markdown(o *scenarios.Outcome) string {
 		fmt.Fprintf(&b, "| FAIL | everything is stopped and unmounted | %s |\n", mdCell(o.CleanupErr.Error()))
 	}
 
-	m := o.Measures
+	m := measuredOf(o)
 	b.WriteString("\n## Measured\n\n| kill → first ENOTCONN | kill → volume dir restored | kill → first good read again | longest open/read after the kill (stall) | sidecar start → served | sidecar start → first good read | wall time of the run |\n|---|---|---|---|---|---|---|\n")
-	fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s |\n\n", killMeasure(o, m.KillToError), recoveryMeasure(o, m.KillToRestore, m.VolumeDied),
-		recoveryMeasure(o, m.KillToRecovery, m.Failed), stallMeasure(o), sidecarMeasure(o, m.SidecarToServe), sidecarMeasure(o, m.SidecarToRead), m.Wall.Round(10*time.Millisecond))
+	fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s |\n\n", m.kill(m.KillToError), m.recovery(m.KillToRestore, m.VolumeDied),
+		m.recovery(m.KillToRecovery, m.Failed), m.stall(), m.sidecar(m.SidecarToServe), m.sidecar(m.SidecarToRead), m.wall())
 	if len(sc.Pod.Containers) > 0 {
 		fmt.Fprintf(&b, "Times are for container `%s`; \"never\" means it did not happen during the run.\n", sc.Pod.Containers[0].Name)
 	}
@@ -259,6 +280,7 @@ func Markdown(o *scenarios.Outcome) string {
 		b.WriteString("- `kubelet.log`: what the local kubelet did: CSI calls, container starts, start failures with their causes, teardown\n")
 	}
 	b.WriteString("- `events.log`, `events.json`: the whole evidence the verdicts were taken from\n")
+	b.WriteString("- `result.json`: the verdict and the measured times, machine-readable (what `make scenarios-doc` tables)\n")
 	b.WriteString("- `timeline.svg`: the picture above\n")
 	return b.String()
 }

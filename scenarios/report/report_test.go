@@ -33,7 +33,7 @@ func TestReport(t *testing.T) {
 	if err := WriteReport(o); err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range []string{"report.md", "timeline.svg", "events.log", "events.json"} {
+	for _, f := range []string{"report.md", "timeline.svg", "events.log", "events.json", ResultFile} {
 		if st, err := os.Stat(filepath.Join(dir, f)); err != nil || st.Size() == 0 {
 			t.Errorf("%s: %v", f, err)
 		}

@@ -1,0 +1,198 @@
+// Package backing makes what the real FUSE servers read: the one-file tree every server serves
+// (fuseserver.ServedFile holding fuseserver.Content), as a squashfs image for squashfuse and as a bucket of a
+// fake GCS server for gcsfuse. The local scenario backend and the tests use it; the kube backend bakes the same
+// into its image.
+package backing
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/fuseserver"
+)
+
+// WriteTree writes the served tree into dir (created when missing).
+func WriteTree(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, fuseserver.ServedFile), []byte(fuseserver.Content), 0o644)
+}
+
+// SquashfsImage writes a squashfs image of the served tree to image, with Debian's mksquashfs.
+func SquashfsImage(ctx context.Context, image string) error {
+	tree, err := os.MkdirTemp("", "dfc-tree")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tree)
+	if err := WriteTree(tree); err != nil {
+		return err
+	}
+	// -noappend: a stale image at that path is replaced, not extended; -all-root: files owned by root, not by
+	// whoever ran the test.
+	out, err := exec.CommandContext(ctx, "mksquashfs", tree, image, "-noappend", "-all-root", "-quiet").CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("mksquashfs (Debian's squashfs-tools) %s: %w: %s", image, err, out)
+	}
+	return nil
+}
+
+// FakeGCS is a running fake-gcs-server whose in-memory bucket fuseserver.DefaultBucket holds the served tree.
+type FakeGCS struct {
+	// Endpoint is the JSON API URL to give gcsfuse (its endpoint setting).
+	Endpoint string
+	cmd      *exec.Cmd
+	done     chan struct{}
+}
+
+// StartFakeGCS starts the fake-gcs-server executable bin on 127.0.0.1 (a free port), logging to log, and waits
+// (bounded by ctx) until it lists the bucket.
+func StartFakeGCS(ctx context.Context, bin string, log *os.File) (*FakeGCS, error) {
+	data, err := os.MkdirTemp("", "dfc-gcs")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(data) // the memory backend loads it at start
+	if err := WriteTree(filepath.Join(data, fuseserver.DefaultBucket)); err != nil {
+		return nil, err
+	}
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	host := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	// -public-host: gcsfuse downloads objects with path-style URLs (/<bucket>/<object>) from the endpoint's host;
+	// the fake serves those only for requests to its public host.
+	cmd := exec.Command(bin, "-backend", "memory", "-scheme", "http", "-host", "127.0.0.1", "-port", strconv.Itoa(port),
+		"-public-host", host, "-data", data, "-log-level", "warn")
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("starting %s: %w", bin, err)
+	}
+	f := &FakeGCS{Endpoint: "http://" + host + "/storage/v1/", cmd: cmd, done: make(chan struct{})}
+	go func() { _ = cmd.Wait(); close(f.done) }()
+	if err := f.wait(ctx); err != nil {
+		f.Stop()
+		return nil, err
+	}
+	return f, nil
+}
+
+func (f *FakeGCS) wait(ctx context.Context) error {
+	url := f.Endpoint + "b/" + fuseserver.DefaultBucket + "/o"
+	client := &http.Client{Timeout: time.Second}
+	for {
+		resp, err := client.Get(url)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		select {
+		case <-f.done:
+			return fmt.Errorf("fake-gcs-server (pid %d) exited before it served %s", f.PID(), url)
+		case <-ctx.Done():
+			return fmt.Errorf("fake-gcs-server (pid %d) did not serve %s: %w (last: %v)", f.PID(), url, ctx.Err(), err)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// PID is the fake's process.
+func (f *FakeGCS) PID() int { return f.cmd.Process.Pid }
+
+// Pause stops the fake (SIGSTOP): a read that needs it is in flight inside gcsfuse until Resume.
+func (f *FakeGCS) Pause() error { return f.cmd.Process.Signal(syscall.SIGSTOP) }
+
+// Resume continues a paused fake.
+func (f *FakeGCS) Resume() error { return f.cmd.Process.Signal(syscall.SIGCONT) }
+
+// Stop kills the fake by its PID and waits for it (bounded: it serves no FUSE mount, nothing can hold it).
+func (f *FakeGCS) Stop() {
+	_ = f.cmd.Process.Kill()
+	select {
+	case <-f.done:
+	case <-time.After(10 * time.Second):
+	}
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	addr, ok := l.Addr().(*net.TCPAddr)
+	if !ok {
+		return 0, errors.New("no TCP address")
+	}
+	return addr.Port, nil
+}
+
+// Backing is what one real server of a run reads, ready: the settings that point the server at it.
+type Backing struct {
+	// Opts are the server's --fuse-server-opt settings.
+	Opts map[string]string
+	stop func()
+}
+
+// Stop ends what Prepare started (nothing for a file).
+func (b *Backing) Stop() {
+	if b.stop != nil {
+		b.stop()
+	}
+}
+
+// Env is where Prepare puts what it makes and how it finds executables.
+type Env struct {
+	// Dir holds what it makes (the image); it must be readable by the server's user.
+	Dir string
+	// Find returns the executable called name ("" when there is none).
+	Find func(name string) string
+	// Log receives the output of what it starts.
+	Log *os.File
+}
+
+// preparers make the backing of a server by its name; a server that reads nothing (dummy-fuse) has none.
+var preparers = map[string]func(ctx context.Context, env Env) (*Backing, error){
+	fuseserver.Gcsfuse: func(ctx context.Context, env Env) (*Backing, error) {
+		bin := env.Find("fake-gcs-server")
+		if bin == "" {
+			return nil, errors.New("gcsfuse reads a fake GCS server: fake-gcs-server not found (make servers puts it in bin/servers)")
+		}
+		f, err := StartFakeGCS(ctx, bin, env.Log)
+		if err != nil {
+			return nil, err
+		}
+		// A 1 s metadata TTL (gcsfuse's default is 60 s) lets a dead gcsfuse show within the bounds the catalog's
+		// rows wait; with the default, the kernel answers stat and cached reads for up to a minute after it died.
+		return &Backing{Opts: map[string]string{"endpoint": f.Endpoint, "metadata-cache-ttl-secs": "1"}, stop: f.Stop}, nil
+	},
+	fuseserver.Squashfuse: func(ctx context.Context, env Env) (*Backing, error) {
+		image := filepath.Join(env.Dir, "tree.squashfs")
+		if err := SquashfsImage(ctx, image); err != nil {
+			return nil, err
+		}
+		return &Backing{Opts: map[string]string{"image": image}}, nil
+	},
+}
+
+// Prepare makes (or starts) what the server called name reads; nil for a server that reads nothing.
+func Prepare(ctx context.Context, name string, env Env) (*Backing, error) {
+	p, ok := preparers[name]
+	if !ok {
+		return &Backing{}, nil
+	}
+	return p(ctx, env)
+}

@@ -1,0 +1,65 @@
+package testenv
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+)
+
+// ServersDirEnv names a directory holding the real FUSE servers; by default the module's bin/servers, where
+// `make servers` puts them.
+const ServersDirEnv = "DFC_SERVERS_DIR"
+
+// RealServer returns the executable called name (gcsfuse, fake-gcs-server, squashfuse, mksquashfs…) from
+// $DFC_SERVERS_DIR, the module's bin/servers or $PATH; it skips t (fails it where privileged tests are
+// mandatory) when there is none, saying how to get it.
+func RealServer(t testing.TB, name string) string {
+	t.Helper()
+	Integration(t, "runs the real FUSE server "+name)
+	if p := FindRealServer(name); p != "" {
+		return p
+	}
+	SkipOrFail(t, "needs "+name+": run `make servers` (gcsfuse and fake-gcs-server from the Go module proxy, squashfuse and squashfs-tools from Debian)")
+	return ""
+}
+
+// FindRealServer is RealServer without a test: the path, or "".
+func FindRealServer(name string) string {
+	dirs := []string{os.Getenv(ServersDirEnv)}
+	if root := moduleRoot(); root != "" {
+		dirs = append(dirs, filepath.Join(root, "bin", "servers"))
+	}
+	for _, d := range dirs {
+		if d == "" {
+			continue
+		}
+		p := filepath.Join(d, name)
+		if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() && st.Mode().Perm()&0o111 != 0 {
+			return p
+		}
+	}
+	if p, err := exec.LookPath(name); err == nil {
+		return p
+	}
+	return ""
+}
+
+// moduleRoot is the directory holding the module's go.mod, found upwards from the working directory (a test
+// runs in its package's directory), or "".
+func moduleRoot() string {
+	dir, err := os.Getwd()
+	if err != nil {
+		return ""
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return ""
+		}
+		dir = parent
+	}
+}

@@ -1,0 +1,121 @@
+package local
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/fuseserver"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/fuseserver/backing"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
+)
+
+// serverPart is the real FUSE server a scenario runs instead of dummy-fuse (Plugin.FuseServer): its executable,
+// found in Options.ServersDir or $PATH, and what it reads (package backing: a fake GCS server for gcsfuse, a
+// squashfs image for squashfuse), made when the scenario is set up and stopped at the end. The plugin gets
+// the server's flags; a sidecar runs the same server (sidecarSpec).
+type serverPart struct {
+	noPart
+	b       *Backend
+	path    string
+	backing *backing.Backing
+}
+
+func newServerPart(b *Backend, env *scenarios.Env) (part, error) {
+	name := b.sc.Plugin.Server()
+	if b.sc.Plugin.FuseMode == scenarios.FuseModeKeeper {
+		return nil, nil // the keeper runs dummy-fuse (keeper.go)
+	}
+	if name == fuseserver.DummyFuse {
+		return &serverPart{b: b, path: b.opts.FusePath, backing: &backing.Backing{}}, nil
+	}
+	path := b.opts.findServer(name)
+	if path == "" {
+		return nil, fmt.Errorf("FUSE server %s: no executable in %s nor in $PATH (make servers builds the real servers)", name, b.opts.ServersDir)
+	}
+	log, err := env.Log("backing.log")
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	bk, err := backing.Prepare(ctx, name, backing.Env{Dir: b.dir, Find: b.opts.findServer, Log: log.File()})
+	if err != nil {
+		return nil, fmt.Errorf("FUSE server %s: what it reads: %w (see %s)", name, err, log.Name())
+	}
+	b.logf("FUSE server %s: %s, settings %v", name, path, bk.Opts)
+	return &serverPart{b: b, path: path, backing: bk}, nil
+}
+
+// spec is the server as a process at path runs it.
+func (s *serverPart) spec(path string) fuseserver.Spec {
+	return fuseserver.Spec{Name: s.b.sc.Plugin.Server(), Path: path, Opts: s.backing.Opts}
+}
+
+// pluginArgs: the server's executable and settings (its name comes with Plugin.Args).
+func (s *serverPart) pluginArgs() []string {
+	spec := s.spec(s.path)
+	spec.Name = ""
+	return spec.Args()
+}
+
+// kill kills the FUSE server serving the volume in the child mode: the plugin's child running the server's
+// executable (SIGKILL, as a crash would). In the sidecar mode the sidecar container is the thing to kill.
+func (s *serverPart) kill(context.Context) error {
+	b := s.b
+	if b.plugin == nil || b.sc.Plugin.FuseMode == scenarios.FuseModeSidecar {
+		return errUnsupported
+	}
+	pids := childrenRunning(b.plugin.pid(), s.path)
+	if len(pids) != 1 {
+		return fmt.Errorf("kill FUSE server: the plugin (pid %d) runs %d processes of %s, want 1", b.plugin.pid(), len(pids), s.path)
+	}
+	b.logf("kill FUSE server %s pid %d", b.sc.Plugin.Server(), pids[0])
+	b.rec.Add(scenarios.Event{Source: scenarios.SrcComponent, Component: scenarios.FuseServer, Kind: scenarios.KKilled, Message: fmt.Sprintf("SIGKILL %s pid %d", b.sc.Plugin.Server(), pids[0])})
+	return syscall.Kill(pids[0], syscall.SIGKILL)
+}
+
+func (s *serverPart) teardown() error {
+	s.backing.Stop()
+	return nil
+}
+
+// sidecarSpec is the FUSE server a sidecar container runs, with its executable bound at dir/<name>: dummy-fuse
+// from the project's build, or the scenario's real server.
+func (b *Backend) sidecarSpec(dir string) (fuseserver.Spec, initMount) {
+	s := b.parts[scenarios.FuseServer].(*serverPart) // every scenario with a sidecar has one (not the keeper mode)
+	target := filepath.Join(dir, b.sc.Plugin.Server())
+	return s.spec(target), initMount{Source: s.path, Target: target, Propagation: "rprivate"}
+}
+
+// childrenRunning returns the children of parent whose executable is exe (from the kernel's lists of each of
+// parent's threads' children and their /proc/<pid>/exe).
+func childrenRunning(parent int, exe string) []int {
+	want, err := filepath.EvalSymlinks(exe)
+	if err != nil {
+		want = exe
+	}
+	tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", parent))
+	var pids []int
+	for _, task := range tasks {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/children", parent, task.Name()))
+		if err != nil {
+			continue // the thread ended meanwhile
+		}
+		for _, f := range strings.Fields(string(b)) {
+			pid, err := strconv.Atoi(f)
+			if err != nil {
+				continue
+			}
+			if got, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid)); err == nil && got == want {
+				pids = append(pids, pid)
+			}
+		}
+	}
+	return pids
+}

@@ -1,0 +1,196 @@
+package report
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/atomicfile"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
+)
+
+// ResultFile is the name of a run's machine-readable result in its run dir.
+const ResultFile = "result.json"
+
+// Record is one run of a scenario, machine-readable: its verdict and measured times as report.md states them.
+// WriteReport writes it into the run dir; Collect gathers the records of a catalog run into a Results file
+// (scenarios/results), from which scenarios/README.md's per-version table is generated.
+type Record struct {
+	Scenario string `json:"scenario"`
+	Backend  string `json:"backend"`
+	Kubelet  string `json:"kubelet"`
+	Result   string `json:"result"` // PASS, FAIL or NOT RUNNABLE
+	// Held of Expected expected outcomes for this kubelet held; Failed says which did not, and why a run that
+	// could not be carried out failed.
+	Held     int      `json:"held"`
+	Expected int      `json:"expected"`
+	Failed   []string `json:"failed,omitempty"`
+	Start    string   `json:"start"` // RFC 3339, UTC
+	// ReadInterval is the backend's default read interval in seconds (a container may set its own).
+	ReadInterval float64  `json:"read_interval_s"`
+	Kernel       string   `json:"kernel"` // of the machine that ran the runner
+	Measured     Measured `json:"measured"`
+}
+
+// Measured is a run's scenarios.Measures in seconds (the stall in milliseconds), with what tells a time that
+// did not happen apart from one that had nothing to happen to. A time of 0 did not happen.
+type Measured struct {
+	// Kills: a step kills or replaces a component, so the times from the kill mean something. Sidecar: the pod
+	// has a FUSE sidecar, so the times from its start do.
+	Kills   bool `json:"kills"`
+	Sidecar bool `json:"sidecar"`
+	// Failed: the first container failed after the kill; VolumeDied: a stat of the volume dir failed after it.
+	Failed         bool    `json:"failed"`
+	VolumeDied     bool    `json:"volume_died"`
+	KillToError    float64 `json:"kill_to_enotconn_s"`
+	KillToRestore  float64 `json:"kill_to_volume_restored_s"`
+	KillToRecovery float64 `json:"kill_to_good_read_s"`
+	Stall          float64 `json:"stall_ms"`
+	SidecarToServe float64 `json:"sidecar_to_served_s"`
+	SidecarToRead  float64 `json:"sidecar_to_good_read_s"`
+	Wall           float64 `json:"wall_s"`
+}
+
+// measuredOf converts an outcome's measures.
+func measuredOf(o *scenarios.Outcome) Measured {
+	m := o.Measures
+	return Measured{
+		Kills: o.Scenario.Kills(), Sidecar: o.Scenario.Pod.Sidecar != nil, Failed: m.Failed, VolumeDied: m.VolumeDied,
+		KillToError: m.KillToError.Seconds(), KillToRestore: m.KillToRestore.Seconds(), KillToRecovery: m.KillToRecovery.Seconds(),
+		Stall:          float64(m.Stall.Microseconds()) / 1000,
+		SidecarToServe: m.SidecarToServe.Seconds(), SidecarToRead: m.SidecarToRead.Seconds(), Wall: m.Wall.Seconds(),
+	}
+}
+
+// RecordOf is the record of an outcome.
+func RecordOf(o *scenarios.Outcome) Record {
+	r := Record{Scenario: o.Scenario.Name, Backend: o.Backend, Kubelet: o.Kubelet.String(), Result: o.Result(),
+		Start: o.Start.UTC().Format(time.RFC3339), ReadInterval: o.Timing.ReadInterval.Seconds(), Kernel: kernel(),
+		Measured: measuredOf(o), Expected: len(o.Verdicts)}
+	for _, v := range o.Verdicts {
+		if v.Result.OK {
+			r.Held++
+		} else {
+			r.Failed = append(r.Failed, v.Expectation.Describe())
+		}
+	}
+	if o.Err != nil {
+		r.Failed = append(r.Failed, "the run: "+o.Err.Error())
+	}
+	if o.CleanupErr != nil {
+		r.Failed = append(r.Failed, "cleanup: "+o.CleanupErr.Error())
+	}
+	return r
+}
+
+// kernel is the release of the running kernel.
+func kernel() string {
+	var u unix.Utsname
+	if unix.Uname(&u) != nil {
+		return "unknown"
+	}
+	return unix.ByteSliceToString(u.Release[:])
+}
+
+// Results is one recorded catalog run on one backend and kubelet: a file of scenarios/results.
+type Results struct {
+	Commit  string `json:"commit"` // the project's commit (git describe), "-dirty" when uncommitted
+	Date    string `json:"date"`   // the first run's start, RFC 3339, UTC
+	Backend string `json:"backend"`
+	Kubelet string `json:"kubelet"`
+	Kernel  string `json:"kernel"`
+	// Command is what ran the catalog (make ci-kube, make scenarios).
+	Command string `json:"command"`
+	// Note says anything else a reader of the figures needs (e.g. how the records were obtained).
+	Note string   `json:"note,omitempty"`
+	Runs []Record `json:"runs"`
+}
+
+// Collect reads the records of the run dirs below dirs (each dir a run dir or a parent of run dirs) whose runs
+// started at since or later, and groups them into one Results per backend and kubelet.
+func Collect(since time.Time, dirs ...string) ([]*Results, error) {
+	var recs []Record
+	for _, d := range dirs {
+		paths, err := filepath.Glob(filepath.Join(d, ResultFile))
+		if err != nil {
+			return nil, err
+		}
+		more, err := filepath.Glob(filepath.Join(d, "*", ResultFile))
+		if err != nil {
+			return nil, err
+		}
+		for _, p := range append(paths, more...) {
+			b, err := os.ReadFile(p)
+			if err != nil {
+				return nil, err
+			}
+			var r Record
+			if err := json.Unmarshal(b, &r); err != nil {
+				return nil, fmt.Errorf("%s: %w", p, err)
+			}
+			start, err := time.Parse(time.RFC3339, r.Start)
+			if err != nil {
+				return nil, fmt.Errorf("%s: start: %w", p, err)
+			}
+			if !start.Before(since.Truncate(time.Second)) {
+				recs = append(recs, r)
+			}
+		}
+	}
+	slices.SortStableFunc(recs, func(a, b Record) int { return strings.Compare(a.Start, b.Start) })
+	var out []*Results
+	for _, r := range recs {
+		i := slices.IndexFunc(out, func(rs *Results) bool { return rs.Backend == r.Backend && rs.Kubelet == r.Kubelet })
+		if i < 0 {
+			out = append(out, &Results{Date: r.Start, Backend: r.Backend, Kubelet: r.Kubelet, Kernel: r.Kernel})
+			i = len(out) - 1
+		}
+		out[i].Runs = append(out[i].Runs, r)
+	}
+	return out, nil
+}
+
+// Write writes rs as indented JSON to dir/<date>-<commit>-<backend>-<kubelet>.json and returns the path.
+func (rs *Results) Write(dir string) (string, error) {
+	b, err := json.MarshalIndent(rs, "", "  ")
+	if err != nil {
+		return "", err
+	}
+	date := strings.NewReplacer(":", "", "-", "").Replace(rs.Date)
+	if len(date) > 13 {
+		date = date[:13] // 20261126T1314
+	}
+	path := filepath.Join(dir, fmt.Sprintf("%s-%s-%s-%s.json", date, rs.Commit, rs.Backend, rs.Kubelet))
+	if err := atomicfile.Write(path, append(b, '\n'), 0o644); err != nil {
+		return "", err
+	}
+	return path, nil
+}
+
+// LoadResults reads every results file of dir, oldest first (names sort by date).
+func LoadResults(dir string) ([]*Results, []string, error) {
+	paths, err := filepath.Glob(filepath.Join(dir, "*.json"))
+	if err != nil {
+		return nil, nil, err
+	}
+	slices.Sort(paths)
+	var out []*Results
+	for _, p := range paths {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return nil, nil, err
+		}
+		var rs Results
+		if err := json.Unmarshal(b, &rs); err != nil {
+			return nil, nil, fmt.Errorf("%s: %w", p, err)
+		}
+		out = append(out, &rs)
+	}
+	return out, paths, nil
+}
