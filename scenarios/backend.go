@@ -93,6 +93,20 @@ const (
 	// SIGKILL, as a crash would; nobody starts it but the keeper, so Start waits until the keeper has a new
 	// server serving the volume (KReady, Detail: its version).
 	FuseServer Component = "fuse-server"
+	// FuseSuccessor is the FUSE server that the keeper starts after FuseServer died: Kill sends SIGKILL to the
+	// volume's server, then to its successor the moment the keeper names it (while it starts, replays the INIT
+	// and asks for the resend: a death in the middle of the recovery). Start waits, as for FuseServer, until
+	// the keeper has a server serving the volume again.
+	FuseSuccessor Component = "fuse-successor"
+	// FuseCrashLoop is the volume's FUSE servers when none can start: Kill sends SIGKILL to the running one and
+	// then to every server the keeper starts for the volume, as soon as the keeper names it, until Start ends
+	// the loop and waits until a server serves the volume again.
+	FuseCrashLoop Component = "fuse-crash-loop"
+	// PluginRecollecting is the plugin container (keeper mode) while the keeper hands it back its copies of the
+	// connections: Kill starts the plugin, which is down, and sends it SIGKILL the moment the keeper reports
+	// its session up (it has sent its hello and every copy; the plugin adopts one in well under a millisecond,
+	// so the kill lands in or right after the adoption); Start is the plugin's start.
+	PluginRecollecting Component = "plugin-recollecting"
 )
 
 // componentText says how the steps, the timeline and the report describe a component.
@@ -130,6 +144,24 @@ var components = map[Component]componentText{
 		kill:  "kill the FUSE server of the volume (SIGKILL, as a crash would; the keeper and the plugin keep copies of its connection)",
 		start: "wait until the keeper has started a new FUSE server that serves the volume",
 		ready: "FUSE server serves the volume",
+	},
+	FuseSuccessor: {
+		noun:  "FUSE server and its successor",
+		kill:  "kill the FUSE server of the volume, then its successor the moment the keeper starts it (while it takes the connection over: INIT replayed, resend asked)",
+		start: "wait until the keeper has started a new FUSE server that serves the volume",
+		ready: "FUSE server serves the volume",
+	},
+	FuseCrashLoop: {
+		noun:  "FUSE servers of the volume (crash loop)",
+		kill:  "make the volume's FUSE servers crash-loop: kill the running one and every one the keeper starts for it, the moment the keeper names it",
+		start: "end the crash loop and wait until a FUSE server serves the volume",
+		ready: "FUSE server serves the volume",
+	},
+	PluginRecollecting: {
+		noun:  "plugin container while it re-collects",
+		kill:  "start the plugin container and kill it (SIGKILL) the moment the keeper has handed it back its copies of the connections (in or right after their adoption)",
+		start: "start the plugin container again (same flags, same state dir)",
+		ready: "plugin serves CSI",
 	},
 	WorkloadPod: {
 		noun:  "workload pod",

@@ -106,3 +106,34 @@ func (NewVersionServes) Eval(ev *Evidence, _ Timing) Result {
 	return Result{OK: true, Why: fmt.Sprintf("upgrade to %s at %s; %s at %s; old keeper exited at %s (%s)",
 		up.Detail, at(ev, up.Time), EventText(served), at(ev, served.Time), at(ev, gone.Time), gone.Message)}
 }
+
+// FailsWithin holds when a read or open of container C fails after the kill, with whatever error, within
+// Within: the wait of a reader whose FUSE servers cannot come back is bounded. Which error it gets depends on
+// where its request was when the wait ended (FailsWith names one).
+type FailsWithin struct {
+	C      string
+	Within Dur
+}
+
+func (c FailsWithin) Describe() string {
+	return fmt.Sprintf("%s: a read or open fails %s, within %s", c.C, AfterKill.phrase(), c.Within)
+}
+
+func (c FailsWithin) Label() string { return "until " + c.C + " gets an error" }
+
+func (c FailsWithin) Containers() []string { return names(c.C) }
+
+func (c FailsWithin) Eval(ev *Evidence, t Timing) Result {
+	k, why := AfterKill.resolve(ev)
+	if why != "" {
+		return Result{Why: why}
+	}
+	e, ok := ev.First(k, func(e Event) bool { return e.Container == c.C && e.IsWorkloadError() })
+	if !ok {
+		return Result{Why: fmt.Sprintf("no failed read or open of %s after the kill in the workload log", c.C)}
+	}
+	if e.Time.Sub(k) > c.Within.Resolve(t) {
+		return Result{Why: fmt.Sprintf("%s, later than %s", cite(ev, e), c.Within.Explain(t))}
+	}
+	return Result{OK: true, Why: cite(ev, e)}
+}

@@ -99,3 +99,21 @@ func TestStall(t *testing.T) {
 		t.Errorf("stall %s of a story without latencies, want 0", m.Stall)
 	}
 }
+
+// TestFailsWithin: any error of the container after the kill counts, within the bound only.
+func TestFailsWithin(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	ev := &Evidence{Events: []Event{
+		{Time: t0, Source: SrcComponent, Component: FuseServer, Kind: KKilled},
+		{Time: t0.Add(20 * time.Second), Source: SrcWorkload, Container: "reader", Kind: KReadError, Errno: "EIO"},
+	}}
+	if r := (FailsWithin{C: "reader", Within: Dur{Fixed: 30 * time.Second}}).Eval(ev, Timing{}); !r.OK {
+		t.Errorf("an EIO 20 s after the kill, bound 30 s: %s", r.Why)
+	}
+	if r := (FailsWithin{C: "reader", Within: Dur{Fixed: 10 * time.Second}}).Eval(ev, Timing{}); r.OK {
+		t.Errorf("an EIO 20 s after the kill passed a bound of 10 s: %s", r.Why)
+	}
+	if r := (FailsWithin{C: "other", Within: Dur{Fixed: 30 * time.Second}}).Eval(ev, Timing{}); r.OK {
+		t.Errorf("a container without errors passed: %s", r.Why)
+	}
+}

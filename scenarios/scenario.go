@@ -586,7 +586,7 @@ func (s *Scenario) Validate() error {
 			if st.Component == FuseServer && s.Plugin.FuseMode != FuseModeKeeper && (st.Action != ActKill || s.Plugin.FuseMode == FuseModeSidecar) {
 				return fmt.Errorf("scenario %s: step %d: outside the keeper FUSE mode a FUSE server can only be killed, and only in the child mode", s.Name, i+1)
 			}
-			if st.Component == KeeperContainer && s.Plugin.FuseMode != FuseModeKeeper {
+			if (st.Component == KeeperContainer || st.Component == FuseSuccessor || st.Component == FuseCrashLoop || st.Component == PluginRecollecting) && s.Plugin.FuseMode != FuseModeKeeper {
 				return fmt.Errorf("scenario %s: step %d: %s without the keeper FUSE mode", s.Name, i+1, st.Component.Noun())
 			}
 			if st.Action == ActUpgrade && components[st.Component].upgrade == "" {

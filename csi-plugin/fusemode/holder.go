@@ -82,7 +82,8 @@ func (h *holder) expect(volume, mountpoint string, init []byte) *keptConn {
 // add holds dev, a new connection mounted at mountpoint, replacing any earlier connection of volume (which is
 // dropped everywhere), and hands it to a session: the newest connected, else the next to connect.
 func (h *holder) add(volume, mountpoint string, dev *os.File) *keptConn {
-	c := &keptConn{volume: volume, mountpoint: mountpoint, dev: dev, done: make(chan struct{})}
+	id, _ := fuseconn.ID(int(dev.Fd())) // 0 on a kernel that does not tell: then it is never aborted
+	c := &keptConn{volume: volume, mountpoint: mountpoint, dev: dev, id: id, done: make(chan struct{})}
 	h.mu.Lock()
 	if old := h.conns[volume]; old != nil {
 		h.forgetLocked(old)
@@ -152,7 +153,7 @@ func (h *holder) forget(c *keptConn) {
 func (h *holder) served(c *keptConn) (bool, int) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return c.init != nil && c.servedBy != 0, c.servedBy
+	return c.init != nil && c.servedBy() != 0, c.servedBy()
 }
 
 // initRecord returns c's handover record.
@@ -166,11 +167,46 @@ func (h *holder) initRecord(c *keptConn) []byte {
 type keptConn struct {
 	volume, mountpoint string
 	dev                *os.File // the plugin's copy; nil until a keeper hands it back after a restart
+	id                 uint32   // dev's connection number (fuseconn.ID), 0 while unknown
 	init               []byte   // handover record; nil while its INIT is unanswered
-	servedBy           int      // PID (in the keeper's namespace) of the server that answers it, 0 if none
-	version            string   // that server's version
-	done               chan struct{}
-	ended              bool
+	// servers are the PIDs (in each session's namespace) of the servers that answer it, by the session that
+	// reported them; version is the last one's version.
+	servers map[*keeperSession]int
+	version string
+	// unservedSince is when it was last left without a server (zero once a server has answered it for
+	// stableServe), servedAt when a server last took it; see watchUnserved.
+	unservedSince, servedAt time.Time
+	done                    chan struct{}
+	ended                   bool
+}
+
+// servedBy is the PID of a server that answers c (one of them when several do), 0 if none.
+func (c *keptConn) servedBy() int {
+	pid := 0
+	for _, p := range c.servers {
+		pid = max(pid, p)
+	}
+	return pid
+}
+
+// setServed records that session s's server pid answers c (pid 0: s has none any more); when that leaves c
+// without a server, it is unserved from now on.
+func (c *keptConn) setServed(s *keeperSession, pid int, now time.Time) {
+	was := len(c.servers) > 0
+	if pid == 0 {
+		delete(c.servers, s)
+	} else {
+		if c.servers == nil {
+			c.servers = map[*keeperSession]int{}
+		}
+		c.servers[s] = pid
+	}
+	switch is := len(c.servers) > 0; {
+	case is && !was:
+		c.servedAt = now
+	case !is && c.unservedSince.IsZero():
+		c.unservedSince = now
+	}
 }
 
 // keeperSession is one connected keeper (or sidecar).
@@ -190,7 +226,7 @@ func (h *holder) waitServed(ctx context.Context, c *keptConn) error {
 	for {
 		h.mu.Lock()
 		changed := h.changed
-		served := c.init != nil && c.servedBy != 0
+		served := c.init != nil && c.servedBy() != 0
 		var s *keeperSession
 		for _, x := range h.sessions {
 			if x.handed[c.volume] {
@@ -326,9 +362,7 @@ func (h *holder) session(c *handover.Conn) {
 		if !s.holds[cn.volume] {
 			continue
 		}
-		if cn.servedBy != 0 {
-			cn.servedBy = 0 // unknown until another keeper reports
-		}
+		cn.setServed(s, 0, time.Now()) // its servers are gone with it (in its pod), or no longer report
 		if cn.dev != nil {
 			devs = append(devs, cn.dev)
 		}
@@ -368,13 +402,15 @@ func (h *holder) takeBack(s *keeperSession, m handover.Msg, f *os.File) string {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	s.holds[m.Volume] = true
+	if c.dev == nil && c.init != nil && len(m.Init) > 0 && !bytes.Equal(c.init, m.Init) {
+		return "its handover record differs from the one the plugin recorded"
+	}
+	// A keeper says which of its servers answers each connection it hands back (0: none right now).
+	c.setServed(s, m.PID, time.Now())
 	if c.dev != nil {
 		return "" // the plugin holds it already
 	}
-	if c.init != nil && len(m.Init) > 0 && !bytes.Equal(c.init, m.Init) {
-		return "its handover record differs from the one the plugin recorded"
-	}
-	c.dev, f = f, nil // adopted: kept open
+	c.dev, c.id, f = f, id, nil // adopted: kept open
 	if c.init == nil {
 		c.init = m.Init
 	}
@@ -452,7 +488,8 @@ func (h *holder) reports(s *keeperSession) error {
 			} else if !bytes.Equal(c.init, m.Init) {
 				klog.ErrorS(nil, "A server reports another handover record than recorded", "role", s.role, "volumeID", m.Volume, "pid", s.pid)
 			}
-			c.servedBy, c.version = m.PID, m.Version
+			c.setServed(s, m.PID, time.Now())
+			c.version = m.Version
 			klog.V(2).InfoS("FUSE connection served", "role", s.role, "volumeID", m.Volume, "serverPID", m.PID, "version", m.Version, "pid", s.pid)
 			// Every other keeper takes an initialised connection over too: any of them can serve it next.
 			for _, o := range h.sessions {
@@ -464,7 +501,7 @@ func (h *holder) reports(s *keeperSession) error {
 				}
 			}
 		case m.Kind == handover.Ended:
-			c.servedBy = 0
+			c.setServed(s, 0, time.Now())
 			if m.Reason == "unmounted" {
 				c.ended = true
 				closeOnce(c.done)

@@ -123,7 +123,7 @@ func TestSessionActsOnlyOnWhatItHolds(t *testing.T) {
 	}
 	time.Sleep(300 * time.Millisecond)
 	k.h.mu.Lock()
-	init, ended, by := c.init, c.ended, c.servedBy
+	init, ended, by := c.init, c.ended, c.servedBy()
 	k.h.mu.Unlock()
 	if init != nil || ended || by != 0 {
 		t.Fatalf("after another session's reports: record %q, over %t, served by %d; want nothing changed", init, ended, by)
@@ -312,5 +312,30 @@ func TestConnectionBeforeKeeperIsServed(t *testing.T) {
 	defer cancel()
 	if err := k.h.waitServed(ctx, c); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestServedPerSession: a connection counts as served while any session reports a server for it, so the end
+// of one keeper (a rolling update) does not hide another's server; once none is left it is unserved from that
+// moment, and a server that serves briefly and dies (a crash loop) does not move that moment.
+func TestServedPerSession(t *testing.T) {
+	c := &keptConn{}
+	a, b := &keeperSession{}, &keeperSession{}
+	t0 := time.Now()
+	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
+	c.setServed(a, 10, at(0))
+	c.setServed(b, 20, at(1))
+	c.setServed(a, 0, at(2))
+	if c.servedBy() != 20 || !c.unservedSince.IsZero() {
+		t.Fatalf("after one of two sessions ended: served by %d, unserved since %v; want 20 and never", c.servedBy(), c.unservedSince)
+	}
+	c.setServed(b, 0, at(3))
+	if c.servedBy() != 0 || !c.unservedSince.Equal(at(3)) {
+		t.Fatalf("after both ended: served by %d, unserved since %v; want 0 since %v", c.servedBy(), c.unservedSince, at(3))
+	}
+	c.setServed(a, 30, at(4))
+	c.setServed(a, 0, at(5))
+	if !c.unservedSince.Equal(at(3)) || !c.servedAt.Equal(at(4)) {
+		t.Errorf("after a brief server: unserved since %v, served at %v; want %v and %v", c.unservedSince, c.servedAt, at(3), at(4))
 	}
 }

@@ -82,6 +82,9 @@ func NewKeeper(opts Options) (*Keeper, error) {
 	if opts.KeeperUID < 0 {
 		return nil, fmt.Errorf("keeper mode: the keeper's user ID must be given (got %d): no keeper socket is open to any user", opts.KeeperUID)
 	}
+	if opts.UnservedLimit < 0 {
+		return nil, fmt.Errorf("keeper mode: a negative limit for unserved connections (%s); 0 turns the abort off", opts.UnservedLimit)
+	}
 	if opts.StartTimeout <= 0 {
 		opts.StartTimeout = 10 * time.Second
 	}
@@ -168,7 +171,8 @@ func (k *Keeper) Recollect(recs Records) (map[string]Server, error) {
 		return nil, fmt.Errorf("keeper socket: %w", err)
 	}
 	k.h.serve(ln)
-	klog.InfoS("Waiting for keepers", "socket", k.opts.KeeperSocket, "recorded", len(recs.Stages))
+	k.h.watchUnserved(k.opts.UnservedLimit)
+	klog.InfoS("Waiting for keepers", "socket", k.opts.KeeperSocket, "recorded", len(recs.Stages), "unservedLimit", k.opts.UnservedLimit)
 	logPauseLimit()
 	return out, nil
 }

@@ -17,7 +17,7 @@ import (
 
 const usage = `Usage: csi-plugin keeper [flags]
        csi-plugin keeper status [--status-file FILE]
-       csi-plugin keeper crash [--status-file FILE] --volume VOLUME_ID
+       csi-plugin keeper crash [--status-file FILE] --volume VOLUME_ID [--successor | --loop DURATION]
 
 The keeper of the plugin's keeper placement (--fuse-mode=keeper): it connects to the plugin's keeper socket,
 keeps a copy of every FUSE connection the plugin mounts, and runs the FUSE servers that answer them
@@ -25,7 +25,10 @@ keeps a copy of every FUSE connection the plugin mounts, and runs the FUSE serve
 while the mounts live on: their callers wait and get their answers from the successor.
 
 "status" prints the keeper's status file (which server process serves which volume); "crash" sends SIGKILL to
-the FUSE server of a volume, as a crash would (run it in the keeper's container: the PIDs are its own).
+the FUSE server of a volume, as a crash would (run it in the keeper's container: the PIDs are its own); with
+--successor also to the server the keeper starts next, the moment it is named (a death in the middle of the
+recovery); with --loop to every server the keeper starts for the volume, as if none could start, until the
+connection is over (the plugin aborts it after its --unserved-abort-after) or DURATION has passed.
 
 Flags:
 `
@@ -123,16 +126,40 @@ func crashCommand(args []string, streams command.Streams) error {
 	fl.SetOutput(streams.Err)
 	file := fl.String("status-file", DefaultStatusFile, "the keeper's status file")
 	volume := fl.String("volume", "", "the volume whose FUSE server to kill (required)")
+	successor := fl.Bool("successor", false, "kill the server's successor too, the moment the keeper names it")
+	loop := fl.Duration("loop", 0, "kill every server the keeper starts for the volume, until its connection is over or this long")
 	if err := command.Parse(fl, args); err != nil {
 		return err
 	}
-	if fl.NArg() != 0 || *volume == "" {
+	switch {
+	case fl.NArg() != 0 || *volume == "":
 		return command.Usagef("crash needs --volume and no arguments")
+	case *successor && *loop != 0:
+		return command.Usagef("--successor and --loop exclude each other")
+	case *loop < 0:
+		return command.Usagef("--loop must not be negative")
 	}
-	pid, err := Crash(*file, *volume)
-	if err != nil {
-		return err
+	var msg string
+	switch {
+	case *successor:
+		first, next, err := CrashSuccessor(*file, *volume, 30*time.Second)
+		if err != nil {
+			return err
+		}
+		msg = fmt.Sprintf("SIGKILL sent to FUSE server pid %d of volume %s, then to its successor pid %d", first, *volume, next)
+	case *loop > 0:
+		killed, err := CrashLoop(*file, *volume, *loop)
+		if err != nil {
+			return err
+		}
+		msg = fmt.Sprintf("SIGKILL sent to %d FUSE servers of volume %s in a row (pids %v)", len(killed), *volume, killed)
+	default:
+		pid, err := Crash(*file, *volume)
+		if err != nil {
+			return err
+		}
+		msg = "SIGKILL sent to FUSE server pid " + strconv.Itoa(pid) + " of volume " + *volume
 	}
-	_, err = fmt.Fprintln(streams.Out, "SIGKILL sent to FUSE server pid "+strconv.Itoa(pid)+" of volume "+*volume)
+	_, err := fmt.Fprintln(streams.Out, msg)
 	return err
 }

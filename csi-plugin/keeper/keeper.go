@@ -87,6 +87,7 @@ type conn struct {
 	id     uint32 // fuseconn.ID, 0 when unknown
 	init   []byte // handover record, nil until its INIT was answered
 	server *server
+	served bool // server reported that it serves it
 }
 
 // event is something that happened outside the loop.
@@ -245,7 +246,13 @@ func (k *Keeper) pluginConnected(c *handover.Conn) bool {
 		if err != nil {
 			break
 		}
-		err = c.Send(handover.Msg{Kind: handover.Hold, Volume: cn.volume, Init: cn.init}, cn.dev)
+		// With the PID of the server that answers it (0: none now), so that the plugin knows which connections
+		// wait for a server.
+		pid := 0
+		if cn.server != nil && cn.served {
+			pid = cn.server.pid
+		}
+		err = c.Send(handover.Msg{Kind: handover.Hold, Volume: cn.volume, Init: cn.init, PID: pid}, cn.dev)
 	}
 	if err != nil {
 		k.logf("greeting the plugin failed: %v", err)
@@ -367,6 +374,7 @@ func (k *Keeper) serverMsg(srv *server, m handover.Msg) {
 		if cn.init == nil {
 			cn.init = m.Init
 		}
+		cn.served = true
 		k.logf(contract.KeeperServedFormat, m.Volume, m.Version, srv.pid)
 		k.tellPlugin(handover.Msg{Kind: handover.Served, Volume: m.Volume, Init: cn.init, PID: srv.pid, Version: m.Version})
 	case handover.Ended:
@@ -374,7 +382,7 @@ func (k *Keeper) serverMsg(srv *server, m handover.Msg) {
 		if cn == nil || cn.server != srv {
 			return
 		}
-		cn.server = nil
+		cn.server, cn.served = nil, false
 		k.logf("volume %s: its server pid %d stopped serving it: %s", m.Volume, srv.pid, m.Reason)
 		k.tellPlugin(handover.Msg{Kind: handover.Ended, Volume: m.Volume, Reason: m.Reason})
 	}
@@ -389,12 +397,17 @@ func (k *Keeper) serverGone(srv *server, err error) {
 	var orphans []string
 	for v := range srv.volumes {
 		if cn := k.conns[v]; cn != nil && cn.server == srv {
-			cn.server = nil
+			cn.server, cn.served = nil, false
 			orphans = append(orphans, v)
 		}
 	}
 	sort.Strings(orphans)
 	k.logf(contract.KeeperExitedFormat, srv.pid, err, strings.Join(orphans, ", "))
+	// The plugin learns that these wait for a server: it aborts a connection that no server answers for long
+	// (its --unserved-abort-after), so that a crash loop fails the workloads' calls instead of hanging them.
+	for _, v := range orphans {
+		k.tellPlugin(handover.Msg{Kind: handover.Ended, Volume: v, Reason: fmt.Sprintf("its FUSE server pid %d exited (%v)", srv.pid, err)})
+	}
 	if k.cfg.ExitWithServer {
 		k.exitErr = fmt.Errorf("FUSE server pid %d exited (%w): exiting with it; the plugin keeps its copy of the connection for the next instance", srv.pid, err)
 		return

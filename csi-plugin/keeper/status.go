@@ -124,11 +124,83 @@ func Crash(statusFile, volume string) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	return pid, killServer(pid, volume, st)
+}
+
+// killServer sends SIGKILL to server pid of volume, as status st names it.
+func killServer(pid int, volume string, st Status) error {
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		if errors.Is(err, syscall.ESRCH) {
-			return pid, fmt.Errorf("server pid %d of volume %s is gone already (the status is from %s)", pid, volume, st.Time.Format(time.RFC3339Nano))
+			return fmt.Errorf("server pid %d of volume %s is gone already (the status is from %s)", pid, volume, st.Time.Format(time.RFC3339Nano))
 		}
-		return pid, fmt.Errorf("kill -KILL %d: %w", pid, err)
+		return fmt.Errorf("kill -KILL %d: %w", pid, err)
 	}
-	return pid, nil
+	return nil
+}
+
+// statusPoll is how often CrashSuccessor and CrashLoop read the status while they wait for the next server: the
+// keeper names a server right after starting it, and a Go process takes a few milliseconds to take a
+// connection over.
+const statusPoll = time.Millisecond
+
+// CrashSuccessor kills the FUSE server of volume as Crash does, then its successor the moment the keeper names
+// it in the status (before or while it takes the connection over): a death in the middle of the recovery. It
+// gives up after timeout without a successor.
+func CrashSuccessor(statusFile, volume string, timeout time.Duration) (first, next int, err error) {
+	if first, err = Crash(statusFile, volume); err != nil {
+		return first, 0, err
+	}
+	deadline := time.Now().Add(timeout)
+	for {
+		st, err := ReadStatus(statusFile)
+		if err != nil {
+			return first, 0, err
+		}
+		if pid, _ := st.ServerOf(volume); pid != 0 && pid != first {
+			return first, pid, killServer(pid, volume, st)
+		}
+		if time.Now().After(deadline) {
+			return first, 0, fmt.Errorf("the keeper named no successor of server pid %d of volume %s within %s", first, volume, timeout)
+		}
+		time.Sleep(statusPoll)
+	}
+}
+
+// CrashLoop kills the FUSE server of volume and then every server the keeper starts for it, the moment the
+// status names it, as if no server could start: until the keeper holds the volume's connection no more (the
+// plugin aborted it, or it was unstaged), or for at most d. It returns the PIDs it killed.
+func CrashLoop(statusFile, volume string, d time.Duration) ([]int, error) {
+	first, err := Crash(statusFile, volume)
+	if err != nil {
+		return nil, err
+	}
+	killed := []int{first}
+	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(statusPoll) {
+		st, err := ReadStatus(statusFile)
+		if err != nil {
+			return killed, err
+		}
+		pid, err := st.ServerOf(volume)
+		switch {
+		case err != nil && !st.holds(volume):
+			return killed, nil // the connection is over: nothing to crash any more
+		case pid == 0 || pid == killed[len(killed)-1]:
+			continue
+		}
+		// A server gone by itself meanwhile (ESRCH) is no failure of the loop.
+		if err := killServer(pid, volume, st); err == nil {
+			killed = append(killed, pid)
+		}
+	}
+	return killed, nil
+}
+
+// holds reports whether the status lists a connection of volume.
+func (st Status) holds(volume string) bool {
+	for _, c := range st.Connections {
+		if c.Volume == volume {
+			return true
+		}
+	}
+	return false
 }

@@ -206,3 +206,52 @@ func effectiveTimeout(def, max time.Duration) time.Duration {
 	}
 	return t
 }
+
+// ControlDir is where the kernel's FUSE control filesystem lists every connection by its number (ID)
+// (Documentation/filesystems/fuse.rst, "Control filesystem"): <N>/waiting counts the requests of connection N
+// that have not been answered, and writing anything to <N>/abort ends it as if its last holder had died.
+const ControlDir = "/sys/fs/fuse/connections"
+
+// MountControl mounts the control filesystem on ControlDir unless it is there (systemd mounts it at boot; a
+// container's own sysfs lacks it). It needs CAP_SYS_ADMIN.
+func MountControl() error {
+	var st unix.Statfs_t
+	if err := unix.Statfs(ControlDir, &st); err != nil {
+		return fmt.Errorf("the FUSE control filesystem: %w", err)
+	}
+	if st.Type == fusectlMagic {
+		return nil
+	}
+	if err := unix.Mount("fusectl", ControlDir, "fusectl", 0, ""); err != nil && !errors.Is(err, unix.EBUSY) {
+		return fmt.Errorf("mounting the FUSE control filesystem on %s: %w", ControlDir, err)
+	}
+	return nil
+}
+
+// fusectlMagic is FUSE_CTL_SUPER_MAGIC (include/uapi/linux/magic.h).
+const fusectlMagic = 0x65735543
+
+// Waiting returns how many requests of connection id wait for an answer: queued, or read by a server that
+// has not answered them (fuse_conn_waiting_read in fs/fuse/control.c).
+func Waiting(id uint32) (int, error) {
+	b, err := os.ReadFile(fmt.Sprintf("%s/%d/waiting", ControlDir, id))
+	if err != nil {
+		return 0, err
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		return 0, fmt.Errorf("connection %d: bad waiting count %q", id, b)
+	}
+	return n, nil
+}
+
+// Abort ends connection id at once: every request waiting and every later one fails (ECONNABORTED for those
+// in flight, ENOTCONN after), its mounts stay until unmounted, and its readers see ENODEV. Only the
+// connection's owner (the user that mounted it) or root may do it.
+func Abort(id uint32) error {
+	err := os.WriteFile(fmt.Sprintf("%s/%d/abort", ControlDir, id), []byte("1"), 0)
+	if err != nil {
+		return fmt.Errorf("aborting FUSE connection %d: %w", id, err)
+	}
+	return nil
+}

@@ -30,14 +30,7 @@ const keeperInFlightLatency = time.Second
 // that every read reaches a server and a gap between servers shows as the read's latency.
 func keeperScenarios() []scenarios.Scenario {
 	mode := scenarios.Plugin{FuseMode: scenarios.FuseModeKeeper, RestoreMounts: true, RestoreStrategy: scenarios.StrategyRebind, Keeper: scenarios.Keeper{DirectIO: true}}
-	// Every way to read (manifests/pod-keeper.yaml): a descriptor kept open from before any kill, an open for
-	// every read, and through a subPath bind; all read every few milliseconds, so that a gap between servers
-	// shows as the latency of a read (the stall), and exit on the first error.
-	readers := []scenarios.Container{
-		{Name: reader, ExitOnError: true, KeepOpen: true, ReadInterval: keeperReadInterval},
-		{Name: reopen, ExitOnError: true, KeepOpen: false, ReadInterval: keeperReadInterval},
-		{Name: sub, ExitOnError: true, KeepOpen: false, SubPath: scenarios.FileName, MountPath: "/mnt/" + scenarios.FileName, ReadInterval: keeperReadInterval},
-	}
+	readers := keeperReaders()
 	neverFail := func(cs ...string) []scenarios.Expectation {
 		var out []scenarios.Expectation
 		for _, c := range cs {
@@ -45,7 +38,7 @@ func keeperScenarios() []scenarios.Scenario {
 		}
 		return append(out, scenarios.Expectation{Check: scenarios.VolumeDirAlive{}})
 	}
-	return []scenarios.Scenario{
+	return append([]scenarios.Scenario{
 		{
 			Name:  "keeper-plugin-restart",
 			Title: "Keeper mode: the plugin restarts; its copies of the connections come back from the keeper",
@@ -166,5 +159,17 @@ func keeperScenarios() []scenarios.Scenario {
 			},
 			EveryRelease: keeperReleases,
 		},
+	}, keeperFaultScenarios()...)
+}
+
+// keeperReaders are the workload containers of most keeper rows (manifests/pod-keeper.yaml): every way to read,
+// a descriptor kept open from before any kill, an open for every read, and through a subPath bind; all read
+// every few milliseconds, so that a gap between servers shows as the latency of a read (the stall), and exit
+// on the first error.
+func keeperReaders() []scenarios.Container {
+	return []scenarios.Container{
+		{Name: reader, ExitOnError: true, KeepOpen: true, ReadInterval: keeperReadInterval},
+		{Name: reopen, ExitOnError: true, KeepOpen: false, ReadInterval: keeperReadInterval},
+		{Name: sub, ExitOnError: true, KeepOpen: false, SubPath: scenarios.FileName, MountPath: "/mnt/" + scenarios.FileName, ReadInterval: keeperReadInterval},
 	}
 }

@@ -56,6 +56,9 @@ func partKinds() []struct {
 		{scenarios.SidecarContainer, newSidecarPart},
 		{scenarios.KeeperContainer, newKeeperPart},
 		{scenarios.FuseServer, newKeeperServerPart},
+		{scenarios.FuseSuccessor, newSuccessorPart},
+		{scenarios.FuseCrashLoop, newCrashLoopPart},
+		{scenarios.PluginRecollecting, newRecollectPart},
 		{scenarios.FuseServer, newServerPart},
 		{scenarios.WorkloadPod, newPodPart},
 	}

@@ -64,6 +64,15 @@ func (b *Backend) killPlugin(ctx context.Context) error {
 
 // startPlugin starts the plugin container and waits until it serves CSI (Probe: ready).
 func (b *Backend) startPlugin(ctx context.Context) error {
+	p, err := b.launchPlugin()
+	if err != nil {
+		return err
+	}
+	return b.waitPluginReady(ctx, p)
+}
+
+// launchPlugin starts the plugin container.
+func (b *Backend) launchPlugin() (*proc, error) {
 	args := []string{
 		"--endpoint=unix://" + b.sock,
 		"--nodeid=" + nodeID,
@@ -84,7 +93,7 @@ func (b *Backend) startPlugin(ctx context.Context) error {
 	// A new PID namespace makes the plugin its init: when it dies, the kernel kills everything in it.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID, Setpgid: true, Pdeathsig: b.deathSig()}
 	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("start plugin: %w", err)
+		return nil, fmt.Errorf("start plugin: %w", err)
 	}
 	p := startedProc(cmd)
 	b.plugin = p
@@ -98,7 +107,11 @@ func (b *Backend) startPlugin(ctx context.Context) error {
 		<-p.done
 		b.pluginEvent(scenarios.KExited, p.exitTime, p.state.String())
 	}()
+	return p, nil
+}
 
+// waitPluginReady connects to the plugin p's CSI socket and waits until it serves (Probe: ready).
+func (b *Backend) waitPluginReady(ctx context.Context, p *proc) error {
 	c, err := dialCSI(b.sock)
 	if err != nil {
 		return err

@@ -1,0 +1,145 @@
+package kube
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
+)
+
+// The FUSE server faults beyond a single crash, each one `csi-plugin keeper crash` executed in the keeper
+// container, which reads the keeper's status file every millisecond: an exec per kill would come hundreds of
+// milliseconds late.
+
+// crashLoopFor bounds the crash loop in the keeper container: it ends by itself once the keeper holds the
+// volume's connection no more (the plugin aborted it), which the plugin's default limit brings within 31 s.
+const crashLoopFor = 5 * time.Minute
+
+// crashExec runs `csi-plugin keeper crash --volume <id>` with args in the keeper container, recording the kill.
+func (b *Backend) crashExec(ctx context.Context, what string, args ...string) (string, error) {
+	kp, _ := b.runningPod(b.keepers)
+	if kp == nil {
+		return "", fmt.Errorf("no running keeper pod on node %s", b.node)
+	}
+	cmd := append([]string{"/usr/local/bin/csi-plugin", "keeper", "crash", "--volume", b.n.volumeHandle}, args...)
+	b.rec.Add(scenarios.Event{Source: scenarios.SrcComponent, Component: scenarios.FuseServer, Kind: scenarios.KKilled,
+		Message: fmt.Sprintf("exec %s in pod %s: %s", strings.Join(cmd, " "), kp.name, what)})
+	out, err := b.exec(ctx, kp.name, keeperContainer, cmd)
+	out = strings.TrimSpace(out)
+	b.logf("exec %s in %s: %q, %v", strings.Join(cmd, " "), kp.name, out, err)
+	if err != nil {
+		return out, fmt.Errorf("exec %s in pod %s: %s: %w", strings.Join(cmd, " "), kp.name, out, err)
+	}
+	b.progress("%s", out)
+	return out, nil
+}
+
+// successorPart is scenarios.FuseSuccessor.
+type successorPart struct {
+	noPart
+	b *Backend
+}
+
+func newSuccessorPart(b *Backend, _ *scenarios.Env) (part, error) {
+	if !b.keeperMode() {
+		return nil, nil
+	}
+	return &successorPart{b: b}, nil
+}
+
+func (p *successorPart) kill(ctx context.Context) error {
+	_, err := p.b.crashExec(ctx, "SIGKILL of the volume's FUSE server, then of its successor the moment the keeper names it", "--successor")
+	return err
+}
+
+func (p *successorPart) start(ctx context.Context) error {
+	return p.b.rec.AwaitReady(ctx, scenarios.FuseServer, 30*time.Second)
+}
+
+// crashLoopPart is scenarios.FuseCrashLoop: the loop runs in the keeper container until the volume's
+// connection is over (or crashLoopFor); Start waits for its end.
+type crashLoopPart struct {
+	noPart
+	b    *Backend
+	done chan error
+}
+
+func newCrashLoopPart(b *Backend, _ *scenarios.Env) (part, error) {
+	if !b.keeperMode() {
+		return nil, nil
+	}
+	return &crashLoopPart{b: b}, nil
+}
+
+func (p *crashLoopPart) kill(context.Context) error {
+	if p.done != nil {
+		return errors.New("the crash loop runs already")
+	}
+	p.done = make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), crashLoopFor+time.Minute)
+		defer cancel()
+		_, err := p.b.crashExec(ctx, "SIGKILL of every FUSE server of the volume, the moment the keeper names it (crash loop)", "--loop", crashLoopFor.String())
+		p.done <- err
+	}()
+	return nil
+}
+
+// start waits until the loop in the keeper container has ended, then for a server of the volume.
+func (p *crashLoopPart) start(ctx context.Context) error {
+	if p.done == nil {
+		return errors.New("no crash loop runs")
+	}
+	select {
+	case err := <-p.done:
+		p.done = nil
+		if err != nil {
+			return err
+		}
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return p.b.rec.AwaitReady(ctx, scenarios.FuseServer, 30*time.Second)
+}
+
+// recollectPart is scenarios.PluginRecollecting. On a cluster the kill follows the keeper's log line of its
+// reconnection, which reaches the backend a log stream later: the hand-back (milliseconds) is usually over
+// by then, so the row checks a plugin killed right after its re-collection there; the local backend and the
+// plugin's tests (TestKeeperPluginKilledDuringRecollection) hit the hand-back itself.
+type recollectPart struct {
+	noPart
+	b *Backend
+}
+
+func newRecollectPart(b *Backend, _ *scenarios.Env) (part, error) {
+	if !b.keeperMode() {
+		return nil, nil
+	}
+	return &recollectPart{b: b}, nil
+}
+
+func (p *recollectPart) kill(ctx context.Context) error {
+	b := p.b
+	since := time.Now()
+	if err := b.setOff(ctx, b.n.namespace, dsName(), false); err != nil {
+		return err
+	}
+	b.progress("DaemonSet %s may run on the node again; its pod is deleted once the keeper has reached it", dsName())
+	deadline := time.Now().Add(b.opts.SetupTimeout)
+	for b.rec.Count(func(e scenarios.Event) bool {
+		return e.Kind == scenarios.KReady && e.Component == scenarios.KeeperContainer && e.Time.After(since)
+	}) == 0 {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the keeper did not reach the restarted plugin within %s (see keeper.log)", b.opts.SetupTimeout)
+		}
+		if err := scenarios.Sleep(ctx, 20*time.Millisecond); err != nil {
+			return err
+		}
+	}
+	return b.killPlugin(ctx)
+}
+
+func (p *recollectPart) start(ctx context.Context) error { return p.b.startPlugin(ctx) }
