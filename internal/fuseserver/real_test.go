@@ -197,3 +197,45 @@ func copyExecutable(t *testing.T, src, dir string) string {
 	}
 	return dst
 }
+
+// TestSIGTERMOnAPassedDescriptor shows what each server does with SIGTERM when it serves a connection it did
+// not mount (the sidecar placement, unprivileged), which is how kubelet stops a sidecar container: it cannot
+// unmount, so it exits and leaves the mount dead (ENOTCONN) for the plugin to clean up. Whether it still serves
+// meanwhile, how long it takes to exit and its exit code are logged: dummy-fuse and squashfuse stop serving at
+// once; gcsfuse (jacobsa/fuse) keeps serving while it waits for an unmount that never comes, then exits 0.
+func TestSIGTERMOnAPassedDescriptor(t *testing.T) {
+	testenv.RequireFUSE(t)
+	setup := testenv.NewLab(t)
+	dir := setup.Dir()
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, spec := range specs(t, setup, dir) {
+		server, err := fuseserver.New(spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			lab := testenv.NewLab(t)
+			mnt := lab.Dir()
+			os.Chmod(mnt, 0o755)
+			p := startOnFD(t, lab, server, mnt)
+			path := filepath.Join(mnt, fuseserver.ServedFile)
+			testenv.Eventually(t, 20*time.Second, name+" serving "+path, func() bool {
+				b, err := testenv.ReadFile(t, path, 5*time.Second)
+				return err == nil && string(b) == fuseserver.Content
+			})
+			start := time.Now()
+			p.Signal(syscall.SIGTERM)
+			time.Sleep(500 * time.Millisecond)
+			_, during := testenv.ReadFile(t, path, 5*time.Second)
+			t.Logf("%s on /dev/fd/3: a read 0.5 s after SIGTERM: %v", name, during)
+			code := p.Wait(45 * time.Second)
+			t.Logf("%s on /dev/fd/3: exited with code %d %v after SIGTERM", name, code, time.Since(start).Round(100*time.Millisecond))
+			if _, err := testenv.ReadFile(t, path, 5*time.Second); !errors.Is(err, syscall.ENOTCONN) {
+				t.Errorf("a read after %s stopped: %v, want ENOTCONN (the mount is left dead)", name, err)
+			}
+		})
+	}
+}
