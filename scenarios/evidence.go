@@ -268,6 +268,10 @@ func (ev *Evidence) Starts(c string) int {
 type Measures struct {
 	// KillToError: plugin kill → the first container's first ENOTCONN in its log (0 if none).
 	KillToError time.Duration
+	// FirstErrno and KillToFirstError: the first container's first failed open or read after the kill, whatever
+	// its errno (a read inside a dying server gets ECONNABORTED, an aborted connection too), and when.
+	FirstErrno       string
+	KillToFirstError time.Duration
 	// KillToRecovery: plugin kill → the first container's first good read after its failure (0 if none).
 	KillToRecovery time.Duration
 	// KillToRestore: plugin kill → stat of the volume dir succeeds again (0 if never).
@@ -308,6 +312,9 @@ func (ev *Evidence) Measure(primary string) Measures {
 	}
 	if e, ok := ev.Recovery(primary); ok {
 		m.KillToRecovery = e.Time.Sub(k)
+	}
+	if e, ok := ev.First(k, func(e Event) bool { return e.Container == primary && e.IsWorkloadError() }); ok {
+		m.FirstErrno, m.KillToFirstError = e.Errno, e.Time.Sub(k)
 	}
 	_, m.Failed = ev.FirstFailureAfterKill(primary)
 	if t, ok := ev.VolumeRestoredTime(); ok {

@@ -48,15 +48,18 @@ type Measured struct {
 	Kills   bool `json:"kills"`
 	Sidecar bool `json:"sidecar"`
 	// Failed: the first container failed after the kill; VolumeDied: a stat of the volume dir failed after it.
-	Failed         bool    `json:"failed"`
-	VolumeDied     bool    `json:"volume_died"`
-	KillToError    float64 `json:"kill_to_enotconn_s"`
-	KillToRestore  float64 `json:"kill_to_volume_restored_s"`
-	KillToRecovery float64 `json:"kill_to_good_read_s"`
-	Stall          float64 `json:"stall_ms"`
-	SidecarToServe float64 `json:"sidecar_to_served_s"`
-	SidecarToRead  float64 `json:"sidecar_to_good_read_s"`
-	Wall           float64 `json:"wall_s"`
+	Failed      bool    `json:"failed"`
+	VolumeDied  bool    `json:"volume_died"`
+	KillToError float64 `json:"kill_to_enotconn_s"`
+	// FirstErrno and KillToFirstError: the first error after the kill, whatever its errno (empty in older records).
+	FirstErrno       string  `json:"first_errno,omitempty"`
+	KillToFirstError float64 `json:"kill_to_first_error_s,omitempty"`
+	KillToRestore    float64 `json:"kill_to_volume_restored_s"`
+	KillToRecovery   float64 `json:"kill_to_good_read_s"`
+	Stall            float64 `json:"stall_ms"`
+	SidecarToServe   float64 `json:"sidecar_to_served_s"`
+	SidecarToRead    float64 `json:"sidecar_to_good_read_s"`
+	Wall             float64 `json:"wall_s"`
 }
 
 // measuredOf converts an outcome's measures.
@@ -65,6 +68,7 @@ func measuredOf(o *scenarios.Outcome) Measured {
 	return Measured{
 		Kills: o.Scenario.Kills(), Sidecar: o.Scenario.Pod.Sidecar != nil, Failed: m.Failed, VolumeDied: m.VolumeDied,
 		KillToError: m.KillToError.Seconds(), KillToRestore: m.KillToRestore.Seconds(), KillToRecovery: m.KillToRecovery.Seconds(),
+		FirstErrno: m.FirstErrno, KillToFirstError: m.KillToFirstError.Seconds(),
 		Stall:          float64(m.Stall.Microseconds()) / 1000,
 		SidecarToServe: m.SidecarToServe.Seconds(), SidecarToRead: m.SidecarToRead.Seconds(), Wall: m.Wall.Seconds(),
 	}

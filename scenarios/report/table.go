@@ -123,8 +123,8 @@ func verdictCell(r Record) string {
 	return fmt.Sprintf("%s (%d/%d)", r.Result, r.Held, r.Expected)
 }
 
-// measuredCell is the key times of a run: from the kill to the first ENOTCONN and to the first good read
-// again where the workload failed, else the stall; from the sidecar's start to the first good read where
+// measuredCell is the key times of a run: from the kill to the first error when it is not ENOTCONN, to the
+// first ENOTCONN and to the first good read again where the workload failed, else the stall; from the sidecar's start to the first good read where
 // nothing is killed.
 func measuredCell(m Measured) string {
 	if !m.Kills {
@@ -136,7 +136,12 @@ func measuredCell(m Measured) string {
 	if !m.Failed {
 		return "no failure · stall " + m.stall()
 	}
-	return "ENOTCONN " + m.kill(m.KillToError) + " · good read " + m.recovery(m.KillToRecovery, m.Failed)
+	first := ""
+	if m.FirstErrno != "" && m.FirstErrno != "ENOTCONN" {
+		// An error before any ENOTCONN (a read inside a dying server, an aborted connection) says more.
+		first = m.FirstErrno + " " + seconds(m.KillToFirstError) + " · "
+	}
+	return first + "ENOTCONN " + m.kill(m.KillToError) + " · good read " + m.recovery(m.KillToRecovery, m.Failed)
 }
 
 // SpliceVersionTable returns readme with its per-version table replaced by table.

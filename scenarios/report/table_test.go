@@ -130,6 +130,8 @@ func TestMeasuredCell(t *testing.T) {
 		{Measured{}, "–"},
 		{Measured{Kills: true, Failed: true, KillToError: 0.1}, "ENOTCONN 0.10s · good read never"},
 		{Measured{Kills: true, Stall: 1131.1}, "no failure · stall 1131.1ms"},
+		{Measured{Kills: true, Failed: true, FirstErrno: "ENOTCONN", KillToFirstError: 0.1, KillToError: 0.1}, "ENOTCONN 0.10s · good read never"},
+		{Measured{Kills: true, Failed: true, FirstErrno: "ECONNABORTED", KillToFirstError: 30.2}, "ECONNABORTED 30.20s · ENOTCONN never · good read never"},
 	} {
 		if got := measuredCell(tc.m); got != tc.want {
 			t.Errorf("%+v: %q, want %q", tc.m, got, tc.want)
