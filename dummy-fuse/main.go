@@ -79,6 +79,8 @@ func run(ctx context.Context, args []string, s command.Streams) error {
 		}
 		return err
 	}
+	set := map[string]bool{}
+	fl.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	switch {
 	case *showVersion:
 		fmt.Fprintln(s.Out, version.Version)
@@ -95,7 +97,7 @@ func run(ctx context.Context, args []string, s command.Streams) error {
 		return command.Usagef("--read-latency must not be negative, got %s", opts.ReadLatency)
 	case *takeover != "" && !dummyfs.IsMagicMountpoint(fl.Arg(0)):
 		return command.Usagef("--takeover needs MOUNTPOINT /dev/fd/N (the inherited connection), got %s", fl.Arg(0))
-	case relay.Backend == "" && (relay.NodeTable != "" || relay.BackendWait != relayfs.DefaultBackendWait):
+	case relay.Backend == "" && (set["node-table"] || set["backend-wait"]):
 		return command.Usagef("--node-table and --backend-wait need --relay-backend")
 	case relay.Backend != "" && (*session != "" || opts.ReadLatency != 0):
 		return command.Usagef("--relay-backend serves one MOUNTPOINT (no --session yet) and reads at the backend's pace (no --read-latency)")

@@ -6,6 +6,8 @@ import (
 	"io/fs"
 	"math/rand/v2"
 	"os"
+	"slices"
+	"strings"
 	"sync"
 	"syscall"
 
@@ -173,6 +175,9 @@ func readDir(r *rootFD, path string) ([]dirent, error) {
 		}
 		return nil, err
 	}
+	// Sorted: a successor that lists the directory anew for its predecessor's handle pages through it by
+	// the same offsets, whatever order the backend lists it in.
+	slices.SortFunc(ents, func(a, b os.DirEntry) int { return strings.Compare(a.Name(), b.Name()) })
 	out := make([]dirent, len(ents))
 	for i, e := range ents {
 		out[i] = dirent{name: e.Name(), typ: fileType(e.Type())}

@@ -24,6 +24,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -61,6 +62,9 @@ type FS struct {
 	backend *backend
 	nodes   *nodes
 	handles *handles
+
+	closeOnce sync.Once
+	closeErr  error
 }
 
 var _ fuse.RawFileSystem = (*FS)(nil)
@@ -87,11 +91,14 @@ func New(opts Options) (*FS, error) {
 	return fs, nil
 }
 
-// Close closes the backend's root, the open handles and the node table.
+// Close closes the backend's root, the open handles and the node table; later calls do nothing.
 func (fs *FS) Close() error {
-	fs.handles.closeAll()
-	fs.backend.close()
-	return fs.nodes.close()
+	fs.closeOnce.Do(func() {
+		fs.handles.closeAll()
+		fs.backend.close()
+		fs.closeErr = fs.nodes.close()
+	})
+	return fs.closeErr
 }
 
 func (fs *FS) String() string { return "dummy-fuse-relay" }
@@ -376,7 +383,7 @@ func (fs *FS) dirEntry(h *handle, i int) fuse.DirEntry {
 	// The kernel passes a READDIR entry's inode number on as d_ino only: the node ID when the kernel knows
 	// the node (it is the inode number stat reports), else a placeholder (handing out a node here would
 	// journal one per entry that nobody may ever look up).
-	ino := ^uint64(0)
+	ino := uint64(fuse.FUSE_UNKNOWN_INO)
 	if id, ok := fs.nodes.known(join(h.path, e.name)); ok {
 		ino = id
 	}
