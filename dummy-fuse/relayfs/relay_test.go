@@ -424,3 +424,52 @@ func TestRelayTakeover(t *testing.T) {
 		t.Errorf("the successor did not take over with a resend; its log:\n%s", succ.Tail())
 	}
 }
+
+// TestRelayReadInFlightAtServerKill: a read that is inside the real server when it dies (the server is
+// stopped first, so that the read waits in it) fails there with ECONNABORTED; the relay waits for the next
+// server and reads again, and the workload gets its data.
+func TestRelayReadInFlightAtServerKill(t *testing.T) {
+	testenv.RequireFUSE(t)
+	lab := testenv.NewLab(t)
+	b := newBackend(t, lab, fuseserver.Squashfuse)
+	b.start()
+	r := startRelay(t, lab, b.dir)
+	path := filepath.Join(r.mnt, fuseserver.ServedFile)
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_DIRECT, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	b.proc.Signal(syscall.SIGSTOP)
+	type result struct {
+		data string
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		buf := make([]byte, 4096)
+		n, err := f.ReadAt(buf, 0)
+		if err == io.EOF {
+			err = nil
+		}
+		done <- result{string(buf[:n]), err}
+	}()
+	select {
+	case res := <-done:
+		t.Fatalf("the read returned while the server was stopped (%q, %v): it did not reach the server", res.data, res.err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	b.kill()
+	b.start()
+	select {
+	case res := <-done:
+		if res.err != nil || res.data != fuseserver.Content {
+			t.Errorf("the read in flight at the kill: %q, %v; want the content", res.data, res.err)
+		}
+	case <-time.After(waitTimeout):
+		t.Fatalf("the read in flight was still blocked %s after the server was started again; relay log:\n%s", waitTimeout, r.proc.Tail())
+	}
+	if !strings.Contains(r.proc.Log(), "software caused connection abort") {
+		t.Errorf("the relay did not see the read in flight fail with ECONNABORTED; its log:\n%s", r.proc.Tail())
+	}
+}
