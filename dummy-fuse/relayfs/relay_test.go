@@ -277,6 +277,10 @@ func TestRelayKeepsReadsThroughServerKills(t *testing.T) {
 					stopReaders(t, stop, readers...)
 				}
 			}()
+			for _, rd := range readers {
+				testenv.Eventually(t, waitTimeout, "a first read by the "+rd.name, func() bool { return rd.goodReads() >= 1 })
+			}
+			fdsBefore := openFDs(t, r.proc.PID())
 			const kills = 10
 			var kTimes []time.Time
 			for k := 0; k < kills; k++ {
@@ -292,6 +296,10 @@ func TestRelayKeepsReadsThroughServerKills(t *testing.T) {
 				n := rd.goodReads()
 				testenv.Eventually(t, waitTimeout, "the "+rd.name+" to read twice more after the last kill", func() bool { return rd.goodReads() >= n+2 })
 			}
+			// The roots and files opened on the dead backends were closed: no descriptor leaks per kill.
+			testenv.Eventually(t, waitTimeout, fmt.Sprintf("the relay to hold no more descriptors than the %d before the kills", fdsBefore), func() bool {
+				return openFDs(t, r.proc.PID()) <= fdsBefore
+			})
 			stopReaders(t, stop, readers...)
 			for _, rd := range readers {
 				if len(rd.errs) > 0 {
@@ -472,4 +480,14 @@ func TestRelayReadInFlightAtServerKill(t *testing.T) {
 	if !strings.Contains(r.proc.Log(), "software caused connection abort") {
 		t.Errorf("the relay did not see the read in flight fail with ECONNABORTED; its log:\n%s", r.proc.Tail())
 	}
+}
+
+// openFDs counts the descriptors process pid holds.
+func openFDs(t *testing.T, pid int) int {
+	t.Helper()
+	ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(ents)
 }
