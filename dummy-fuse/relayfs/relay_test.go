@@ -88,6 +88,26 @@ func (b *realBackend) start() {
 	})
 }
 
+// stop stops the server with SIGSTOP and waits until every thread of it is stopped: a request sent before
+// would still be taken by a thread on its way to stopping, and the relay's thread waiting for it could then
+// not even be killed until the server answers.
+func (b *realBackend) stop() {
+	b.t.Helper()
+	b.proc.Signal(syscall.SIGSTOP)
+	testenv.Eventually(b.t, waitTimeout, b.server.Name()+" stopped in every thread", func() bool {
+		stats, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/stat", b.proc.PID()))
+		for _, st := range stats {
+			stat, err := os.ReadFile(st)
+			// The state follows the command name, which is in parentheses.
+			i := strings.LastIndexByte(string(stat), ')')
+			if err != nil || i < 0 || i+2 >= len(stat) || stat[i+2] != 'T' {
+				return false
+			}
+		}
+		return len(stats) > 0
+	})
+}
+
 // kill kills the server with SIGKILL and detaches its dead mount, as a restarter would before starting
 // the next one there.
 func (b *realBackend) kill() {
@@ -368,7 +388,8 @@ func TestRelayBackendNeverReturns(t *testing.T) {
 	}
 }
 
-// TestRelayTakeover kills the relay itself with SIGKILL while readers run, and a successor takes the
+// TestRelayTakeover kills the relay itself with SIGKILL while readers run and a read is inside it (waiting
+// for a stopped server), and a successor takes the
 // connection over with the predecessor's handover record and node table: the kernel's node IDs and handles
 // (the keep-open reader's descriptor) still work, the readers see no failed read, and a backend kill after
 // the takeover is waited out as before.
@@ -396,9 +417,27 @@ func TestRelayTakeover(t *testing.T) {
 	for _, rd := range readers {
 		testenv.Eventually(t, waitTimeout, "a first read by the "+rd.name, func() bool { return rd.goodReads() >= 2 })
 	}
-	r.proc.Kill()
+	// A read inside the relay when it dies: the relay took it and waits for the stopped server. The kernel
+	// keeps it (the test holds the connection) and resends it to the successor, which gets the answer once
+	// the server goes on.
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_DIRECT, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.stop()
+	inFlight := readInFlight(t, f)
+	// The killed relay does not finish exiting while the server is stopped: closing its files on the backend
+	// sends FLUSH, which the kernel sends forced and waits for even in a dying process (fuse_flush in
+	// fs/fuse/file.c). That does not hold up the successor.
+	// The successor opens the backend's root as it starts, so the server goes on now; the read the dead relay
+	// had taken can only be answered by the successor after the kernel resends it.
+	r.proc.Signal(syscall.SIGKILL)
 	killed := time.Now()
 	takeOver()
+	b.proc.Signal(syscall.SIGCONT)
+	expectContent(t, inFlight, "the read inside the relay when it was killed", succ)
+	r.proc.Wait(waitTimeout)
+	f.Close() // only now: closing sends a FLUSH, which a dead relay would never answer
 	for _, rd := range readers {
 		n := rd.goodReads()
 		testenv.Eventually(t, waitTimeout, "the "+rd.name+" to read twice more after the takeover (successor's log: "+succ.LogPath+")", func() bool {
@@ -447,36 +486,12 @@ func TestRelayReadInFlightAtServerKill(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	b.proc.Signal(syscall.SIGSTOP)
-	type result struct {
-		data string
-		err  error
-	}
-	done := make(chan result, 1)
-	go func() {
-		buf := make([]byte, 4096)
-		n, err := f.ReadAt(buf, 0)
-		if err == io.EOF {
-			err = nil
-		}
-		done <- result{string(buf[:n]), err}
-	}()
-	select {
-	case res := <-done:
-		t.Fatalf("the read returned while the server was stopped (%q, %v): it did not reach the server", res.data, res.err)
-	case <-time.After(300 * time.Millisecond):
-	}
+	b.stop()
+	done := readInFlight(t, f)
 	b.kill()
 	b.start()
-	select {
-	case res := <-done:
-		if res.err != nil || res.data != fuseserver.Content {
-			t.Errorf("the read in flight at the kill: %q, %v; want the content", res.data, res.err)
-		}
-	case <-time.After(waitTimeout):
-		t.Fatalf("the read in flight was still blocked %s after the server was started again; relay log:\n%s", waitTimeout, r.proc.Tail())
-	}
+	expectContent(t, done, "the read in flight at the server's kill", r.proc)
+	f.Close()
 	if !strings.Contains(r.proc.Log(), "software caused connection abort") {
 		t.Errorf("the relay did not see the read in flight fail with ECONNABORTED; its log:\n%s", r.proc.Tail())
 	}
@@ -490,4 +505,42 @@ func openFDs(t *testing.T, pid int) int {
 		t.Fatal(err)
 	}
 	return len(ents)
+}
+
+type readResult struct {
+	data string
+	err  error
+}
+
+// readInFlight starts a read of f, whose server is stopped, and checks that it waits.
+func readInFlight(t *testing.T, f *os.File) <-chan readResult {
+	t.Helper()
+	done := make(chan readResult, 1)
+	go func() {
+		buf := make([]byte, 4096)
+		n, err := f.ReadAt(buf, 0)
+		if err == io.EOF {
+			err = nil
+		}
+		done <- readResult{string(buf[:n]), err}
+	}()
+	select {
+	case res := <-done:
+		t.Fatalf("the read returned while the server was stopped (%q, %v): it did not reach the server", res.data, res.err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	return done
+}
+
+// expectContent waits, bounded, for the read what to end with the content.
+func expectContent(t *testing.T, done <-chan readResult, what string, relay *testenv.Proc) {
+	t.Helper()
+	select {
+	case res := <-done:
+		if res.err != nil || res.data != fuseserver.Content {
+			t.Errorf("%s: %q, %v; want the content", what, res.data, res.err)
+		}
+	case <-time.After(waitTimeout):
+		t.Fatalf("%s was still blocked after %s; the relay's log:\n%s", what, waitTimeout, relay.Tail())
+	}
 }
