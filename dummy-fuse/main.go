@@ -14,6 +14,7 @@ import (
 	"strings"
 
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/dummy-fuse/dummyfs"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/dummy-fuse/relayfs"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/command"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/handover"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/version"
@@ -36,6 +37,11 @@ Keeper: with --session /dev/fd/N (a sequenced-packet unix socket inherited from 
 keeper") the server serves every connection the keeper hands it over that socket, new or taken over, in this
 one process, until the keeper closes the session or SIGTERM; connections stay mounted when it exits.
 
+Relay: with --relay-backend DIR the server relays DIR, the mount of a real FUSE server, read-only instead
+of serving dummy-file.txt. When that server dies, requests wait (--backend-wait) until a server is mounted
+at DIR again and then succeed; --save-init and --takeover work as above, given the --node-table the
+predecessor wrote.
+
 Flags:
 `
 
@@ -56,6 +62,10 @@ func run(ctx context.Context, args []string, s command.Streams) error {
 	fl.StringVar(&h.SaveInit, "save-init", "", "write the handover record (the kernel's INIT and our reply) to this file, or /dev/fd/N, once mounted")
 	takeover := fl.String("takeover", "", "take over the initialised connection MOUNTPOINT=/dev/fd/N, given the record its previous server saved with --save-init")
 	session := fl.String("session", "", "serve the connections a keeper hands over on this inherited session socket (/dev/fd/N) instead of a MOUNTPOINT")
+	var relay relayfs.Options
+	fl.StringVar(&relay.Backend, "relay-backend", "", "relay this directory (a real FUSE server's mount) read-only instead of serving dummy-file.txt")
+	fl.DurationVar(&relay.BackendWait, "backend-wait", relayfs.DefaultBackendWait, "with --relay-backend: how long requests wait for a dead backend to serve again before they fail")
+	fl.StringVar(&relay.NodeTable, "node-table", "", "with --relay-backend: the file journaling the relay's node IDs, which a successor (--takeover) needs")
 	showVersion := fl.Bool("version", false, "print the version and exit")
 	fl.Usage = func() {
 		fmt.Fprint(fl.Output(), usage)
@@ -69,6 +79,8 @@ func run(ctx context.Context, args []string, s command.Streams) error {
 		}
 		return err
 	}
+	set := map[string]bool{}
+	fl.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	switch {
 	case *showVersion:
 		fmt.Fprintln(s.Out, version.Version)
@@ -85,6 +97,14 @@ func run(ctx context.Context, args []string, s command.Streams) error {
 		return command.Usagef("--read-latency must not be negative, got %s", opts.ReadLatency)
 	case *takeover != "" && !dummyfs.IsMagicMountpoint(fl.Arg(0)):
 		return command.Usagef("--takeover needs MOUNTPOINT /dev/fd/N (the inherited connection), got %s", fl.Arg(0))
+	case relay.Backend == "" && (set["node-table"] || set["backend-wait"]):
+		return command.Usagef("--node-table and --backend-wait need --relay-backend")
+	case relay.Backend != "" && (*session != "" || opts.ReadLatency != 0):
+		return command.Usagef("--relay-backend serves one MOUNTPOINT (no --session yet) and reads at the backend's pace (no --read-latency)")
+	case relay.Backend != "" && relay.BackendWait <= 0:
+		return command.Usagef("--backend-wait must be positive, got %s", relay.BackendWait)
+	case relay.Backend != "" && *takeover != "" && relay.NodeTable == "":
+		return command.Usagef("--takeover of a relay needs the --node-table its predecessor wrote: without it no node ID the kernel holds means anything")
 	}
 	if *session != "" {
 		tuneGC()
@@ -99,7 +119,22 @@ func run(ctx context.Context, args []string, s command.Streams) error {
 	}
 
 	tuneGC()
+	if relay.Backend != "" {
+		return runRelay(ctx, fl.Arg(0), opts, relay, h, s.Err)
+	}
 	return dummyfs.Run(ctx, fl.Arg(0), opts, h, s.Err)
+}
+
+// runRelay serves the relay of relay.Backend at mountpoint as dummyfs.Run serves dummy-file.txt.
+func runRelay(ctx context.Context, mountpoint string, opts dummyfs.Options, relay relayfs.Options, h dummyfs.Handover, logw io.Writer) error {
+	relay.DirectIO, relay.AttrTimeout, relay.EntryTimeout, relay.Log = opts.DirectIO, opts.AttrTimeout, opts.EntryTimeout, logw
+	fs, err := relayfs.New(relay)
+	if err != nil {
+		return err
+	}
+	defer fs.Close()
+	opts.FS = fs
+	return dummyfs.Run(ctx, mountpoint, opts, h, logw)
 }
 
 // serveSession serves the connections of the keeper session inherited as path (/dev/fd/N).

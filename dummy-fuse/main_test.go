@@ -50,6 +50,11 @@ func TestRunFlags(t *testing.T) {
 		{[]string{"--read-latency", "-1s", "/mnt"}, 2, "", "--read-latency must not be negative"},
 		{[]string{"--takeover", "rec", "/mnt"}, 2, "", "--takeover needs MOUNTPOINT /dev/fd/N"},
 		{[]string{"--takeover", "/nonexistent/rec", "/dev/fd/3"}, 1, "", "read the handover record: open /nonexistent/rec: no such file"},
+		{[]string{"--backend-wait", "30s", "/mnt"}, 2, "", "--node-table and --backend-wait need --relay-backend"},
+		{[]string{"--relay-backend", "/b", "--read-latency", "1s", "/mnt"}, 2, "", "no --read-latency"},
+		{[]string{"--relay-backend", "/b", "--backend-wait", "0s", "/mnt"}, 2, "", "--backend-wait must be positive"},
+		{[]string{"--relay-backend", "/b", "--takeover", "rec", "/dev/fd/3"}, 2, "", "--takeover of a relay needs the --node-table"},
+		{[]string{"--relay-backend", "/nonexistent/dir", "/mnt"}, 1, "", "backend /nonexistent/dir: no such file"},
 	} {
 		var stdout, stderr bytes.Buffer
 		err := run(context.Background(), tc.args, command.Streams{Out: &stdout, Err: &stderr})

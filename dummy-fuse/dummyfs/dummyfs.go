@@ -62,6 +62,9 @@ type Options struct {
 	ReadLatency time.Duration
 	// Workers bounds how many requests are handled at once (DefaultWorkers when 0).
 	Workers int
+	// FS, when set, is served instead of the hello-world filesystem (the relay, package relayfs); the
+	// options above that describe the tree (DirectIO, timeouts, UID, GID, ReadLatency) are then its own.
+	FS fuse.RawFileSystem
 }
 
 // DefaultOptions returns the options the dummy-fuse command uses without flags.

@@ -120,7 +120,11 @@ func Takeover(fd int, record []byte, opts Options) (*Server, error) {
 }
 
 func newServer(mountpoint string, fd int, opts Options, mo *fuse.MountOptions) *Server {
-	return &Server{mountpoint: mountpoint, fd: fd, conn: NewConn(fd, New(opts), mo, opts.Workers), done: make(chan struct{})}
+	fs := opts.FS
+	if fs == nil {
+		fs = New(opts)
+	}
+	return &Server{mountpoint: mountpoint, fd: fd, conn: NewConn(fd, fs, mo, opts.Workers), done: make(chan struct{})}
 }
 
 // start serves the connection in the background.

@@ -42,8 +42,12 @@ func Run(ctx context.Context, mountpoint string, opts Options, h Handover, logw 
 		return err
 	}
 	if h.Record == nil && !IsMagicMountpoint(mountpoint) {
+		what := FileName
+		if opts.FS != nil {
+			what = opts.FS.String()
+		}
 		fmt.Fprintf(logw, "dummy-fuse: mounted %s at %s; stop with kill %d (SIGTERM) or umount %s\n",
-			FileName, mountpoint, os.Getpid(), mountpoint)
+			what, mountpoint, os.Getpid(), mountpoint)
 	}
 	select {
 	case <-srv.Done():

@@ -1,0 +1,165 @@
+package relayfs
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// backend is the real server's mount, reached through a descriptor of its root directory: every path
+// operation is relative to it (openat2), which also works from another mount namespace than the one the
+// backend is mounted in. When the server dies the descriptor turns dead (ENOTCONN); recover opens the root
+// again at its path, where the server's restarter mounts it anew.
+type backend struct {
+	path string
+	wait time.Duration
+	logf func(format string, a ...any)
+
+	// What the first root looked like: a new one must be the same kind of filesystem and, when the first was
+	// a mount point, a mount point too (otherwise the bare directory under a dead, unmounted backend would
+	// pass for an empty backend and every lookup would fail with ENOENT).
+	fsType    int64
+	mountRoot bool
+
+	mu     sync.Mutex
+	root   *rootFD
+	down   time.Time // when the backend was first found dead, zero while it serves
+	gaveUp bool      // the wait for it ran out (logged once per outage)
+}
+
+// rootFD is one open root directory. It is closed once the last operation that uses it has finished, so a
+// descriptor number is never reused under an operation still running.
+type rootFD struct {
+	fd   int
+	gen  uint64
+	refs sync.WaitGroup
+}
+
+func openBackend(path string, wait time.Duration, logf func(string, ...any)) (*backend, error) {
+	b := &backend{path: path, wait: wait, logf: logf}
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("backend %s: %w", path, err)
+	}
+	var fs unix.Statfs_t
+	if err := unix.Fstatfs(fd, &fs); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("backend %s: %w", path, err)
+	}
+	b.fsType = fs.Type
+	if b.mountRoot, err = isMountRoot(fd, path); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("backend %s: %w", path, err)
+	}
+	b.root = &rootFD{fd: fd}
+	return b, nil
+}
+
+// isMountRoot reports whether the directory fd (at path) is the root of a mount: another device than its
+// parent's.
+func isMountRoot(fd int, path string) (bool, error) {
+	var st, parent unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return false, err
+	}
+	if err := unix.Stat(filepath.Dir(filepath.Clean(path)), &parent); err != nil {
+		return false, err
+	}
+	return st.Dev != parent.Dev, nil
+}
+
+// acquire returns the current root; the caller calls release when its operation is done.
+func (b *backend) acquire() *rootFD {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	r := b.root
+	r.refs.Add(1)
+	return r
+}
+
+func (r *rootFD) release() { r.refs.Done() }
+
+// dead reports whether err says the backend's FUSE connection is gone: ENOTCONN for a connection that
+// ended, ECONNABORTED for a request that was in flight when it ended (fs/fuse/dev.c).
+func dead(err error) bool {
+	return errors.Is(err, unix.ENOTCONN) || errors.Is(err, unix.ECONNABORTED)
+}
+
+// recover is called by an operation on root generation gen that failed with cause (dead). It returns nil
+// once a root newer than gen serves (the operation is then retried), or cause when the backend did not come
+// back within b.wait of when it was first found dead: then every operation fails at once, after one more
+// try to open the root, until the backend serves again.
+func (b *backend) recover(gen uint64, cause error) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.root.gen != gen {
+		return nil // another operation brought a new root meanwhile
+	}
+	if b.down.IsZero() {
+		b.down, b.gaveUp = time.Now(), false
+		b.logf("backend %s is gone (%v); waiting up to %s for it to serve again", b.path, cause, b.wait)
+	}
+	deadline := b.down.Add(b.wait)
+	for {
+		fd, err := b.reopen()
+		if err == nil {
+			old := b.root
+			b.root = &rootFD{fd: fd, gen: old.gen + 1}
+			b.logf("backend %s serves again after %s", b.path, time.Since(b.down).Round(time.Millisecond))
+			b.down = time.Time{}
+			go func() { old.refs.Wait(); unix.Close(old.fd) }()
+			return nil
+		}
+		if !time.Now().Before(deadline) {
+			if !b.gaveUp {
+				b.gaveUp = true
+				b.logf("backend %s did not serve again within %s (last try: %v); answering %v until it does", b.path, b.wait, err, cause)
+			}
+			return cause
+		}
+		// Unlocked while sleeping would let other operations pile up tries; they wait here instead, bounded
+		// by the same deadline.
+		time.Sleep(retryEvery)
+	}
+}
+
+// retryEvery is how often recover tries to open the backend's root again: a server start takes tens to
+// hundreds of milliseconds, a try costs an open and two requests to it.
+const retryEvery = 10 * time.Millisecond
+
+// reopen opens the root at b.path and checks that a server answers there: the same kind of filesystem as at
+// the start, a mount point if it was one, and a STATFS answered.
+func (b *backend) reopen() (int, error) {
+	fd, err := unix.Open(b.path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, err
+	}
+	var fs unix.Statfs_t
+	err = unix.Fstatfs(fd, &fs)
+	switch {
+	case err != nil:
+	case fs.Type != b.fsType:
+		err = fmt.Errorf("filesystem type %#x, not %#x as at the start: not mounted yet", fs.Type, b.fsType)
+	case b.mountRoot:
+		var mounted bool
+		if mounted, err = isMountRoot(fd, b.path); err == nil && !mounted {
+			err = errors.New("not a mount point: not mounted yet")
+		}
+	}
+	if err != nil {
+		unix.Close(fd)
+		return -1, err
+	}
+	return fd, nil
+}
+
+func (b *backend) close() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	r := b.root
+	go func() { r.refs.Wait(); unix.Close(r.fd) }()
+}

@@ -1,0 +1,205 @@
+package relayfs
+
+import (
+	"errors"
+	"io"
+	"io/fs"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// handles are the open files and directory listings, by the handle the kernel got for them. A handle is
+// this process's epoch (random, in the high 32 bits) and a counter, so that the handles a successor hands
+// out do not clash with its predecessor's, which it adopts when the kernel uses them (Read, ReadDir).
+type handles struct {
+	mu    sync.Mutex
+	byFh  map[uint64]*handle
+	epoch uint64
+	next  uint32
+}
+
+func newHandles() *handles {
+	return &handles{byFh: map[uint64]*handle{}, epoch: uint64(rand.Uint32()|1) << 32}
+}
+
+// add registers h and returns its new handle.
+func (hs *handles) add(h *handle) uint64 {
+	hs.mu.Lock()
+	defer hs.mu.Unlock()
+	for {
+		hs.next++
+		fh := hs.epoch | uint64(hs.next)
+		if hs.byFh[fh] == nil {
+			hs.byFh[fh] = h
+			return fh
+		}
+	}
+}
+
+func (hs *handles) get(fh uint64) *handle {
+	hs.mu.Lock()
+	defer hs.mu.Unlock()
+	return hs.byFh[fh]
+}
+
+// adopt registers h under a predecessor's handle fh, unless another request adopted it first.
+func (hs *handles) adopt(fh uint64, h *handle) *handle {
+	hs.mu.Lock()
+	defer hs.mu.Unlock()
+	if old := hs.byFh[fh]; old != nil {
+		h.close()
+		return old
+	}
+	hs.byFh[fh] = h
+	return h
+}
+
+func (hs *handles) release(fh uint64) {
+	hs.mu.Lock()
+	h := hs.byFh[fh]
+	delete(hs.byFh, fh)
+	hs.mu.Unlock()
+	if h != nil {
+		h.close()
+	}
+}
+
+func (hs *handles) closeAll() {
+	hs.mu.Lock()
+	all := hs.byFh
+	hs.byFh = map[uint64]*handle{}
+	hs.mu.Unlock()
+	for _, h := range all {
+		h.close()
+	}
+}
+
+// handle is an open file (path + flags, the backend file open on some root) or a directory listing.
+type handle struct {
+	node  uint64
+	path  string
+	flags int
+	dir   []dirent // the listing of a directory handle (nil for a file)
+
+	mu     sync.Mutex
+	f      *os.File // the backend file; os.File keeps its descriptor until reads running on it are done
+	gen    uint64   // the root f was opened on
+	closed bool
+}
+
+// dirent is a directory entry: its name and its file type (S_IFMT bits).
+type dirent struct {
+	name string
+	typ  uint32
+}
+
+// newFileHandle describes a file opened with the kernel's open flags: read-only, and O_DIRECT passed on so
+// that a workload's direct reads reach the real server too.
+func newFileHandle(node uint64, path string, kernelFlags uint32) *handle {
+	return &handle{node: node, path: path, flags: unix.O_RDONLY | int(kernelFlags)&unix.O_DIRECT}
+}
+
+// open opens the file on root r unless it is open on r or a newer root.
+func (h *handle) open(r *rootFD) error {
+	_, err := h.file(r)
+	return err
+}
+
+func (h *handle) file(r *rootFD) (*os.File, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	switch {
+	case h.closed:
+		return nil, os.ErrClosed
+	case h.f != nil && h.gen >= r.gen:
+		return h.f, nil
+	}
+	fd, err := openAt(r, h.path, h.flags)
+	if err != nil {
+		return nil, err
+	}
+	if h.f != nil {
+		h.f.Close() // on a dead backend: the kernel fails its FLUSH at once
+	}
+	h.f, h.gen = os.NewFile(uintptr(fd), h.path), r.gen
+	return h.f, nil
+}
+
+// readAt reads from the file as opened on r (or on a newer root). A short read is the end of the file.
+func (h *handle) readAt(r *rootFD, buf []byte, off int64) (int, error) {
+	for try := 0; ; try++ {
+		f, err := h.file(r)
+		if err != nil {
+			return 0, err
+		}
+		n, err := f.ReadAt(buf, off)
+		switch {
+		case errors.Is(err, os.ErrClosed) && try < 3:
+			continue // another request opened it again on a new root and closed this one
+		case err == io.EOF:
+			err = nil
+		}
+		return n, err
+	}
+}
+
+func (h *handle) close() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.closed = true
+	if h.f != nil {
+		h.f.Close()
+		h.f = nil
+	}
+}
+
+// readDir lists the directory at path beneath r.
+func readDir(r *rootFD, path string) ([]dirent, error) {
+	fd, err := openAt(r, path, unix.O_RDONLY|unix.O_DIRECTORY)
+	if err != nil {
+		return nil, err
+	}
+	f := os.NewFile(uintptr(fd), path)
+	defer f.Close()
+	ents, err := f.ReadDir(-1)
+	if err != nil {
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err
+		}
+		return nil, err
+	}
+	// Sorted: a successor that lists the directory anew for its predecessor's handle pages through it by
+	// the same offsets, whatever order the backend lists it in.
+	slices.SortFunc(ents, func(a, b os.DirEntry) int { return strings.Compare(a.Name(), b.Name()) })
+	out := make([]dirent, len(ents))
+	for i, e := range ents {
+		out[i] = dirent{name: e.Name(), typ: fileType(e.Type())}
+	}
+	return out, nil
+}
+
+// fileType turns Go's type bits into the S_IFMT bits of a dirent.
+func fileType(m fs.FileMode) uint32 {
+	switch {
+	case m&fs.ModeDir != 0:
+		return syscall.S_IFDIR
+	case m&fs.ModeSymlink != 0:
+		return syscall.S_IFLNK
+	case m&fs.ModeNamedPipe != 0:
+		return syscall.S_IFIFO
+	case m&fs.ModeSocket != 0:
+		return syscall.S_IFSOCK
+	case m&fs.ModeCharDevice != 0:
+		return syscall.S_IFCHR
+	case m&fs.ModeDevice != 0:
+		return syscall.S_IFBLK
+	}
+	return syscall.S_IFREG
+}
