@@ -1,8 +1,10 @@
 package main
 
 import (
+	"archive/tar"
 	"bytes"
 	"errors"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -10,7 +12,10 @@ import (
 	"testing"
 
 	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
+
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/fuseserver"
 )
 
 func TestRun(t *testing.T) {
@@ -66,5 +71,50 @@ func TestRunRejects(t *testing.T) {
 	}
 	if _, err := os.Stat(out); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("a rejected run left %s behind (stat err %v)", out, err)
+	}
+}
+
+// TestServedTree: --served-tree puts the file every FUSE server serves, with its content, below the given dir
+// (where the image's fake GCS server finds its bucket).
+func TestServedTree(t *testing.T) {
+	dir := t.TempDir()
+	out := filepath.Join(dir, "img.tar")
+	if err := run([]string{"--tag", "example/tree:v1", "--output", out, "--served-tree", "/srv/gcs/bucket"}, &bytes.Buffer{}); err != nil {
+		t.Fatal(err)
+	}
+	tag, err := name.NewTag("example/tree:v1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := tarball.ImageFromPath(out, &tag)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc := mutate.Extract(img)
+	defer rc.Close()
+	files := map[string]string{}
+	tr := tar.NewReader(rc)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h.Typeflag == tar.TypeReg {
+			b, err := io.ReadAll(tr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			files[h.Name] = string(b)
+		}
+	}
+	want := "srv/gcs/bucket/" + fuseserver.ServedFile
+	if got, ok := files[strings.TrimPrefix(want, "/")]; !ok || got != fuseserver.Content {
+		t.Errorf("image files %v: want %s holding %q", files, want, fuseserver.Content)
+	}
+	if err := run([]string{"--tag", "example/tree:v1", "--output", out, "--served-tree", "relative/dir"}, &bytes.Buffer{}); err == nil {
+		t.Error("a relative --served-tree was accepted")
 	}
 }
