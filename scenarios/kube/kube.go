@@ -392,7 +392,13 @@ func (b *Backend) Setup(ctx context.Context, sc *scenarios.Scenario, env *scenar
 		return fmt.Errorf("PVC %s not bound to PV %s: %w", b.n.pvc, b.n.pv, err)
 	}
 	b.logf("PVC %s bound", b.n.pvc)
-	pod, err := b.man.workloadPod(sc, b.n, b.opts.Image, b.opts.ReadInterval, labels)
+	var server podServer
+	if sc.Pod.Sidecar != nil {
+		if server, err = b.pluginServer(ctx); err != nil {
+			return err
+		}
+	}
+	pod, err := b.man.workloadPod(sc, b.n, b.opts.Image, b.opts.ReadInterval, labels, server)
 	if err != nil {
 		return err
 	}
