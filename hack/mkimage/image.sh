@@ -3,8 +3,10 @@
 # container engine (hack/mkimage, github.com/google/go-containerregistry):
 #   _output/images/dummy-fuse-csi-<version>.tar  dummy-fuse-csi:<version>  csi-plugin, csi-remediate,
 #                                                 dummy-fuse, dummy-fuse-workload in /usr/local/bin (no ENTRYPOINT);
-#                                                 the real FUSE servers of make servers (gcsfuse, fake-gcs-server)
-#                                                 beside them, and the fake GCS server's bucket in $GCS_DATA
+#                                                 the real FUSE servers of make servers beside them: gcsfuse and
+#                                                 fake-gcs-server (static), with the fake's bucket in $GCS_DATA;
+#                                                 Debian's squashfuse with its shared libraries and the dynamic
+#                                                 loader at their host paths, and its image $SQUASHFS_IMAGE
 #   _output/images/dummy-fuse-csi-<version>-next.tar  the same with the next build of csi-plugin and dummy-fuse
 #                                                 (<version>-next), for the keeper-upgrade scenario
 #   _output/images/pause-3.10.tar                dummy-fuse-csi/pause:3.10  the cluster's pod sandbox image
@@ -25,6 +27,7 @@ IMAGE_CMDS=${IMAGE_CMDS:-csi-plugin csi-remediate dummy-fuse dummy-fuse-workload
 # (-data: one dir per bucket; the chart's fake-gcs container reads it).
 IMAGE_SERVERS=${IMAGE_SERVERS:-gcsfuse fake-gcs-server}
 GCS_DATA=/usr/local/share/dummy-fuse-csi/gcs
+SQUASHFS_IMAGE=/usr/local/share/dummy-fuse-csi/tree.squashfs
 # Reproducible: stamp the images with the commit time, as SOURCE_DATE_EPOCH asks.
 CREATED=${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || echo 0)}
 
@@ -44,6 +47,13 @@ for server in $IMAGE_SERVERS; do
   server_files+=(--file "$BIN/servers/$server:/usr/local/bin/$server")
   statics+=("servers/$server")
 done
+# squashfuse is Debian's dynamically linked build (make servers installs it): the libraries ldd names, at the
+# same paths (the loader's default dirs), the loader at the path the executable names.
+squashfuse=$(command -v squashfuse) || { echo "image: no squashfuse (make servers)" >&2; exit 1; }
+server_files+=(--file "$squashfuse:/usr/local/bin/squashfuse" --squashfs-tree "$SQUASHFS_IMAGE")
+while read -r lib; do
+  server_files+=(--file "$lib:$lib")
+done < <(ldd "$squashfuse" | awk '$2 == "=>" && $3 ~ /^\// {print $3} $1 ~ /^\// {print $1}')
 # FROM scratch has no libc: refuse a binary that was linked against one.
 for bin in $IMAGE_CMDS pause "${statics[@]}"; do
   if ! go version -m "$BIN/$bin" | grep -q 'CGO_ENABLED=0'; then
