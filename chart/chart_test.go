@@ -658,7 +658,7 @@ func TestSchemaAcceptsDefaults(t *testing.T) {
 
 // TestLint runs helm's own linter (what `helm lint` runs) for the default and the sidecar values.
 func TestLint(t *testing.T) {
-	for _, sets := range [][]string{nil, sidecarSets, {"csi.plugin.restoreStrategy=stack"}, {"remediation.enabled=true"}, {"csi.plugin.fuseServer=gcsfuse"}} {
+	for _, sets := range [][]string{nil, sidecarSets, {"csi.plugin.restoreStrategy=stack"}, {"remediation.enabled=true"}, {"csi.plugin.fuseServer=gcsfuse"}, {"csi.plugin.fuseServer=squashfuse"}} {
 		linter := lint.All(".", userValues(t, sets...), releaseNamespace, false)
 		for _, m := range linter.Messages {
 			if m.Severity >= support.WarningSev {
@@ -1099,8 +1099,8 @@ func TestClusterDownKnowsTheStateDirs(t *testing.T) {
 
 // TestFuseServer: csi.plugin.fuseServer=gcsfuse gives the plugin gcsfuse's flags and the fake GCS server it
 // reads as a native sidecar that serves before the plugin starts, on the pod's loopback at the host:port that
-// is both gcsfuse's endpoint and the fake's public host; dummy-fuse, the default, adds neither; the keeper
-// mode and direct I/O refuse gcsfuse.
+// is both gcsfuse's endpoint and the fake's public host; squashfuse gets its image; dummy-fuse, the default,
+// adds nothing; the keeper mode and direct I/O refuse the real servers.
 func TestFuseServer(t *testing.T) {
 	d := render(t)
 	wantNoArg(t, container(t, d.ds, pluginContainer), "--fuse-server")
@@ -1156,6 +1156,19 @@ func TestFuseServer(t *testing.T) {
 		})
 	}
 
+	// squashfuse reads the image's squashfs image and needs nothing beside it.
+	for _, mode := range []string{"child", "sidecar"} {
+		o := render(t, "csi.plugin.fuseServer=squashfuse", "csi.plugin.fuseMode="+mode)
+		checkInvariants(t, o, defaultKubelet, defaultDriver, "/var/lib/dummy-fuse-csi")
+		p := container(t, o.ds, pluginContainer)
+		wantArg(t, p, "--fuse-server", "--fuse-server=squashfuse")
+		wantArg(t, p, "--fuse-server-path", "--fuse-server-path=/usr/local/bin/squashfuse")
+		wantArg(t, p, "--fuse-server-opt", "--fuse-server-opt=image=/usr/local/share/dummy-fuse-csi/tree.squashfs")
+		if n := len(o.ds.Spec.Template.Spec.InitContainers); n != 0 {
+			t.Errorf("squashfuse, %s mode: %d init containers, want none", mode, n)
+		}
+	}
+
 	for _, tc := range []struct {
 		sets []string
 		want string
@@ -1163,7 +1176,8 @@ func TestFuseServer(t *testing.T) {
 		{[]string{"csi.plugin.fuseServer=gcsfuse", "csi.plugin.fuseMode=keeper"}, "keeper"},
 		{[]string{"csi.plugin.fuseServer=gcsfuse", "csi.plugin.directIO=true"}, "direct-I/O"},
 		{[]string{"csi.plugin.fuseServer=gcsfuse", "gcsfuse.fakeGCS.port=9809"}, "healthPort"},
-		{[]string{"csi.plugin.fuseServer=squashfuse"}, "fuseServer"},
+		{[]string{"csi.plugin.fuseServer=squashfuse", "csi.plugin.fuseMode=keeper"}, "keeper"},
+		{[]string{"csi.plugin.fuseServer=bindfs"}, "fuseServer"},
 	} {
 		if _, err := renderChart(loadChart(t), userValues(t, tc.sets...)); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("values %q: %v, want a refusal naming %s", tc.sets, err, tc.want)

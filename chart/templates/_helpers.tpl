@@ -68,6 +68,9 @@ The sidecar mode's pods run `csi-plugin sidecar` with the same flags (the scenar
 {{- if eq $server "gcsfuse" }}
 - --fuse-server-opt=endpoint=http://{{ include "dummy-fuse-csi.fakeGCSHost" . }}/storage/v1/
 - --fuse-server-opt=metadata-cache-ttl-secs={{ .Values.gcsfuse.metadataCacheTTLSecs }}
+{{- else if eq $server "squashfuse" }}
+{{- /* The squashfs image of the served tree that make image puts into the image. */}}
+- --fuse-server-opt=image=/usr/local/share/dummy-fuse-csi/tree.squashfs
 {{- end }}
 {{- end }}
 {{- end }}
