@@ -88,7 +88,7 @@ export BACKEND
 scenario-%: ## run one scenario (checks the name, then builds): make scenario-restart (BACKEND=local|kube, SCENARIO_FLAGS=--keep)
 	hack/scenario.sh $*
 
-scenarios: ## build, then run every scenario of the catalog; reports in _output/runs/<time>-<name>/, recorded in scenarios/results
+scenarios: ## build, then run every scenario of the catalog (FUSE_SERVER=gcsfuse|squashfuse: with a real server); reports in _output/runs/<time>-<name>/, recorded in scenarios/results
 	hack/scenario.sh all
 
 scenarios-doc: ## regenerate scenarios/README.md's per-version table from the files of scenarios/results

@@ -4,6 +4,8 @@
 # BACKEND=kube runs them on the cluster of the current kubeconfig (make cluster-up or make kind-up), with the
 # chart installed for each scenario and removed after it.
 # SCENARIO_FLAGS adds dfc-scenario flags, e.g. SCENARIO_FLAGS="--keep" or "--backoff-base=10s".
+# FUSE_SERVER=gcsfuse|squashfuse runs the scenarios that hold for every server with that real server (make
+# servers first) instead of dummy-fuse.
 # A run of the whole catalog (all) is recorded: the result.json of its run dirs (_output/runs) go into a file
 # of $RESULTS (default scenarios/results; RESULTS= records nothing), and scenarios/README.md's per-version table
 # is generated again from those files (make scenarios-doc). An interrupted run is not recorded.
@@ -14,6 +16,7 @@ source hack/lib.sh
 
 BIN=${BIN:-$PWD/bin}
 BACKEND=${BACKEND:-local}
+FUSE_SERVER=${FUSE_SERVER:-dummy-fuse}
 if [ $# -eq 0 ]; then
   echo "usage: $0 SCENARIO... | all | list" >&2
   exit 2
@@ -28,7 +31,7 @@ if [ "$1" = list ]; then
   exec "$BIN/dfc-scenario" --list
 fi
 read -r -a flags <<<"${SCENARIO_FLAGS:-}"
-args=(--backend="$BACKEND" --bin-dir="$BIN" "${flags[@]}" "$@")
+args=(--backend="$BACKEND" --bin-dir="$BIN" --fuse-server="$FUSE_SERVER" "${flags[@]}" "$@")
 "$BIN/dfc-scenario" --check "${args[@]}" || exit
 # The commit the binaries are built from, taken before the build: the tree may change while it runs.
 commit=$(git describe --always --dirty --abbrev=7 2>/dev/null || echo unknown)
@@ -43,6 +46,6 @@ trap 'interrupted=1' INT TERM # dfc-scenario gets the signal too, and cleans up 
 trap - INT TERM
 [ -z "$interrupted" ] || exit "$rc"
 go run ./scenarios/cmd/scenariodoc record -out "$RESULTS" -commit "$commit" -since "$since" \
-  -command "make scenarios BACKEND=$BACKEND${SCENARIO_FLAGS:+ SCENARIO_FLAGS=\"$SCENARIO_FLAGS\"}" _output/runs &&
+  -command "make scenarios BACKEND=$BACKEND FUSE_SERVER=$FUSE_SERVER${SCENARIO_FLAGS:+ SCENARIO_FLAGS=\"$SCENARIO_FLAGS\"}" _output/runs &&
   go run ./scenarios/cmd/scenariodoc || rc=1
 exit "$rc"

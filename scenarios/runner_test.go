@@ -241,7 +241,7 @@ func TestValidateRejectsUnknownComponent(t *testing.T) {
 	sc := restartScenario(t)
 	for step, want := range map[string]scenarios.Step{
 		`unknown component "kernel"`:                    scenarios.Kill("kernel"),
-		"FUSE server without the keeper FUSE mode":      scenarios.Kill(scenarios.FuseServer),
+		"a FUSE server can only be killed":              scenarios.Start(scenarios.FuseServer),
 		"keeper container without the keeper FUSE mode": scenarios.Start(scenarios.KeeperContainer),
 		"the plugin container cannot be upgraded":       scenarios.Upgrade(scenarios.PluginContainer),
 	} {

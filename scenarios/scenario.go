@@ -581,6 +581,11 @@ func (s *Scenario) Validate() error {
 			if st.Component == SidecarContainer && s.Pod.Sidecar == nil {
 				return fmt.Errorf("scenario %s: step %d: the pod has no sidecar", s.Name, i+1)
 			}
+			// Outside the keeper mode nobody starts a FUSE server again but the plugin's restore, and in the
+			// sidecar mode the sidecar container is what dies.
+			if st.Component == FuseServer && s.Plugin.FuseMode != FuseModeKeeper && (st.Action != ActKill || s.Plugin.FuseMode == FuseModeSidecar) {
+				return fmt.Errorf("scenario %s: step %d: outside the keeper FUSE mode a FUSE server can only be killed, and only in the child mode", s.Name, i+1)
+			}
 			if st.Component == KeeperContainer && s.Plugin.FuseMode != FuseModeKeeper {
 				return fmt.Errorf("scenario %s: step %d: %s without the keeper FUSE mode", s.Name, i+1, st.Component.Noun())
 			}

@@ -253,7 +253,7 @@ func options(opts map[string]string, known []string, required ...string) error {
 	}
 	for _, r := range required {
 		if opts[r] == "" {
-			return fmt.Errorf("needs --fuse-server-opt=%s=...", r)
+			return fmt.Errorf("needs its setting %s (--fuse-server-opt=%s=<value>)", r, r)
 		}
 	}
 	return nil

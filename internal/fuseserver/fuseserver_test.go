@@ -16,10 +16,10 @@ func TestBadSpecsAreRefusedWithTheReason(t *testing.T) {
 		want string
 	}{
 		"unknown server":         {fuseserver.Spec{Name: "sshfs", Path: "/bin/true"}, "known: dummy-fuse, gcsfuse, squashfuse"},
-		"gcsfuse, no endpoint":   {fuseserver.Spec{Name: "gcsfuse", Path: "/bin/true"}, "needs --fuse-server-opt=endpoint="},
+		"gcsfuse, no endpoint":   {fuseserver.Spec{Name: "gcsfuse", Path: "/bin/true"}, "needs its setting endpoint"},
 		"gcsfuse, typo":          {fuseserver.Spec{Name: "gcsfuse", Path: "/bin/true", Opts: map[string]string{"endpont": "x"}}, `unknown setting "endpont" (known: endpoint, bucket, metadata-cache-ttl-secs)`},
 		"gcsfuse, direct I/O":    {fuseserver.Spec{Name: "gcsfuse", Path: "/bin/true", Opts: map[string]string{"endpoint": "x"}, DirectIO: true}, "no direct-I/O"},
-		"squashfuse, no image":   {fuseserver.Spec{Name: "squashfuse", Path: "/bin/true"}, "needs --fuse-server-opt=image="},
+		"squashfuse, no image":   {fuseserver.Spec{Name: "squashfuse", Path: "/bin/true"}, "needs its setting image"},
 		"squashfuse, bad image":  {fuseserver.Spec{Name: "squashfuse", Path: "/bin/true", Opts: map[string]string{"image": "/nonexistent"}}, "is not a regular file"},
 		"dummy-fuse, a setting":  {fuseserver.Spec{Path: "/bin/true", Opts: map[string]string{"bucket": "b"}}, `unknown setting "bucket"`},
 		"missing executable":     {fuseserver.Spec{Name: "gcsfuse", Path: "/nonexistent/gcsfuse"}, "no such file"},

@@ -77,6 +77,7 @@ func TestRealServersLoseTheirMountsAsUsersSee(t *testing.T) {
 				}
 				os.Chmod(mnt, 0o755)
 				var p *testenv.Proc
+				started := time.Now()
 				if onFD {
 					p = startOnFD(t, lab, server, mnt)
 				} else {
@@ -87,6 +88,9 @@ func TestRealServersLoseTheirMountsAsUsersSee(t *testing.T) {
 					b, err := testenv.ReadFile(t, path, 5*time.Second)
 					return err == nil && string(b) == fuseserver.Content
 				})
+				// Figures for the record (go test -v), not asserted: how long until it served, what it holds.
+				t.Logf("%s %s: served %q after %v, VmRSS %s", name, placement, fuseserver.Content,
+					time.Since(started).Round(time.Millisecond), vmRSS(p.PID()))
 
 				// A read in flight: the file is opened with O_DIRECT (the page cache holds what was read before: gcsfuse
 				// and dummy-fuse keep it), the server stopped, and the read waits inside the kernel for it.
@@ -147,6 +151,20 @@ func startOnFD(t *testing.T, lab *testenv.Lab, server fuseserver.Server, mnt str
 	cmd.Dir = "/"
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobody, Gid: nobody}}
 	return lab.Start(server.Name()+" on fd", cmd)
+}
+
+// vmRSS is the resident memory of pid as /proc/<pid>/status says it.
+func vmRSS(pid int) string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return err.Error()
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	return "unknown"
 }
 
 // allStopped reports whether every thread of pid is stopped (state T in /proc/<pid>/task/*/stat).

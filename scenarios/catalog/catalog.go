@@ -87,6 +87,27 @@ func childScenarios() []scenarios.Scenario {
 			},
 		},
 		{
+			Name:    "server-kill-in-flight",
+			Servers: scenarios.AllServers,
+			Title:   "The FUSE server dies while a read is inside it (child placement)",
+			Shows: "The plugin's FUSE server is stopped, the workload's next read (O_DIRECT, so it reaches the server) " +
+				"waits inside it, then the server is killed: that read fails with ECONNABORTED (the kernel aborts " +
+				"what the connection still owed), every access after it with ENOTCONN. The same for every server.",
+			Plugin: scenarios.Plugin{},
+			Pod: scenarios.Pod{RestartPolicy: scenarios.RestartAlways, Containers: []scenarios.Container{
+				{Name: reader, KeepOpen: true, DirectIO: true},
+			}},
+			Steps: []scenarios.Step{warmUp, scenarios.Kill(scenarios.FuseServer), untilENOTCONN, scenarios.Observe(scenarios.Dur{Reads: 3})},
+			Expect: []scenarios.Expectation{
+				{Check: scenarios.FailsWith{C: reader, Errno: "ECONNABORTED", Within: scenarios.Dur{Fixed: 5 * time.Second, Reads: 2}}},
+				{Check: scenarios.FailsWith{C: reader, Errno: "ENOTCONN", Within: scenarios.Dur{Fixed: 5 * time.Second, Reads: 4}}},
+				{Check: scenarios.KeepsFailing{C: reader, Errno: "ENOTCONN", After: scenarios.AfterKill}},
+				{Check: scenarios.Restarts{C: reader, Min: 0, Max: 0}},
+			},
+			Backends:    []string{scenarios.BackendLocal},
+			BackendsWhy: "the kube backend cannot yet stop and kill one FUSE server inside the plugin container",
+		},
+		{
 			Name:    "restart-no-restore",
 			Servers: scenarios.AllServers,
 			Title:   "Plugin restart without restoreMounts, workload keeps running",

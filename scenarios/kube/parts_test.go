@@ -13,6 +13,9 @@ import (
 // the component of, and a step on a missing component fails before any API call (no cluster needed).
 func TestParts(t *testing.T) {
 	for _, sc := range catalog.All() {
+		if sc.RunsOn(scenarios.BackendKube) != nil {
+			continue // a row of the local backend only
+		}
 		b := New(Options{Repo: t.TempDir(), Image: "example.invalid/dfc:test"})
 		b.sc = &sc
 		env, err := scenarios.NewEnv(t.TempDir())

@@ -64,9 +64,11 @@ func (s *serverPart) pluginArgs() []string {
 	return spec.Args()
 }
 
-// kill kills the FUSE server serving the volume in the child mode: the plugin's child running the server's
-// executable (SIGKILL, as a crash would). In the sidecar mode the sidecar container is the thing to kill.
-func (s *serverPart) kill(context.Context) error {
+// kill kills the FUSE server serving the volume in the child mode (the plugin's child running the server's
+// executable) while a read is inside it, as a crash under load would: it stops the server (SIGSTOP), lets three
+// of the workload's read intervals pass so that a read reaches it and waits, then sends SIGKILL. In the sidecar
+// mode the sidecar container is the thing to kill.
+func (s *serverPart) kill(ctx context.Context) error {
 	b := s.b
 	if b.plugin == nil || b.sc.Plugin.FuseMode == scenarios.FuseModeSidecar {
 		return errUnsupported
@@ -75,9 +77,20 @@ func (s *serverPart) kill(context.Context) error {
 	if len(pids) != 1 {
 		return fmt.Errorf("kill FUSE server: the plugin (pid %d) runs %d processes of %s, want 1", b.plugin.pid(), len(pids), s.path)
 	}
-	b.logf("kill FUSE server %s pid %d", b.sc.Plugin.Server(), pids[0])
-	b.rec.Add(scenarios.Event{Source: scenarios.SrcComponent, Component: scenarios.FuseServer, Kind: scenarios.KKilled, Message: fmt.Sprintf("SIGKILL %s pid %d", b.sc.Plugin.Server(), pids[0])})
-	return syscall.Kill(pids[0], syscall.SIGKILL)
+	pid, name := pids[0], b.sc.Plugin.Server()
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		return fmt.Errorf("stop FUSE server %s pid %d: %w", name, pid, err)
+	}
+	wait := 3 * b.opts.ReadInterval
+	b.logf("FUSE server %s pid %d stopped (SIGSTOP); SIGKILL in %s, with a read inside it", name, pid, wait)
+	select {
+	case <-ctx.Done():
+	case <-time.After(wait):
+	}
+	b.rec.Add(scenarios.Event{Source: scenarios.SrcComponent, Component: scenarios.FuseServer, Kind: scenarios.KKilled,
+		Message: fmt.Sprintf("SIGKILL %s pid %d, stopped for %s with a read inside it", name, pid, wait)})
+	// SIGKILL ends a stopped process too; the plugin reaps it.
+	return syscall.Kill(pid, syscall.SIGKILL)
 }
 
 func (s *serverPart) teardown() error {

@@ -25,7 +25,9 @@ type Record struct {
 	Scenario string `json:"scenario"`
 	Backend  string `json:"backend"`
 	Kubelet  string `json:"kubelet"`
-	Result   string `json:"result"` // PASS, FAIL or NOT RUNNABLE
+	// Server is the FUSE server the run's plugin ran (internal/fuseserver); empty in records of dummy-fuse.
+	Server string `json:"server,omitempty"`
+	Result string `json:"result"` // PASS, FAIL or NOT RUNNABLE
 	// Held of Expected expected outcomes for this kubelet held; Failed says which did not, and why a run that
 	// could not be carried out failed.
 	Held     int      `json:"held"`
@@ -71,7 +73,8 @@ func measuredOf(o *scenarios.Outcome) Measured {
 // RecordOf is the record of an outcome.
 func RecordOf(o *scenarios.Outcome) Record {
 	r := Record{Scenario: o.Scenario.Name, Backend: o.Backend, Kubelet: o.Kubelet.String(), Result: o.Result(),
-		Start: o.Start.UTC().Format(time.RFC3339), ReadInterval: o.Timing.ReadInterval.Seconds(), Kernel: kernel(),
+		Server: o.Scenario.Plugin.FuseServer,
+		Start:  o.Start.UTC().Format(time.RFC3339), ReadInterval: o.Timing.ReadInterval.Seconds(), Kernel: kernel(),
 		Measured: measuredOf(o), Expected: len(o.Verdicts)}
 	for _, v := range o.Verdicts {
 		if v.Result.OK {
@@ -104,7 +107,9 @@ type Results struct {
 	Date    string `json:"date"`   // the first run's start, RFC 3339, UTC
 	Backend string `json:"backend"`
 	Kubelet string `json:"kubelet"`
-	Kernel  string `json:"kernel"`
+	// Server is the FUSE server of every run (Record.Server).
+	Server string `json:"server,omitempty"`
+	Kernel string `json:"kernel"`
 	// Command is what ran the catalog (make ci-kube, make scenarios).
 	Command string `json:"command"`
 	// Note says anything else a reader of the figures needs (e.g. how the records were obtained).
@@ -146,9 +151,11 @@ func Collect(since time.Time, dirs ...string) ([]*Results, error) {
 	slices.SortStableFunc(recs, func(a, b Record) int { return strings.Compare(a.Start, b.Start) })
 	var out []*Results
 	for _, r := range recs {
-		i := slices.IndexFunc(out, func(rs *Results) bool { return rs.Backend == r.Backend && rs.Kubelet == r.Kubelet })
+		i := slices.IndexFunc(out, func(rs *Results) bool {
+			return rs.Backend == r.Backend && rs.Kubelet == r.Kubelet && rs.Server == r.Server
+		})
 		if i < 0 {
-			out = append(out, &Results{Date: r.Start, Backend: r.Backend, Kubelet: r.Kubelet, Kernel: r.Kernel})
+			out = append(out, &Results{Date: r.Start, Backend: r.Backend, Kubelet: r.Kubelet, Server: r.Server, Kernel: r.Kernel})
 			i = len(out) - 1
 		}
 		out[i].Runs = append(out[i].Runs, r)
@@ -156,7 +163,8 @@ func Collect(since time.Time, dirs ...string) ([]*Results, error) {
 	return out, nil
 }
 
-// Write writes rs as indented JSON to dir/<date>-<commit>-<backend>-<kubelet>.json and returns the path.
+// Write writes rs as indented JSON to dir/<date>-<commit>-<backend>-<kubelet>[-<server>].json and returns the
+// path.
 func (rs *Results) Write(dir string) (string, error) {
 	b, err := json.MarshalIndent(rs, "", "  ")
 	if err != nil {
@@ -166,7 +174,11 @@ func (rs *Results) Write(dir string) (string, error) {
 	if len(date) > 13 {
 		date = date[:13] // 20261126T1314
 	}
-	path := filepath.Join(dir, fmt.Sprintf("%s-%s-%s-%s.json", date, rs.Commit, rs.Backend, rs.Kubelet))
+	server := ""
+	if rs.Server != "" {
+		server = "-" + rs.Server
+	}
+	path := filepath.Join(dir, fmt.Sprintf("%s-%s-%s-%s%s.json", date, rs.Commit, rs.Backend, rs.Kubelet, server))
 	if err := atomicfile.Write(path, append(b, '\n'), 0o644); err != nil {
 		return "", err
 	}

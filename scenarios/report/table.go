@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/fuseserver"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/gendoc"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
 )
@@ -24,13 +25,15 @@ var tableBackends = []string{scenarios.BackendLocal, scenarios.BackendKube}
 // of the newest record of that scenario on that kubelet, or "not recorded". files are the paths the results
 // were read from (LoadResults); the sources that gave a cell are listed below the table.
 func VersionTable(catalog []scenarios.Scenario, results []*Results, files []string) string {
-	type key struct{ scenario, backend, kubelet string }
+	type key struct{ scenario, server, backend, kubelet string }
 	newest := map[key]Record{}
 	source := map[key]int{}
+	recorded := map[[2]string]bool{} // scenario, server
 	var versions []string
 	for i, rs := range results {
 		for _, r := range rs.Runs {
-			k := key{r.Scenario, r.Backend, r.Kubelet}
+			k := key{r.Scenario, r.Server, r.Backend, r.Kubelet}
+			recorded[[2]string{r.Scenario, r.Server}] = true
 			newest[k], source[k] = r, i // later files and later runs are newer
 			if !slices.Contains(versions, r.Kubelet) {
 				versions = append(versions, r.Kubelet)
@@ -47,19 +50,32 @@ func VersionTable(catalog []scenarios.Scenario, results []*Results, files []stri
 	b.WriteString("\n|---|---|" + strings.Repeat("---|---|", len(tableBackends)) + "\n")
 	used := map[int]bool{}
 	for _, sc := range catalog {
-		for _, v := range versions {
-			fmt.Fprintf(&b, "| `%s` | %s |", sc.Name, v)
-			for _, be := range tableBackends {
-				k := key{sc.Name, be, v}
-				r, ok := newest[k]
-				if !ok {
-					b.WriteString(" not recorded | |")
-					continue
-				}
-				used[source[k]] = true
-				fmt.Fprintf(&b, " %s | %s |", verdictCell(r), measuredCell(r.Measured))
+		// dummy-fuse's rows always; a real server's (the scenario's Servers) once a record names it.
+		servers := []string{""}
+		for _, srv := range sc.Servers {
+			if srv != fuseserver.DummyFuse && recorded[[2]string{sc.Name, srv}] {
+				servers = append(servers, srv)
 			}
-			b.WriteString("\n")
+		}
+		for _, srv := range servers {
+			for _, v := range versions {
+				label := "`" + sc.Name + "`"
+				if srv != "" {
+					label += " with " + srv
+				}
+				fmt.Fprintf(&b, "| %s | %s |", label, v)
+				for _, be := range tableBackends {
+					k := key{sc.Name, srv, be, v}
+					r, ok := newest[k]
+					if !ok {
+						b.WriteString(" not recorded | |")
+						continue
+					}
+					used[source[k]] = true
+					fmt.Fprintf(&b, " %s | %s |", verdictCell(r), measuredCell(r.Measured))
+				}
+				b.WriteString("\n")
+			}
 		}
 	}
 	b.WriteString("\nRecorded runs the cells come from (a cell shows the newest record of its scenario, kubelet and backend):\n\n")
@@ -67,8 +83,12 @@ func VersionTable(catalog []scenarios.Scenario, results []*Results, files []stri
 		if !used[i] {
 			continue
 		}
-		fmt.Fprintf(&b, "- [`%s`](results/%s): backend `%s`, kubelet %s, `%s` at %s, %s, Linux %s, %d runs",
-			filepath.Base(files[i]), filepath.Base(files[i]), rs.Backend, rs.Kubelet, rs.Command, rs.Commit, rs.Date, rs.Kernel, len(rs.Runs))
+		server := ""
+		if rs.Server != "" {
+			server = ", FUSE server " + rs.Server
+		}
+		fmt.Fprintf(&b, "- [`%s`](results/%s): backend `%s`, kubelet %s%s, `%s` at %s, %s, Linux %s, %d runs",
+			filepath.Base(files[i]), filepath.Base(files[i]), rs.Backend, rs.Kubelet, server, rs.Command, rs.Commit, rs.Date, rs.Kernel, len(rs.Runs))
 		if len(rs.Runs) > 0 {
 			fmt.Fprintf(&b, ", default read interval %gs", rs.Runs[0].ReadInterval)
 		}
