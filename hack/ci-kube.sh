@@ -9,8 +9,7 @@
 # of scenarios/results, and scenarios/README.md's per-version table is generated again from those files (make
 # scenarios-doc). On the newest release's cluster, after its catalog, each real FUSE server of SERVERS runs the
 # scenarios that hold for every server (the catalog's Servers; the others are left out) with the image's build
-# of that server; those runs are not recorded (a record names no FUSE server yet: the table is dummy-fuse's).
-# Prints each step's duration and the total. Needs root.
+# of that server, recorded in a file of its own. Prints each step's duration and the total. Needs root.
 #
 # Environment: DFC_KUBE_ARTIFACTS (parent of one directory of run dirs and summary per release, and per
 # release-server for the real servers; default _output/kube-e2e/ci-<time>).
@@ -43,7 +42,8 @@ ARTIFACTS=${DFC_KUBE_ARTIFACTS:-$PWD/_output/kube-e2e/ci-$(date +%Y%m%d-%H%M%S)}
 export DFC_REQUIRE_PRIVILEGED=1 KUBECONFIG=$KUBECONFIG_PATH
 COMMIT=$(git describe --always --dirty --abbrev=7 2>/dev/null || echo unknown)
 
-# record VERSION: the result.json of the release's run dirs into scenarios/results, then the README's table.
+# record DIR: the result.json of the run dirs in $ARTIFACTS/DIR (a release's, or a release's with a real FUSE
+# server: the records name it) into scenarios/results, then the README's table.
 # shellcheck disable=SC2317 # run through timed
 record() {
   go run ./scenarios/cmd/scenariodoc record -commit "$COMMIT" -command "make ci-kube" "$ARTIFACTS/$1" &&
@@ -93,6 +93,7 @@ for run in "${RUNS[@]}"; do
       for server in "${SERVERS[@]}"; do
         timed "test-kube $version: FUSE server $server" env DFC_KUBE_ARTIFACTS="$ARTIFACTS/$version-$server" \
           DFC_FUSE_SERVER="$server" DFC_SCENARIOS= "$MAKE" test-kube || failed=1
+        timed "record $version, FUSE server $server" record "$version-$server" || failed=1
       done
     fi
   else
