@@ -608,6 +608,9 @@ func TestSchemaRejects(t *testing.T) {
 		{"remediation.rateLimit=10x", "/remediation/rateLimit", isPattern},
 		{"remediation.rateLimit=10", "/remediation/rateLimit", isType}, // --set makes it a number
 		{"remediation.interval=0s", "/remediation/interval", func(k jsonschema.ErrorKind) bool { _, ok := k.(*kind.Not); return ok }},
+		{"csi.plugin.fuseServer=bindfs", "/csi/plugin/fuseServer", isEnum},
+		{"gcsfuse.fakeGCS.port=0", "/gcsfuse/fakeGCS/port", isMinimum},
+		{"gcsfuse.metadataCacheTtlSecs=1", "/gcsfuse", additional("metadataCacheTtlSecs")},
 	} {
 		t.Run(tc.set, func(t *testing.T) {
 			vals := userValues(t, tc.set)
@@ -655,7 +658,7 @@ func TestSchemaAcceptsDefaults(t *testing.T) {
 
 // TestLint runs helm's own linter (what `helm lint` runs) for the default and the sidecar values.
 func TestLint(t *testing.T) {
-	for _, sets := range [][]string{nil, sidecarSets, {"csi.plugin.restoreStrategy=stack"}, {"remediation.enabled=true"}} {
+	for _, sets := range [][]string{nil, sidecarSets, {"csi.plugin.restoreStrategy=stack"}, {"remediation.enabled=true"}, {"csi.plugin.fuseServer=gcsfuse"}, {"csi.plugin.fuseServer=squashfuse"}} {
 		linter := lint.All(".", userValues(t, sets...), releaseNamespace, false)
 		for _, m := range linter.Messages {
 			if m.Severity >= support.WarningSev {
@@ -1091,5 +1094,93 @@ func TestClusterDownKnowsTheStateDirs(t *testing.T) {
 	want = append(want, string(m[1]))
 	if !slices.Equal(dirs, want) {
 		t.Errorf("CHART_STATE_DIRS %q, want %q", dirs, want)
+	}
+}
+
+// TestFuseServer: csi.plugin.fuseServer=gcsfuse gives the plugin gcsfuse's flags and the fake GCS server it
+// reads as a native sidecar that serves before the plugin starts, on the pod's loopback at the host:port that
+// is both gcsfuse's endpoint and the fake's public host; squashfuse gets its image; dummy-fuse, the default,
+// adds nothing; the keeper mode and direct I/O refuse the real servers.
+func TestFuseServer(t *testing.T) {
+	d := render(t)
+	wantNoArg(t, container(t, d.ds, pluginContainer), "--fuse-server")
+	wantNoArg(t, container(t, d.ds, pluginContainer), "--fuse-server-opt")
+	if n := len(d.ds.Spec.Template.Spec.InitContainers); n != 0 {
+		t.Errorf("dummy-fuse: %d init containers, want none", n)
+	}
+
+	for _, mode := range []string{"child", "sidecar"} {
+		t.Run(mode, func(t *testing.T) {
+			o := render(t, "csi.plugin.fuseServer=gcsfuse", "csi.plugin.fuseMode="+mode, "gcsfuse.fakeGCS.port=5443", "gcsfuse.metadataCacheTTLSecs=7")
+			checkInvariants(t, o, defaultKubelet, defaultDriver, "/var/lib/dummy-fuse-csi")
+			p := container(t, o.ds, pluginContainer)
+			wantArg(t, p, "--fuse-server", "--fuse-server=gcsfuse")
+			wantArg(t, p, "--fuse-server-path", "--fuse-server-path=/usr/local/bin/gcsfuse")
+			if got, want := argsWithFlag(p, "--fuse-server-opt"), []string{
+				"--fuse-server-opt=endpoint=http://127.0.0.1:5443/storage/v1/", "--fuse-server-opt=metadata-cache-ttl-secs=7",
+			}; !slices.Equal(got, want) {
+				t.Errorf("--fuse-server-opt %q, want %q", got, want)
+			}
+			spec := o.ds.Spec.Template.Spec
+			if spec.HostNetwork {
+				t.Error("hostNetwork: the fake GCS server on 127.0.0.1 would be the node's")
+			}
+			if len(spec.InitContainers) != 1 {
+				t.Fatalf("init containers %+v, want the fake GCS server", spec.InitContainers)
+			}
+			f := spec.InitContainers[0]
+			if f.Name != "fake-gcs" || f.RestartPolicy == nil || *f.RestartPolicy != corev1.ContainerRestartPolicyAlways {
+				t.Errorf("init container %s restartPolicy %v: want the native sidecar fake-gcs", f.Name, f.RestartPolicy)
+			}
+			if f.Image != p.Image || !slices.Equal(f.Command, []string{"/usr/local/bin/fake-gcs-server"}) {
+				t.Errorf("fake GCS server image %q command %q: want the plugin's image and fake-gcs-server", f.Image, f.Command)
+			}
+			for _, a := range []string{"-backend=memory", "-scheme=http", "-port=5443", "-public-host=127.0.0.1:5443", "-data=/usr/local/share/dummy-fuse-csi/gcs"} {
+				if !slices.Contains(f.Args, a) {
+					t.Errorf("fake GCS server args %q lack %s", f.Args, a)
+				}
+			}
+			sp := f.StartupProbe
+			if sp == nil || sp.HTTPGet == nil || sp.HTTPGet.Path != "/storage/v1/b/dummy-fuse-csi/o" || sp.HTTPGet.Port.String() != "fake-gcs" ||
+				len(f.Ports) != 1 || f.Ports[0].Name != "fake-gcs" || f.Ports[0].ContainerPort != 5443 {
+				t.Errorf("fake GCS server startup probe %+v ports %+v: want its bucket listed on its port", sp, f.Ports)
+			}
+			sc := f.SecurityContext
+			if sc == nil || sc.RunAsNonRoot == nil || !*sc.RunAsNonRoot || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem ||
+				sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) {
+				t.Errorf("fake GCS server securityContext %+v: want non-root, read-only, no capability", sc)
+			}
+			if len(f.VolumeMounts) != 0 {
+				t.Errorf("fake GCS server mounts %+v: it needs nothing of the host", f.VolumeMounts)
+			}
+		})
+	}
+
+	// squashfuse reads the image's squashfs image and needs nothing beside it.
+	for _, mode := range []string{"child", "sidecar"} {
+		o := render(t, "csi.plugin.fuseServer=squashfuse", "csi.plugin.fuseMode="+mode)
+		checkInvariants(t, o, defaultKubelet, defaultDriver, "/var/lib/dummy-fuse-csi")
+		p := container(t, o.ds, pluginContainer)
+		wantArg(t, p, "--fuse-server", "--fuse-server=squashfuse")
+		wantArg(t, p, "--fuse-server-path", "--fuse-server-path=/usr/local/bin/squashfuse")
+		wantArg(t, p, "--fuse-server-opt", "--fuse-server-opt=image=/usr/local/share/dummy-fuse-csi/tree.squashfs")
+		if n := len(o.ds.Spec.Template.Spec.InitContainers); n != 0 {
+			t.Errorf("squashfuse, %s mode: %d init containers, want none", mode, n)
+		}
+	}
+
+	for _, tc := range []struct {
+		sets []string
+		want string
+	}{
+		{[]string{"csi.plugin.fuseServer=gcsfuse", "csi.plugin.fuseMode=keeper"}, "keeper"},
+		{[]string{"csi.plugin.fuseServer=gcsfuse", "csi.plugin.directIO=true"}, "direct-I/O"},
+		{[]string{"csi.plugin.fuseServer=gcsfuse", "gcsfuse.fakeGCS.port=9809"}, "healthPort"},
+		{[]string{"csi.plugin.fuseServer=squashfuse", "csi.plugin.fuseMode=keeper"}, "keeper"},
+		{[]string{"csi.plugin.fuseServer=bindfs"}, "fuseServer"},
+	} {
+		if _, err := renderChart(loadChart(t), userValues(t, tc.sets...)); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("values %q: %v, want a refusal naming %s", tc.sets, err, tc.want)
+		}
 	}
 }

@@ -7,10 +7,12 @@
 # packages the cluster needs, builds and imports the images), make test-kube with every skip a failure, and
 # make cluster-down, which also runs after a failure or an interrupt. Each release's runs are recorded in a file
 # of scenarios/results, and scenarios/README.md's per-version table is generated again from those files (make
-# scenarios-doc). Prints each step's duration and the total. Needs root.
+# scenarios-doc). On the newest release's cluster, after its catalog, each real FUSE server of SERVERS runs the
+# scenarios that hold for every server (the catalog's Servers; the others are left out) with the image's build
+# of that server, recorded in a file of its own. Prints each step's duration and the total. Needs root.
 #
-# Environment: DFC_KUBE_ARTIFACTS (parent of one directory of run dirs and summary per release; default
-# _output/kube-e2e/ci-<time>).
+# Environment: DFC_KUBE_ARTIFACTS (parent of one directory of run dirs and summary per release, and per
+# release-server for the real servers; default _output/kube-e2e/ci-<time>).
 set -o errexit -o nounset -o pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=hack/cluster/lib.sh
@@ -26,6 +28,8 @@ EVERY_RELEASE_SCENARIOS=$(go run ./scenarios/cmd/dfc-scenario --list --every-rel
 OLDER_K8S_VERSION=v1.36.3
 # RELEASE=SCENARIOS, one cluster each, in this order; no scenarios = the whole catalog.
 RUNS=("$K8S_DEFAULT_VERSION=" "$OLDER_K8S_VERSION=$EVERY_RELEASE_SCENARIOS")
+# The real FUSE servers (internal/fuseserver) whose rows run on the newest release, besides dummy-fuse's.
+SERVERS=(gcsfuse)
 
 # The clusters run with kubelet's volume health on (the alpha CSIVolumeHealth gate, on every component: v1.37's
 # API server drops pod.status.volumeHealth without it) and probed every 2 s, the health-report scenario's
@@ -38,7 +42,8 @@ ARTIFACTS=${DFC_KUBE_ARTIFACTS:-$PWD/_output/kube-e2e/ci-$(date +%Y%m%d-%H%M%S)}
 export DFC_REQUIRE_PRIVILEGED=1 KUBECONFIG=$KUBECONFIG_PATH
 COMMIT=$(git describe --always --dirty --abbrev=7 2>/dev/null || echo unknown)
 
-# record VERSION: the result.json of the release's run dirs into scenarios/results, then the README's table.
+# record DIR: the result.json of the run dirs in $ARTIFACTS/DIR (a release's, or a release's with a real FUSE
+# server: the records name it) into scenarios/results, then the README's table.
 # shellcheck disable=SC2317 # run through timed
 record() {
   go run ./scenarios/cmd/scenariodoc record -commit "$COMMIT" -command "make ci-kube" "$ARTIFACTS/$1" &&
@@ -53,11 +58,15 @@ finish() {
   if [ -n "$up" ]; then
     timed "cluster-down $up" "$MAKE" cluster-down || rc=1
   fi
-  local run
+  local run server
   for run in "${RUNS[@]}"; do
-    [ -f "$ARTIFACTS/${run%%=*}/summary.txt" ] || continue
-    printf '\n=== ci-kube: kubelet %s (%s)\n' "${run%%=*}" "$ARTIFACTS/${run%%=*}"
-    cat "$ARTIFACTS/${run%%=*}/summary.txt"
+    for server in dummy-fuse "${SERVERS[@]}"; do
+      local dir=$ARTIFACTS/${run%%=*}
+      [ "$server" = dummy-fuse ] || dir+=-$server
+      [ -f "$dir/summary.txt" ] || continue
+      printf '\n=== ci-kube: kubelet %s, FUSE server %s (%s)\n' "${run%%=*}" "$server" "$dir"
+      cat "$dir/summary.txt"
+    done
   done
   print_times ci-kube
   exit "$rc"
@@ -80,6 +89,13 @@ for run in "${RUNS[@]}"; do
     timed "test-kube $version: ${only:-all}" env DFC_KUBE_ARTIFACTS="$ARTIFACTS/$version" DFC_SCENARIOS="$only" \
       "$MAKE" test-kube || failed=1
     timed "record $version" record "$version" || failed=1
+    if [ "$version" = "$K8S_DEFAULT_VERSION" ]; then
+      for server in "${SERVERS[@]}"; do
+        timed "test-kube $version: FUSE server $server" env DFC_KUBE_ARTIFACTS="$ARTIFACTS/$version-$server" \
+          DFC_FUSE_SERVER="$server" DFC_SCENARIOS= "$MAKE" test-kube || failed=1
+        timed "record $version, FUSE server $server" record "$version-$server" || failed=1
+      done
+    fi
   else
     failed=1
   fi

@@ -51,3 +51,76 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- $repo := required (printf "registrar.mode=sidecar needs %s.image.repository (the upstream image name without tag)" $key) $img.repository }}
 {{- printf "%s:%s" $repo $img.tag }}
 {{- end }}
+
+{{/* The FUSE server flags of csi-plugin (--fuse-server...), one list item each; none for dummy-fuse, the default.
+The sidecar mode's pods run `csi-plugin sidecar` with the same flags (the scenario runner copies them). */}}
+{{- define "dummy-fuse-csi.fuseServerArgs" -}}
+{{- $server := .Values.csi.plugin.fuseServer }}
+{{- if ne $server "dummy-fuse" }}
+{{- if eq .Values.csi.plugin.fuseMode "keeper" }}
+{{- fail (printf "csi.plugin.fuseServer=%s cannot run in csi.plugin.fuseMode=keeper: the keeper takes over live FUSE connections, which only dummy-fuse can" $server) }}
+{{- end }}
+{{- if .Values.csi.plugin.directIO }}
+{{- fail (printf "csi.plugin.directIO=true: %s has no direct-I/O mode" $server) }}
+{{- end }}
+- --fuse-server={{ $server }}
+- --fuse-server-path=/usr/local/bin/{{ $server }}
+{{- if eq $server "gcsfuse" }}
+- --fuse-server-opt=endpoint=http://{{ include "dummy-fuse-csi.fakeGCSHost" . }}/storage/v1/
+- --fuse-server-opt=metadata-cache-ttl-secs={{ .Values.gcsfuse.metadataCacheTTLSecs }}
+{{- else if eq $server "squashfuse" }}
+{{- /* The squashfs image of the served tree that make image puts into the image. */}}
+- --fuse-server-opt=image=/usr/local/share/dummy-fuse-csi/tree.squashfs
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* host:port of the fake GCS server beside gcsfuse: the pod's loopback. gcsfuse's endpoint and the fake's
+-public-host must both be this. */}}
+{{- define "dummy-fuse-csi.fakeGCSHost" -}}
+{{- printf "127.0.0.1:%d" (int .Values.gcsfuse.fakeGCS.port) }}
+{{- end }}
+
+{{/* The fake GCS server gcsfuse reads, as a native sidecar (an init container that keeps running) of the pod
+that runs gcsfuse: its startup probe holds back the containers after it until it serves the bucket. The image
+holds the bucket dummy-fuse-csi with dummy-file.txt in /usr/local/share/dummy-fuse-csi/gcs (make image). */}}
+{{- define "dummy-fuse-csi.fakeGCSContainer" -}}
+{{- $port := int .Values.gcsfuse.fakeGCS.port }}
+{{- if eq $port (int .Values.healthPort) }}
+{{- fail (printf "gcsfuse.fakeGCS.port %d is healthPort too: both listen in the plugin pod" $port) }}
+{{- end }}
+- name: fake-gcs
+  image: {{ include "dummy-fuse-csi.image" . | quote }}
+  imagePullPolicy: {{ .Values.image.pullPolicy }}
+  restartPolicy: Always
+  command: ["/usr/local/bin/fake-gcs-server"]
+  args:
+    - -backend=memory
+    - -scheme=http
+    - -port={{ $port }}
+    - -public-host={{ include "dummy-fuse-csi.fakeGCSHost" . }}
+    - -data=/usr/local/share/dummy-fuse-csi/gcs
+    - -log-level=warn
+  ports:
+    - name: fake-gcs
+      containerPort: {{ $port }}
+      protocol: TCP
+  startupProbe:
+    httpGet:
+      path: /storage/v1/b/dummy-fuse-csi/o
+      port: fake-gcs
+    periodSeconds: 1
+    failureThreshold: 60
+  securityContext:
+    runAsNonRoot: true
+    runAsUser: 65534
+    runAsGroup: 65534
+    allowPrivilegeEscalation: false
+    readOnlyRootFilesystem: true
+    capabilities:
+      drop: ["ALL"]
+  {{- with .Values.gcsfuse.fakeGCS.resources }}
+  resources:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+{{- end }}

@@ -6,14 +6,19 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"io"
 	"os"
+	"path"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/fuseserver"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/fuseserver/backing"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/image"
 )
 
@@ -38,6 +43,8 @@ func run(args []string, stdout io.Writer) error {
 		created                                   = fl.String("created", "", "creation time: RFC 3339 or Unix seconds (default: the Unix epoch)")
 		arch                                      = fl.String("arch", "", "image architecture (default: this program's)")
 		workdir                                   = fl.String("workdir", "", "working directory of the image config")
+		servedTree                                = fl.String("served-tree", "", "absolute image dir to hold the tree every FUSE server serves (internal/fuseserver), e.g. a fake GCS server's bucket")
+		squashfsTree                              = fl.String("squashfs-tree", "", "absolute image path of a squashfs image of that tree (made with mksquashfs), what squashfuse serves")
 		files, dirs, entrypoint, cmd, env, labels list
 	)
 	fl.Var(&files, "file", "SRC:DST, copy host file SRC to absolute image path DST keeping its permission bits (repeatable)")
@@ -67,6 +74,29 @@ func run(args []string, stdout io.Writer) error {
 			return fmt.Errorf("--file %q: %s is not a regular file", f, src)
 		}
 		spec.Files = append(spec.Files, image.File{Path: dst, Mode: st.Mode().Perm(), Source: src})
+	}
+	if *servedTree != "" {
+		if !path.IsAbs(*servedTree) {
+			return fmt.Errorf("--served-tree %q: want an absolute path", *servedTree)
+		}
+		spec.Files = append(spec.Files, image.File{Path: path.Join(*servedTree, fuseserver.ServedFile), Mode: 0o644, Content: []byte(fuseserver.Content)})
+	}
+	if *squashfsTree != "" {
+		if !path.IsAbs(*squashfsTree) {
+			return fmt.Errorf("--squashfs-tree %q: want an absolute path", *squashfsTree)
+		}
+		tmp, err := os.MkdirTemp("", "mkimage")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(tmp)
+		src := filepath.Join(tmp, "tree.squashfs")
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := backing.SquashfsImage(ctx, src); err != nil {
+			return fmt.Errorf("--squashfs-tree: %w", err)
+		}
+		spec.Files = append(spec.Files, image.File{Path: *squashfsTree, Mode: 0o644, Source: src})
 	}
 	for _, d := range dirs {
 		p, m, ok := strings.Cut(d, ":")

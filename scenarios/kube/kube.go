@@ -13,6 +13,10 @@
 //     a crash, the container with it); kubelet starts it again by itself, and starting it waits for that
 //     (sidecar.go). Killing the pod deletes it and waits until kubelet unpublished and unstaged its volume;
 //     starting it creates it again, a new pod UID (pod.go).
+//   - A real FUSE server (Plugin.FuseServer: chart value csi.plugin.fuseServer) comes from the image; what it
+//     reads comes with the chart (gcsfuse's fake GCS server, a native sidecar of the plugin pod). In the sidecar
+//     mode the workload pod's FUSE sidecar gets the plugin's --fuse-server flags and a copy of the plugin pod's
+//     native sidecars, read from the installed DaemonSet (server.go).
 //   - In the keeper mode (chart fuseMode keeper) the chart's keeper DaemonSet runs the FUSE servers (keeper.go).
 //     Killing the keeper deletes its pod as the plugin's is (its DaemonSet kept off the node until the start);
 //     killing a FUSE server execs `csi-plugin keeper crash --volume <id>` in the keeper; upgrading it is a
@@ -345,8 +349,8 @@ func (b *Backend) Setup(ctx context.Context, sc *scenarios.Scenario, env *scenar
 	if err != nil {
 		return err
 	}
-	b.progress("helm install %s (restoreMounts=%t, restoreStrategy=%s, fuseMode=%s, image %s)", releaseName,
-		sc.Plugin.RestoreMounts, strategyOf(sc.Plugin), fuseModeOf(sc.Plugin), b.opts.Image)
+	b.progress("helm install %s (restoreMounts=%t, restoreStrategy=%s, fuseMode=%s, FUSE server %s, image %s)", releaseName,
+		sc.Plugin.RestoreMounts, strategyOf(sc.Plugin), fuseModeOf(sc.Plugin), sc.Plugin.Server(), b.opts.Image)
 	b.installed = true // a failed install may have created objects: uninstall in Stop either way
 	if err := b.helm.install(ctx, vals, b.opts.SetupTimeout); err != nil {
 		return err
@@ -392,7 +396,13 @@ func (b *Backend) Setup(ctx context.Context, sc *scenarios.Scenario, env *scenar
 		return fmt.Errorf("PVC %s not bound to PV %s: %w", b.n.pvc, b.n.pv, err)
 	}
 	b.logf("PVC %s bound", b.n.pvc)
-	pod, err := b.man.workloadPod(sc, b.n, b.opts.Image, b.opts.ReadInterval, labels)
+	var server podServer
+	if sc.Pod.Sidecar != nil {
+		if server, err = b.pluginServer(ctx); err != nil {
+			return err
+		}
+	}
+	pod, err := b.man.workloadPod(sc, b.n, b.opts.Image, b.opts.ReadInterval, labels, server)
 	if err != nil {
 		return err
 	}

@@ -140,7 +140,7 @@ func TestWorkloadPod(t *testing.T) {
 		t.Errorf("run names %+v", n)
 	}
 	for _, sc := range catalog.All() {
-		p, err := m.workloadPod(&sc, n, "dummy-fuse-csi:test", time.Second, map[string]string{managedByLabel: managedBy})
+		p, err := m.workloadPod(&sc, n, "dummy-fuse-csi:test", time.Second, map[string]string{managedByLabel: managedBy}, podServer{})
 		if err != nil {
 			t.Fatalf("%s: %v", sc.Name, err)
 		}

@@ -145,9 +145,10 @@ func (m *manifests) claim(n names, labels map[string]string) *corev1.PersistentV
 
 // workloadPod is the scenario's pod: the manifest pod of the scenario with the catalog's containers (names,
 // dummy-fuse-workload arguments with --log-format=json, mount path, subPath, propagation), restart policy and
-// the image of this build. The catalog is the truth; the manifest gives everything else (command, grace
+// the image of this build; in the sidecar mode its FUSE sidecar runs the plugin's FUSE server, after what
+// that server reads (server). The catalog is the truth; the manifest gives everything else (command, grace
 // period, volume).
-func (m *manifests) workloadPod(sc *scenarios.Scenario, n names, image string, interval time.Duration, labels map[string]string) (*corev1.Pod, error) {
+func (m *manifests) workloadPod(sc *scenarios.Scenario, n names, image string, interval time.Duration, labels map[string]string, server podServer) (*corev1.Pod, error) {
 	base := m.podFor(sc)
 	var vol, socketVol *corev1.Volume
 	for i := range base.Spec.Volumes {
@@ -168,7 +169,10 @@ func (m *manifests) workloadPod(sc *scenarios.Scenario, n names, image string, i
 		if i < 0 || socketVol == nil {
 			return nil, fmt.Errorf("manifest pod %s has no FUSE sidecar (a native sidecar mounting the emptyDir %s)", base.Name, contract.SidecarVolume)
 		}
-		initCtrs = []corev1.Container{sidecarContainer(base.Spec.InitContainers[i], *sc.Pod.Sidecar, n, image)}
+		for _, c := range server.before {
+			initCtrs = append(initCtrs, *c.DeepCopy())
+		}
+		initCtrs = append(initCtrs, sidecarContainer(base.Spec.InitContainers[i], *sc.Pod.Sidecar, n, image, server.args))
 	}
 	pod := &corev1.Pod{
 		TypeMeta:   base.TypeMeta,
@@ -228,8 +232,9 @@ func workloadDeployment(pod *corev1.Pod) *appsv1.Deployment {
 }
 
 // sidecarContainer is the manifest's FUSE sidecar for this run: the build's image, and `csi-plugin sidecar`
-// with the scenario's flags and the socket of the run's volume (<socket volume mount>/<PV name>/socket).
-func sidecarContainer(c corev1.Container, sc scenarios.Sidecar, n names, image string) corev1.Container {
+// with the scenario's flags, the socket of the run's volume (<socket volume mount>/<PV name>/socket) and the
+// plugin's FUSE server flags (serverArgs).
+func sidecarContainer(c corev1.Container, sc scenarios.Sidecar, n names, image string, serverArgs []string) corev1.Container {
 	c = *c.DeepCopy()
 	c.Image, c.ImagePullPolicy = image, corev1.PullIfNotPresent
 	mount := "/" + contract.SidecarVolume
@@ -238,7 +243,7 @@ func sidecarContainer(c corev1.Container, sc scenarios.Sidecar, n names, image s
 			mount = vm.MountPath
 		}
 	}
-	c.Args = sc.Args(path.Join(mount, n.pv, contract.SidecarSocket))
+	c.Args = append(sc.Args(path.Join(mount, n.pv, contract.SidecarSocket)), serverArgs...)
 	return c
 }
 

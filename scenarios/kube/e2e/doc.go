@@ -9,6 +9,8 @@
 //	DFC_KUBE_E2E=1 go test ./scenarios/kube/e2e/ -timeout 60m -v -args --kubeconfig=PATH [--feature=restart]
 //
 // Environment: DFC_SCENARIOS (the scenarios to run, space-separated names; empty: the whole catalog),
+// DFC_FUSE_SERVER (the FUSE server the plugin runs, internal/fuseserver: empty for dummy-fuse; with another, the
+// scenarios whose outcome depends on the server are left out),
 // DFC_KUBE_IMAGE (default: the tag of the last `make image`), DFC_KIND_CLUSTER (load the
 // image tarball into that kind cluster first, and export its logs at the end), DFC_KUBE_ARTIFACTS (where the
 // run dirs go; default _output/kube-e2e/<time>), DFC_KUBE_SET (extra chart values, comma-separated --set

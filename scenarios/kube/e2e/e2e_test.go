@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/e2e-framework/pkg/envconf"
 	"sigs.k8s.io/e2e-framework/pkg/features"
 
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/fuseserver"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/testenv"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios/catalog"
@@ -31,6 +32,7 @@ const (
 	optInEnv  = "DFC_KUBE_E2E"
 	selectEnv = "DFC_SCENARIOS"
 	delaysEnv = "DFC_SIDECAR_DELAYS"
+	serverEnv = "DFC_FUSE_SERVER"
 )
 
 // testEnv is e2e-framework's environment: TestMain's Setup and Finish and every feature run in it. It is the
@@ -193,6 +195,10 @@ func TestScenarios(t *testing.T) {
 			t.Fatalf("%s: %v", delaysEnv, err)
 		}
 	}
+	server := os.Getenv(serverEnv)
+	if _, err := fuseserver.Lookup(server); err != nil {
+		t.Fatalf("%s: %v", serverEnv, err)
+	}
 	var feats []features.Feature
 	for _, sc := range selected {
 		// Left out, not skipped: the catalog says this backend cannot deploy it, which is no failure of the
@@ -201,7 +207,16 @@ func TestScenarios(t *testing.T) {
 			t.Logf("left out: %v", err)
 			continue
 		}
-		feats = append(feats, scenarioFeature(sc))
+		// The same for a scenario whose outcome depends on the FUSE server, in a run with another server:
+		// left out of the whole catalog, an error when named.
+		run, err := sc.ForServer(server)
+		if err != nil && os.Getenv(selectEnv) == "" {
+			t.Logf("left out: %v", err)
+			continue
+		} else if err != nil {
+			t.Fatalf("%s, %s: %v", selectEnv, serverEnv, err)
+		}
+		feats = append(feats, scenarioFeature(run))
 	}
 	testEnv.Test(t, feats...)
 }
