@@ -128,7 +128,7 @@ var components = map[Component]componentText{
 	},
 	SidecarContainer: {
 		noun:  "sidecar container",
-		kill:  "kill the pod's FUSE sidecar container (SIGKILL of the dummy-fuse serving the mount; the container exits with it)",
+		kill:  "kill the pod's FUSE sidecar container (SIGKILL of the FUSE server serving the mount; the container exits with it)",
 		start: "wait until kubelet has started the native sidecar again (it does so by itself)",
 		ready: "sidecar received the FUSE descriptor",
 	},

@@ -106,7 +106,7 @@ func (n *Narrator) cachedReads(ev *Evidence, e Event, kill time.Time) string {
 		return ""
 	}
 	return fmt.Sprintf(" (the %d read(s) since the kill still succeeded: the dying server still answered, or the kernel "+
-		"served them from its page cache until the file's cached attributes expired (dummy-fuse's attribute timeout, 1 s by default) "+
+		"served them from its page cache until the file's cached attributes expired (the server's attribute timeout: 1 s for dummy-fuse, the metadata TTL for gcsfuse) "+
 		"and it had to ask the dead server)", good)
 }
 
