@@ -53,7 +53,13 @@ func (b *Backend) Stop(ctx context.Context) error {
 		}
 	}
 	b.dumpState(ctx)
-	errs = append(errs, b.teardown(ctx, b.n, b.unstage)...)
+	unstage := b.unstage
+	if _, deleted, _ := b.workload.get(); deleted {
+		// The run ended with the pod deleted (a last step): killPod awaited its NodeUnstageVolume, and no pod
+		// staged the volume again, so there is no other one to wait for.
+		unstage = nil
+	}
+	errs = append(errs, b.teardown(ctx, b.n, unstage)...)
 	b.stopLoops()
 	if b.local && b.vols != nil {
 		if err := b.checkMounts(); err != nil {
