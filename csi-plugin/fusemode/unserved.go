@@ -1,12 +1,14 @@
 package fusemode
 
 import (
+	"strings"
 	"time"
 
 	"k8s.io/klog/v2"
 
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/fuseconn"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/handover"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/mounts"
 )
 
 // A connection that the plugin keeps while no server answers it does not fail: the kernel queues every request
@@ -82,6 +84,11 @@ func (h *holder) checkUnserved(now, last time.Time, limit time.Duration, stuck m
 	h.mu.Unlock()
 	seen := map[*keptConn]bool{}
 	for _, cd := range cands {
+		// The number is the connection's only while its mount exists: once unmounted, the kernel may give it to
+		// anybody's new FUSE mount although the plugin still holds the old descriptor.
+		if !mountedAs(cd.c.mountpoint, cd.id) {
+			continue
+		}
 		// Nothing waits: nobody hangs, and the connection may wait for its next server as long as it takes.
 		if n, err := fuseconn.Waiting(cd.id); err == nil && n == 0 {
 			continue
@@ -115,6 +122,9 @@ func (h *holder) abortUnserved(c *keptConn, id uint32, waited time.Duration) {
 		return
 	}
 	h.mu.Unlock()
+	if !mountedAs(c.mountpoint, id) {
+		return // unmounted meanwhile: the number may be somebody else's now
+	}
 	if err := fuseconn.Abort(id); err != nil {
 		klog.ErrorS(err, "Cannot abort a FUSE connection that no server answers; its callers keep waiting", "volumeID", c.volume, "connection", id)
 		return
@@ -131,4 +141,20 @@ func (h *holder) abortUnserved(c *keptConn, id uint32, waited time.Duration) {
 		}
 	}
 	h.notifyLocked()
+}
+
+// mountedAs reports whether the plugin's mount table has a FUSE mount of connection id at mountpoint: the proof
+// that connection number id is still the plugin's own connection (the number of an unmounted connection is
+// free for the next FUSE mount of anyone on the node, even while the plugin holds the old descriptor).
+func mountedAs(mountpoint string, id uint32) bool {
+	infos, err := mounts.MountsAt(mountpoint)
+	if err != nil {
+		return false
+	}
+	for _, in := range infos {
+		if in.Major == 0 && in.Minor == int(id) && (in.FSType == "fuse" || strings.HasPrefix(in.FSType, "fuse.")) {
+			return true
+		}
+	}
+	return false
 }
