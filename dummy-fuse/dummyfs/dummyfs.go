@@ -81,7 +81,7 @@ func DefaultOptions() Options {
 
 // FS implements fuse.RawFileSystem. Operations it does not implement fall back to go-fuse's defaults (ENOSYS).
 type FS struct {
-	fuse.RawFileSystem
+	ReadOnly
 	opts    Options
 	content []byte
 }
@@ -90,9 +90,9 @@ type FS struct {
 // through fuse.NewProtocolServer.
 func New(opts Options) *FS {
 	return &FS{
-		RawFileSystem: fuse.NewDefaultRawFileSystem(),
-		opts:          opts,
-		content:       []byte(Content),
+		ReadOnly: NewReadOnly(),
+		opts:     opts,
+		content:  []byte(Content),
 	}
 }
 
@@ -302,44 +302,3 @@ func (fs *FS) GetXAttr(_ <-chan struct{}, _ *fuse.InHeader, _ string, _ []byte) 
 func (fs *FS) ListXAttr(_ <-chan struct{}, _ *fuse.InHeader, _ []byte) (uint32, fuse.Status) {
 	return 0, fuse.OK
 }
-
-// Everything that would change the filesystem fails with EROFS.
-
-func (fs *FS) SetAttr(<-chan struct{}, *fuse.SetAttrIn, *fuse.AttrOut) fuse.Status { return fuse.EROFS }
-func (fs *FS) Mknod(<-chan struct{}, *fuse.MknodIn, string, *fuse.EntryOut) fuse.Status {
-	return fuse.EROFS
-}
-func (fs *FS) Mkdir(<-chan struct{}, *fuse.MkdirIn, string, *fuse.EntryOut) fuse.Status {
-	return fuse.EROFS
-}
-func (fs *FS) Unlink(<-chan struct{}, *fuse.InHeader, string) fuse.Status { return fuse.EROFS }
-func (fs *FS) Rmdir(<-chan struct{}, *fuse.InHeader, string) fuse.Status  { return fuse.EROFS }
-func (fs *FS) Rename(<-chan struct{}, *fuse.RenameIn, string, string) fuse.Status {
-	return fuse.EROFS
-}
-func (fs *FS) Link(<-chan struct{}, *fuse.LinkIn, string, *fuse.EntryOut) fuse.Status {
-	return fuse.EROFS
-}
-func (fs *FS) Symlink(<-chan struct{}, *fuse.InHeader, string, string, *fuse.EntryOut) fuse.Status {
-	return fuse.EROFS
-}
-func (fs *FS) SetXAttr(<-chan struct{}, *fuse.SetXAttrIn, string, []byte) fuse.Status {
-	return fuse.EROFS
-}
-func (fs *FS) RemoveXAttr(<-chan struct{}, *fuse.InHeader, string) fuse.Status { return fuse.EROFS }
-func (fs *FS) Create(<-chan struct{}, *fuse.CreateIn, string, *fuse.CreateOut) fuse.Status {
-	return fuse.EROFS
-}
-func (fs *FS) Tmpfile(<-chan struct{}, *fuse.CreateIn, *fuse.CreateOut) fuse.Status {
-	return fuse.EROFS
-}
-func (fs *FS) Write(<-chan struct{}, *fuse.WriteIn, []byte) (uint32, fuse.Status) {
-	return 0, fuse.EROFS
-}
-func (fs *FS) Writev(<-chan struct{}, *fuse.WriteIn, [][]byte) (uint32, fuse.Status) {
-	return 0, fuse.EROFS
-}
-func (fs *FS) CopyFileRange(<-chan struct{}, *fuse.CopyFileRangeIn) (uint32, fuse.Status) {
-	return 0, fuse.EROFS
-}
-func (fs *FS) Fallocate(<-chan struct{}, *fuse.FallocateIn) fuse.Status { return fuse.EROFS }

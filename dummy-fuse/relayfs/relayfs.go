@@ -28,6 +28,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/dummy-fuse/dummyfs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
 )
@@ -57,7 +58,9 @@ const maxRetries = 10
 
 // FS relays requests to the backend. Requests that would change anything fail with EROFS.
 type FS struct {
-	fuse.RawFileSystem
+	// Everything that would change the backend fails with EROFS (the relay is mounted read-only, so the kernel
+	// normally refuses first).
+	dummyfs.ReadOnly
 	opts    Options
 	backend *backend
 	nodes   *nodes
@@ -77,7 +80,7 @@ func New(opts Options) (*FS, error) {
 	if opts.Log == nil {
 		opts.Log = io.Discard
 	}
-	fs := &FS{RawFileSystem: fuse.NewDefaultRawFileSystem(), opts: opts, handles: newHandles()}
+	fs := &FS{ReadOnly: dummyfs.NewReadOnly(), opts: opts, handles: newHandles()}
 	b, err := openBackend(opts.Backend, opts.BackendWait, fs.logf)
 	if err != nil {
 		return nil, err
@@ -442,32 +445,3 @@ func (fs *FS) ReadDirPlus(_ <-chan struct{}, in *fuse.ReadIn, out *fuse.DirEntry
 
 // ReleaseDir drops a directory listing.
 func (fs *FS) ReleaseDir(in *fuse.ReleaseIn) { fs.handles.release(in.Fh) }
-
-// Everything that would change the backend fails with EROFS (the relay is mounted read-only, so the kernel
-// normally refuses first).
-
-func (fs *FS) SetAttr(<-chan struct{}, *fuse.SetAttrIn, *fuse.AttrOut) fuse.Status { return fuse.EROFS }
-func (fs *FS) Mknod(<-chan struct{}, *fuse.MknodIn, string, *fuse.EntryOut) fuse.Status {
-	return fuse.EROFS
-}
-func (fs *FS) Mkdir(<-chan struct{}, *fuse.MkdirIn, string, *fuse.EntryOut) fuse.Status {
-	return fuse.EROFS
-}
-func (fs *FS) Unlink(<-chan struct{}, *fuse.InHeader, string) fuse.Status { return fuse.EROFS }
-func (fs *FS) Rmdir(<-chan struct{}, *fuse.InHeader, string) fuse.Status  { return fuse.EROFS }
-func (fs *FS) Rename(<-chan struct{}, *fuse.RenameIn, string, string) fuse.Status {
-	return fuse.EROFS
-}
-func (fs *FS) Link(<-chan struct{}, *fuse.LinkIn, string, *fuse.EntryOut) fuse.Status {
-	return fuse.EROFS
-}
-func (fs *FS) Symlink(<-chan struct{}, *fuse.InHeader, string, string, *fuse.EntryOut) fuse.Status {
-	return fuse.EROFS
-}
-func (fs *FS) Create(<-chan struct{}, *fuse.CreateIn, string, *fuse.CreateOut) fuse.Status {
-	return fuse.EROFS
-}
-func (fs *FS) SetXAttr(<-chan struct{}, *fuse.SetXAttrIn, string, []byte) fuse.Status {
-	return fuse.EROFS
-}
-func (fs *FS) RemoveXAttr(<-chan struct{}, *fuse.InHeader, string) fuse.Status { return fuse.EROFS }
