@@ -15,7 +15,6 @@ import (
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/fdpass"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/fuseconn"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/handover"
-	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/mounts"
 )
 
 // holder keeps the plugin's copies of FUSE connections and hands them, over a session socket (package
@@ -395,8 +394,7 @@ func (h *holder) takeBack(s *keeperSession, m handover.Msg, f *os.File) string {
 	if err != nil {
 		return fmt.Sprintf("cannot tell which connection the descriptor is: %v", err)
 	}
-	top, err := mounts.Top(c.mountpoint)
-	if err != nil || top == nil || top.Major != 0 || uint32(top.Minor) != id {
+	if top, ok, err := connectionAt(c.mountpoint, id); !ok {
 		return fmt.Sprintf("connection %d is not the one mounted at the staging path %s (%v)", id, c.mountpoint, describeTop(top, err))
 	}
 	h.mu.Lock()

@@ -1,7 +1,6 @@
 package fusemode
 
 import (
-	"strings"
 	"time"
 
 	"k8s.io/klog/v2"
@@ -9,6 +8,7 @@ import (
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/fuseconn"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/handover"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/mounts"
+	"github.com/moby/sys/mountinfo"
 )
 
 // A connection that the plugin keeps while no server answers it does not fail: the kernel queues every request
@@ -86,7 +86,7 @@ func (h *holder) checkUnserved(now, last time.Time, limit time.Duration, stuck m
 	for _, cd := range cands {
 		// The number is the connection's only while its mount exists: once unmounted, the kernel may give it to
 		// anybody's new FUSE mount although the plugin still holds the old descriptor.
-		if !mountedAs(cd.c.mountpoint, cd.id) {
+		if _, ok, _ := connectionAt(cd.c.mountpoint, cd.id); !ok {
 			continue
 		}
 		// Nothing waits: nobody hangs, and the connection may wait for its next server as long as it takes.
@@ -122,7 +122,7 @@ func (h *holder) abortUnserved(c *keptConn, id uint32, waited time.Duration) {
 		return
 	}
 	h.mu.Unlock()
-	if !mountedAs(c.mountpoint, id) {
+	if _, ok, _ := connectionAt(c.mountpoint, id); !ok {
 		return // unmounted meanwhile: the number may be somebody else's now
 	}
 	if err := fuseconn.Abort(id); err != nil {
@@ -143,18 +143,11 @@ func (h *holder) abortUnserved(c *keptConn, id uint32, waited time.Duration) {
 	h.notifyLocked()
 }
 
-// mountedAs reports whether the plugin's mount table has a FUSE mount of connection id at mountpoint: the proof
-// that connection number id is still the plugin's own connection (the number of an unmounted connection is
-// free for the next FUSE mount of anyone on the node, even while the plugin holds the old descriptor).
-func mountedAs(mountpoint string, id uint32) bool {
-	infos, err := mounts.MountsAt(mountpoint)
-	if err != nil {
-		return false
-	}
-	for _, in := range infos {
-		if in.Major == 0 && in.Minor == int(id) && (in.FSType == "fuse" || strings.HasPrefix(in.FSType, "fuse.")) {
-			return true
-		}
-	}
-	return false
+// connectionAt reports whether connection id is the mount on top of mountpoint in the plugin's mount table (its
+// device is 0:id), with that top mount: the proof that the number still names the connection the plugin holds
+// there. The number of an unmounted connection is free for the next FUSE mount of anyone on the node, even while
+// the plugin holds the old descriptor.
+func connectionAt(mountpoint string, id uint32) (*mountinfo.Info, bool, error) {
+	top, err := mounts.Top(mountpoint)
+	return top, err == nil && top != nil && top.Major == 0 && uint32(top.Minor) == id, err
 }
