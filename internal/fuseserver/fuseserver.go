@@ -129,12 +129,19 @@ func New(spec Spec) (Server, error) {
 	return s, nil
 }
 
-// Find returns the executable called name to use when none is configured: the one beside the running executable
-// (how the plugin image ships them), else the first in $PATH, else "".
-func Find(name string) string {
+// Find returns the executable called name to use when none is configured: the first in dirs (empty ones are
+// skipped), else the one beside the running executable (how the plugin image ships them), else the first in
+// $PATH, else "".
+func Find(name string, dirs ...string) string {
 	if exe, err := os.Executable(); err == nil {
-		p := filepath.Join(filepath.Dir(exe), name)
-		if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() {
+		dirs = append(dirs, filepath.Dir(exe))
+	}
+	for _, d := range dirs {
+		if d == "" {
+			continue
+		}
+		p := filepath.Join(d, name)
+		if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() && st.Mode().Perm()&0o111 != 0 {
 			return p
 		}
 	}

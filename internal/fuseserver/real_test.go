@@ -83,11 +83,7 @@ func TestRealServersLoseTheirMountsAsUsersSee(t *testing.T) {
 				} else {
 					p = lab.Start(name, fuseserver.Command(server, server.MountArgs(mnt)))
 				}
-				path := filepath.Join(mnt, fuseserver.ServedFile)
-				testenv.Eventually(t, 20*time.Second, name+" serving "+path+" (its log: "+p.LogPath+")", func() bool {
-					b, err := testenv.ReadFile(t, path, 5*time.Second)
-					return err == nil && string(b) == fuseserver.Content
-				})
+				path := waitServing(t, name, mnt, p)
 				// Figures for the record (go test -v), not asserted: how long until it served, what it holds.
 				t.Logf("%s %s: served %q after %v, VmRSS %s", name, placement, fuseserver.Content,
 					time.Since(started).Round(time.Millisecond), vmRSS(p.PID()))
@@ -128,6 +124,17 @@ func TestRealServersLoseTheirMountsAsUsersSee(t *testing.T) {
 			})
 		}
 	}
+}
+
+// waitServing waits until the server p called name serves the tree at mnt and returns the served file's path.
+func waitServing(t *testing.T, name, mnt string, p *testenv.Proc) string {
+	t.Helper()
+	path := filepath.Join(mnt, fuseserver.ServedFile)
+	testenv.Eventually(t, 20*time.Second, name+" serving "+path+" (its log: "+p.LogPath+")", func() bool {
+		b, err := testenv.ReadFile(t, path, 5*time.Second)
+		return err == nil && string(b) == fuseserver.Content
+	})
+	return path
 }
 
 // startOnFD mounts mnt with a new FUSE connection, as the plugin's sidecar mode does, and starts server on it
@@ -221,11 +228,7 @@ func TestSIGTERMOnAPassedDescriptor(t *testing.T) {
 			mnt := lab.Dir()
 			os.Chmod(mnt, 0o755)
 			p := startOnFD(t, lab, server, mnt)
-			path := filepath.Join(mnt, fuseserver.ServedFile)
-			testenv.Eventually(t, 20*time.Second, name+" serving "+path, func() bool {
-				b, err := testenv.ReadFile(t, path, 5*time.Second)
-				return err == nil && string(b) == fuseserver.Content
-			})
+			path := waitServing(t, name, mnt, p)
 			start := time.Now()
 			p.Signal(syscall.SIGTERM)
 			time.Sleep(500 * time.Millisecond)

@@ -2,9 +2,10 @@ package testenv
 
 import (
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
+
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/fuseserver"
 )
 
 // ServersDirEnv names a directory holding the real FUSE servers; by default the module's bin/servers, where
@@ -26,23 +27,11 @@ func RealServer(t testing.TB, name string) string {
 
 // FindRealServer is RealServer without a test: the path, or "".
 func FindRealServer(name string) string {
-	dirs := []string{os.Getenv(ServersDirEnv)}
+	var modBin string
 	if root := moduleRoot(); root != "" {
-		dirs = append(dirs, filepath.Join(root, "bin", "servers"))
+		modBin = filepath.Join(root, "bin", "servers")
 	}
-	for _, d := range dirs {
-		if d == "" {
-			continue
-		}
-		p := filepath.Join(d, name)
-		if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() && st.Mode().Perm()&0o111 != 0 {
-			return p
-		}
-	}
-	if p, err := exec.LookPath(name); err == nil {
-		return p
-	}
-	return ""
+	return fuseserver.Find(name, os.Getenv(ServersDirEnv), modBin)
 }
 
 // moduleRoot is the directory holding the module's go.mod, found upwards from the working directory (a test

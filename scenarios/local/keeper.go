@@ -358,23 +358,9 @@ func binaryVersion(path string) (string, error) {
 // childInNamespace returns the PID (in this namespace) of the child of parent whose PID in its own namespace
 // is nsPID, from the kernel's lists of parent's children and each child's NSpid.
 func childInNamespace(parent, nsPID int) (int, error) {
-	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", parent))
-	if err != nil {
-		return 0, err
-	}
-	for _, task := range tasks {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/children", parent, task.Name()))
-		if err != nil {
-			continue // the thread ended meanwhile
-		}
-		for _, f := range strings.Fields(string(b)) {
-			child, err := strconv.Atoi(f)
-			if err != nil {
-				continue
-			}
-			if ns, ok := innermostPID(child); ok && ns == nsPID {
-				return child, nil
-			}
+	for _, child := range children(parent) {
+		if ns, ok := innermostPID(child); ok && ns == nsPID {
+			return child, nil
 		}
 	}
 	return 0, fmt.Errorf("no child of pid %d has pid %d in its namespace", parent, nsPID)

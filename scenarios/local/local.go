@@ -32,6 +32,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/fuseserver"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
 )
 
@@ -87,19 +88,8 @@ func (o *Options) BinariesIn(dir string) {
 	}
 }
 
-// findServer returns the executable called name from ServersDir, else $PATH, else "".
-func (o *Options) findServer(name string) string {
-	if o.ServersDir != "" {
-		p := filepath.Join(o.ServersDir, name)
-		if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() {
-			return p
-		}
-	}
-	if p, err := exec.LookPath(name); err == nil {
-		return p
-	}
-	return ""
-}
+// findServer returns the executable called name from ServersDir, else beside dfc-scenario, else $PATH, else "".
+func (o *Options) findServer(name string) string { return fuseserver.Find(name, o.ServersDir) }
 
 // NextDir is the directory, beside the binaries, of their next build (another version) for upgrade steps.
 const NextDir = "next"

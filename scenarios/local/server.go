@@ -106,13 +106,23 @@ func (b *Backend) sidecarSpec(dir string) (fuseserver.Spec, initMount) {
 	return s.spec(target), initMount{Source: s.path, Target: target, Propagation: "rprivate"}
 }
 
-// childrenRunning returns the children of parent whose executable is exe (from the kernel's lists of each of
-// parent's threads' children and their /proc/<pid>/exe).
+// childrenRunning returns the children of parent whose executable is exe.
 func childrenRunning(parent int, exe string) []int {
 	want, err := filepath.EvalSymlinks(exe)
 	if err != nil {
 		want = exe
 	}
+	var pids []int
+	for _, pid := range children(parent) {
+		if got, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid)); err == nil && got == want {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// children returns the children of parent, from the kernel's lists of each of its threads' children.
+func children(parent int) []int {
 	tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", parent))
 	var pids []int
 	for _, task := range tasks {
@@ -121,11 +131,7 @@ func childrenRunning(parent int, exe string) []int {
 			continue // the thread ended meanwhile
 		}
 		for _, f := range strings.Fields(string(b)) {
-			pid, err := strconv.Atoi(f)
-			if err != nil {
-				continue
-			}
-			if got, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid)); err == nil && got == want {
+			if pid, err := strconv.Atoi(f); err == nil {
 				pids = append(pids, pid)
 			}
 		}
