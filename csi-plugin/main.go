@@ -61,7 +61,7 @@ func run(ctx context.Context, args []string, streams command.Streams) error {
 	fl.StringVar(&cfg.FuseOptions.KeeperSocket, "keeper-socket", "", "keeper mode: where keepers (csi-plugin keeper) connect (default: "+driver.KeeperSocketName+" beside the CSI socket)")
 	fl.IntVar(&cfg.FuseOptions.KeeperUID, "keeper-uid", fusemode.DefaultKeeperID, "keeper mode: the only user ID a keeper may connect as (the chart's keeper user; nothing else on the node should run as it)")
 	fl.IntVar(&cfg.FuseOptions.KeeperGID, "keeper-gid", -1, "keeper mode: the only group ID a keeper may connect as (-1: any group of that user; the chart sets the keeper's)")
-	fl.DurationVar(&cfg.FuseOptions.UnservedLimit, "unserved-abort-after", fusemode.DefaultUnservedLimit, "keeper mode: abort a FUSE connection the plugin keeps when requests wait on it this long while no server answers it, so that callers get an error instead of hanging (0: never)")
+	fl.DurationVar(&cfg.FuseOptions.UnservedLimit, "unserved-abort-after", fusemode.DefaultUnservedLimit, "keeper mode and --sidecar-keep-fd: abort a FUSE connection the plugin keeps when requests wait on it this long while no server answers it, so that callers get an error instead of hanging (0: never)")
 	fl.IntVar(&cfg.HealthPort, "health-port", 0, "serve HTTP /healthz (200 once Probe is ready) on this port; 0 disables it")
 	fl.StringVar(&cfg.KubeletRegistrationPath, "kubelet-registration-path", "", "CSI socket path on the host, announced to kubelet by the built-in plugin registration (needs --registration-dir)")
 	fl.StringVar(&cfg.RegistrationDir, "registration-dir", "", "kubelet plugin registration directory (as mounted in this container) where <drivername>-reg.sock is served")

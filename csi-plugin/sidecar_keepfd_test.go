@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/fusemode"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/dummy-fuse-workload/workload"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/kubeletpath"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/testenv"
 )
@@ -97,5 +99,50 @@ func TestSidecarKeepFD(t *testing.T) {
 	for _, r := range []*reader{keep, reopen} {
 		r.Kill()
 	}
+	e.teardown(p, "vol-1", "pod-a")
+}
+
+// TestSidecarKeepFDNoSuccessor: with --sidecar-keep-fd the plugin's copy keeps a killed sidecar's connection
+// alive, so a sidecar that never comes back (its image gone, a crash loop) would leave the workload's reads
+// waiting for good, in D state, and the pod undeletable. The plugin bounds that wait as in keeper mode
+// (--unserved-abort-after): the reader gets an error instead, and the mount fails at once afterwards.
+func TestSidecarKeepFDNoSuccessor(t *testing.T) {
+	const limit = 3 * time.Second
+	e := newEnv(t, syscall.MS_PRIVATE)
+	e.allowNobody()
+	p := e.start("--fuse-mode=sidecar", "--sidecar-keep-fd", "--unserved-abort-after="+limit.String())
+	e.publishForPod(p, "vol-1", "pod-a")
+	sc := e.startSidecar("vol-1", "pod-a")
+	target := filepath.Join(e.targetPath("vol-1", "pod-a"), "dummy-file.txt")
+	r := e.startReaderArgs(target, "--read-interval=20ms", "--direct-io")
+	readsOn(t, "through the sidecar", r)
+
+	killed := time.Now() // before the kill: the error may not come earlier than limit after it
+	sc.Kill()
+	var failed *workload.Record
+	testenv.Eventually(t, limit+waitTimeout, "the reader's first failed read after the sidecar was killed for good", func() bool {
+		for _, rec := range r.records() {
+			if rec.Event == workload.EventReadError && rec.Errno != nil {
+				failed = &rec
+				return true
+			}
+		}
+		return false
+	})
+	waited := failed.Time.Sub(killed)
+	t.Logf("sidecar kill → the reader's error: %s (%s, limit %s)", waited.Round(time.Millisecond), *failed.Errno, limit)
+	if e := *failed.Errno; e != "ECONNABORTED" && e != "ENOTCONN" {
+		t.Errorf("the reader failed with %s, want ECONNABORTED or ENOTCONN", e)
+	}
+	if waited < limit {
+		t.Errorf("the reader failed %s after the kill, before the limit %s: the plugin's copy did not keep the connection", waited, limit)
+	}
+	if !strings.Contains(p.Log(), "Aborted a FUSE connection") {
+		t.Errorf("the plugin did not log the abort:\n%s", p.Tail())
+	}
+	if _, err := os.Stat(target); !errors.Is(err, syscall.ENOTCONN) {
+		t.Errorf("stat of the aborted target: %v, want ENOTCONN at once", err)
+	}
+	r.Kill()
 	e.teardown(p, "vol-1", "pod-a")
 }

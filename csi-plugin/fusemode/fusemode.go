@@ -151,8 +151,9 @@ type Options struct {
 	KeeperSocket string
 	KeeperUID    int
 	KeeperGID    int
-	// UnservedLimit (keeper mode) is how long requests may wait on a connection the plugin keeps while no server
-	// answers it before the plugin aborts the connection (unserved.go); 0 turns it off.
+	// UnservedLimit (keeper mode, sidecar mode with SidecarKeepFD) is how long requests may wait on a connection
+	// the plugin keeps while no server answers it before the plugin aborts the connection (unserved.go); 0 turns
+	// it off.
 	UnservedLimit time.Duration
 }
 

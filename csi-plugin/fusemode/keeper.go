@@ -82,8 +82,8 @@ func NewKeeper(opts Options) (*Keeper, error) {
 	if opts.KeeperUID < 0 {
 		return nil, fmt.Errorf("keeper mode: the keeper's user ID must be given (got %d): no keeper socket is open to any user", opts.KeeperUID)
 	}
-	if opts.UnservedLimit < 0 {
-		return nil, fmt.Errorf("keeper mode: a negative limit for unserved connections (%s); 0 turns the abort off", opts.UnservedLimit)
+	if err := checkUnservedLimit(opts.UnservedLimit); err != nil {
+		return nil, fmt.Errorf("keeper mode: %w", err)
 	}
 	if opts.StartTimeout <= 0 {
 		opts.StartTimeout = 10 * time.Second

@@ -76,6 +76,9 @@ func NewSidecar(opts Options) (*Sidecar, error) {
 	if opts.SidecarKeepFD && !server.TakesOver {
 		return nil, fmt.Errorf("sidecar mode: --sidecar-keep-fd needs a FUSE server that takes over a live connection, and %s cannot: %s", server.Name, server.WhyNot)
 	}
+	if err := checkUnservedLimit(opts.UnservedLimit); err != nil {
+		return nil, fmt.Errorf("sidecar mode: %w", err)
+	}
 	if opts.SendTimeout <= 0 {
 		opts.SendTimeout = 10 * time.Second
 	}
@@ -143,6 +146,7 @@ func (s *Sidecar) MountTarget(_ context.Context, req TargetRequest) (err error) 
 		h := newHolder(socket, nil, closer, maxTargetSessions) // any user: the pod runs its sidecar as it likes
 		t := &heldTarget{h: h, c: h.add(req.VolumeID, req.Target, dev), sockDir: sockDir}
 		h.serve(handover.ListenerOf(ln))
+		h.watchUnserved(s.opts.UnservedLimit) // a sidecar that never comes back must not hang the pod's readers
 		s.mu.Lock()
 		s.held[req.Target] = t
 		s.mu.Unlock()
@@ -201,6 +205,7 @@ func (s *Sidecar) RecollectTargets(reqs []TargetRequest) map[string]error {
 		h := newHolder(filepath.Join(req.PodDir, req.SocketDir, SocketName), nil, closer, maxTargetSessions)
 		t := &heldTarget{h: h, c: h.expect(req.VolumeID, req.Target, nil), sockDir: dir}
 		h.serve(handover.ListenerOf(ln))
+		h.watchUnserved(s.opts.UnservedLimit)
 		s.mu.Lock()
 		s.held[req.Target] = t
 		s.mu.Unlock()

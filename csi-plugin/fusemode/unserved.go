@@ -1,6 +1,7 @@
 package fusemode
 
 import (
+	"fmt"
 	"time"
 
 	"k8s.io/klog/v2"
@@ -24,6 +25,14 @@ import (
 // holder aborts it, unless told otherwise (Options.UnservedLimit): far above the pause of a server's restart
 // (milliseconds) and of a keeper's (a pod start), far below what a workload or kubelet should hang.
 const DefaultUnservedLimit = 30 * time.Second
+
+// checkUnservedLimit refuses a limit that means nothing (0 turns the abort off).
+func checkUnservedLimit(limit time.Duration) error {
+	if limit < 0 {
+		return fmt.Errorf("a negative limit for unserved connections (%s); 0 turns the abort off", limit)
+	}
+	return nil
+}
 
 // stableServe is how long a server must answer a connection before the connection counts as served again: a
 // server that crashes at once (a crash loop) hands every request straight back.
