@@ -595,6 +595,7 @@ func TestSchemaRejects(t *testing.T) {
 		{"tolerations[0].operater=Exists", "/tolerations/0", additional("operater")},
 		{"csi.plugin.restoreStrategy=remount", "/csi/plugin/restoreStrategy", isEnum},
 		{"csi.plugin.fuseMode=daemon", "/csi/plugin/fuseMode", isEnum},
+		{"csi.plugin.unservedAbortAfter=30", "/csi/plugin/unservedAbortAfter", isType}, // --set makes it a number
 		{"registrar.mode=kubelet", "/registrar/mode", isEnum},
 		{"image.pullPolicy=Sometimes", "/image/pullPolicy", isEnum},
 		{"kubeletDir=var/lib/kubelet", "/kubeletDir", isPattern},
@@ -933,6 +934,17 @@ func TestSidecarKeepFD(t *testing.T) {
 	wantArg(t, container(t, render(t, "csi.plugin.fuseMode=sidecar", "sidecar.keepFd=true").ds, pluginContainer), "--sidecar-keep-fd", "--sidecar-keep-fd")
 	wantNoArg(t, container(t, render(t, "csi.plugin.fuseMode=sidecar").ds, pluginContainer), "--sidecar-keep-fd")
 	wantNoArg(t, container(t, render(t, "csi.plugin.fuseMode=child", "sidecar.keepFd=true").ds, pluginContainer), "--sidecar-keep-fd")
+}
+
+// TestUnservedAbortAfter: the bound on requests waiting on a kept connection reaches the plugin in the modes
+// that keep connections (keeper, sidecar with keepFd), and only there.
+func TestUnservedAbortAfter(t *testing.T) {
+	const flag = "--unserved-abort-after"
+	wantArg(t, container(t, render(t, "csi.plugin.fuseMode=keeper").ds, pluginContainer), flag, flag+"=30s")
+	wantArg(t, container(t, render(t, "csi.plugin.fuseMode=keeper", "csi.plugin.unservedAbortAfter=2m").ds, pluginContainer), flag, flag+"=2m")
+	wantArg(t, container(t, render(t, "csi.plugin.fuseMode=sidecar", "sidecar.keepFd=true", "csi.plugin.unservedAbortAfter=0s").ds, pluginContainer), flag, flag+"=0s")
+	wantNoArg(t, container(t, render(t, "csi.plugin.fuseMode=sidecar").ds, pluginContainer), flag)
+	wantNoArg(t, container(t, render(t, "csi.plugin.fuseMode=child").ds, pluginContainer), flag)
 }
 
 // TestKeeperMode: fuseMode=keeper adds the keeper DaemonSet: unprivileged as the user the plugin accepts, the
