@@ -63,6 +63,37 @@ func healthScenarios() []scenarios.Scenario {
 			},
 		},
 		{
+			Name:    "health-server-kill",
+			Servers: scenarios.AllServers,
+			Title:   "Volume health against the truth: the FUSE server dies, the plugin lives",
+			Shows: "Only the FUSE server dies (child placement); the plugin stays and answers kubelet's health question. " +
+				"The workload's reads fail at once (the truth), and kubelet reports the volume within a period of the " +
+				"kill, whatever the server: the plugin's probe reaches the server (a statfs, which no kernel cache " +
+				"answers), so a mount whose attributes and entries the kernel still caches is reported dead too, " +
+				"unlike a stat of it or a mount-point check.",
+			Plugin:       scenarios.Plugin{},
+			Pod:          bare,
+			VolumeHealth: true,
+			Steps: []scenarios.Step{
+				warmUp,
+				scenarios.Observe(scenarios.Dur{Fixed: 2 * scenarios.HealthPeriod}),
+				scenarios.Kill(scenarios.FuseServer),
+				untilENOTCONN,
+				hostDead,
+				scenarios.Observe(scenarios.Dur{Fixed: 2*scenarios.HealthPeriod + time.Second}),
+			},
+			Expect: []scenarios.Expectation{
+				{Check: scenarios.FailsWith{C: reader, Errno: "ENOTCONN", Within: scenarios.Dur{Fixed: 5 * time.Second, Reads: 4}}},
+				{Check: scenarios.HealthReported{After: scenarios.AfterKill, Within: reported},
+					Kubelet: scenarios.KubeletBefore(scenarios.VolumeHealthManagerIn), Source: "pkg/kubelet/server/stats/volume_stat_calculator.go (v1.36)"},
+				{Check: scenarios.HealthReported{Status: true, After: scenarios.AfterKill, Within: reported},
+					Kubelet: scenarios.KubeletSince(scenarios.VolumeHealthManagerIn), Source: "pkg/kubelet/volumemanager/volumehealth/ (v1.37)"},
+				{Check: scenarios.NeverRecovers{C: reader, After: scenarios.AfterKill, For: scenarios.Dur{Fixed: 2 * scenarios.HealthPeriod}}},
+			},
+			Backends:    []string{scenarios.BackendLocal},
+			BackendsWhy: "the kube backend cannot yet kill one FUSE server inside the plugin container",
+		},
+		{
 			Name:  "remediate-running",
 			Title: "Remediator: a Deployment's pod whose running container holds the dead mount is recreated",
 			Shows: "The plugin restores the volume, but the running container keeps the dead bind (restore-without-exit). " +
