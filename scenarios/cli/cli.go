@@ -175,6 +175,10 @@ func parse(args []string, stdout io.Writer) (config, error) {
 		}
 		cfg.binDir = filepath.Dir(exe)
 	}
+	// The containers start in directories of their own: a relative path would name nothing there.
+	if cfg.binDir, err = filepath.Abs(cfg.binDir); err != nil {
+		return cfg, fmt.Errorf("--bin-dir: %w", err)
+	}
 	return cfg, nil
 }
 

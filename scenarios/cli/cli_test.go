@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -181,5 +182,17 @@ func TestJudge(t *testing.T) {
 	t.Setenv(requireEnv, "1")
 	if c := code(notRunnable); c != 1 {
 		t.Errorf("not runnable under %s=1: exit %d, want 1", requireEnv, c)
+	}
+}
+
+// TestRelativeBinDir: the containers start in directories of their own, so --bin-dir is made absolute (a
+// relative one made every container's start fail with "no such file or directory").
+func TestRelativeBinDir(t *testing.T) {
+	cfg, err := parse([]string{"--bin-dir=bin", "restart"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !filepath.IsAbs(cfg.binDir) || filepath.Base(cfg.binDir) != "bin" {
+		t.Errorf("--bin-dir=bin gave %q, want an absolute path ending in bin", cfg.binDir)
 	}
 }
