@@ -234,7 +234,7 @@ func TestKeeperNoSuccessor(t *testing.T) {
 	if !strings.Contains(k.Log(), "cannot start (broken by the test)") {
 		t.Errorf("the keeper never ran the broken server: no crash loop was tested; its log:\n%s", k.Tail())
 	}
-	if st := procState(r.PID()); st == "D" {
+	if st := testenv.StateLetter(r.PID()); st == "D" {
 		t.Errorf("the reader is in D state after the abort")
 	}
 	if _, err := os.Stat(filepath.Join(staging, "dummy-file.txt")); !errors.Is(err, syscall.ENOTCONN) {
@@ -245,18 +245,4 @@ func TestKeeperNoSuccessor(t *testing.T) {
 	}
 	r.Kill()
 	e.teardown(p, "vol-1", "pod-a")
-}
-
-// procState is the state letter of process pid (R, S, D, Z…) from /proc/<pid>/stat.
-func procState(pid int) string {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return ""
-	}
-	// The state follows the command, which is in parentheses and may hold anything.
-	i := strings.LastIndexByte(string(b), ')')
-	if i < 0 || i+2 >= len(b) {
-		return ""
-	}
-	return string(b[i+2])
 }

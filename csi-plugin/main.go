@@ -1,8 +1,8 @@
 // Command csi-plugin is the dummy-fuse CSI node plugin: it stages volumes by starting dummy-fuse on the staging
 // path, publishes them with bind mounts, records its mounts and can restore them after a restart.
 // `csi-plugin sidecar` is the unprivileged container of the workload pod in the sidecar FUSE mode (package
-// sidecar), `csi-plugin sidecar-crash`, run in that container, kills its FUSE server as a crash
-// would; `csi-plugin keeper` the unprivileged keeper of FUSE connections in the keeper mode (package keeper).
+// sidecar), `csi-plugin server-crash` (or sidecar-crash), run in that container or the plugin's in the child
+// mode, kills its FUSE servers as a crash would; `csi-plugin keeper` the unprivileged keeper of FUSE connections in the keeper mode (package keeper).
 // The remediator is a binary of its own, csi-remediate (cmd/csi-remediate).
 package main
 
@@ -36,7 +36,7 @@ func run(ctx context.Context, args []string, streams command.Streams) error {
 			return sidecar.Run(ctx, args[1:], streams)
 		case "keeper":
 			return keeper.Command(ctx, args[1:], streams)
-		case "sidecar-crash":
+		case "server-crash", "sidecar-crash":
 			return sidecar.Crash(ctx, args[1:], streams)
 		}
 	}

@@ -12,24 +12,32 @@ import (
 	"strings"
 	"syscall"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/command"
 )
 
-// Crash is `csi-plugin sidecar-crash`: run in the sidecar container (kubectl exec, or client-go's
-// remotecommand), it kills the container's FUSE server with SIGKILL, as a crash of the server would. The
-// sidecar (`csi-plugin sidecar`, PID 1 of the container) then exits with the server's status (137) and kubelet
-// restarts the native sidecar. A scenario needs this on a real cluster: the image has no shell and no kill, and
-// PID 1 itself cannot be killed from inside its own PID namespace (the kernel drops signals to a namespace's
-// init that it has no handler for, SIGKILL included).
+// Crash is `csi-plugin server-crash` (also called `sidecar-crash`): run in a container whose PID 1 is
+// csi-plugin — the FUSE sidecar, or the plugin in the child mode — (kubectl exec, or client-go's
+// remotecommand), it kills that process's FUSE servers with SIGKILL, as a crash of a server would. The sidecar
+// (`csi-plugin sidecar`) then exits with the server's status (137) and kubelet restarts the native sidecar; the
+// plugin logs the exit and leaves the mount dead. With --stop it sends SIGSTOP instead, so that the next read
+// waits inside the server until it is killed (a crash under load). A scenario needs this on a real cluster: the
+// image has no shell and no kill, and PID 1 itself cannot be killed from inside its own PID namespace (the
+// kernel drops signals to a namespace's init that it has no handler for, SIGKILL included).
 //
-// The server is found as the kernel lists PID 1's children (/proc/1/task/*/children), never by its name; and
-// only when PID 1 runs this same executable, so that nothing happens when it is run anywhere but in a sidecar
+// The servers are found as the kernel lists PID 1's children (/proc/1/task/*/children), never by their name; and
+// only when PID 1 runs this same executable, so that nothing happens when it is run anywhere but in such a
 // container (on a host, PID 1's children are every service).
 func Crash(_ context.Context, args []string, streams command.Streams) error {
-	fl := flag.NewFlagSet("csi-plugin sidecar-crash", flag.ContinueOnError)
+	fl := flag.NewFlagSet("csi-plugin server-crash", flag.ContinueOnError)
 	fl.SetOutput(streams.Err)
+	stop := fl.Bool("stop", false, "send SIGSTOP instead of SIGKILL: the servers stop answering, alive (kill them later, as a crash under load)")
 	fl.Usage = func() {
-		fmt.Fprintln(fl.Output(), "Usage: csi-plugin sidecar-crash\n\nIn the FUSE sidecar container: SIGKILL the FUSE server (the children of csi-plugin sidecar, PID 1), as a crash does.")
+		fmt.Fprintln(fl.Output(), "Usage: csi-plugin server-crash [--stop]   (also: csi-plugin sidecar-crash)\n\n"+
+			"In a container whose PID 1 is csi-plugin (the FUSE sidecar, or the plugin in the child mode): SIGKILL its\n"+
+			"FUSE servers (PID 1's children), as a crash does.\n\nFlags:")
+		fl.PrintDefaults()
 	}
 	if err := command.Parse(fl, args); err != nil {
 		return err
@@ -37,34 +45,38 @@ func Crash(_ context.Context, args []string, streams command.Streams) error {
 	if fl.NArg() != 0 {
 		return command.Usagef("unexpected arguments: %q", fl.Args())
 	}
-	return crash("/proc", 1, streams.Out)
+	sig := syscall.SIGKILL
+	if *stop {
+		sig = syscall.SIGSTOP
+	}
+	return crash("/proc", 1, sig, streams.Out)
 }
 
-// crash kills every child of process init (a csi-plugin sidecar running this same executable) with SIGKILL and
-// says which, in /proc mounted at proc.
-func crash(proc string, init int, out io.Writer) error {
+// crash sends sig to every child of process init (a csi-plugin running this same executable) and says which,
+// in /proc mounted at proc.
+func crash(proc string, init int, sig syscall.Signal, out io.Writer) error {
 	initDir := filepath.Join(proc, strconv.Itoa(init))
 	same, err := sameFile(filepath.Join(initDir, "exe"), filepath.Join(proc, "self", "exe"))
 	if err != nil {
-		return fmt.Errorf("is pid %d csi-plugin sidecar? %w", init, err)
+		return fmt.Errorf("is pid %d csi-plugin? %w", init, err)
 	}
 	if !same {
-		return fmt.Errorf("pid %d does not run this executable: not in a FUSE sidecar container, nothing killed", init)
+		return fmt.Errorf("pid %d does not run this executable: not in a container of csi-plugin, nothing killed", init)
 	}
 	children, err := childrenOf(initDir)
 	if err != nil {
 		return err
 	}
 	if len(children) == 0 {
-		return fmt.Errorf("pid %d (csi-plugin sidecar) has no child: no FUSE server runs (it did not receive a descriptor yet?)", init)
+		return fmt.Errorf("pid %d (csi-plugin) has no child: no FUSE server runs (no volume staged, or no descriptor received yet?)", init)
 	}
 	var errs []error
 	for _, pid := range children {
 		comm, _ := os.ReadFile(filepath.Join(proc, strconv.Itoa(pid), "comm"))
-		// Said before it is done: in a container, this process dies with the sidecar right after the kill.
-		logf(out, "SIGKILL to pid %d (%s), the FUSE server of pid %d", pid, strings.TrimSpace(string(comm)), init)
-		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
-			errs = append(errs, fmt.Errorf("kill pid %d: %w", pid, err))
+		// Said before it is done: in a sidecar container, this process dies with the sidecar right after the kill.
+		logf(out, "%s to pid %d (%s), the FUSE server of pid %d", unix.SignalName(sig), pid, strings.TrimSpace(string(comm)), init)
+		if err := syscall.Kill(pid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
+			errs = append(errs, fmt.Errorf("%s pid %d: %w", unix.SignalName(sig), pid, err))
 		}
 	}
 	return errors.Join(errs...)

@@ -74,7 +74,7 @@ func TestCrashKillsTheServer(t *testing.T) {
 	testenv.Integration(t, "runs a fake sidecar and its server")
 	sidecar, server := startFakeSidecar(t)
 	var out strings.Builder
-	if err := crash("/proc", sidecar.Process.Pid, &out); err != nil {
+	if err := crash("/proc", sidecar.Process.Pid, syscall.SIGKILL, &out); err != nil {
 		t.Fatalf("crash: %v", err)
 	}
 	if want := fmt.Sprintf("SIGKILL to pid %d (sleep)", server); !strings.Contains(out.String(), want) {
@@ -89,6 +89,34 @@ func TestCrashKillsTheServer(t *testing.T) {
 	}
 	if code := sidecar.ProcessState.ExitCode(); code != 37 {
 		t.Errorf("fake sidecar exited with %d, want 37 (its server killed by SIGKILL)", code)
+	}
+}
+
+// TestCrashStop: --stop stops the server (state T) without killing it, so that a read can wait inside it; a
+// later crash kills it.
+func TestCrashStop(t *testing.T) {
+	testenv.Integration(t, "runs a fake sidecar and its server")
+	sidecar, server := startFakeSidecar(t)
+	var out strings.Builder
+	if err := crash("/proc", sidecar.Process.Pid, syscall.SIGSTOP, &out); err != nil {
+		t.Fatalf("crash --stop: %v", err)
+	}
+	if want := fmt.Sprintf("SIGSTOP to pid %d (sleep)", server); !strings.Contains(out.String(), want) {
+		t.Errorf("output %q, want %q", out.String(), want)
+	}
+	testenv.Eventually(t, 10*time.Second, "the server to be stopped (state T)", func() bool { return testenv.StateLetter(server) == "T" })
+	if err := crash("/proc", sidecar.Process.Pid, syscall.SIGKILL, &out); err != nil {
+		t.Fatalf("crash after --stop: %v", err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- sidecar.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the fake sidecar did not notice its stopped server's death")
+	}
+	if code := sidecar.ProcessState.ExitCode(); code != 37 {
+		t.Errorf("fake sidecar exited with %d, want 37 (its stopped server killed by SIGKILL)", code)
 	}
 }
 
@@ -115,7 +143,7 @@ func TestCrashRefusesAnotherInit(t *testing.T) {
 		_ = other.Process.Kill()
 		_ = other.Wait()
 	}()
-	err = crash("/proc", other.Process.Pid, &strings.Builder{})
+	err = crash("/proc", other.Process.Pid, syscall.SIGKILL, &strings.Builder{})
 	if err == nil || !strings.Contains(err.Error(), "does not run this executable") {
 		t.Fatalf("crash with another init: %v", err)
 	}
@@ -126,7 +154,7 @@ func TestCrashRefusesAnotherInit(t *testing.T) {
 
 // TestCrashWithoutServer: a sidecar that has no server yet is an error, not a silent success.
 func TestCrashWithoutServer(t *testing.T) {
-	err := crash("/proc", os.Getpid(), &strings.Builder{})
+	err := crash("/proc", os.Getpid(), syscall.SIGKILL, &strings.Builder{})
 	if err == nil || !strings.Contains(err.Error(), "has no child") {
 		t.Fatalf("crash of a process without children: %v", err)
 	}

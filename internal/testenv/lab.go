@@ -197,6 +197,19 @@ func (p *Proc) describe() string {
 	return fmt.Sprintf("pid %d, %s; the end of its log %s:\n%s", p.PID(), procState(p.PID()), p.LogPath, p.Tail())
 }
 
+// StateLetter is the state letter of process pid (R, S, D, T, Z…) from /proc/<pid>/stat; "" once it is gone.
+func StateLetter(pid int) string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return ""
+	}
+	i := strings.LastIndexByte(string(b), ')') // the command, in parentheses, may hold anything
+	if i < 0 || i+2 >= len(b) {
+		return ""
+	}
+	return string(b[i+2])
+}
+
 // procState is a process's state and kernel wait channel ("D (disk sleep) in fuse_flush"): what it waits for.
 func procState(pid int) string {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))

@@ -104,8 +104,6 @@ func childScenarios() []scenarios.Scenario {
 				{Check: scenarios.KeepsFailing{C: reader, Errno: "ENOTCONN", After: scenarios.AfterKill}},
 				{Check: scenarios.Restarts{C: reader, Min: 0, Max: 0}},
 			},
-			Backends:    []string{scenarios.BackendLocal},
-			BackendsWhy: "the kube backend cannot yet stop and kill one FUSE server inside the plugin container",
 		},
 		{
 			Name:    "restart-no-restore",

@@ -90,8 +90,6 @@ func healthScenarios() []scenarios.Scenario {
 					Kubelet: scenarios.KubeletSince(scenarios.VolumeHealthManagerIn), Source: "pkg/kubelet/volumemanager/volumehealth/ (v1.37)"},
 				{Check: scenarios.NeverRecovers{C: reader, After: scenarios.AfterKill, For: scenarios.Dur{Fixed: 2 * scenarios.HealthPeriod}}},
 			},
-			Backends:    []string{scenarios.BackendLocal},
-			BackendsWhy: "the kube backend cannot yet kill one FUSE server inside the plugin container",
 		},
 		{
 			Name:  "remediate-running",

@@ -38,6 +38,7 @@ func partKinds() []struct {
 		{scenarios.SidecarContainer, newSidecarPart},
 		{scenarios.KeeperContainer, newKeeperPart},
 		{scenarios.FuseServer, newKeeperServerPart},
+		{scenarios.FuseServer, newChildServerPart},
 		{scenarios.FuseSuccessor, newSuccessorPart},
 		{scenarios.FuseCrashLoop, newCrashLoopPart},
 		{scenarios.PluginRecollecting, newRecollectPart},

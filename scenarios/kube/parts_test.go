@@ -34,12 +34,15 @@ func TestParts(t *testing.T) {
 			t.Errorf("%s: a sidecar part %t, a sidecar in the pod %t", sc.Name, ok, sc.Pod.Sidecar != nil)
 		}
 		keeper := sc.Plugin.FuseMode == scenarios.FuseModeKeeper
-		for _, c := range []scenarios.Component{scenarios.KeeperContainer, scenarios.FuseServer} {
-			if _, ok := b.parts[c]; ok != keeper {
-				t.Errorf("%s: a %s part %t, keeper mode %t", sc.Name, c, ok, keeper)
-			}
+		if _, ok := b.parts[scenarios.KeeperContainer]; ok != keeper {
+			t.Errorf("%s: a keeper part %t, keeper mode %t", sc.Name, ok, keeper)
 		}
-		if !keeper {
+		// The FUSE server is the keeper's or the plugin's own child; a sidecar's dies with its container.
+		sidecarMode := sc.Plugin.FuseMode == scenarios.FuseModeSidecar
+		if _, ok := b.parts[scenarios.FuseServer]; ok == sidecarMode {
+			t.Errorf("%s: a %s part %t in fuse mode %q", sc.Name, scenarios.FuseServer, ok, sc.Plugin.FuseMode)
+		}
+		if sidecarMode {
 			if err := b.Kill(context.Background(), scenarios.FuseServer); err == nil || !strings.Contains(err.Error(), "cannot kill fuse-server") {
 				t.Errorf("%s: Kill(fuse-server) = %v, want a refusal", sc.Name, err)
 			}

@@ -1,0 +1,66 @@
+package kube
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
+)
+
+// serverCrash is the command that signals the FUSE servers of the container it runs in, whose PID 1 is
+// csi-plugin (csi-plugin/sidecar.Crash): the image has no shell and no kill.
+const serverCrash = "server-crash"
+
+// childServerPart is the plugin's own FUSE server in the child mode, the plugin container's child that serves
+// the volume. It is killed as the local backend kills it: stopped, three read intervals for a read to reach it
+// and wait inside it, then SIGKILL (a crash under load); the plugin lives on.
+type childServerPart struct {
+	noPart
+	b *Backend
+}
+
+func newChildServerPart(b *Backend, _ *scenarios.Env) (part, error) {
+	if b.sc == nil || b.sc.Plugin.FuseMode == scenarios.FuseModeKeeper || b.sc.Plugin.FuseMode == scenarios.FuseModeSidecar {
+		return nil, nil // the keeper's servers are keeperServerPart's; a sidecar's die with it
+	}
+	return &childServerPart{b: b}, nil
+}
+
+func (p *childServerPart) kill(ctx context.Context) error {
+	b := p.b
+	pp, _ := b.runningPod(b.plugins)
+	if pp == nil {
+		return fmt.Errorf("no running plugin pod on node %s", b.node)
+	}
+	if err := p.crash(ctx, pp.name, "--stop"); err != nil {
+		return err
+	}
+	wait := 3 * b.Timing().ReadInterval
+	b.progress("FUSE server stopped; SIGKILL in %s, with a read inside it", wait)
+	if err := scenarios.Sleep(ctx, wait); err != nil {
+		return err
+	}
+	b.rec.Add(scenarios.Event{Source: scenarios.SrcComponent, Component: scenarios.FuseServer, Kind: scenarios.KKilled,
+		Message: fmt.Sprintf("exec csi-plugin %s in pod %s: SIGKILL of the plugin's FUSE server, stopped for %s with a read inside it", serverCrash, pp.name, wait)})
+	return p.crash(ctx, pp.name, "")
+}
+
+// crash executes `csi-plugin server-crash [flag]` in the plugin container of pod.
+func (p *childServerPart) crash(ctx context.Context, pod, flag string) error {
+	cmd := []string{"/usr/local/bin/csi-plugin", serverCrash}
+	if flag != "" {
+		cmd = append(cmd, flag)
+	}
+	ectx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	out, err := p.b.exec(ectx, pod, pluginContainer, cmd)
+	out = strings.TrimSpace(out)
+	p.b.logf("exec %s in %s: %q, %v", strings.Join(cmd, " "), pod, out, err)
+	if err != nil {
+		return fmt.Errorf("exec %s in pod %s: %s: %w", strings.Join(cmd, " "), pod, out, err)
+	}
+	p.b.progress("%s", out)
+	return nil
+}
