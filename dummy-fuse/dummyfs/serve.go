@@ -196,6 +196,12 @@ func (c *Conn) newWorker() *worker {
 	if mapped {
 		w.mapping = buf
 	}
+	// The kernel copies a request into w.in after taking it off the queue, and a copy that faults while this
+	// process is being killed ends the request with EIO for its caller instead of queueing it again
+	// (fuse_dev_do_read in fs/fuse/dev.c; TestKillWhileTheKernelCopiesARequest): a successor killed right
+	// after it took a connection over, whose buffers are all fresh, would cost a read. Nearly every request
+	// of a read-only filesystem fits in the first page; a write makes it resident before the first read.
+	w.in[0] = 0
 	return w
 }
 

@@ -1,0 +1,182 @@
+package dummyfs
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/fuseconn"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/testenv"
+)
+
+// faultVictimEnv makes the test binary play a FUSE server that is killed while the kernel copies a request into
+// its buffer (faultVictim).
+const faultVictimEnv = "DFC_DUMMYFS_FAULT_VICTIM"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(faultVictimEnv) == "1" {
+		os.Exit(faultVictim())
+	}
+	os.Exit(m.Run())
+}
+
+// userfaultfd's interface (include/uapi/linux/userfaultfd.h), which x/sys/unix does not define.
+const (
+	uffdAPI                   = 0xAA
+	uffdioAPI                 = 0xc018aa3f // _IOWR(0xAA, 0x3F, struct uffdio_api): 24 bytes
+	uffdioRegister            = 0xc020aa00 // _IOWR(0xAA, 0x00, struct uffdio_register): 32 bytes
+	uffdioRegisterModeMissing = 1
+)
+
+// faultVictim reads a request from the connection on fd 3 into a buffer whose pages are registered with a
+// userfaultfd that nobody serves: the kernel's copy of the request into the buffer faults and waits there,
+// inside read(2), until the process is killed. It prints "reading" first, and anything read(2) returns.
+func faultVictim() int {
+	size := max(MountOptions(DefaultOptions()).MaxWrite, 8192) + 4096 // what a worker reads with (NewConn)
+	buf, err := unix.Mmap(-1, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		fmt.Println("mmap:", err)
+		return 1
+	}
+	uffd, _, errno := unix.Syscall(unix.SYS_USERFAULTFD, unix.O_CLOEXEC, 0, 0)
+	if errno != 0 {
+		fmt.Println("userfaultfd:", errno)
+		return 1
+	}
+	api := [3]uint64{uffdAPI, 0, 0} // api, features, ioctls
+	if _, _, errno := unix.Syscall(unix.SYS_IOCTL, uffd, uffdioAPI, uintptr(unsafe.Pointer(&api))); errno != 0 {
+		fmt.Println("UFFDIO_API:", errno)
+		return 1
+	}
+	reg := [4]uint64{uint64(uintptr(unsafe.Pointer(&buf[0]))), uint64(len(buf)), uffdioRegisterModeMissing, 0} // range, mode, ioctls
+	if _, _, errno := unix.Syscall(unix.SYS_IOCTL, uffd, uffdioRegister, uintptr(unsafe.Pointer(&reg))); errno != 0 {
+		fmt.Println("UFFDIO_REGISTER:", errno)
+		return 1
+	}
+	fmt.Println("reading")
+	n, err := unix.Read(3, buf)
+	fmt.Println("read returned", n, err)
+	return 0
+}
+
+// TestKillWhileTheKernelCopiesARequest shows why a FUSE server's read buffer must be resident before it reads
+// (newWorker prefaults it): the kernel copies a request into the reader's buffer after taking it off the
+// queue, and when that copy fails — a page fault in the buffer that a SIGKILL interrupts — it ends the request
+// with EIO for its caller instead of queueing it again (fuse_dev_do_read in fs/fuse/dev.c: "if (err)
+// req->out.h.error = -EIO"). A server killed in that window costs its caller an EIO although another process
+// keeps the connection and a successor serves it; a fresh successor, whose buffers no request has touched
+// yet, is the likeliest to be there. The test makes the window wide: the victim's buffer is registered with a
+// userfaultfd that nobody serves, so the copy waits in the fault until the kill.
+func TestKillWhileTheKernelCopiesARequest(t *testing.T) {
+	testenv.RequireFUSE(t)
+	if err := fuseconn.MountControl(); err != nil {
+		testenv.SkipOrFail(t, "no FUSE control filesystem: "+err.Error())
+	}
+	mnt := t.TempDir()
+	mo := MountOptions(DefaultOptions())
+	fd, err := mountDev(mnt, mo)
+	if err != nil {
+		t.Fatalf("mount %s: %v", mnt, err)
+	}
+	id, err := fuseconn.ID(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = fuseconn.Abort(id) // nothing may wait on this connection after the test
+		_ = unix.Unmount(mnt, unix.MNT_DETACH)
+		unix.Close(fd)
+	})
+	c := NewConn(fd, New(DefaultOptions()), mo, 1)
+	if err := c.Init(); err != nil {
+		t.Fatal(err)
+	}
+	lab := testenv.NewLab(t)
+
+	// A caller's request waits in the queue: nobody serves the connection yet.
+	file := filepath.Join(mnt, FileName)
+	reader := lab.Start("cat", exec.Command("cat", file))
+	testenv.Eventually(t, 10*time.Second, "the reader's request in the connection's queue", func() bool {
+		n, err := fuseconn.Waiting(id)
+		return err == nil && n > 0
+	})
+
+	// The victim takes it off the queue and waits in the fault of the copy.
+	dup, err := unix.Dup(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	victimDev := os.NewFile(uintptr(dup), "/dev/fuse")
+	defer victimDev.Close()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), faultVictimEnv+"=1")
+	cmd.ExtraFiles = []*os.File{victimDev}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	victim := lab.Start("fault victim", cmd)
+	lines := bufio.NewScanner(out)
+	if !lines.Scan() || lines.Text() != "reading" {
+		t.Fatalf("the victim did not get to its read: %q\n%s", lines.Text(), victim.Tail())
+	}
+	wchan := func() string {
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/wchan", victim.PID()))
+		return string(b)
+	}
+	testenv.Eventually(t, 10*time.Second, "the victim's read to wait in the fault of the request's copy (wchan handle_userfault)", func() bool {
+		return wchan() == "handle_userfault"
+	})
+	victim.Signal(syscall.SIGKILL)
+	victim.Wait(10 * time.Second)
+
+	// Served from now on: a request that had been queued again would be answered.
+	go func() { _ = c.Serve() }()
+	if code := reader.Wait(10 * time.Second); code == 0 {
+		t.Fatalf("the reader's request survived the kill of the process copying it (the kernel queued it again?): %s", reader.Log())
+	}
+	if got := reader.Log(); !strings.Contains(got, "Input/output error") {
+		t.Errorf("the reader failed with %q, want EIO (Input/output error)", strings.TrimSpace(got))
+	}
+	// Another process reads: a read in this process could wait on its own server (see pollOnce).
+	after := lab.Start("cat after the kill", exec.Command("cat", file))
+	if code := after.Wait(10 * time.Second); code != 0 || !strings.Contains(after.Log(), strings.TrimSpace(Content)) {
+		t.Errorf("a read after the kill: exit %d, %q; want the file: only the request being copied fails", code, after.Log())
+	}
+}
+
+// TestWorkerBufferIsResident: a worker's read buffer has its first page resident before it reads anything, so
+// that the kernel's copy of a request into it does not fault (see TestKillWhileTheKernelCopiesARequest), while
+// the rest stays untouched (it takes no memory).
+func TestWorkerBufferIsResident(t *testing.T) {
+	c := NewConn(-1, New(DefaultOptions()), MountOptions(DefaultOptions()), 1)
+	w := c.newWorker()
+	defer w.free()
+	if w.mapping == nil {
+		t.Skip("the buffers are on the Go heap (mmap failed): resident like any heap memory")
+	}
+	page := os.Getpagesize()
+	vec := make([]byte, (len(w.mapping)+page-1)/page)
+	if _, _, errno := unix.Syscall(unix.SYS_MINCORE, uintptr(unsafe.Pointer(&w.mapping[0])), uintptr(len(w.mapping)), uintptr(unsafe.Pointer(&vec[0]))); errno != 0 {
+		t.Fatalf("mincore: %v", errno)
+	}
+	if vec[0]&1 == 0 {
+		t.Error("the first page of a new worker's read buffer is not resident: the kernel's copy of the first request would fault")
+	}
+	resident := 0
+	for _, v := range vec {
+		resident += int(v & 1)
+	}
+	if resident > 2 {
+		t.Errorf("%d of the buffers' %d pages are resident, want the read buffer's first page only (and at most the reply's)", resident, len(vec))
+	}
+}
