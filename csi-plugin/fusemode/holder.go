@@ -500,7 +500,7 @@ func (h *holder) reports(s *keeperSession) error {
 			}
 		case m.Kind == handover.Ended:
 			c.setServed(s, 0, time.Now())
-			if m.Reason == "unmounted" {
+			if m.Reason == handover.ReasonUnmounted {
 				c.ended = true
 				closeOnce(c.done)
 			}

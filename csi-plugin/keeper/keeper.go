@@ -385,6 +385,13 @@ func (k *Keeper) serverMsg(srv *server, m handover.Msg) {
 		cn.server, cn.served = nil, false
 		k.logf("volume %s: its server pid %d stopped serving it: %s", m.Volume, srv.pid, m.Reason)
 		k.tellPlugin(handover.Msg{Kind: handover.Ended, Volume: m.Volume, Reason: m.Reason})
+		if m.Reason != handover.ReasonUnmounted {
+			// The server failed the connection (a refused takeover, a device error) while it lives on, held
+			// here: hand it to a server again, with the back-off of a crash, rather than leave it unserved
+			// until the plugin's --unserved-abort-after ends it.
+			k.noteCrash()
+			k.serveUnserved()
+		}
 	}
 }
 

@@ -154,3 +154,43 @@ func TestHelloCarriesTheSecret(t *testing.T) {
 		t.Fatalf("first message %+v, %v; want a hello with the secret", m, err)
 	}
 }
+
+// TestFailedServeIsHandedAgain: a server that reports it could not serve a connection (here: it refuses the
+// takeover, the record being garbage) lives on, and so does the connection the keeper holds: the keeper hands
+// it to a server again, with the back-off of a crash, instead of leaving it unserved until the plugin aborts it.
+func TestFailedServeIsHandedAgain(t *testing.T) {
+	sock, accept := fakePlugin(t)
+	server := testenv.Build(t, "dummy-fuse")
+	var log testenv.SyncBuffer
+	k, err := New(Config{PluginSocket: sock, DummyFusePath: server, VolumesPerServer: 1}, &log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- k.Run(ctx) }()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	c := accept()
+	dev, err := fuseconn.Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	if err := c.Send(handover.Msg{Kind: handover.Serve, Volume: "vol-1", Init: []byte("not an INIT record")}, dev); err != nil {
+		t.Fatal(err)
+	}
+	const stopped = "vol-1: its server pid"
+	testenv.Eventually(t, 20*time.Second, "a second refusal of vol-1 (the keeper handed it again)", func() bool {
+		return strings.Count(log.String(), stopped) >= 2
+	})
+	time.Sleep(2 * time.Second)
+	if n := strings.Count(log.String(), stopped); n > freeRestarts+6 {
+		t.Errorf("%d refusals within about 2 s: the keeper hands the connection again in a hot loop:\n%s", n, log.String())
+	}
+	if !strings.Contains(log.String(), "cannot take over") {
+		t.Errorf("the refusals do not say why:\n%s", log.String())
+	}
+}

@@ -112,7 +112,7 @@ func (s *sessionServer) watch(volume string, srv *Server) {
 	s.mu.Lock()
 	delete(s.served, volume)
 	s.mu.Unlock()
-	reason := "unmounted"
+	reason := handover.ReasonUnmounted
 	if err != nil {
 		reason = err.Error()
 	}

@@ -52,6 +52,10 @@ const (
 	Ended  Kind = "ended"
 )
 
+// ReasonUnmounted is the Reason of Ended when the connection itself is over (unmounted or aborted): nobody
+// can serve it again. Any other reason is a server's failure on a connection that lives on.
+const ReasonUnmounted = "unmounted"
+
 // carriesFD reports whether messages of kind k carry a connection's descriptor (and only they do).
 func (k Kind) carriesFD() bool { return k == Hold || k == Serve }
 
@@ -78,7 +82,7 @@ type Msg struct {
 	PID     int    `json:"pid,omitempty"`
 	// Holds is the number of Hold messages that follow a Hello.
 	Holds int `json:"holds,omitempty"`
-	// Reason says why, for Drop and Ended.
+	// Reason says why, for Drop and Ended; ReasonUnmounted for an Ended connection that is over.
 	Reason string `json:"reason,omitempty"`
 	// Secret, in a Hello, is what the listener asks of those who may connect (the keeper socket's per-node
 	// secret).
