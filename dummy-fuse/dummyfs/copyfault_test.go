@@ -2,6 +2,7 @@ package dummyfs
 
 import (
 	"bufio"
+	"encoding/binary"
 	"fmt"
 	"os"
 	"os/exec"
@@ -101,6 +102,7 @@ func TestKillWhileTheKernelCopiesARequest(t *testing.T) {
 		t.Fatal(err)
 	}
 	lab := testenv.NewLab(t)
+	lab.AddRoot(mnt) // its cleanup aborts the connection before it waits for the readers
 
 	// A caller's request waits in the queue: nobody serves the connection yet.
 	file := filepath.Join(mnt, FileName)
@@ -178,5 +180,61 @@ func TestWorkerBufferIsResident(t *testing.T) {
 	}
 	if resident > 2 {
 		t.Errorf("%d of the buffers' %d pages are resident, want the read buffer's first page only (and at most the reply's)", resident, len(vec))
+	}
+}
+
+// TestRefusedReplyCostsOneRequest: a reply the kernel refuses once it found its request (here: longer than
+// what the request takes: copy_out_args in fs/fuse/dev.c) ends that request with EIO for its caller, and the
+// server serves on: the connection's other and later callers are answered. (A reply whose header is malformed
+// is refused before the kernel looks up its request, which then stays unanswered: no server here writes one,
+// go-fuse sets the header.)
+func TestRefusedReplyCostsOneRequest(t *testing.T) {
+	testenv.RequireFUSE(t)
+	mnt := t.TempDir()
+	mo := MountOptions(DefaultOptions())
+	fd, err := mountDev(mnt, mo)
+	if err != nil {
+		t.Fatalf("mount %s: %v", mnt, err)
+	}
+	id, err := fuseconn.ID(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = fuseconn.Abort(id) // nothing may wait on this connection after the test
+		_ = unix.Unmount(mnt, unix.MNT_DETACH)
+		unix.Close(fd)
+	})
+	c := NewConn(fd, New(DefaultOptions()), mo, 1)
+	if err := c.Init(); err != nil {
+		t.Fatal(err)
+	}
+	lab := testenv.NewLab(t)
+	lab.AddRoot(mnt) // its cleanup aborts the connection before it waits for the readers
+	file := filepath.Join(mnt, FileName)
+	first := lab.Start("cat", exec.Command("cat", file))
+
+	// The test plays a broken server for the first request (a LOOKUP or GETATTR, whose answer has a fixed
+	// size): a well-formed reply with 1 KiB more than that.
+	w := c.newWorker()
+	defer w.free()
+	n, err := unix.Read(fd, w.in)
+	if err != nil || n < inHeaderLen {
+		t.Fatalf("read the first request: %d bytes, %v", n, err)
+	}
+	reply := make([]byte, outHeaderLen+1024)
+	binary.NativeEndian.PutUint32(reply[0:4], uint32(len(reply)))
+	copy(reply[8:16], w.in[8:16]) // its unique
+	done, err := writeReply(fd, reply)
+	if done || err == nil || !strings.Contains(err.Error(), "refused a reply") {
+		t.Fatalf("writeReply of a malformed reply: done %t, %v; want a refusal that does not end the connection", done, err)
+	}
+	go func() { _ = c.Serve() }()
+	if code := first.Wait(10 * time.Second); code == 0 || !strings.Contains(first.Log(), "Input/output error") {
+		t.Errorf("the caller of the refused reply: exit %d, %q; want EIO", code, first.Log())
+	}
+	after := lab.Start("cat after the refusal", exec.Command("cat", file))
+	if code := after.Wait(10 * time.Second); code != 0 || !strings.Contains(after.Log(), strings.TrimSpace(Content)) {
+		t.Errorf("a read after the refused reply: exit %d, %q; want the file", code, after.Log())
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"log"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -36,6 +37,7 @@ type Conn struct {
 	quick   *FS // answers the frequent requests without ps (FS.QuickReply); nil for any other filesystem
 	bufSize int
 	max     int
+	log     *log.Logger // nil: the standard logger
 
 	// init is the handover record: the kernel's INIT request as read from the device, then our reply.
 	init []byte
@@ -78,7 +80,16 @@ func NewConn(fd int, fs fuse.RawFileSystem, mo *fuse.MountOptions, workers int) 
 	// Only for *FS itself: QuickReply stands for its methods, and a filesystem that wraps it (embedding it,
 	// as tests do to hold reads) would be bypassed.
 	quick, _ := fs.(*FS)
-	return &Conn{fd: fd, ps: fuse.NewProtocolServer(fs, mo), quick: quick, bufSize: size, max: workers}
+	return &Conn{fd: fd, ps: fuse.NewProtocolServer(fs, mo), quick: quick, bufSize: size, max: workers, log: mo.Logger}
+}
+
+// logger is where Conn logs what it survives: go-fuse's (MountOptions.Logger), else the standard logger, as
+// go-fuse does.
+func (c *Conn) logger() *log.Logger {
+	if c.log != nil {
+		return c.log
+	}
+	return log.Default()
 }
 
 // InitRecord returns the handover record once INIT was answered (nil before): the kernel's INIT request as
@@ -220,9 +231,14 @@ func (w *worker) serve() {
 	for {
 		w.c.reading.Add(1)
 		done, err := w.serveOne()
-		if done || err != nil {
+		if done {
 			w.c.end(err)
 			return
+		}
+		if err != nil {
+			// The kernel refused one reply and ended its request with EIO (fuse_dev_do_write in
+			// fs/fuse/dev.c): that costs the one caller, never the connection's other callers.
+			w.c.logger().Printf("dummyfs: %v; serving on", err)
 		}
 		// Park only while another worker reads and nothing waits: with a backlog every worker is busy.
 		if w.c.reading.Load() > 0 && !w.c.pending() && !w.c.park(w.wake) {
@@ -313,7 +329,9 @@ func (w *worker) serveOne() (done bool, err error) {
 	return writeReply(w.c.fd, w.out[:m])
 }
 
-// writeReply writes a reply or notification to the device; done reports the end of the connection.
+// writeReply writes a reply or notification to the device; done reports the end of the connection. A reply
+// the kernel refuses (EINVAL: malformed, or not what the request expects) is an error that ends only its
+// request, which the kernel fails with EIO.
 func writeReply(fd int, b []byte) (done bool, err error) {
 	for {
 		_, err = unix.Write(fd, b)
@@ -324,8 +342,18 @@ func writeReply(fd int, b []byte) (done bool, err error) {
 			continue
 		case errors.Is(err, unix.ENODEV):
 			return true, nil
+		case errors.Is(err, unix.EINVAL):
+			return false, fmt.Errorf("the kernel refused a reply of %d bytes (%s): its caller got EIO", len(b), replyHeader(b))
 		default:
 			return true, fmt.Errorf("write /dev/fuse: %w", err)
 		}
 	}
+}
+
+// replyHeader describes a reply's header for a log line.
+func replyHeader(b []byte) string {
+	if len(b) < outHeaderLen {
+		return "no header"
+	}
+	return fmt.Sprintf("len %d, error %d, unique %#x", binary.NativeEndian.Uint32(b[0:4]), int32(binary.NativeEndian.Uint32(b[4:8])), binary.NativeEndian.Uint64(b[8:16]))
 }
