@@ -147,3 +147,15 @@ func (r KubeletRange) validate() error {
 // unmounts a bind whose inode differs from the source (PR #139275); both merged in May 2026 and first released
 // in v1.37 (v1.36.3 does not have them).
 const SubPathFixedIn = "v1.37"
+
+// RestartAllContainersIn is the first kubelet that honours a container restart rule with the action
+// RestartAllContainers by default (KEP-5532; the RestartAllContainersOnContainerExits gate, beta and on since
+// v1.36, alpha and off in v1.35: pkg/features/kube_features.go). On such a rule's exit kubelet kills every
+// other container of the pod at once (grace period 0), removes them all and starts them again in the same
+// sandbox, without back-off (they have no status left), keeping the pod's UID, IP and volumes: the volumes are
+// not published again (pkg/kubelet/kuberuntime/kuberuntime_manager.go, ContainersToReset). A node whose kubelet
+// has it lists it in node.status.declaredFeatures.
+const RestartAllContainersIn = "v1.36"
+
+// RestartAllContainersFeature is the name of the feature in node.status.declaredFeatures (and of its gate).
+const RestartAllContainersFeature = "RestartAllContainersOnContainerExits"

@@ -239,7 +239,16 @@ type Container struct {
 	// DirectIO passes --direct-io: every read reaches the FUSE server (O_DIRECT), so that a pause of the server
 	// shows as the read's latency even where the server itself lets the page cache answer.
 	DirectIO bool
+	// RestartAllContainers gives the container a restart rule (KEP-5532; restartPolicy Always, and
+	// restartPolicyRules [{action: RestartAllContainers, exitCodes: {operator: In, values: [1]}}]): its exit
+	// with code 1, the workload's --exit-on-error, makes kubelet restart every container of the pod in place
+	// (RestartAllContainersIn).
+	RestartAllContainers bool
 }
+
+// RestartAllExitCode is the exit code a RestartAllContainers container's rule matches: the workload's on its
+// first I/O error (--exit-on-error).
+const RestartAllExitCode = 1
 
 // Mount returns the container's mount path (default /mnt).
 func (c Container) Mount() string {

@@ -263,3 +263,16 @@ func TestRootReadmeFixes(t *testing.T) {
 		}
 	}
 }
+
+// TestRestartAllWithoutSidecar: the local backend's kubelet restarts the pod's containers for a
+// RestartAllContainers rule but not a FUSE sidecar (kubelet restarts init containers too), so no row may
+// combine the two until the model does.
+func TestRestartAllWithoutSidecar(t *testing.T) {
+	for _, sc := range All() {
+		for _, c := range sc.Pod.Containers {
+			if c.RestartAllContainers && sc.Pod.Sidecar != nil {
+				t.Errorf("%s: container %s has a RestartAllContainers rule in a pod with a FUSE sidecar, which the local backend does not restart", sc.Name, c.Name)
+			}
+		}
+	}
+}

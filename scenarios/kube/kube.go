@@ -446,6 +446,11 @@ func (b *Backend) followPod(ctx context.Context, uid types.UID, first bool) erro
 				return err
 			}
 		}
+		if usesRestartAll(b.sc) {
+			if err := b.checkRestartAllFeature(ctx); err != nil {
+				return err
+			}
+		}
 	}
 	if err := b.stopProbe(ctx); err != nil {
 		return fmt.Errorf("stop the previous pod's probe: %w", err)

@@ -174,6 +174,12 @@ func TestWorkloadPod(t *testing.T) {
 			if len(pc.Command) == 0 || !strings.HasSuffix(pc.Command[0], "dummy-fuse-workload") {
 				t.Errorf("%s/%s: command %q from the manifest", sc.Name, c.Name, pc.Command)
 			}
+			hasRule := len(pc.RestartPolicyRules) == 1 && pc.RestartPolicyRules[0].Action == corev1.ContainerRestartRuleActionRestartAllContainers &&
+				pc.RestartPolicy != nil && *pc.RestartPolicy == corev1.ContainerRestartPolicyAlways &&
+				slices.Equal(pc.RestartPolicyRules[0].ExitCodes.Values, []int32{scenarios.RestartAllExitCode})
+			if hasRule != c.RestartAllContainers || (!hasRule && (pc.RestartPolicy != nil || len(pc.RestartPolicyRules) != 0)) {
+				t.Errorf("%s/%s: restartPolicy %v, rules %+v; want the RestartAllContainers rule: %t", sc.Name, c.Name, pc.RestartPolicy, pc.RestartPolicyRules, c.RestartAllContainers)
+			}
 			vm := pc.VolumeMounts
 			if len(vm) != 1 || vm[0].MountPath != c.Mount() || vm[0].SubPath != c.SubPath || !vm[0].ReadOnly ||
 				string(*vm[0].MountPropagation) != string(c.Prop()) || vm[0].Name != p.Spec.Volumes[0].Name {

@@ -213,6 +213,9 @@ func (m *manifests) workloadPod(sc *scenarios.Scenario, n names, image string, i
 		ctr.VolumeMounts = []corev1.VolumeMount{{
 			Name: vol.Name, MountPath: c.Mount(), SubPath: c.SubPath, ReadOnly: true, MountPropagation: &prop,
 		}}
+		if c.RestartAllContainers {
+			ctr.RestartPolicy, ctr.RestartPolicyRules = restartAllRule()
+		}
 		pod.Spec.Containers = append(pod.Spec.Containers, ctr)
 	}
 	return pod, nil

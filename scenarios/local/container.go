@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -27,6 +28,8 @@ type container struct {
 
 	firstAttempt chan struct{}
 	instances
+	// reset is set by restartAll: the container was removed, and starts again at once, without back-off.
+	reset atomic.Bool
 }
 
 // instances are the instances of a container (a workload container, the FUSE sidecar): the current one and how
@@ -73,6 +76,9 @@ func (c *container) loop(ctx context.Context) {
 	first := true
 	inBackOff := false
 	for ctx.Err() == nil {
+		if c.reset.Swap(false) {
+			exited = false // removed by RestartAllContainers: no status, no back-off
+		}
 		if exited && !c.bo.sync(finished, time.Now()) {
 			if !inBackOff { // kubelet repeats the event at every sync; once per wait is enough here
 				c.event(scenarios.KBackOff, scenarios.Event{Instance: c.starts,
@@ -116,12 +122,19 @@ func (c *container) loop(ctx context.Context) {
 		c.waitOutput()
 		code := p.exitCode()
 		reason := "Error"
-		if code == 0 {
+		switch {
+		case c.reset.Load():
+			reason = restartingAll // killed by another container's RestartAllContainers
+		case code == 0:
 			reason = "Completed"
 		}
 		c.event(scenarios.KContainerExited, scenarios.Event{Time: p.exitTime, Instance: c.starts - 1,
 			ExitCode: scenarios.IntPtr(code), Message: reason})
 		finished, exited = p.exitTime, true
+		if c.restartsPod(code) {
+			c.b.restartAll(c)
+			continue
+		}
 		if !c.b.sc.Pod.RestartPolicy.Restarts(code) {
 			c.b.logf("container %s: exited with %d, restart policy %s: not restarted", c.spec.Name, code, c.b.sc.Pod.RestartPolicy)
 			return

@@ -1,0 +1,49 @@
+package catalog
+
+import (
+	"time"
+
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
+)
+
+// restartAllReleases is why the restart-all rows run on every kubelet release: the feature is young (beta and on
+// by default since v1.36) and its kubelet code still changes from release to release.
+const restartAllReleases = "KEP-5532's RestartAllContainers is beta since v1.36 and its kubelet code still changes: each release is measured"
+
+// restartAllScenarios are the rows of KEP-5532's container restart rule action RestartAllContainers: one
+// container's exit restarts every container of the pod in place (the same pod, UID and volumes).
+func restartAllScenarios() []scenarios.Scenario {
+	recovers := scenarios.Dur{Fixed: 10 * time.Second, Backoffs: 12}
+	return []scenarios.Scenario{
+		{
+			Name:    "restart-all-containers",
+			Servers: scenarios.AllServers,
+			Title:   "Restore, and a restart rule that restarts the whole pod in place (KEP-5532 RestartAllContainers)",
+			Shows: "The restart setup with a second container, holder, that keeps its descriptor and never exits on its " +
+				"own: without help it would read ENOTCONN for good (restore-without-exit). The reader has a restart rule " +
+				"RestartAllContainers for its exit code 1: when it exits on the dead mount, kubelet kills the holder at " +
+				"once and starts both again in place, in the same pod with the same volumes (nothing is published again). " +
+				"While the plugin is down their starts fail as in restart; once it restored the volume, both read again: " +
+				"one container's exit heals every container of the pod, without a new pod.",
+			Plugin: scenarios.Plugin{RestoreMounts: true, RestoreStrategy: scenarios.StrategyRebind},
+			Pod: scenarios.Pod{RestartPolicy: scenarios.RestartAlways, Containers: []scenarios.Container{
+				{Name: reader, ExitOnError: true, KeepOpen: true, RestartAllContainers: true},
+				{Name: holder, KeepOpen: true},
+			}},
+			Steps: deadThenBack(
+				scenarios.WaitFor(scenarios.Exits{C: holder, Code: 137}, scenarios.Dur{Fixed: 10 * time.Second}),
+				scenarios.WaitFor(scenarios.Recovers{C: reader}, recovers),
+				scenarios.WaitFor(scenarios.Recovers{C: holder}, recovers),
+				scenarios.Observe(scenarios.Dur{Reads: 3}),
+			),
+			Expect: []scenarios.Expectation{
+				{Check: scenarios.FailsWith{C: reader, Errno: "ENOTCONN", Within: scenarios.Dur{Fixed: 5 * time.Second, Reads: 2}}},
+				{Check: scenarios.Exits{C: reader, Code: scenarios.RestartAllExitCode}},
+				{Check: scenarios.Exits{C: holder, Code: 137}},
+				{Check: scenarios.Recovers{C: reader, Instance: scenarios.NewInstance}},
+				{Check: scenarios.Recovers{C: holder, Instance: scenarios.NewInstance}},
+			},
+			EveryRelease: restartAllReleases,
+		},
+	}
+}

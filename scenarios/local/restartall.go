@@ -1,0 +1,42 @@
+package local
+
+import (
+	"fmt"
+	"syscall"
+
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
+)
+
+// restartingAll is the reason kubelet gives the containers a RestartAllContainers removed
+// (pkg/kubelet/kubelet_pods.go: RestartingAllContainers).
+const restartingAll = "RestartingAllContainers"
+
+// restartsPod reports whether c's exit with code makes kubelet restart the whole pod in place: a restart rule
+// RestartAllContainers that matches code (scenarios.Container.RestartAllContainers), on a kubelet that
+// honours it (scenarios.RestartAllContainersIn; an older API server drops the rule).
+func (c *container) restartsPod(code int) bool {
+	return c.spec.RestartAllContainers && code == scenarios.RestartAllExitCode &&
+		c.b.kubelet.AtLeast(scenarios.MustKubeletVersion(scenarios.RestartAllContainersIn))
+}
+
+// restartAll is kubelet's RestartAllContainers after source exited with its rule's code: every other container
+// of the pod is killed at once (grace period 0, SIGKILL), and every container, source included, is started
+// again without back-off, as kubelet removes them all from the runtime and starts them afresh in the same
+// sandbox (pkg/kubelet/kuberuntime/kuberuntime_manager.go, ContainersToReset). Nothing is published again: the
+// volume's bind stays what it is.
+func (b *Backend) restartAll(source *container) {
+	b.logf("container %s exited with %d, its restart rule RestartAllContainers: killing the pod's other containers (grace period 0) and starting every container again in place",
+		source.spec.Name, scenarios.RestartAllExitCode)
+	b.rec.Add(scenarios.Event{Source: scenarios.SrcKubelet, Kind: scenarios.KPodEvent, Detail: restartingAll,
+		Message: fmt.Sprintf("container %s exited with %d: RestartAllContainers", source.spec.Name, scenarios.RestartAllExitCode)})
+	for _, c := range b.containers {
+		c.reset.Store(true)
+		if c == source {
+			continue
+		}
+		if p := c.current(); p != nil && !p.exited() {
+			b.logf("container %s: SIGKILL pid %d (RestartAllContainers)", c.spec.Name, p.pid())
+			_ = p.cmd.Process.Signal(syscall.SIGKILL)
+		}
+	}
+}
