@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -52,6 +53,8 @@ type keeperPart struct {
 	starts               int
 	pluginPath, fusePath string
 	log                  *scenarios.LogFile
+	// servedBy is the PID (in the keeper's namespace) of the server the keeper last said serves the volume.
+	servedBy atomic.Int64
 }
 
 // newKeeperPart is the keeper when the plugin's FUSE mode is the keeper's.
@@ -194,6 +197,7 @@ func (k *keeperPart) startInstance(pluginPath, fusePath string) (*keeperInstance
 				if ev.Volume != volumeHandle {
 					break
 				}
+				k.servedBy.Store(int64(ev.PID))
 				k.serverEvent(scenarios.KReady, t, fmt.Sprintf("keeper#%d: dummy-fuse %s pid %d serves the volume", n, ev.Version, ev.PID), ev.Version)
 				if !closed(ki.served) {
 					close(ki.served)

@@ -79,6 +79,8 @@ func (k *keeperPart) nextServer(ctx context.Context, not int) (int, error) {
 type successorPart struct {
 	noPart
 	k *keeperPart
+	// killed are the server and the successor kill killed: start waits for a server that is neither.
+	killed [2]int
 }
 
 func newSuccessorPart(b *Backend, _ *scenarios.Env) (part, error) {
@@ -101,12 +103,25 @@ func (s *successorPart) kill(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	s.killed = [2]int{first, next}
 	return s.k.killNS(ctx, next, fmt.Sprintf("the successor of %d, as soon as the keeper named it", first))
 }
 
-// start waits until the keeper's next server serves the volume.
+// start waits until a server other than the two killed ones serves the volume: the successor may have said it
+// serves in the moment between the record of its kill and the signal, and that says nothing of the next one.
 func (s *successorPart) start(ctx context.Context) error {
-	return s.k.b.rec.AwaitReady(ctx, scenarios.FuseServer, 30*time.Second)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if pid := int(s.k.servedBy.Load()); pid != 0 && pid != s.killed[0] && pid != s.killed[1] {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("no FUSE server but the killed %d and %d served the volume within 30s of their kill (see keeper.log)", s.killed[0], s.killed[1])
+		}
+		if err := scenarios.Sleep(ctx, statusPoll); err != nil {
+			return err
+		}
+	}
 }
 
 // crashLoopPart is scenarios.FuseCrashLoop: every server the keeper runs for the volume is killed as soon as
