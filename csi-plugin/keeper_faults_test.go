@@ -14,7 +14,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/dummy-fuse-csi/dummy-fuse-csi/dummy-fuse-workload/workload"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/contract"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/fuseconn"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/mounts"
@@ -217,16 +216,7 @@ func TestKeeperNoSuccessor(t *testing.T) {
 	srv, _ := k.state().ServerOf("vol-1")
 	killed := time.Now()
 	k.killServer(srv)
-	var failed *workload.Record
-	testenv.Eventually(t, limit+waitTimeout, "the reader's first failed read after the servers stopped starting", func() bool {
-		for _, rec := range r.records() {
-			if rec.Event == workload.EventReadError && rec.Errno != nil {
-				failed = &rec
-				return true
-			}
-		}
-		return false
-	})
+	failed := r.firstError(limit+waitTimeout, "the reader's first failed read after the servers stopped starting")
 	t.Logf("kill of the last good server → the reader's error: %s (%s, limit %s)", failed.Time.Sub(killed).Round(time.Millisecond), *failed.Errno, limit)
 	if e := *failed.Errno; e != "ECONNABORTED" && e != "ENOTCONN" {
 		t.Errorf("the reader failed with %s, want ECONNABORTED or ENOTCONN", e)

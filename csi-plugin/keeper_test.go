@@ -126,6 +126,22 @@ func (r *reader) records() []workload.Record {
 	return out
 }
 
+// firstError waits up to within for the reader's first failed read and returns it; what names the wait.
+func (r *reader) firstError(within time.Duration, what string) workload.Record {
+	r.t.Helper()
+	var failed workload.Record
+	testenv.Eventually(r.t, within, what, func() bool {
+		for _, rec := range r.records() {
+			if rec.Event == workload.EventReadError && rec.Errno != nil {
+				failed = rec
+				return true
+			}
+		}
+		return false
+	})
+	return failed
+}
+
 // goodReads counts the reader's reads of the content; failures are a test error (every read must succeed).
 func (r *reader) goodReads() int {
 	r.t.Helper()

@@ -13,7 +13,6 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/fusemode"
-	"github.com/dummy-fuse-csi/dummy-fuse-csi/dummy-fuse-workload/workload"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/kubeletpath"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/testenv"
 )
@@ -119,16 +118,7 @@ func TestSidecarKeepFDNoSuccessor(t *testing.T) {
 
 	killed := time.Now() // before the kill: the error may not come earlier than limit after it
 	sc.Kill()
-	var failed *workload.Record
-	testenv.Eventually(t, limit+waitTimeout, "the reader's first failed read after the sidecar was killed for good", func() bool {
-		for _, rec := range r.records() {
-			if rec.Event == workload.EventReadError && rec.Errno != nil {
-				failed = &rec
-				return true
-			}
-		}
-		return false
-	})
+	failed := r.firstError(limit+waitTimeout, "the reader's first failed read after the sidecar was killed for good")
 	waited := failed.Time.Sub(killed)
 	t.Logf("sidecar kill → the reader's error: %s (%s, limit %s)", waited.Round(time.Millisecond), *failed.Errno, limit)
 	if e := *failed.Errno; e != "ECONNABORTED" && e != "ENOTCONN" {

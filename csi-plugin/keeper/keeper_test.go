@@ -46,6 +46,26 @@ func fakePlugin(t *testing.T) (string, func() *handover.Conn) {
 	return sock, accept
 }
 
+// runWithConnection runs k until the test ends, accepts its session as the fake plugin and opens a /dev/fuse
+// descriptor for the test to hand it.
+func runWithConnection(t *testing.T, k *Keeper, accept func() *handover.Conn) (*handover.Conn, *os.File) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- k.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	c := accept()
+	dev, err := fuseconn.Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dev.Close() })
+	return c, dev
+}
+
 // TestCrashLoopBacksOff: a FUSE server that dies right after every start (here: a binary that exits at once)
 // is restarted at once a few times, then at most once a second, instead of in a hot loop.
 func TestCrashLoopBacksOff(t *testing.T) {
@@ -56,19 +76,7 @@ func TestCrashLoopBacksOff(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- k.Run(ctx) }()
-	defer func() {
-		cancel()
-		<-done
-	}()
-	c := accept()
-	dev, err := fuseconn.Open()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dev.Close()
+	c, dev := runWithConnection(t, k, accept)
 	if err := c.Send(handover.Msg{Kind: handover.Serve, Volume: "vol-1"}, dev); err != nil {
 		t.Fatal(err)
 	}
@@ -166,19 +174,7 @@ func TestFailedServeIsHandedAgain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- k.Run(ctx) }()
-	defer func() {
-		cancel()
-		<-done
-	}()
-	c := accept()
-	dev, err := fuseconn.Open()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dev.Close()
+	c, dev := runWithConnection(t, k, accept)
 	if err := c.Send(handover.Msg{Kind: handover.Serve, Volume: "vol-1", Init: []byte("not an INIT record")}, dev); err != nil {
 		t.Fatal(err)
 	}

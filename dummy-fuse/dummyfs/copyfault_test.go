@@ -69,6 +69,31 @@ func faultVictim() int {
 	return 0
 }
 
+// initialised mounts a connection in a temporary directory and answers its INIT with a Conn that serves nothing
+// more until told: the test decides who reads the requests. The connection is aborted at the end.
+func initialised(t *testing.T) (fd int, id uint32, mnt string, c *Conn) {
+	t.Helper()
+	mnt = t.TempDir()
+	mo := MountOptions(DefaultOptions())
+	fd, err := mountDev(mnt, mo)
+	if err != nil {
+		t.Fatalf("mount %s: %v", mnt, err)
+	}
+	if id, err = fuseconn.ID(fd); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = fuseconn.Abort(id) // nothing may wait on this connection after the test
+		_ = unix.Unmount(mnt, unix.MNT_DETACH)
+		unix.Close(fd)
+	})
+	c = NewConn(fd, New(DefaultOptions()), mo, 1)
+	if err := c.Init(); err != nil {
+		t.Fatal(err)
+	}
+	return fd, id, mnt, c
+}
+
 // TestKillWhileTheKernelCopiesARequest shows why a FUSE server's read buffer must be resident before it reads
 // (newWorker prefaults it): the kernel copies a request into the reader's buffer after taking it off the
 // queue, and when that copy fails — a page fault in the buffer that a SIGKILL interrupts — it ends the request
@@ -82,25 +107,7 @@ func TestKillWhileTheKernelCopiesARequest(t *testing.T) {
 	if err := fuseconn.MountControl(); err != nil {
 		testenv.SkipOrFail(t, "no FUSE control filesystem: "+err.Error())
 	}
-	mnt := t.TempDir()
-	mo := MountOptions(DefaultOptions())
-	fd, err := mountDev(mnt, mo)
-	if err != nil {
-		t.Fatalf("mount %s: %v", mnt, err)
-	}
-	id, err := fuseconn.ID(fd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = fuseconn.Abort(id) // nothing may wait on this connection after the test
-		_ = unix.Unmount(mnt, unix.MNT_DETACH)
-		unix.Close(fd)
-	})
-	c := NewConn(fd, New(DefaultOptions()), mo, 1)
-	if err := c.Init(); err != nil {
-		t.Fatal(err)
-	}
+	fd, id, mnt, c := initialised(t)
 	lab := testenv.NewLab(t)
 	lab.AddRoot(mnt) // its cleanup aborts the connection before it waits for the readers
 
@@ -190,25 +197,7 @@ func TestWorkerBufferIsResident(t *testing.T) {
 // go-fuse sets the header.)
 func TestRefusedReplyCostsOneRequest(t *testing.T) {
 	testenv.RequireFUSE(t)
-	mnt := t.TempDir()
-	mo := MountOptions(DefaultOptions())
-	fd, err := mountDev(mnt, mo)
-	if err != nil {
-		t.Fatalf("mount %s: %v", mnt, err)
-	}
-	id, err := fuseconn.ID(fd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = fuseconn.Abort(id) // nothing may wait on this connection after the test
-		_ = unix.Unmount(mnt, unix.MNT_DETACH)
-		unix.Close(fd)
-	})
-	c := NewConn(fd, New(DefaultOptions()), mo, 1)
-	if err := c.Init(); err != nil {
-		t.Fatal(err)
-	}
+	fd, _, mnt, c := initialised(t)
 	lab := testenv.NewLab(t)
 	lab.AddRoot(mnt) // its cleanup aborts the connection before it waits for the readers
 	file := filepath.Join(mnt, FileName)
