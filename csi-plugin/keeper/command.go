@@ -11,6 +11,7 @@ import (
 
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/fusemode"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/command"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/contract"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/fuseserver"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/version"
 )
@@ -146,7 +147,7 @@ func crashCommand(args []string, streams command.Streams) error {
 		if err != nil {
 			return err
 		}
-		msg = fmt.Sprintf("SIGKILL sent to FUSE server pid %d of volume %s, then to its successor pid %d", first, *volume, next)
+		msg = fmt.Sprintf(contract.KeeperCrashSuccessorFormat, first, *volume, next)
 	case *loop > 0:
 		killed, err := CrashLoop(*file, *volume, *loop)
 		if err != nil {

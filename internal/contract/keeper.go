@@ -16,6 +16,23 @@ const (
 	KeeperExitedFormat    = "FUSE server pid %d exited (%v); its connections stay mounted, held here: %s" // PID, error, volumes
 )
 
+// KeeperCrashSuccessorFormat is what `csi-plugin keeper crash --successor` prints: the first server's PID, the
+// volume, the successor's PID (both in the keeper's PID namespace); ParseCrashSuccessor reads it.
+const KeeperCrashSuccessorFormat = "SIGKILL sent to FUSE server pid %d of volume %s, then to its successor pid %d"
+
+var keeperCrashSuccessor = regexp.MustCompile(`SIGKILL sent to FUSE server pid (\d+) of volume \S+, then to its successor pid (\d+)`)
+
+// ParseCrashSuccessor reads the two PIDs `keeper crash --successor` killed from its output.
+func ParseCrashSuccessor(out string) (first, next int, ok bool) {
+	m := keeperCrashSuccessor.FindStringSubmatch(out)
+	if m == nil {
+		return 0, 0, false
+	}
+	first, _ = strconv.Atoi(m[1])
+	next, _ = strconv.Atoi(m[2])
+	return first, next, true
+}
+
 var (
 	keeperConnected = regexp.MustCompile(`connected to the plugin`)
 	keeperServed    = regexp.MustCompile(`volume (\S+): ` + KeeperServed + ` (\S+) pid (\d+)`)

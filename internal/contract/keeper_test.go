@@ -24,3 +24,13 @@ func TestParseKeeperLine(t *testing.T) {
 		}
 	}
 }
+
+func TestParseCrashSuccessor(t *testing.T) {
+	first, next, ok := ParseCrashSuccessor(fmt.Sprintf(KeeperCrashSuccessorFormat, 15, "vol-1", 24) + "\n")
+	if !ok || first != 15 || next != 24 {
+		t.Errorf("ParseCrashSuccessor = %d, %d, %t; want 15, 24, true", first, next, ok)
+	}
+	if _, _, ok := ParseCrashSuccessor("SIGKILL sent to FUSE server pid 15 of volume vol-1"); ok {
+		t.Error("a single kill's output parsed as a successor's")
+	}
+}

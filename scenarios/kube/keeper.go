@@ -53,6 +53,7 @@ func (b *Backend) onKeeperPod(p *corev1.Pod, deleted bool) {
 				b.nodeEvent(kp, scenarios.KeeperContainer, scenarios.KReady, t, fmt.Sprintf("pod %s connected to the plugin", kp.name), "")
 			case contract.KeeperLineServed:
 				if ev.Volume == b.n.volumeHandle {
+					b.keeperServedBy.Store(int64(ev.PID))
 					b.nodeEvent(kp, scenarios.FuseServer, scenarios.KReady, t,
 						fmt.Sprintf("pod %s: dummy-fuse %s pid %d serves the volume", kp.name, ev.Version, ev.PID), ev.Version)
 				}

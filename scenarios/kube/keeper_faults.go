@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/contract"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
 )
 
@@ -41,6 +42,8 @@ func (b *Backend) crashExec(ctx context.Context, what string, args ...string) (s
 type successorPart struct {
 	noPart
 	b *Backend
+	// killed are the server and the successor kill killed (in the keeper's namespace, as its crash says).
+	killed [2]int
 }
 
 func newSuccessorPart(b *Backend, _ *scenarios.Env) (part, error) {
@@ -51,12 +54,33 @@ func newSuccessorPart(b *Backend, _ *scenarios.Env) (part, error) {
 }
 
 func (p *successorPart) kill(ctx context.Context) error {
-	_, err := p.b.crashExec(ctx, "SIGKILL of the volume's FUSE server, then of its successor the moment the keeper names it", "--successor")
-	return err
+	out, err := p.b.crashExec(ctx, "SIGKILL of the volume's FUSE server, then of its successor the moment the keeper names it", "--successor")
+	if err != nil {
+		return err
+	}
+	first, next, ok := contract.ParseCrashSuccessor(out)
+	if !ok {
+		return fmt.Errorf("keeper crash --successor said %q, not which servers it killed", out)
+	}
+	p.killed = [2]int{first, next}
+	return nil
 }
 
+// start waits until a server other than the two killed ones serves the volume: the successor may have said it
+// serves in the moment before its signal, and that says nothing of the next one.
 func (p *successorPart) start(ctx context.Context) error {
-	return p.b.rec.AwaitReady(ctx, scenarios.FuseServer, 30*time.Second)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if pid := int(p.b.keeperServedBy.Load()); pid != 0 && pid != p.killed[0] && pid != p.killed[1] {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("no FUSE server but the killed %d and %d served the volume within 30s of their kill (see keeper.log)", p.killed[0], p.killed[1])
+		}
+		if err := scenarios.Sleep(ctx, 20*time.Millisecond); err != nil {
+			return err
+		}
+	}
 }
 
 // crashLoopPart is scenarios.FuseCrashLoop: the loop runs in the keeper container until the volume's

@@ -202,6 +202,8 @@ type Backend struct {
 	probe    *podWatch
 	plugins  map[string]*dsPod // by pod UID
 	keepers  map[string]*dsPod // by pod UID (keeper mode)
+	// keeperServedBy is the PID (in its keeper's namespace) of the server a keeper last said serves the volume.
+	keeperServedBy atomic.Int64
 	// remediators are the remediator DaemonSet's pods, by pod UID (Plugin.Remediation).
 	remediators map[string]*dsPod
 	events      map[string]int32 // event UID → count seen
