@@ -208,6 +208,7 @@ type containerSetup struct {
 	exitOnError, keepOpen bool
 	propagation           corev1.MountPropagationMode
 	subPath, mountPath    string
+	restartAll            bool // a restart rule RestartAllContainers (KEP-5532)
 }
 
 type scenarioWant struct {
@@ -228,7 +229,7 @@ func catalogSetups(t *testing.T) map[string]scenarioWant {
 		for _, c := range sc.Pod.Containers {
 			w.containers[c.Name] = containerSetup{
 				exitOnError: c.ExitOnError, keepOpen: c.KeepOpen, propagation: corev1.MountPropagationMode(c.Prop()),
-				subPath: c.SubPath, mountPath: c.Mount(),
+				subPath: c.SubPath, mountPath: c.Mount(), restartAll: c.RestartAllContainers,
 			}
 		}
 		out[sc.Name] = w
@@ -331,11 +332,15 @@ func TestWorkloads(t *testing.T) {
 				if m.MountPropagation != nil {
 					prop = *m.MountPropagation
 				}
+				restartAll := slices.ContainsFunc(c.RestartPolicyRules, func(r corev1.ContainerRestartRule) bool {
+					return r.Action == corev1.ContainerRestartRuleActionRestartAllContainers && r.ExitCodes != nil &&
+						r.ExitCodes.Operator == corev1.ContainerRestartRuleOnExitCodesOpIn && slices.Equal(r.ExitCodes.Values, []int32{scenarios.RestartAllExitCode})
+				})
 				if cs, ok := want.containers[c.Name]; labelled && ok {
 					if cfg.ExitOnError != cs.exitOnError || cfg.KeepOpen != cs.keepOpen || prop != cs.propagation ||
-						m.SubPath != cs.subPath || m.MountPath != cs.mountPath {
-						t.Errorf("container %s: exit-on-error=%v keep-open=%v propagation=%s subPath=%q mountPath=%q, want %+v for scenario %s",
-							c.Name, cfg.ExitOnError, cfg.KeepOpen, prop, m.SubPath, m.MountPath, cs, scenario)
+						m.SubPath != cs.subPath || m.MountPath != cs.mountPath || restartAll != cs.restartAll {
+						t.Errorf("container %s: exit-on-error=%v keep-open=%v propagation=%s subPath=%q mountPath=%q restart-all=%v, want %+v for scenario %s",
+							c.Name, cfg.ExitOnError, cfg.KeepOpen, prop, m.SubPath, m.MountPath, restartAll, cs, scenario)
 					}
 				}
 			}
