@@ -180,7 +180,7 @@ func (rn RelayRun) Do() (*RelayResult, error) {
 		}
 		fmt.Fprintf(rn.Log, "round %d (%s first; %s)\n", n, order[0], rd.Load)
 		env := "RELAY_BENCH_ORDER=" + strings.Join(order, ",")
-		reads, err := runBenchmarks(rn.TestBinary, rn.Dir, rn.Log, env, "Relay/./DirectIORead|OpenReadClose|CachedRead", rn.Benchtime)
+		reads, err := runBenchmarks(rn.TestBinary, rn.Dir, rn.Log, env, "Relay/./(DirectIORead|OpenReadClose|CachedRead)", rn.Benchtime)
 		if err != nil {
 			return nil, fmt.Errorf("round %d: %w", n, err)
 		}
