@@ -129,9 +129,12 @@ func pair(rd Round, name string) (g, c Figures, ok bool) {
 	return g, c, okg && okc && c.ReadsPerSec > 0
 }
 
-// count formats a range of rates: 83.0k–102.3k.
+// count formats a range of rates: 83.0k–102.3k, 2.57M–3.83M.
 func count(s Spread) string {
 	f := func(v float64) string {
+		if v >= 1e6 {
+			return fmt.Sprintf("%.2fM", v/1e6)
+		}
 		if v >= 10000 {
 			return fmt.Sprintf("%.1fk", v/1000)
 		}
