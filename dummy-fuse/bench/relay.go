@@ -39,6 +39,10 @@ type RelaySummary struct {
 	RelayP50    Spread `json:"relay_p50_us"`
 	DirectP99   Spread `json:"direct_p99_us"`
 	RelayP99    Spread `json:"relay_p99_us"`
+	// CPU per operation, µs: of the server read directly; through the relay, of the server and of the relay.
+	DirectCPU      Spread `json:"direct_server_cpu_us_per_op"`
+	RelayServerCPU Spread `json:"relay_server_cpu_us_per_op"`
+	RelayCPU       Spread `json:"relay_relay_cpu_us_per_op"`
 }
 
 // CrashSummary is the server kills of one server over all rounds: each figure's per-round median, spread
@@ -118,7 +122,7 @@ func (r *RelayResult) Summarize() {
 			r.Crash = append(r.Crash, c)
 			continue
 		}
-		var ratio, dr, rr, d50, r50, d99, r99 []float64
+		var ratio, dr, rr, d50, r50, d99, r99, dc, rsc, rc []float64
 		for _, m := range perRound[k] {
 			d, okd := m["direct"]
 			rl, okr := m["relay"]
@@ -129,6 +133,7 @@ func (r *RelayResult) Summarize() {
 			dr, rr = append(dr, d.ReadsPerSec), append(rr, rl.ReadsPerSec)
 			d50, r50 = append(d50, d.P50us), append(r50, rl.P50us)
 			d99, r99 = append(d99, d.P99us), append(r99, rl.P99us)
+			dc, rsc, rc = append(dc, d.CPUus), append(rsc, rl.CPUus), append(rc, rl.Extra["relay-cpu-µs/op"])
 		}
 		if len(ratio) == 0 {
 			continue
@@ -137,6 +142,7 @@ func (r *RelayResult) Summarize() {
 			Server: k.server, Bench: k.bench, Rounds: len(ratio), Ratio: spreadOf(ratio),
 			DirectReads: spreadOf(dr), RelayReads: spreadOf(rr), DirectP50: spreadOf(d50), RelayP50: spreadOf(r50),
 			DirectP99: spreadOf(d99), RelayP99: spreadOf(r99),
+			DirectCPU: spreadOf(dc), RelayServerCPU: spreadOf(rsc), RelayCPU: spreadOf(rc),
 		})
 	}
 }
@@ -203,9 +209,9 @@ func printRelayRound(w io.Writer, rd Round) {
 	one := RelayResult{Rounds: []Round{rd}}
 	one.Summarize()
 	for _, s := range one.Summary {
-		fmt.Fprintf(w, "  %-10s %-14s relay/direct %5.2f  reads/s %9.0f %9.0f  p50 %7.1f %7.1f µs  p99 %7.1f %7.1f µs\n",
+		fmt.Fprintf(w, "  %-10s %-14s relay/direct %5.2f  reads/s %9.0f %9.0f  p50 %7.1f %7.1f µs  p99 %7.1f %7.1f µs  cpu/op server %5.1f %5.1f + relay %5.1f µs\n",
 			s.Server, s.Bench, s.Ratio.Median, s.RelayReads.Median, s.DirectReads.Median, s.RelayP50.Median, s.DirectP50.Median,
-			s.RelayP99.Median, s.DirectP99.Median)
+			s.RelayP99.Median, s.DirectP99.Median, s.RelayServerCPU.Median, s.DirectCPU.Median, s.RelayCPU.Median)
 	}
 	for _, c := range one.Crash {
 		fmt.Fprintf(w, "  %-10s %d kills: start %.1f ms, stall %.1f ms, stall − start p50 %.1f ms, max %.1f ms, %d failed reads\n",
@@ -232,12 +238,13 @@ func RelayTable(r *RelayResult, file string) string {
 		fmt.Fprintf(&b, "; %d of %d rounds started on a busy machine: only the ratios within a round mean something", busy, len(r.Rounds))
 	}
 	b.WriteString(".\n\n")
-	b.WriteString("| server | benchmark | direct, reads/s | relay, reads/s | relay/direct per round (median) | p50 direct / relay (median) | p99 direct / relay (median) |\n")
-	b.WriteString("|---|---|---|---|---|---|---|\n")
+	b.WriteString("| server | benchmark | direct, reads/s | relay, reads/s | relay/direct per round (median) | p50 direct / relay (median) | p99 direct / relay (median) | CPU/op direct: server; relay: server + relay (median) |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|\n")
 	for _, s := range r.Summary {
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %.2f–%.2f (%.2f) | %s / %s µs | %s / %s µs |\n",
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %.2f–%.2f (%.2f) | %s / %s µs | %s / %s µs | %s; %s + %s µs |\n",
 			s.Server, relayTitles[s.Bench], count(s.DirectReads), count(s.RelayReads), s.Ratio.Min, s.Ratio.Max, s.Ratio.Median,
-			us(s.DirectP50.Median), us(s.RelayP50.Median), us(s.DirectP99.Median), us(s.RelayP99.Median))
+			us(s.DirectP50.Median), us(s.RelayP50.Median), us(s.DirectP99.Median), us(s.RelayP99.Median),
+			us(s.DirectCPU.Median), us(s.RelayServerCPU.Median), us(s.RelayCPU.Median))
 	}
 	b.WriteString("\n| server | kills | server start: kill → serving (median per round) | reader's stall (median per round) | stall − start (median per round) | stall − start, worst kill | failed reads |\n")
 	b.WriteString("|---|---|---|---|---|---|---|\n")

@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/dummy-fuse/bench"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/fuseserver"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/testenv"
 )
@@ -23,7 +24,8 @@ import (
 // round (RELAY_BENCH_ORDER) so that the ratio relay/direct within a round holds on a shared machine. The
 // benchmarks report numbers and assert none:
 //
-//	BenchmarkRelay/<server>/<DirectIORead|OpenReadClose|CachedRead>/<direct|relay>: reads/s, p50-µs, p99-µs
+//	BenchmarkRelay/<server>/<DirectIORead|OpenReadClose|CachedRead>/<direct|relay>: reads/s, p50-µs, p99-µs,
+//	    and per operation the CPU of the server (server-cpu-µs/op) and of the relay (relay-cpu-µs/op)
 //	BenchmarkRelay/<server>/ServerCrash/relay (b.N kills): how much longer than the server's own start the
 //	    relay's reader waits after a kill
 //
@@ -51,18 +53,25 @@ func BenchmarkRelay(b *testing.B) {
 			lab := testenv.NewLab(b)
 			be := newBackend(b, lab, name)
 			be.start()
-			relayMnt := startBenchRelay(b, lab, be.dir)
+			relayMnt, relay := startBenchRelay(b, lab, be.dir)
 			files := map[string]string{
 				"direct": filepath.Join(be.dir, fuseserver.ServedFile),
 				"relay":  filepath.Join(relayMnt, fuseserver.ServedFile),
 			}
 			for _, bm := range []struct {
 				name string
-				run  func(b *testing.B, file string)
+				run  func(b *testing.B, file string) benchRun
 			}{{"DirectIORead", directIORead}, {"OpenReadClose", openReadClose}, {"CachedRead", cachedRead}} {
 				b.Run(bm.name, func(b *testing.B) {
 					for _, m := range modes {
-						b.Run(m, func(b *testing.B) { bm.run(b, files[m]) })
+						b.Run(m, func(b *testing.B) {
+							server0, relay0 := usageOf(b, be.proc.PID()), usageOf(b, relay.PID())
+							r := bm.run(b, files[m])
+							r.report(b, usageOf(b, be.proc.PID()).Sub(server0), "server")
+							if m == "relay" {
+								r.report(b, usageOf(b, relay.PID()).Sub(relay0), "relay")
+							}
+						})
 					}
 				})
 			}
@@ -76,7 +85,7 @@ func BenchmarkRelay(b *testing.B) {
 
 // startBenchRelay mounts a relay in front of backend, in page-cache mode (no --direct-io: an O_DIRECT open
 // is direct anyway, and the cached read needs the cache), and waits until it serves the file.
-func startBenchRelay(b *testing.B, lab *testenv.Lab, backend string) string {
+func startBenchRelay(b *testing.B, lab *testenv.Lab, backend string) (string, *testenv.Proc) {
 	b.Helper()
 	mnt := lab.Dir()
 	p := lab.Start("relay", exec.Command(testenv.Build(b, "dummy-fuse"), "--relay-backend", backend, mnt))
@@ -92,16 +101,16 @@ func startBenchRelay(b *testing.B, lab *testenv.Lab, backend string) string {
 		got, err := testenv.ReadFile(b, path, 5*time.Second)
 		return err == nil && string(got) == fuseserver.Content
 	})
-	return mnt
+	return mnt, p
 }
 
 // directIORead re-reads a file open with O_DIRECT: every read is a FUSE READ (through the relay: two).
-func directIORead(b *testing.B, file string) { preadLoop(b, file, unix.O_DIRECT) }
+func directIORead(b *testing.B, file string) benchRun { return preadLoop(b, file, unix.O_DIRECT) }
 
 // cachedRead re-reads a file open in page-cache mode: after the first read, the kernel's cache answers.
-func cachedRead(b *testing.B, file string) { preadLoop(b, file, 0) }
+func cachedRead(b *testing.B, file string) benchRun { return preadLoop(b, file, 0) }
 
-func preadLoop(b *testing.B, file string, flags int) {
+func preadLoop(b *testing.B, file string, flags int) benchRun {
 	fd, err := unix.Open(file, unix.O_RDONLY|unix.O_CLOEXEC|flags, 0)
 	if err != nil {
 		b.Fatal(err)
@@ -118,11 +127,11 @@ func preadLoop(b *testing.B, file string, flags int) {
 		}
 		lat[i] = time.Since(t)
 	}
-	reportLatency(b, time.Since(start), lat)
+	return reportLatency(b, time.Since(start), lat)
 }
 
 // openReadClose opens, reads and closes the file each time, in page-cache mode.
-func openReadClose(b *testing.B, file string) {
+func openReadClose(b *testing.B, file string) benchRun {
 	buf := alignedBuf()
 	lat := make([]time.Duration, b.N)
 	b.ResetTimer()
@@ -142,7 +151,7 @@ func openReadClose(b *testing.B, file string) {
 		}
 		lat[i] = time.Since(t)
 	}
-	reportLatency(b, time.Since(start), lat)
+	return reportLatency(b, time.Since(start), lat)
 }
 
 // alignedBuf returns a page-aligned 4 KiB buffer, as O_DIRECT wants.
@@ -152,7 +161,25 @@ func alignedBuf() []byte {
 	return raw[off : off+4096]
 }
 
-func reportLatency(b *testing.B, elapsed time.Duration, lat []time.Duration) {
+// benchRun is a finished run of ops operations.
+type benchRun struct{ ops int }
+
+// report adds the CPU a process (the server or the relay, named who) used per operation.
+func (r benchRun) report(b *testing.B, u bench.Usage, who string) {
+	b.ReportMetric(float64(u.CPU.Nanoseconds())/1e3/float64(r.ops), who+"-cpu-µs/op")
+}
+
+// usageOf is bench.UsageOf, failing b on an error.
+func usageOf(b *testing.B, pid int) bench.Usage {
+	b.Helper()
+	u, err := bench.UsageOf(pid)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return u
+}
+
+func reportLatency(b *testing.B, elapsed time.Duration, lat []time.Duration) benchRun {
 	b.StopTimer()
 	slices.Sort(lat)
 	pct := func(p float64) float64 {
@@ -161,6 +188,7 @@ func reportLatency(b *testing.B, elapsed time.Duration, lat []time.Duration) {
 	b.ReportMetric(float64(len(lat))/elapsed.Seconds(), "reads/s")
 	b.ReportMetric(pct(0.50), "p50-µs")
 	b.ReportMetric(pct(0.99), "p99-µs")
+	return benchRun{ops: len(lat)}
 }
 
 // serverCrash kills the server b.N times under a reader that keeps an O_DIRECT descriptor on the relay and
