@@ -2,7 +2,9 @@
 // (cref/hello.c) and turns the newest record into the table of dummy-fuse/README.md, so that no figure there
 // is copied by hand. A run is a number of rounds; each round runs every benchmark against both servers back
 // to back, in an order that alternates between rounds. The machine is shared, so the figure that holds is the
-// ratio Go/C within a round; the record keeps the machine, its load and every round's figures.
+// ratio Go/C within a round; the record keeps the machine, its load and every round's figures. The relay's
+// runs are recorded the same way, relay against direct access to a real server (relay.go, results/relay), and
+// so are its soak runs (soak.go, results/soak); each has its generated table in the README.
 package bench
 
 import (
@@ -52,7 +54,7 @@ func (l Load) IsBusy(cores int) bool { return l.Busy >= 0.5 || l.Avg[0] >= float
 // Round is one round: every benchmark against every server, in Order.
 type Round struct {
 	N       int       `json:"n"`
-	Order   []string  `json:"order"` // server names in the order they ran ("go", "c")
+	Order   []string  `json:"order"` // in the order they ran: "go", "c" or "direct", "relay"
 	Load    Load      `json:"load"`  // at the start of the round
 	Figures []Figures `json:"figures"`
 }
@@ -60,7 +62,7 @@ type Round struct {
 // Figures are the metrics one benchmark reported for one server (see dummy-fuse/bench_test.go).
 type Figures struct {
 	Bench       string  `json:"bench"`  // without the Benchmark prefix, e.g. "DirectIORead"
-	Server      string  `json:"server"` // "go" or "c"
+	Server      string  `json:"server"` // "go" or "c"; "direct" or "relay"
 	Ops         int     `json:"ops"`
 	ReadsPerSec float64 `json:"reads_per_s"`
 	P50us       float64 `json:"p50_us"`
