@@ -54,7 +54,7 @@ func (l Load) IsBusy(cores int) bool { return l.Busy >= 0.5 || l.Avg[0] >= float
 // Round is one round: every benchmark against every server, in Order.
 type Round struct {
 	N       int       `json:"n"`
-	Order   []string  `json:"order"` // in the order they ran: "go", "c" or "direct", "relay"
+	Order   []string  `json:"order"` // the servers, or ways, in the order they ran: "go", "c" or "direct", "relay"
 	Load    Load      `json:"load"`  // at the start of the round
 	Figures []Figures `json:"figures"`
 }
