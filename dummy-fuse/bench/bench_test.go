@@ -126,7 +126,7 @@ BenchmarkRelay/gcsfuse/ServerCrash/relay-2       5  76695936 ns/op  0 failed-rea
 		t.Fatalf("summary %+v, crash %+v", r.Summary, r.Crash)
 	}
 	if s := r.Summary[0]; s.Server != "gcsfuse" || s.Bench != "DirectIORead" || s.Rounds != 4 || s.Ratio.Median != 0.675 || s.Ratio.Min != 0.1 || s.RelayP99.Max != 1668 ||
-		s.DirectCPU.Median != 40 || s.RelayServerCPU.Median != 42 || s.RelayCPU.Median != 6.1 {
+		s.DirectCPU.Median != 40 || s.P50Ratio.Median != 353.0/224 || s.RelayServerCPU.Median != 42 || s.RelayCPU.Median != 6.1 {
 		t.Errorf("summary %+v", s)
 	}
 	if c := r.Crash[0]; c.Kills != 20 || c.OverMaxMs != 60 || c.StartMs.Median != 50 || c.FailedReads != 0 {

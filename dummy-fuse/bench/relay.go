@@ -39,6 +39,9 @@ type RelaySummary struct {
 	RelayP50    Spread `json:"relay_p50_us"`
 	DirectP99   Spread `json:"direct_p99_us"`
 	RelayP99    Spread `json:"relay_p99_us"`
+	// P50Ratio and P99Ratio are the relay's latency over direct access's within each round.
+	P50Ratio Spread `json:"p50_ratio"`
+	P99Ratio Spread `json:"p99_ratio"`
 	// CPU per operation, µs: of the server read directly; through the relay, of the server and of the relay.
 	DirectCPU      Spread `json:"direct_server_cpu_us_per_op"`
 	RelayServerCPU Spread `json:"relay_server_cpu_us_per_op"`
@@ -122,7 +125,7 @@ func (r *RelayResult) Summarize() {
 			r.Crash = append(r.Crash, c)
 			continue
 		}
-		var ratio, dr, rr, d50, r50, d99, r99, dc, rsc, rc []float64
+		var ratio, dr, rr, d50, r50, d99, r99, q50, q99, dc, rsc, rc []float64
 		for _, m := range perRound[k] {
 			d, okd := m["direct"]
 			rl, okr := m["relay"]
@@ -133,6 +136,9 @@ func (r *RelayResult) Summarize() {
 			dr, rr = append(dr, d.ReadsPerSec), append(rr, rl.ReadsPerSec)
 			d50, r50 = append(d50, d.P50us), append(r50, rl.P50us)
 			d99, r99 = append(d99, d.P99us), append(r99, rl.P99us)
+			if d.P50us > 0 && d.P99us > 0 {
+				q50, q99 = append(q50, rl.P50us/d.P50us), append(q99, rl.P99us/d.P99us)
+			}
 			dc, rsc, rc = append(dc, d.CPUus), append(rsc, rl.CPUus), append(rc, rl.Extra["relay-cpu-µs/op"])
 		}
 		if len(ratio) == 0 {
@@ -141,7 +147,7 @@ func (r *RelayResult) Summarize() {
 		r.Summary = append(r.Summary, RelaySummary{
 			Server: k.server, Bench: k.bench, Rounds: len(ratio), Ratio: spreadOf(ratio),
 			DirectReads: spreadOf(dr), RelayReads: spreadOf(rr), DirectP50: spreadOf(d50), RelayP50: spreadOf(r50),
-			DirectP99: spreadOf(d99), RelayP99: spreadOf(r99),
+			DirectP99: spreadOf(d99), RelayP99: spreadOf(r99), P50Ratio: spreadOf(q50), P99Ratio: spreadOf(q99),
 			DirectCPU: spreadOf(dc), RelayServerCPU: spreadOf(rsc), RelayCPU: spreadOf(rc),
 		})
 	}
@@ -238,12 +244,12 @@ func RelayTable(r *RelayResult, file string) string {
 		fmt.Fprintf(&b, "; %d of %d rounds started on a busy machine: only the ratios within a round mean something", busy, len(r.Rounds))
 	}
 	b.WriteString(".\n\n")
-	b.WriteString("| server | benchmark | direct, reads/s | relay, reads/s | relay/direct per round (median) | p50 direct / relay (median) | p99 direct / relay (median) | CPU/op direct: server; relay: server + relay (median) |\n")
+	b.WriteString("| server | benchmark | direct, reads/s | relay, reads/s | relay/direct per round (median) | p50 direct / relay (median), relay/direct per round | p99 direct / relay (median), relay/direct per round | CPU/op direct: server; relay: server + relay (median) |\n")
 	b.WriteString("|---|---|---|---|---|---|---|---|\n")
 	for _, s := range r.Summary {
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %.2f–%.2f (%.2f) | %s / %s µs | %s / %s µs | %s; %s + %s µs |\n",
-			s.Server, relayTitles[s.Bench], count(s.DirectReads), count(s.RelayReads), s.Ratio.Min, s.Ratio.Max, s.Ratio.Median,
-			us(s.DirectP50.Median), us(s.RelayP50.Median), us(s.DirectP99.Median), us(s.RelayP99.Median),
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s / %s µs, %s | %s / %s µs, %s | %s; %s + %s µs |\n",
+			s.Server, relayTitles[s.Bench], count(s.DirectReads), count(s.RelayReads), ratioRange(s.Ratio),
+			us(s.DirectP50.Median), us(s.RelayP50.Median), ratioRange(s.P50Ratio), us(s.DirectP99.Median), us(s.RelayP99.Median), ratioRange(s.P99Ratio),
 			us(s.DirectCPU.Median), us(s.RelayServerCPU.Median), us(s.RelayCPU.Median))
 	}
 	b.WriteString("\n| server | kills | server start: kill → serving (median per round) | reader's stall (median per round) | stall − start (median per round) | stall − start, worst kill | failed reads |\n")
@@ -312,6 +318,9 @@ func us(v float64) string {
 	}
 	return fmt.Sprintf("%.0f", v)
 }
+
+// ratioRange formats a spread of ratios: 0.55–0.77 (0.71).
+func ratioRange(s Spread) string { return fmt.Sprintf("%.2f–%.2f (%.2f)", s.Min, s.Max, s.Median) }
 
 // msRange formats a spread in ms: 8.1 (7.9–9.0).
 func msRange(s Spread) string {
