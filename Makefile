@@ -36,8 +36,15 @@ lint: ## gofmt, go vet, staticcheck (built into bin/tools) and shellcheck (from 
 bench: build ## dummy-fuse side by side with a C libfuse3 reference through real mounts, ratio per round (root + /dev/fuse)
 	hack/bench.sh
 
-bench-doc: ## regenerate dummy-fuse/README.md's bench table from the newest dummy-fuse/bench/results file
+bench-doc: ## regenerate dummy-fuse/README.md's generated tables from the newest dummy-fuse/bench/results files (bench, relay, soak)
 	go run ./dummy-fuse/bench/cmd/benchdoc
+
+.PHONY: bench-relay soak-relay
+bench-relay: servers ## the relay's extra hop beside direct access to gcsfuse and squashfuse, ratio per round, and its stall after a server kill (root + /dev/fuse)
+	hack/bench-relay.sh
+
+soak-relay: servers ## the relay: DFC_SOAK_KILLS (50) server kills of gcsfuse and squashfuse under 3 readers: failed reads, stalls, leaks (root + /dev/fuse)
+	hack/soak-relay.sh
 
 clean: ## remove build output
 	rm -rf $(BIN) _output

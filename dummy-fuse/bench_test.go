@@ -17,6 +17,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/dummy-fuse/bench"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/testenv"
 )
 
@@ -120,7 +121,7 @@ func (s benchServer) serve(b *testing.B, direct bool, latency time.Duration) (in
 }
 
 // report adds the metrics of a finished run of len(lat) operations, during which the server used u.
-func report(b *testing.B, elapsed time.Duration, lat []time.Duration, pid int, u serverUsage) {
+func report(b *testing.B, elapsed time.Duration, lat []time.Duration, pid int, u bench.Usage) {
 	b.Helper()
 	slices.Sort(lat)
 	pct := func(p float64) float64 {
@@ -132,69 +133,28 @@ func report(b *testing.B, elapsed time.Duration, lat []time.Duration, pid int, u
 	b.ReportMetric(pct(0.99), "p99-µs")
 	b.ReportMetric(float64(vmHWM(b, pid))/1024, "peak-RSS-MiB")
 	// CPU and context switches per operation hardly depend on what else runs on the machine, unlike reads/s.
-	b.ReportMetric(float64(u.cpu.Nanoseconds())/1e3/ops, "server-cpu-µs/op")
-	b.ReportMetric(float64(u.switches)/ops, "server-switches/op")
+	b.ReportMetric(float64(u.CPU.Nanoseconds())/1e3/ops, "server-cpu-µs/op")
+	b.ReportMetric(float64(u.Switches)/ops, "server-switches/op")
 }
 
-// serverUsage is what the threads of a server process have used so far.
-type serverUsage struct {
-	cpu      time.Duration // on a CPU (schedstat)
-	switches int64         // context switches, voluntary (blocking in read(2), futex) and not (preempted)
-}
-
-func (u serverUsage) sub(v serverUsage) serverUsage {
-	return serverUsage{u.cpu - v.cpu, u.switches - v.switches}
-}
-
-// usageOf sums the usage of all threads of process pid (threads that exited are not counted, which is fine:
-// the servers keep theirs).
-func usageOf(b *testing.B, pid int) serverUsage {
+// usageOf is bench.UsageOf, failing b on an error.
+func usageOf(b *testing.B, pid int) bench.Usage {
 	b.Helper()
-	tasks, err := filepath.Glob("/proc/" + strconv.Itoa(pid) + "/task/*")
-	if err != nil || len(tasks) == 0 {
-		b.Fatalf("no threads for pid %d: %v", pid, err)
-	}
-	var u serverUsage
-	for _, dir := range tasks {
-		data, err := os.ReadFile(dir + "/schedstat")
-		if err != nil {
-			continue // thread exited
-		}
-		ns, err := strconv.ParseInt(strings.Fields(string(data))[0], 10, 64)
-		if err != nil {
-			b.Fatalf("%s/schedstat: %v", dir, err)
-		}
-		u.cpu += time.Duration(ns)
-		for _, key := range []string{"voluntary_ctxt_switches:", "nonvoluntary_ctxt_switches:"} {
-			u.switches += int64(statusField(b, dir+"/status", key))
-		}
+	u, err := bench.UsageOf(pid)
+	if err != nil {
+		b.Fatal(err)
 	}
 	return u
 }
 
-// statusField returns the number after key in a /proc status file (0 when the file is gone).
-func statusField(b *testing.B, path, key string) int {
-	b.Helper()
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return 0
-	}
-	for line := range strings.Lines(string(data)) {
-		if v, ok := strings.CutPrefix(line, key); ok {
-			n, err := strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(v), " kB"))
-			if err != nil {
-				b.Fatalf("%s: %s %v", path, key, err)
-			}
-			return n
-		}
-	}
-	b.Fatalf("%s: no %s", path, key)
-	return 0
-}
-
 // vmHWM returns the peak resident set size of process pid in KiB.
 func vmHWM(b *testing.B, pid int) int {
-	return statusField(b, "/proc/"+strconv.Itoa(pid)+"/status", "VmHWM:")
+	b.Helper()
+	n, err := bench.StatusField("/proc/"+strconv.Itoa(pid)+"/status", "VmHWM:")
+	if err != nil {
+		b.Fatal(err)
+	}
+	return n
 }
 
 // BenchmarkDirectIORead re-reads an open file with pread; with direct I/O every read is a FUSE READ
@@ -263,7 +223,7 @@ func preadLoad(b *testing.B, pid int, file string, readers int) {
 	if err := <-errs; err != nil {
 		b.Fatal(err)
 	}
-	report(b, elapsed, lat, pid, usageOf(b, pid).sub(u0))
+	report(b, elapsed, lat, pid, usageOf(b, pid).Sub(u0))
 }
 
 // BenchmarkOpenReadClose opens, reads and closes the file each time in page-cache mode: one FUSE OPEN per
@@ -294,6 +254,6 @@ func BenchmarkOpenReadClose(b *testing.B) {
 		}
 		elapsed := time.Since(start)
 		b.StopTimer()
-		report(b, elapsed, lat, pid, usageOf(b, pid).sub(u0))
+		report(b, elapsed, lat, pid, usageOf(b, pid).Sub(u0))
 	})
 }

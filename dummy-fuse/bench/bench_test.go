@@ -1,28 +1,26 @@
 package bench
 
 import (
+	"fmt"
 	"os"
 	"strings"
 	"testing"
+	"time"
 )
 
-// TestReadmeTableIsGenerated fails when the table in dummy-fuse/README.md is not the one the newest result
-// file gives: a figure changed by hand, or a new run whose table was not regenerated.
+// TestReadmeTableIsGenerated fails when a generated table in dummy-fuse/README.md is not the one the newest
+// result files give: a figure changed by hand, or a new run whose table was not regenerated.
 func TestReadmeTableIsGenerated(t *testing.T) {
-	file, r, err := Newest("results")
-	if err != nil {
-		t.Fatal(err)
-	}
 	readme, err := os.ReadFile("../README.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	want, err := Splice(readme, Table(r, file))
+	want, err := Regenerate(readme, "results")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if string(want) != string(readme) {
-		t.Errorf("dummy-fuse/README.md's bench table does not match %s: run make bench-doc", file)
+		t.Errorf("dummy-fuse/README.md's generated tables do not match the newest files in bench/results, results/relay and results/soak: run make bench-doc")
 	}
 }
 
@@ -104,5 +102,53 @@ func TestGoals(t *testing.T) {
 		if !strings.Contains(got, want) {
 			t.Errorf("Goals = %q, want it to contain %q", got, want)
 		}
+	}
+}
+
+func TestRelaySummarizeAndGoals(t *testing.T) {
+	round := func(n int, direct, relay float64) Round {
+		out := fmt.Sprintf(`BenchmarkRelay/gcsfuse/DirectIORead/direct-2   918  257202 ns/op  224 p50-µs  816 p99-µs  %g reads/s  40 server-cpu-µs/op
+BenchmarkRelay/gcsfuse/DirectIORead/relay-2    505  406790 ns/op  353 p50-µs  1668 p99-µs  %g reads/s  6.1 relay-cpu-µs/op  42 server-cpu-µs/op
+BenchmarkRelay/gcsfuse/ServerCrash/relay-2       5  76695936 ns/op  0 failed-reads  %g over-start-max-ms  0.14 over-start-p50-ms  51 stall-p50-ms  50 start-p50-ms
+`, direct, relay, 10*float64(n))
+		figs, err := ParseFigures(strings.NewReader(out))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return Round{N: n, Figures: figs}
+	}
+	r := RelayResult{Rounds: []Round{round(1, 1000, 900), round(2, 1000, 500), round(3, 1000, 850), round(6, 1000, 100)}}
+	if f := r.Rounds[0].Figures[1]; f.Bench != "Relay/gcsfuse/DirectIORead" || f.Server != "relay" || f.P99us != 1668 {
+		t.Fatalf("parsed %+v", f)
+	}
+	r.Summarize()
+	if len(r.Summary) != 1 || len(r.Crash) != 1 {
+		t.Fatalf("summary %+v, crash %+v", r.Summary, r.Crash)
+	}
+	if s := r.Summary[0]; s.Server != "gcsfuse" || s.Bench != "DirectIORead" || s.Rounds != 4 || s.Ratio.Median != 0.675 || s.Ratio.Min != 0.1 || s.RelayP99.Max != 1668 ||
+		s.DirectCPU.Median != 40 || s.P50Ratio.Median != 353.0/224 || s.RelayServerCPU.Median != 42 || s.RelayCPU.Median != 6.1 {
+		t.Errorf("summary %+v", s)
+	}
+	if c := r.Crash[0]; c.Kills != 20 || c.OverMaxMs != 60 || c.StartMs.Median != 50 || c.FailedReads != 0 {
+		t.Errorf("crash %+v", c)
+	}
+	got := RelayGoals(&r)
+	for _, want := range []string{"gcsfuse DirectIORead not met by the median (in 2 of 4 rounds)", "gcsfuse stall ≤ start + 50 ms not met in every kill (worst 60.0 ms over 20 kills)"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("RelayGoals = %q, want it to contain %q", got, want)
+		}
+	}
+}
+
+func TestPercentilesOf(t *testing.T) {
+	var ds []time.Duration
+	for i := 100; i >= 1; i-- {
+		ds = append(ds, time.Duration(i)*time.Millisecond)
+	}
+	if p := PercentilesOf(ds); p.P50 != 50.5 || p.P99 != 100 || p.Max != 100 {
+		t.Errorf("PercentilesOf(1..100 ms) = %+v", p)
+	}
+	if p := PercentilesOf(nil); p != (Percentiles{}) {
+		t.Errorf("PercentilesOf(nil) = %+v", p)
 	}
 }

@@ -2,7 +2,9 @@
 // (cref/hello.c) and turns the newest record into the table of dummy-fuse/README.md, so that no figure there
 // is copied by hand. A run is a number of rounds; each round runs every benchmark against both servers back
 // to back, in an order that alternates between rounds. The machine is shared, so the figure that holds is the
-// ratio Go/C within a round; the record keeps the machine, its load and every round's figures.
+// ratio Go/C within a round; the record keeps the machine, its load and every round's figures. The relay's
+// runs are recorded the same way, relay against direct access to a real server (relay.go, results/relay), and
+// so are its soak runs (soak.go, results/soak); each has its generated table in the README.
 package bench
 
 import (
@@ -52,7 +54,7 @@ func (l Load) IsBusy(cores int) bool { return l.Busy >= 0.5 || l.Avg[0] >= float
 // Round is one round: every benchmark against every server, in Order.
 type Round struct {
 	N       int       `json:"n"`
-	Order   []string  `json:"order"` // server names in the order they ran ("go", "c")
+	Order   []string  `json:"order"` // the servers, or ways, in the order they ran: "go", "c" or "direct", "relay"
 	Load    Load      `json:"load"`  // at the start of the round
 	Figures []Figures `json:"figures"`
 }
@@ -60,7 +62,7 @@ type Round struct {
 // Figures are the metrics one benchmark reported for one server (see dummy-fuse/bench_test.go).
 type Figures struct {
 	Bench       string  `json:"bench"`  // without the Benchmark prefix, e.g. "DirectIORead"
-	Server      string  `json:"server"` // "go" or "c"
+	Server      string  `json:"server"` // "go" or "c"; "direct" or "relay"
 	Ops         int     `json:"ops"`
 	ReadsPerSec float64 `json:"reads_per_s"`
 	P50us       float64 `json:"p50_us"`
@@ -68,6 +70,8 @@ type Figures struct {
 	CPUus       float64 `json:"server_cpu_us_per_op"`
 	Switches    float64 `json:"server_switches_per_op"`
 	PeakRSSMiB  float64 `json:"peak_rss_mib"`
+	// Extra holds the metrics this type has no field for (the relay's crash figures), by unit.
+	Extra map[string]float64 `json:"extra,omitempty"`
 }
 
 // Summary is the medians and ranges of one benchmark over all rounds that ran it on both servers.
@@ -166,10 +170,13 @@ func ParseFigures(out io.Reader) ([]Figures, error) {
 		if len(fields) < 4 || !strings.HasPrefix(fields[0], "Benchmark") || len(fields)%2 != 0 {
 			continue
 		}
-		name, server, ok := strings.Cut(strings.TrimPrefix(fields[0], "Benchmark"), "/")
-		if !ok {
+		// The server is the last element of the name: BenchmarkDirectIORead/go, BenchmarkRelay/gcsfuse/CachedRead/relay.
+		full := strings.TrimPrefix(fields[0], "Benchmark")
+		i := strings.LastIndexByte(full, '/')
+		if i < 0 {
 			continue
 		}
+		name, server := full[:i], full[i+1:]
 		if i := strings.LastIndexByte(server, '-'); i > 0 {
 			server = server[:i] // the GOMAXPROCS suffix
 		}
@@ -196,6 +203,12 @@ func ParseFigures(out io.Reader) ([]Figures, error) {
 				f.Switches = v
 			case "peak-RSS-MiB":
 				f.PeakRSSMiB = v
+			case "ns/op":
+			default:
+				if f.Extra == nil {
+					f.Extra = map[string]float64{}
+				}
+				f.Extra[fields[i+1]] = v
 			}
 		}
 		figs = append(figs, f)
@@ -204,16 +217,22 @@ func ParseFigures(out io.Reader) ([]Figures, error) {
 }
 
 // Write writes r as indented JSON to dir/<date>-<commit>.json and returns the path.
-func (r *Result) Write(dir string) (string, error) {
-	b, err := json.MarshalIndent(r, "", "  ")
+func (r *Result) Write(dir string) (string, error) { return writeRecord(dir, r.Date, r.Commit, r) }
+
+// writeRecord writes v as indented JSON to dir/<date>-<commit>.json, date in RFC 3339, and returns the path.
+func writeRecord(dir, date, commit string, v any) (string, error) {
+	b, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
 		return "", err
 	}
-	date := strings.NewReplacer(":", "", "-", "").Replace(r.Date)
+	date = strings.NewReplacer(":", "", "-", "").Replace(date)
 	if len(date) > 13 {
 		date = date[:13] // 20261126T1203
 	}
-	path := filepath.Join(dir, date+"-"+r.Commit+".json")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, date+"-"+commit+".json")
 	if err := atomicfile.Write(path, append(b, '\n'), 0o644); err != nil {
 		return "", err
 	}
@@ -222,22 +241,28 @@ func (r *Result) Write(dir string) (string, error) {
 
 // Newest returns the path and content of the newest result file in dir (names sort by date).
 func Newest(dir string) (string, *Result, error) {
+	var r Result
+	path, err := newestRecord(dir, &r)
+	return path, &r, err
+}
+
+// newestRecord decodes the newest record in dir (names sort by date) into v and returns its path.
+func newestRecord(dir string, v any) (string, error) {
 	paths, err := filepath.Glob(filepath.Join(dir, "*.json"))
 	if err != nil {
-		return "", nil, err
+		return "", err
 	}
 	if len(paths) == 0 {
-		return "", nil, fmt.Errorf("no result file in %s: run make bench", dir)
+		return "", fmt.Errorf("no result file in %s", dir)
 	}
 	slices.Sort(paths)
 	path := paths[len(paths)-1]
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return "", nil, err
+		return "", err
 	}
-	var r Result
-	if err := json.Unmarshal(b, &r); err != nil {
-		return "", nil, fmt.Errorf("%s: %w", path, err)
+	if err := json.Unmarshal(b, v); err != nil {
+		return "", fmt.Errorf("%s: %w", path, err)
 	}
-	return path, &r, nil
+	return path, nil
 }

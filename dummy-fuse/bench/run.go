@@ -71,12 +71,18 @@ func (rn Run) round(order []string) ([]Figures, error) {
 	for _, s := range order {
 		spec = append(spec, s+"="+bins[s])
 	}
-	cmd := exec.Command(rn.TestBinary, "-test.run", "^$", "-test.bench", rn.Bench, "-test.benchtime", rn.Benchtime)
-	cmd.Dir = rn.Dir
-	cmd.Env = append(os.Environ(), "BENCH_SERVERS="+strings.Join(spec, ","))
+	return runBenchmarks(rn.TestBinary, rn.Dir, rn.Log, "BENCH_SERVERS="+strings.Join(spec, ","), rn.Bench, rn.Benchtime)
+}
+
+// runBenchmarks runs the benchmarks bench of a compiled test binary in dir, with env added to the
+// environment, and returns their figures; the servers' own messages go to log.
+func runBenchmarks(binary, dir string, log io.Writer, env, bench, benchtime string) ([]Figures, error) {
+	cmd := exec.Command(binary, "-test.run", "^$", "-test.bench", bench, "-test.benchtime", benchtime)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), env)
 	var out bytes.Buffer
 	cmd.Stdout = &out
-	cmd.Stderr = rn.Log // the servers' own messages; kept apart from the result lines
+	cmd.Stderr = log // kept apart from the result lines
 	if err := cmd.Run(); err != nil {
 		return nil, fmt.Errorf("%s: %w\n%s", strings.Join(cmd.Args, " "), err, out.String())
 	}

@@ -28,7 +28,7 @@ const waitTimeout = 30 * time.Second
 
 // realBackend runs one real FUSE server on a directory of the test, and runs it again after a kill.
 type realBackend struct {
-	t      *testing.T
+	t      testing.TB
 	lab    *testenv.Lab
 	server fuseserver.Server
 	dir    string
@@ -39,7 +39,7 @@ type realBackend struct {
 }
 
 // newBackend prepares the server called name (squashfuse or gcsfuse) with what it reads.
-func newBackend(t *testing.T, lab *testenv.Lab, name string) *realBackend {
+func newBackend(t testing.TB, lab *testenv.Lab, name string) *realBackend {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
 	defer cancel()

@@ -1,5 +1,6 @@
-// Command benchdoc regenerates the benchmark table of dummy-fuse/README.md from the newest result file in
-// dummy-fuse/bench/results (written by `make bench`). Run from the repository root (`make bench-doc`).
+// Command benchdoc regenerates the generated tables of dummy-fuse/README.md from the newest result files in
+// dummy-fuse/bench/results (written by `make bench`), results/relay (`make bench-relay`) and results/soak
+// (`make soak-relay`). Run from the repository root (`make bench-doc`).
 package main
 
 import (
@@ -17,15 +18,11 @@ func main() {
 }
 
 func run(results, readme string) error {
-	file, r, err := bench.Newest(results)
-	if err != nil {
-		return err
-	}
 	old, err := os.ReadFile(readme)
 	if err != nil {
 		return err
 	}
-	updated, err := bench.Splice(old, bench.Table(r, file))
+	updated, err := bench.Regenerate(old, results)
 	if err != nil {
 		return fmt.Errorf("%s: %w", readme, err)
 	}
