@@ -107,6 +107,19 @@ const (
 	// its session up (it has sent its hello and every copy; the plugin adopts one in well under a millisecond,
 	// so the kill lands in or right after the adoption); Start is the plugin's start.
 	PluginRecollecting Component = "plugin-recollecting"
+	// DriverPod is the node plugin pod of a foreign CSI driver (a driver-agnostic run, kube only) on the
+	// workload's node. Kill deletes it (grace period 0, as PluginContainer's kill); its DaemonSet creates a new
+	// one at once, as it would in production, and Start waits until that one is ready.
+	DriverPod Component = "driver-pod"
+	// DriverDaemonSet is a foreign driver's node plugin DaemonSet: Upgrade restarts its rollout (kubectl rollout
+	// restart), the way an upgrade happens, and returns once the new pod on the node is ready.
+	DriverDaemonSet Component = "driver-daemonset"
+	// DriverProcess is a named process (e.g. the FUSE server) in a foreign driver's node plugin pod: Kill sends
+	// it SIGKILL, as a crash would; Start waits until the pod is ready again (whoever restarts the process).
+	DriverProcess Component = "driver-process"
+	// MountPod is a foreign driver's mount pod (a pod of its own that runs the FUSE server): Kill deletes it
+	// (grace period 0); Start waits until a pod of the same selector is ready on the node, if the driver makes one.
+	MountPod Component = "mount-pod"
 )
 
 // componentText says how the steps, the timeline and the report describe a component.
@@ -162,6 +175,29 @@ var components = map[Component]componentText{
 		kill:  "start the plugin container and kill it (SIGKILL) the moment the keeper has handed it back its copies of the connections (in or right after their adoption)",
 		start: "start the plugin container again (same flags, same state dir)",
 		ready: "plugin serves CSI",
+	},
+	DriverPod: {
+		noun:  "driver's node plugin pod",
+		kill:  "delete the driver's node plugin pod on the workload's node (grace period 0); its DaemonSet creates a new one",
+		start: "wait until the DaemonSet's new node plugin pod is ready",
+		ready: "driver's node plugin pod ready",
+	},
+	DriverDaemonSet: {
+		noun:    "driver's node plugin DaemonSet",
+		upgrade: "restart the rollout of the driver's node plugin DaemonSet (kubectl rollout restart) and wait until its new pod on the node is ready",
+		ready:   "driver's node plugin pod ready",
+	},
+	DriverProcess: {
+		noun:  "named process in the driver's node plugin pod",
+		kill:  "kill the named process in the driver's node plugin pod (SIGKILL, as a crash would)",
+		start: "wait until the driver's node plugin pod is ready again",
+		ready: "driver's node plugin pod ready",
+	},
+	MountPod: {
+		noun:  "driver's mount pod",
+		kill:  "delete the driver's mount pod of the volume (grace period 0)",
+		start: "wait until a mount pod of the same selector is ready on the node",
+		ready: "mount pod ready",
 	},
 	WorkloadPod: {
 		noun:  "workload pod",

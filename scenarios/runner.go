@@ -73,9 +73,12 @@ func (o *Outcome) NotRunnable() *NotRunnableError {
 	return nil
 }
 
-// Result is the run's verdict in one word: PASS, FAIL, or NOT RUNNABLE (which is not a pass either).
+// Result is the run's verdict in one word: PASS, FAIL, or NOT RUNNABLE (which is not a pass either); MEASURED
+// for a passed run of a Scenario.Measured row (its evidence was collected; nothing was expected of it).
 func (o *Outcome) Result() string {
 	switch {
+	case o.Passed() && o.Scenario.Measured:
+		return "MEASURED"
 	case o.Passed():
 		return "PASS"
 	case o.NotRunnable() != nil && o.CleanupErr == nil:

@@ -427,6 +427,12 @@ type Scenario struct {
 	// every scenario runs with: a row whose outcome does not depend on what the server is lists them all
 	// (AllServers). Where a server behaves differently, the row's expectations say so from evidence.
 	Servers []string
+	// Measured: the row runs against a driver the catalog knows nothing of (a driver-agnostic run), so its
+	// outcome is measured, not expected: its expectations only say that the evidence was collected, and a run
+	// whose expectations hold is MEASURED, not PASS.
+	Measured bool
+	// Driver is the CSI driver a Measured row ran against (set by the run, not the catalog).
+	Driver string
 }
 
 // AllServers are the FUSE servers a server-independent scenario runs with.

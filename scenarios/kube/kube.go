@@ -120,6 +120,9 @@ type Options struct {
 	// Keep leaves the namespace, the release, the volume and the pod in place at Stop; KeepNote says how to
 	// remove them. The next run removes them too.
 	Keep bool
+	// Driver, when set, runs the driver-agnostic rows (catalog.Drivers) against this foreign CSI driver instead
+	// of installing chart/ (driver.go).
+	Driver *DriverTarget
 	// Progress receives a line per action of the backend (besides kube.log in the run dir); nil: none.
 	Progress func(string)
 }
@@ -309,6 +312,9 @@ func (b *Backend) Setup(ctx context.Context, sc *scenarios.Scenario, env *scenar
 		return err
 	}
 	b.cfg = cfg
+	if b.opts.Driver != nil {
+		return b.setupDriver(ctx, sc, env)
+	}
 	if err := b.makeParts(env); err != nil {
 		return err
 	}
@@ -628,6 +634,9 @@ func (b *Backend) setPaths(uid string) {
 		scenarios.PathRoot:    root,
 		scenarios.PathVolume:  kubeletpath.Target(root, uid, b.n.pv),
 		scenarios.PathStaging: kubeletpath.Staging(root, b.opts.DriverName, b.n.volumeHandle),
+	}
+	if b.n.foreign {
+		b.vols = b.foreignPaths(uid)
 	}
 	b.rec.SetPaths(b.vols)
 	b.logf("volume dir %s, staging dir %s", b.vols[scenarios.PathVolume], b.vols[scenarios.PathStaging])

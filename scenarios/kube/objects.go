@@ -117,6 +117,9 @@ func fuseSidecar(spec *corev1.PodSpec) int {
 // names of the run's objects.
 type names struct {
 	namespace, pv, pvc, pod, volumeHandle string
+	// foreign: a driver-agnostic run (driver.go); ownPV: the run created the PV named pv (else a provisioner
+	// did, or there is none) and deletes it.
+	foreign, ownPV bool
 }
 
 // persistentVolume is pv.yaml for this run: its own name and volume handle (so that mount records and staging

@@ -179,7 +179,7 @@ func (b *Backend) onWorkloadPod(p *corev1.Pod, deleted bool) {
 			// Now, not DeletionTimestamp: that is when the grace period ends.
 			b.podEvent(scenarios.KKilled, time.Now(), fmt.Sprintf("pod %s (uid %s) deleted, not by this run", p.Name, shortUID(string(p.UID))))
 		}
-		if b.sc.VolumeHealth {
+		if b.sc.VolumeHealth || b.n.foreign {
 			b.observeVolumeHealth(p)
 		}
 		return

@@ -54,7 +54,8 @@ func (b *Backend) Stop(ctx context.Context) error {
 	}
 	b.dumpState(ctx)
 	unstage := b.unstage
-	if _, deleted, _ := b.workload.get(); deleted {
+	if _, deleted, _ := b.workload.get(); deleted || b.n.foreign {
+		// A foreign driver's log is not followed: the staging dir's mount table entry says it instead.
 		// The run ended with the pod deleted (a last step): killPod awaited its NodeUnstageVolume, and no pod
 		// staged the volume again, so there is no other one to wait for.
 		unstage = nil
@@ -109,14 +110,16 @@ func (b *Backend) teardown(ctx context.Context, n names, unstage *unstageWatch) 
 	if err := b.cs.CoreV1().PersistentVolumeClaims(n.namespace).Delete(ctx, n.pvc, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 		errs = append(errs, err)
 	}
-	if err := b.cs.CoreV1().PersistentVolumes().Delete(ctx, n.pv, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-		errs = append(errs, err)
-	}
-	if err := b.waitGone(ctx, "PV "+n.pv, time.Minute, func(ctx context.Context) error {
-		_, err := b.cs.CoreV1().PersistentVolumes().Get(ctx, n.pv, metav1.GetOptions{})
-		return err
-	}); err != nil {
-		errs = append(errs, err)
+	if !n.foreign || n.ownPV {
+		if err := b.cs.CoreV1().PersistentVolumes().Delete(ctx, n.pv, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			errs = append(errs, err)
+		}
+		if err := b.waitGone(ctx, "PV "+n.pv, time.Minute, func(ctx context.Context) error {
+			_, err := b.cs.CoreV1().PersistentVolumes().Get(ctx, n.pv, metav1.GetOptions{})
+			return err
+		}); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if staging := kubeletpath.Staging(b.opts.KubeletDir, b.opts.DriverName, n.volumeHandle); unstage == nil && fileExists(filepath.Dir(staging)) {
 		// An earlier run's plugin log is not followed; on the node itself the mount table says it.

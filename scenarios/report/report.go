@@ -113,6 +113,7 @@ func PrintVerdicts(w io.Writer, o *scenarios.Outcome) {
 		fmt.Fprintf(w, "  FAIL  cleanup: %v\n", o.CleanupErr)
 	}
 	fmt.Fprintf(w, "measured: %s\n", measuredLine(o))
+	PrintProfile(w, ProfileOf(o))
 }
 
 // PrintSummary prints one line per outcome: its result, the measured intervals and its report.
@@ -227,6 +228,7 @@ func Markdown(o *scenarios.Outcome) string {
 	}
 
 	m := measuredOf(o)
+	profileMarkdown(&b, ProfileOf(o))
 	b.WriteString("\n## Measured\n\n| kill → first ENOTCONN | kill → volume dir restored | kill → first good read again | longest open/read after the kill (stall) | sidecar start → served | sidecar start → first good read | wall time of the run |\n|---|---|---|---|---|---|---|\n")
 	fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s |\n\n", m.kill(m.KillToError), m.recovery(m.KillToRestore, m.VolumeDied),
 		m.recovery(m.KillToRecovery, m.Failed), m.stall(), m.sidecar(m.SidecarToServe), m.sidecar(m.SidecarToRead), m.wall())

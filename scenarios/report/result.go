@@ -27,7 +27,11 @@ type Record struct {
 	Kubelet  string `json:"kubelet"`
 	// Server is the FUSE server the run's plugin ran (internal/fuseserver); empty in records of dummy-fuse.
 	Server string `json:"server,omitempty"`
-	Result string `json:"result"` // PASS, FAIL or NOT RUNNABLE
+	// Driver is the foreign CSI driver of a driver-agnostic run (--driver), whose Result is MEASURED when its
+	// evidence was collected, and Profile its outage profile; empty in runs of this project's chart.
+	Driver  string   `json:"driver,omitempty"`
+	Profile *Profile `json:"profile,omitempty"`
+	Result  string   `json:"result"` // PASS, FAIL, NOT RUNNABLE or MEASURED
 	// Held of Expected expected outcomes for this kubelet held; Failed says which did not, and why a run that
 	// could not be carried out failed.
 	Held     int      `json:"held"`
@@ -77,7 +81,7 @@ func measuredOf(o *scenarios.Outcome) Measured {
 // RecordOf is the record of an outcome.
 func RecordOf(o *scenarios.Outcome) Record {
 	r := Record{Scenario: o.Scenario.Name, Backend: o.Backend, Kubelet: o.Kubelet.String(), Result: o.Result(),
-		Server: o.Scenario.Plugin.FuseServer,
+		Server: o.Scenario.Plugin.FuseServer, Driver: o.Scenario.Driver, Profile: ProfileOf(o),
 		Start:  o.Start.UTC().Format(time.RFC3339), ReadInterval: o.Timing.ReadInterval.Seconds(), Kernel: kernel(),
 		Measured: measuredOf(o), Expected: len(o.Verdicts)}
 	for _, v := range o.Verdicts {
@@ -111,8 +115,9 @@ type Results struct {
 	Date    string `json:"date"`   // the first run's start, RFC 3339, UTC
 	Backend string `json:"backend"`
 	Kubelet string `json:"kubelet"`
-	// Server is the FUSE server of every run (Record.Server).
+	// Server is the FUSE server of every run (Record.Server), Driver the foreign driver (Record.Driver).
 	Server string `json:"server,omitempty"`
+	Driver string `json:"driver,omitempty"`
 	Kernel string `json:"kernel"`
 	// Command is what ran the catalog (make ci-kube, make scenarios).
 	Command string `json:"command"`
@@ -156,10 +161,10 @@ func Collect(since time.Time, dirs ...string) ([]*Results, error) {
 	var out []*Results
 	for _, r := range recs {
 		i := slices.IndexFunc(out, func(rs *Results) bool {
-			return rs.Backend == r.Backend && rs.Kubelet == r.Kubelet && rs.Server == r.Server
+			return rs.Backend == r.Backend && rs.Kubelet == r.Kubelet && rs.Server == r.Server && rs.Driver == r.Driver
 		})
 		if i < 0 {
-			out = append(out, &Results{Date: r.Start, Backend: r.Backend, Kubelet: r.Kubelet, Server: r.Server, Kernel: r.Kernel})
+			out = append(out, &Results{Date: r.Start, Backend: r.Backend, Kubelet: r.Kubelet, Server: r.Server, Driver: r.Driver, Kernel: r.Kernel})
 			i = len(out) - 1
 		}
 		out[i].Runs = append(out[i].Runs, r)
@@ -181,6 +186,9 @@ func (rs *Results) Write(dir string) (string, error) {
 	server := ""
 	if rs.Server != "" {
 		server = "-" + rs.Server
+	}
+	if rs.Driver != "" {
+		server += "-driver-" + rs.Driver
 	}
 	path := filepath.Join(dir, fmt.Sprintf("%s-%s-%s-%s%s.json", date, rs.Commit, rs.Backend, rs.Kubelet, server))
 	if err := atomicfile.Write(path, append(b, '\n'), 0o644); err != nil {
