@@ -82,7 +82,7 @@ func measuredOf(o *scenarios.Outcome) Measured {
 func RecordOf(o *scenarios.Outcome) Record {
 	r := Record{Scenario: o.Scenario.Name, Backend: o.Backend, Kubelet: o.Kubelet.String(), Result: o.Result(),
 		Server: o.Scenario.Plugin.FuseServer, Driver: o.Scenario.Driver, Profile: ProfileOf(o),
-		Start:  o.Start.UTC().Format(time.RFC3339), ReadInterval: o.Timing.ReadInterval.Seconds(), Kernel: kernel(),
+		Start: o.Start.UTC().Format(time.RFC3339), ReadInterval: o.Timing.ReadInterval.Seconds(), Kernel: kernel(),
 		Measured: measuredOf(o), Expected: len(o.Verdicts)}
 	for _, v := range o.Verdicts {
 		if v.Result.OK {
