@@ -122,7 +122,6 @@ func (b *Backend) setupDriver(ctx context.Context, sc *scenarios.Scenario, env *
 	if why := t.Runnable(sc.Name); why != "" {
 		return errors.New(why)
 	}
-	b.opts.DriverName = t.Name
 	b.parts = map[scenarios.Component]part{}
 	for _, c := range []scenarios.Component{scenarios.DriverPod, scenarios.DriverDaemonSet, scenarios.DriverProcess, scenarios.MountPod} {
 		p := &driverPart{b: b, c: c}
@@ -148,6 +147,8 @@ func (b *Backend) setupDriver(ctx context.Context, sc *scenarios.Scenario, env *
 	if err := b.removeStale(ctx); err != nil {
 		return err
 	}
+	// Only now: removeStale looks after the scenario runs' own driver name, never a foreign driver.
+	b.opts.DriverName = t.Name
 	b.n = runNames(sc.Name)
 	b.n.foreign = true
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: b.n.namespace, Labels: map[string]string{

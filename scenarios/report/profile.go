@@ -19,7 +19,8 @@ type Profile struct {
 }
 
 // IOProfile is one I/O kind: a workload container's reads (kept fd, new open, subPath, direct read), or the
-// stat of the pod's volume dir on the node (kind "stat").
+// stat of the pod's volume dir on the node (kind "stat": the probe records only changes of its result, so
+// ReadsBefore counts those and Stall is how long it failed).
 type IOProfile struct {
 	Kind string `json:"kind"`
 	// ReadsBefore counts the successful reads (stats) before the fault: the kind was measured.
@@ -87,7 +88,17 @@ func ProfileOf(o *scenarios.Outcome) *Profile {
 			return e.Kind == scenarios.KProbe && e.Path == scenarios.PathVolume && (e.Errno == "") == ok
 		}
 	}
-	p.IO = append(p.IO, ioProfile(ev, "stat", fault, stat(true), stat(false), since))
+	// The probe records changes of stat's result only: the stall is the time it failed.
+	st := ioProfile(ev, "stat", fault, stat(true), stat(false), since)
+	st.Stall = 0
+	if st.Failed {
+		end := ev.Until.Sub(fault).Seconds()
+		if st.Recovered {
+			end = st.ToGoodRead
+		}
+		st.Stall = (end - st.ToFirstError) * 1000
+	}
+	p.IO = append(p.IO, st)
 	seen := map[string]bool{}
 	for _, e := range ev.Events {
 		if e.Time.Before(fault) {
