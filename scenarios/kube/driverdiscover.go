@@ -51,7 +51,7 @@ func findPluginPod(ctx context.Context, cs kubernetes.Interface, driver, node, s
 	for i := range pods.Items {
 		p := &pods.Items[i]
 		ds := daemonSetOf(p)
-		if ds == "" || p.DeletionTimestamp != nil || p.Status.Phase != corev1.PodRunning {
+		if ds == "" || p.Spec.NodeName != node || p.DeletionTimestamp != nil || p.Status.Phase != corev1.PodRunning {
 			continue
 		}
 		why := "label selector " + selector
