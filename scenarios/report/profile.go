@@ -157,7 +157,11 @@ func ioProfile(ev *scenarios.Evidence, kind string, fault time.Time, good, bad f
 			prev = e.Time
 		}
 	}
-	longest = max(longest, end.Sub(prev))
+	// Up to the end of the run only when the reads failed again after the last good one (or none came): else
+	// the run merely ended between two reads.
+	if _, failedAgain := ev.First(prev, bad); failedAgain || !io.Recovered {
+		longest = max(longest, end.Sub(prev))
+	}
 	io.Stall = float64(longest.Microseconds()) / 1000
 	return io
 }

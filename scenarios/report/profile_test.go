@@ -1,0 +1,54 @@
+package report
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
+)
+
+func TestProfileOf(t *testing.T) {
+	t0 := time.Date(2026, 11, 26, 19, 0, 0, 0, time.UTC)
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	read := func(s float64, c, errno string) scenarios.Event {
+		k := scenarios.KRead
+		if errno != "" {
+			k = scenarios.KReadError
+		}
+		return scenarios.Event{Time: at(s), Source: scenarios.SrcWorkload, Kind: k, Container: c, Errno: errno}
+	}
+	ev := &scenarios.Evidence{Start: t0, Until: at(20), Events: []scenarios.Event{
+		read(1, "keep", ""), read(2, "keep", ""), read(1, "open", ""),
+		{Time: at(3), Source: scenarios.SrcComponent, Kind: scenarios.KKilled, Component: scenarios.DriverPod},
+		read(4, "keep", "ENOTCONN"), read(5, "keep", "ENOTCONN"), read(10, "keep", ""), read(11, "keep", ""),
+		read(4, "open", ""), read(5, "open", ""),
+		{Time: at(3.5), Source: scenarios.SrcProbe, Kind: scenarios.KProbe, Path: scenarios.PathVolume, Errno: "ENOTCONN"},
+		{Time: at(6), Source: scenarios.SrcProbe, Kind: scenarios.KProbe, Path: scenarios.PathVolume},
+		{Time: at(7), Source: scenarios.SrcKubelet, Kind: scenarios.KStartFailed, Container: "keep", Message: `failed to stat "/x": transport endpoint is not connected`},
+		{Time: at(8), Source: scenarios.SrcKubelet, Kind: scenarios.KVolumeHealth, Message: "Inaccessible"},
+	}}
+	o := &scenarios.Outcome{Evidence: ev, Scenario: scenarios.Scenario{Measured: true, Pod: scenarios.Pod{Containers: []scenarios.Container{{Name: "keep"}, {Name: "open"}}}}}
+	p := ProfileOf(o)
+	if p == nil || len(p.IO) != 3 {
+		t.Fatalf("profile %+v, want keep, open, stat", p)
+	}
+	keep, open, stat := p.IO[0], p.IO[1], p.IO[2]
+	if !keep.Failed || keep.FirstErrno != "ENOTCONN" || keep.ToFirstError != 1 || keep.Errors != 2 || !keep.Recovered || keep.ToGoodRead != 7 ||
+		keep.Stall != 8000 || keep.ReadsBefore != 2 || keep.StartFailures != 1 {
+		t.Errorf("keep: %+v", keep)
+	}
+	if open.Failed || !open.Recovered || open.Stall != 3000 { // 1 s → 4 s; the run ending after 5 s is no stall
+		t.Errorf("open: %+v", open)
+	}
+	if !stat.Failed || stat.ToFirstError != 0.5 || !stat.Recovered || stat.ToGoodRead != 3 || stat.Stall != 2500 {
+		t.Errorf("stat: %+v", stat)
+	}
+	if !p.Kubelet.FailedToStat || len(p.Kubelet.VolumeHealth) != 1 || !strings.Contains(p.Kubelet.VolumeHealth[0], "+5.0s Inaccessible") {
+		t.Errorf("kubelet: %+v", p.Kubelet)
+	}
+	o.Scenario.Measured = false
+	if ProfileOf(o) != nil {
+		t.Error("a profile for a row of the chart's catalog")
+	}
+}
