@@ -194,7 +194,9 @@ func (io IOProfile) summary() string {
 	case io.Failed:
 		parts = append(parts, "never read again")
 	}
-	parts = append(parts, fmt.Sprintf("stall %s", FormatMeasure(time.Duration(io.Stall*float64(time.Millisecond)))))
+	if io.Stall > 0 {
+		parts = append(parts, fmt.Sprintf("stall %s", FormatMeasure(time.Duration(io.Stall*float64(time.Millisecond)))))
+	}
 	if io.Restarts > 0 || io.StartFailures > 0 {
 		parts = append(parts, fmt.Sprintf("%d restarts, %d failed starts", io.Restarts, io.StartFailures))
 	}
