@@ -107,8 +107,11 @@ func (b *Backend) teardown(ctx context.Context, n names, unstage *unstageWatch) 
 			}
 		}
 	}
-	if err := b.cs.CoreV1().PersistentVolumeClaims(n.namespace).Delete(ctx, n.pvc, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-		errs = append(errs, err)
+	// A foreign driver's inline volume has no claim.
+	if n.pvc != "" {
+		if err := b.cs.CoreV1().PersistentVolumeClaims(n.namespace).Delete(ctx, n.pvc, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			errs = append(errs, err)
+		}
 	}
 	if !n.foreign || n.ownPV {
 		if err := b.cs.CoreV1().PersistentVolumes().Delete(ctx, n.pv, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
