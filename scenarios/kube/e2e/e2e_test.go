@@ -216,14 +216,15 @@ func TestScenarios(t *testing.T) {
 		} else if err != nil {
 			t.Fatalf("%s, %s: %v", selectEnv, serverEnv, err)
 		}
-		feats = append(feats, scenarioFeature(run))
+		feats = append(feats, scenarioFeature(run, nil))
 	}
 	testEnv.Test(t, feats...)
 }
 
 type runnerKey struct{}
 
-func scenarioFeature(sc scenarios.Scenario) features.Feature {
+// scenarioFeature runs sc; driver, when not nil, is the foreign driver of a driver-agnostic row.
+func scenarioFeature(sc scenarios.Scenario, driver *kube.DriverTarget) features.Feature {
 	f := features.New(sc.Name).WithLabel("scenario", sc.Name).
 		Setup(func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
 			s := suiteOf(ctx)
@@ -234,6 +235,7 @@ func scenarioFeature(sc scenarios.Scenario) features.Feature {
 				t.Fatal(why) // a failure, not a skip: the cluster was there, the catalog did not run
 			}
 			o := s.opts
+			o.Driver = driver
 			o.Progress = func(msg string) { t.Log(msg) }
 			// The live timeline streams with -v (a scenario takes a minute or more), else it is logged at the end.
 			var out io.Writer = &strings.Builder{}
