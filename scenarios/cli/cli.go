@@ -131,7 +131,7 @@ func parse(args []string, stdout io.Writer) (config, error) {
 	fl.StringVar(&cfg.driver.StorageClass, "storage-class", "", "with --driver: the volume is a claim of this StorageClass")
 	fl.StringVar(&cfg.driver.PVFile, "pv", "", "with --driver: the volume is a copy of the static PersistentVolume in this YAML file")
 	fl.StringVar(&cfg.volumeAttributes, "volume-attributes", "", "with --driver: the volume is an inline CSI volume with these attributes (k=v,...)")
-	fl.StringVar(&cfg.driver.ReadPath, "read-path", "", "with --driver: the file the workload reads, relative to the volume's root (required)")
+	fl.StringVar(&cfg.driver.ReadPath, "read-path", "", "with --driver: the file the workload reads, relative to the volume's root (default: the first regular file of the volume, found on the node)")
 	fl.StringVar(&cfg.driver.PluginSelector, "plugin-selector", "", "with --driver: label selector of the node plugin pod (default: the DaemonSet pod on the node whose containers name the driver)")
 	fl.StringVar(&cfg.driver.FuseProcess, "fuse-process", "", "with --driver: the process in the node plugin pod that driver-process-kill kills (its /proc comm, e.g. gcsfuse)")
 	fl.StringVar(&cfg.driver.MountPodSelector, "mount-pod-selector", "", "with --driver: label selector of the mount pod on the node that driver-mount-pod-delete deletes")

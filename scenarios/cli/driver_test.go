@@ -30,7 +30,7 @@ func TestParseDriver(t *testing.T) {
 		{args: with("--pv=pv.yaml", "driver-rollout"), code: 2, out: "exactly one of"},
 		{args: []string{"--backend=kube", "--driver=x", "--volume-attributes=a=1,b", "--read-path=f", "driver-rollout"}, code: 2, out: `"b" is not key=value`},
 		{args: []string{"--backend=kube", "--driver=x", "--volume-attributes=a=1,a=2", "--read-path=f", "driver-rollout"}, code: 2, out: `key "a" given twice`},
-		{args: []string{"--backend=kube", "--driver=x", "--storage-class=a", "driver-rollout"}, code: 2, out: "--read-path"},
+		{args: []string{"--backend=kube", "--driver=x", "--storage-class=a", "--check", "driver-rollout"}, code: 0}, // read path found on the node
 		{args: []string{"--backend=kube", "--driver=x", "--storage-class=a", "--read-path=../etc/passwd", "driver-rollout"}, code: 2, out: "inside it"},
 		{args: []string{"--backend=kube", "--driver=x", "--storage-class=a", "--read-path=/f", "driver-rollout"}, code: 2, out: "relative"},
 		{args: with("--plugin-selector=a in (", "driver-rollout"), code: 2, out: "--plugin-selector"},

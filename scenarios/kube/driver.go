@@ -39,7 +39,8 @@ type DriverTarget struct {
 	StorageClass     string
 	PVFile           string
 	VolumeAttributes map[string]string
-	// ReadPath is the file the workload reads, relative to the volume's root.
+	// ReadPath is the file the workload reads, relative to the volume's root; empty: the first regular file of
+	// the volume in lexical order, found on the node (findReadPath).
 	ReadPath string
 	// PluginSelector is a label selector for the node plugin pod, when its containers do not name the driver.
 	PluginSelector string
@@ -63,10 +64,7 @@ func (t DriverTarget) Validate() error {
 	if sources != 1 {
 		return errors.New("--driver needs exactly one of --storage-class, --pv and --volume-attributes (where the volume comes from)")
 	}
-	if t.ReadPath == "" {
-		return errors.New("--read-path: the file to read, relative to the volume's root, is required with --driver")
-	}
-	if p := path.Clean(t.ReadPath); path.IsAbs(t.ReadPath) || p == "." || p == ".." || strings.HasPrefix(p, "../") {
+	if p := path.Clean(t.ReadPath); t.ReadPath != "" && (path.IsAbs(t.ReadPath) || p == "." || p == ".." || strings.HasPrefix(p, "../")) {
 		return fmt.Errorf("--read-path %q: must be a file path relative to the volume's root, inside it", t.ReadPath)
 	}
 	for flag, sel := range map[string]string{"--plugin-selector": t.PluginSelector, "--mount-pod-selector": t.MountPodSelector} {
@@ -169,7 +167,13 @@ func (b *Backend) setupDriver(ctx context.Context, sc *scenarios.Scenario, env *
 	if err := b.driverVolume(ctx, pod, lbl); err != nil {
 		return err
 	}
-	readFrom(pod, t.ReadPath)
+	readPath := t.ReadPath
+	if readPath == "" {
+		if readPath, err = b.findReadPath(ctx, pod); err != nil {
+			return err
+		}
+	}
+	readFrom(pod, readPath)
 	writeYAML(filepath.Join(b.dir, "workload-pod.yaml"), pod)
 	b.podSpec = pod
 	if err := b.podUp(ctx, true); err != nil {
@@ -313,4 +317,94 @@ func (b *Backend) foreignPaths(uid string) map[string]string {
 		p[scenarios.PathStaging] = kubeletpath.Staging(root, b.opts.DriverName, b.n.volumeHandle)
 	}
 	return p
+}
+
+// findReadPath finds the first regular file of the volume, in lexical order (filepath.WalkDir), for a run
+// without --read-path. The volume's content is seen on the node, so this machine must be the node: a finder
+// pod (the workload image, reading nothing) gets the volume published, the walk reads its volume dir on the
+// host, and the pod is deleted before the workload's is created.
+func (b *Backend) findReadPath(ctx context.Context, pod *corev1.Pod) (string, error) {
+	if !fileExists(filepath.Join(b.opts.KubeletDir, "pods")) {
+		return "", fmt.Errorf("--read-path is required unless this machine is the node (no %s here to find a file in)", filepath.Join(b.opts.KubeletDir, "pods"))
+	}
+	f := pod.DeepCopy()
+	f.Name = pod.Name + "-finder"
+	f.Labels = map[string]string{managedByLabel: managedBy} // not the workload's: its evidence is not the run's
+	f.Spec.RestartPolicy = corev1.RestartPolicyNever
+	c := f.Spec.Containers[0]
+	c.Name, c.Args = "finder", []string{"--file=/mnt/.dfc-finder-reads-nothing", "--read-interval=1h"}
+	c.VolumeMounts = []corev1.VolumeMount{{Name: c.VolumeMounts[0].Name, MountPath: "/mnt", ReadOnly: true}}
+	f.Spec.Containers = []corev1.Container{c}
+	pods := b.cs.CoreV1().Pods(f.Namespace)
+	created, err := pods.Create(ctx, f, metav1.CreateOptions{})
+	if err != nil {
+		return "", fmt.Errorf("create the finder pod: %w", err)
+	}
+	defer func() {
+		_ = pods.Delete(context.WithoutCancel(ctx), f.Name, metav1.DeleteOptions{GracePeriodSeconds: &zeroGrace})
+		_ = b.waitGone(context.WithoutCancel(ctx), "finder pod", 2*time.Minute, func(ctx context.Context) error {
+			_, err := pods.Get(ctx, f.Name, metav1.GetOptions{})
+			return err
+		})
+	}()
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, b.opts.SetupTimeout, true, func(ctx context.Context) (bool, error) {
+		p, err := pods.Get(ctx, f.Name, metav1.GetOptions{})
+		return err == nil && p.Status.Phase == corev1.PodRunning, nil
+	}); err != nil {
+		return "", fmt.Errorf("finder pod not running (the volume not published?): %w", err)
+	}
+	vol := b.n.pv
+	if vol == "" {
+		if vol, err = b.boundVolume(ctx); err != nil {
+			return "", err
+		}
+	}
+	dir := kubeletpath.Target(b.opts.KubeletDir, string(created.UID), vol)
+	found, err := firstFile(ctx, dir)
+	if err != nil {
+		return "", err
+	}
+	b.progress("read path: %s, the first regular file of the volume (no --read-path given)", found)
+	return found, nil
+}
+
+// firstFile returns the first regular file below dir in lexical order, relative to dir; the walk runs in a
+// goroutine, so that a volume that does not answer costs a bounded wait, not a hang of the run.
+func firstFile(ctx context.Context, dir string) (string, error) {
+	type res struct {
+		path string
+		err  error
+	}
+	done := make(chan res, 1)
+	go func() {
+		errFound := errors.New("found")
+		var found string
+		err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			if d.Type().IsRegular() {
+				found = p
+				return errFound
+			}
+			return nil
+		})
+		if found != "" {
+			rel, err := filepath.Rel(dir, found)
+			done <- res{rel, err}
+			return
+		}
+		if err == nil {
+			err = fmt.Errorf("the volume (%s) holds no regular file to read: give --read-path", dir)
+		}
+		done <- res{"", err}
+	}()
+	select {
+	case r := <-done:
+		return r.path, r.err
+	case <-time.After(30 * time.Second):
+		return "", fmt.Errorf("no answer from a walk of %s within 30s: give --read-path", dir)
+	case <-ctx.Done():
+		return "", ctx.Err()
+	}
 }

@@ -94,7 +94,6 @@ func TestDriverTargetValidate(t *testing.T) {
 	bad := map[string]DriverTarget{
 		"name is required":     {StorageClass: "sc", ReadPath: "f"},
 		"exactly one of":       {Name: drv, ReadPath: "f"},
-		"--read-path":          {Name: drv, PVFile: "p", ReadPath: ""},
 		"inside it":            {Name: drv, PVFile: "p", ReadPath: "a/../../b"},
 		"--mount-pod-selector": {Name: drv, PVFile: "p", ReadPath: "f", MountPodSelector: "=="},
 		"at most 15":           {Name: drv, PVFile: "p", ReadPath: "f", FuseProcess: "a-very-long-process-name"},
@@ -176,5 +175,30 @@ func TestParseAttributes(t *testing.T) {
 		if _, err := ParseAttributes(bad); err == nil {
 			t.Errorf("%q: no error", bad)
 		}
+	}
+}
+
+func TestFirstFile(t *testing.T) {
+	dir := t.TempDir()
+	for _, f := range []string{"b/z.txt", "b/a/y.txt", "c.txt"} {
+		if err := os.MkdirAll(filepath.Join(dir, filepath.Dir(f)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, f), []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink("c.txt", filepath.Join(dir, "a-link")); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := firstFile(context.Background(), dir); err != nil || got != "b/a/y.txt" {
+		t.Errorf("firstFile = %q, %v; want b/a/y.txt (lexical order, symlinks skipped)", got, err)
+	}
+	empty := t.TempDir()
+	if err := os.Mkdir(filepath.Join(empty, "d"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := firstFile(context.Background(), empty); err == nil || !strings.Contains(err.Error(), "no regular file") {
+		t.Errorf("empty volume: %v", err)
 	}
 }
