@@ -258,6 +258,11 @@ func list(w io.Writer, versionDependent, everyRelease bool) error {
 			fmt.Fprintf(tw, "%s\t%s\n", s.Name, s.Title)
 		}
 	}
+	if !versionDependent && !everyRelease {
+		for _, s := range catalog.Drivers() {
+			fmt.Fprintf(tw, "%s\t%s\t(with --driver: against any installed CSI driver; measured, nothing expected)\n", s.Name, s.Title)
+		}
+	}
 	return tw.Flush()
 }
 

@@ -38,6 +38,7 @@ func TestParseDriver(t *testing.T) {
 		{args: with("--fuse-server=gcsfuse", "driver-rollout"), code: 2, out: "--fuse-server configures this project's chart"},
 		{args: with("--kube-set=a=1", "driver-rollout"), code: 2, out: "--kube-set configures"},
 		{args: with("--check", "driver-rollout"), code: 0},
+		{args: []string{"--list"}, code: 0, out: "driver-rollout"},
 	}
 	for _, tc := range cases {
 		var stdout, stderr bytes.Buffer
