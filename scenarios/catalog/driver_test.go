@@ -40,13 +40,16 @@ func TestReadsOK(t *testing.T) {
 		{Time: t0, Source: scenarios.SrcWorkload, Kind: scenarios.KReadError, Container: "b", Errno: "EIO"},
 		{Time: t0, Source: scenarios.SrcWorkload, Kind: scenarios.KRead, Container: "b"},
 	}}
-	if r := (ReadsOK{N: 2}).Eval(ev, scenarios.Timing{}); r.OK {
+	if r := (ReadsOK{Cs: []string{"a", "b"}, N: 2}).Eval(ev, scenarios.Timing{}); r.OK {
 		t.Errorf("b read once, yet %s", r.Why)
 	}
-	if r := (ReadsOK{C: "a", N: 2}).Eval(ev, scenarios.Timing{}); !r.OK {
+	if r := (ReadsOK{Cs: []string{"a"}, N: 2}).Eval(ev, scenarios.Timing{}); !r.OK {
 		t.Errorf("a read twice (any content), yet %s", r.Why)
 	}
-	if r := (ReadsOK{N: 1}).Eval(&scenarios.Evidence{}, scenarios.Timing{}); r.OK {
-		t.Error("no log, yet OK")
+	if r := (ReadsOK{Cs: []string{"a", "c"}, N: 1}).Eval(ev, scenarios.Timing{}); r.OK {
+		t.Errorf("c never logged, yet %s", r.Why)
+	}
+	if r := (ReadsOK{N: 1}).Eval(ev, scenarios.Timing{}); r.OK {
+		t.Error("no container to check, yet OK")
 	}
 }
