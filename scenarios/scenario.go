@@ -69,6 +69,9 @@ const (
 	// FuseModeKeeper keeps every connection alive across the death of any one of the plugin, the keeper (an
 	// unprivileged container of its own that runs the FUSE servers) and a FUSE server: Plugin.Keeper.
 	FuseModeKeeper = contract.ModeKeeper
+	// FuseModeRelay serves each staging path with a relay in front of the real server's private mount; the
+	// plugin restarts the server and the relay when they die.
+	FuseModeRelay = contract.ModeRelay
 )
 
 // FileName is the file the dummy-fuse filesystem serves at its root, and Content what it holds.
@@ -522,7 +525,7 @@ func (s *Scenario) Validate() error {
 		return fmt.Errorf("scenario %s: unknown restore strategy %q", s.Name, s.Plugin.RestoreStrategy)
 	}
 	switch s.Plugin.FuseMode {
-	case "", FuseModeChild:
+	case "", FuseModeChild, FuseModeRelay:
 		if s.Pod.Sidecar != nil {
 			return fmt.Errorf("scenario %s: the pod has a FUSE sidecar, but the plugin's FUSE mode is not %s", s.Name, FuseModeSidecar)
 		}
@@ -597,6 +600,9 @@ func (s *Scenario) Validate() error {
 			}
 			if (st.Component == KeeperContainer || st.Component == FuseSuccessor || st.Component == FuseCrashLoop || st.Component == PluginRecollecting) && s.Plugin.FuseMode != FuseModeKeeper {
 				return fmt.Errorf("scenario %s: step %d: %s without the keeper FUSE mode", s.Name, i+1, st.Component.Noun())
+			}
+			if (st.Component == RelayProcess || st.Component == RelayServer || st.Component == RelayServerGone) && s.Plugin.FuseMode != FuseModeRelay {
+				return fmt.Errorf("scenario %s: step %d: %s without the relay FUSE mode", s.Name, i+1, st.Component.Noun())
 			}
 			if st.Action == ActUpgrade && components[st.Component].upgrade == "" {
 				return fmt.Errorf("scenario %s: step %d: the %s cannot be upgraded", s.Name, i+1, st.Component.Noun())

@@ -56,9 +56,12 @@ type Relay struct {
 	spawn    *spawn.Spawner
 }
 
-// NewRelay checks the real server (it must serve a descriptor: /dev/fd/3) and the relay's executable.
+// NewRelay checks the real server (it must serve a descriptor: /dev/fd/3) and the relay's executable. Direct
+// I/O (Options.Server.DirectIO) is the relay's: the server behind it is read with the workload's own flags.
 func NewRelay(opts Options) (*Relay, error) {
-	server, err := fuseserver.New(opts.Server)
+	spec := opts.Server
+	spec.DirectIO = false
+	server, err := fuseserver.New(spec)
 	if err != nil {
 		return nil, fmt.Errorf("relay mode: %w", err)
 	}
