@@ -32,7 +32,7 @@ type relayServerPart struct {
 	lastKilled int
 }
 
-func newRelayServerPart(b *Backend, _ *scenarios.Env) (part, error) {
+func newRelayServerPart(b *Backend, env *scenarios.Env) (part, error) {
 	if b.sc.Plugin.FuseMode != scenarios.FuseModeRelay {
 		return nil, nil
 	}
@@ -40,11 +40,14 @@ func newRelayServerPart(b *Backend, _ *scenarios.Env) (part, error) {
 	if !ok {
 		return nil, errors.New("relay mode: no FUSE server part")
 	}
-	dir := filepath.Join(b.dir, "relay-bin")
+	dir := filepath.Join(env.Dir, "relay-bin")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
 	s := &relayServerPart{b: b, real: sp.path, exe: filepath.Join(dir, b.sc.Plugin.Server())}
+	if s.real == "" {
+		return s, nil // no binaries configured (a test of the parts alone): nothing to run
+	}
 	return s, s.install("")
 }
 
