@@ -110,8 +110,8 @@ const (
 	// RelayProcess is the relay that serves the volume's staging path in the relay mode: Kill sends it SIGKILL;
 	// the plugin lets a successor take the connection over, and Start waits until one serves.
 	RelayProcess Component = "relay"
-	// RelayServer is the real FUSE server behind the relay: Kill stops it (SIGSTOP) until a read is inside it,
-	// then sends SIGKILL; the plugin mounts a new backend and starts the server again, and Start waits until a
+	// RelayServer is the real FUSE server behind the relay: Kill stops it (SIGSTOP; gcsfuse's fake GCS server
+	// instead) until a read is inside it, then sends SIGKILL; the plugin mounts a new backend and starts the server again, and Start waits until a
 	// new one runs. Upgrade replaces the executable the plugin runs by the next one (new flags), then kills the
 	// running server, and waits until the new one runs.
 	RelayServer Component = "relay-server"
@@ -183,7 +183,7 @@ var components = map[Component]componentText{
 	},
 	RelayServer: {
 		noun:    "real FUSE server behind the relay",
-		kill:    "stop the real FUSE server behind the relay (SIGSTOP) until a read is inside it, then SIGKILL it",
+		kill:    "stop the real FUSE server behind the relay (SIGSTOP; for gcsfuse its fake GCS server) until a read is inside it, then SIGKILL it",
 		start:   "wait until the plugin has mounted a new backend and started the server again",
 		upgrade: "replace the server's executable by the next one (new flags), kill the running server, wait until the plugin runs the new one",
 		ready:   "a new real FUSE server runs behind the relay",

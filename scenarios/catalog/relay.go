@@ -83,8 +83,8 @@ func relayScenarios() []scenarios.Scenario {
 		row(scenarios.Scenario{
 			Name:  "relay-in-flight",
 			Title: "Relay mode: the real server is killed while a read is inside it",
-			Shows: "The server is stopped (SIGSTOP) until the reader's read is inside it, then killed: the relay's request " +
-				"to it fails with ECONNABORTED, and the relay runs it again on the new server, so the reader gets " +
+			Shows: "The server is stopped (SIGSTOP; for gcsfuse its fake GCS server, so that the read waits inside gcsfuse " +
+				"for its bucket) until the reader's read is inside it, then killed: the relay's request to it fails with ECONNABORTED, and the relay runs it again on the new server, so the reader gets " +
 				"\"Hello world!\" late instead of an error.",
 			Plugin: mode,
 			Pod: scenarios.Pod{RestartPolicy: scenarios.RestartAlways, Containers: []scenarios.Container{

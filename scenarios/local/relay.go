@@ -93,8 +93,9 @@ func (s *relayServerPart) server() (int, string) {
 	return 0, ""
 }
 
-// killServer sends SIGKILL to the running server, after stopping it (SIGSTOP) for three read intervals when
-// inFlight, so that a read is inside it as it dies.
+// killServer sends SIGKILL to the running server. When inFlight, a read is inside it as it dies: gcsfuse's
+// fake GCS server is stopped (SIGSTOP) for three read intervals first, so that the read waits in gcsfuse for
+// its backend as with a slow bucket; any other server is itself stopped that long.
 func (s *relayServerPart) killServer(ctx context.Context, c scenarios.Component, inFlight bool) (int, error) {
 	b := s.b
 	pid, _ := s.server()
@@ -103,18 +104,38 @@ func (s *relayServerPart) killServer(ctx context.Context, c scenarios.Component,
 	}
 	msg := fmt.Sprintf("SIGKILL %s pid %d", b.sc.Plugin.Server(), pid)
 	if inFlight {
-		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		stopped, what := pid, "it"
+		if fake := s.fakeGCS(); fake != 0 {
+			stopped, what = fake, fmt.Sprintf("fake-gcs-server pid %d", fake)
+			defer func() { _ = syscall.Kill(fake, syscall.SIGCONT) }()
+		}
+		if err := syscall.Kill(stopped, syscall.SIGSTOP); err != nil {
 			return 0, err
 		}
 		wait := 3 * b.opts.ReadInterval
-		b.logf("real FUSE server pid %d stopped (SIGSTOP); SIGKILL in %s, with a read inside it", pid, wait)
+		b.logf("real FUSE server pid %d: %s stopped (SIGSTOP); SIGKILL in %s, with a read inside the server", pid, what, wait)
 		if err := scenarios.Sleep(ctx, wait); err != nil {
 			return 0, err
 		}
-		msg += fmt.Sprintf(", stopped for %s with a read inside it", wait)
+		msg += fmt.Sprintf(", %s stopped for %s with a read inside the server", what, wait)
 	}
 	b.rec.Add(scenarios.Event{Source: scenarios.SrcComponent, Component: c, Kind: scenarios.KKilled, Message: msg})
 	return pid, syscall.Kill(pid, syscall.SIGKILL)
+}
+
+// fakeGCS is the fake GCS server gcsfuse reads (this process's child, package backing), 0 for another server.
+func (s *relayServerPart) fakeGCS() int {
+	if s.b.sc.Plugin.Server() != "gcsfuse" {
+		return 0
+	}
+	bin := s.b.opts.findServer("fake-gcs-server")
+	if bin == "" {
+		return 0
+	}
+	if pids := childrenRunning(os.Getpid(), bin); len(pids) == 1 {
+		return pids[0]
+	}
+	return 0
 }
 
 // awaitServer waits until a server other than old runs whose command line holds want, and records it ready.
