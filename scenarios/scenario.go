@@ -94,6 +94,9 @@ type Plugin struct {
 	FuseServer string
 	// Keeper is how the keeper runs in FuseModeKeeper.
 	Keeper Keeper
+	// RelayBackendWait is --relay-backend-wait in FuseModeRelay (0: the plugin's default, 30 s): how long the
+	// relay lets requests wait for a real server that does not come back.
+	RelayBackendWait time.Duration
 	// SidecarKeepFD passes --sidecar-keep-fd in FuseModeSidecar: the plugin keeps its copy of each pod's FUSE
 	// descriptor, so that a restarted sidecar takes the connection over (the pod's sidecar notices by itself).
 	SidecarKeepFD bool
@@ -145,6 +148,9 @@ func (p Plugin) Args() []string {
 	}
 	if p.SidecarKeepFD {
 		args = append(args, "--sidecar-keep-fd")
+	}
+	if p.RelayBackendWait > 0 {
+		args = append(args, "--relay-backend-wait="+p.RelayBackendWait.String())
 	}
 	if p.FuseServer != "" && p.FuseServer != fuseserver.DummyFuse {
 		args = append(args, "--fuse-server="+p.FuseServer)

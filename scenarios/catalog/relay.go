@@ -6,9 +6,13 @@ import (
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
 )
 
-// relayNoBackendWithin bounds the reader's error in relay-no-backend: the relay's default backend wait
-// (csi-plugin --relay-backend-wait, 30 s), with room for a loaded machine.
-const relayNoBackendWithin = 35 * time.Second
+// relayNoBackendWait is the relay's backend wait in relay-no-backend (csi-plugin --relay-backend-wait; 30 s by
+// default, shortened so the row costs seconds, not half a minute), and relayNoBackendWithin bounds the reader's
+// error: the wait, with room for a loaded machine.
+const (
+	relayNoBackendWait   = 5 * time.Second
+	relayNoBackendWithin = relayNoBackendWait + 5*time.Second
+)
 
 // relayBackends is why the relay rows run on the local backend only.
 const relayBackends = "the kube backend has no parts for the relay mode's processes yet (the relay and the real server are children of the plugin container)"
@@ -106,9 +110,9 @@ func relayScenarios() []scenarios.Scenario {
 			Title: "Relay mode: the real server cannot come back; the relay ends the wait",
 			Shows: "The server's executable is replaced by one that fails at once and the server is killed. The plugin " +
 				"keeps trying to start it (backing off to once a second); the relay lets requests wait at most its " +
-				"backend wait (30 s) and then answers with the backend's error (ENOTCONN), so the reader gets an error " +
+				"backend wait (--relay-backend-wait, here 5 s) and then answers with the backend's error (ENOTCONN), so the reader gets an error " +
 				"and exits instead of hanging. Once the real executable is back, the plugin's next try serves again.",
-			Plugin: mode,
+			Plugin: scenarios.Plugin{FuseMode: scenarios.FuseModeRelay, RelayBackendWait: relayNoBackendWait},
 			Pod: scenarios.Pod{RestartPolicy: scenarios.RestartAlways, Containers: []scenarios.Container{
 				{Name: reader, ExitOnError: true, KeepOpen: true, DirectIO: true},
 			}},
