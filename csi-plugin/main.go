@@ -65,6 +65,7 @@ func run(ctx context.Context, args []string, streams command.Streams) error {
 	fl.StringVar(&cfg.FuseOptions.RelayDir, "relay-dir", "", "relay mode: the plugin's directory for each volume's private backend mount and the relay's node table (default: "+driver.RelayDirName+" beside the CSI socket)")
 	fl.StringVar(&cfg.FuseOptions.RelayPath, "relay-path", "", "relay mode: the relay's executable, dummy-fuse (default: beside this executable, else in $PATH)")
 	fl.DurationVar(&cfg.FuseOptions.RelayBackendWait, "relay-backend-wait", fusemode.DefaultRelayBackendWait, "relay mode: how long the relay lets requests wait for a dead real server to serve again before they fail (its --backend-wait)")
+	fl.IntVar(&cfg.FuseOptions.RelayServerUID, "relay-server-uid", fusemode.DefaultRelayServerUID, "relay mode: the user and group ID the real FUSE server runs as (-1: as the plugin); it serves the descriptor the plugin mounted and needs no privilege")
 	fl.IntVar(&cfg.HealthPort, "health-port", 0, "serve HTTP /healthz (200 once Probe is ready) on this port; 0 disables it")
 	fl.StringVar(&cfg.KubeletRegistrationPath, "kubelet-registration-path", "", "CSI socket path on the host, announced to kubelet by the built-in plugin registration (needs --registration-dir)")
 	fl.StringVar(&cfg.RegistrationDir, "registration-dir", "", "kubelet plugin registration directory (as mounted in this container) where <drivername>-reg.sock is served")

@@ -162,6 +162,9 @@ type Options struct {
 	RelayDir         string
 	RelayPath        string
 	RelayBackendWait time.Duration
+	// RelayServerUID is the user (and group) ID the relay mode runs the real server as, without supplementary
+	// groups; -1 runs it as the plugin. It serves a descriptor the plugin mounted, so it needs no privilege.
+	RelayServerUID int
 }
 
 // constructors are the modes by name: each mode's file registers itself (Register) from an init function, so that

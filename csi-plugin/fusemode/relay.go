@@ -37,6 +37,9 @@ const RelayName = contract.ModeRelay
 // DefaultRelayBackendWait is how long a relay lets requests wait for a dead backend unless told otherwise.
 const DefaultRelayBackendWait = 30 * time.Second
 
+// DefaultRelayServerUID is the user the real server runs as unless told otherwise: nobody.
+const DefaultRelayServerUID = 65534
+
 // Bounds of the restarts: the first retry is at once, later ones back off to relayMaxBackoff, so a server
 // that cannot start costs a try a second, not a busy loop.
 const (
@@ -244,7 +247,11 @@ func (v *relayVolume) startServer(ctx context.Context) (*relayProc, error) {
 	if err := fuseconn.Mount(dev, v.backend, fuseconn.MountOptions{Name: name, Source: name, ReadOnly: true, AllowOther: true}); err != nil {
 		return nil, err
 	}
-	p, err := v.start(ctx, fuseserver.Command(v.r.server, v.r.serverFD), dev)
+	cmd := fuseserver.Command(v.r.server, v.r.serverFD)
+	if uid := v.r.opts.RelayServerUID; uid >= 0 {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(uid), Groups: []uint32{}}}
+	}
+	p, err := v.start(ctx, cmd, dev)
 	if err != nil {
 		_ = unix.Unmount(v.backend, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW)
 		return p, err

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -32,8 +33,21 @@ func newRelayMode(t *testing.T, lab *testenv.Lab) (*Relay, string) {
 	t.Helper()
 	testenv.RequireFUSE(t)
 	bin := bins.Path(t, "dummy-fuse")
+	// The real server runs as nobody: its executable must be in a directory nobody can reach.
+	pub := lab.Dir()
+	if err := os.Chmod(pub, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	exe, err := os.ReadFile(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	server := filepath.Join(pub, "dummy-fuse")
+	if err := os.WriteFile(server, exe, 0o755); err != nil {
+		t.Fatal(err)
+	}
 	dir := filepath.Join(lab.Dir(), "relay")
-	r, err := NewRelay(Options{Server: fuseserver.Spec{Path: bin, DirectIO: true}, RelayDir: dir, RelayPath: bin, RelayBackendWait: 10 * time.Second, StartTimeout: 10 * time.Second})
+	r, err := NewRelay(Options{Server: fuseserver.Spec{Path: server, DirectIO: true}, RelayDir: dir, RelayPath: bin, RelayBackendWait: 10 * time.Second, StartTimeout: 10 * time.Second, RelayServerUID: DefaultRelayServerUID})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,6 +135,9 @@ func TestRelayKeepsReadsThroughKills(t *testing.T) {
 	}
 	v := s.(*relayVolume)
 	t.Cleanup(func() { stopped(t, s) })
+	if uid := procUID(t, v.server.pid()); uid != strconv.Itoa(DefaultRelayServerUID) {
+		t.Errorf("the real server runs as uid %s, want %d", uid, DefaultRelayServerUID)
+	}
 	rd := startDirectReader(t, filepath.Join(mnt, ServedFile))
 
 	for _, kind := range []string{"server", "relay"} {
@@ -204,6 +221,21 @@ func TestRelayRecollectDetachesOnlyItsBackends(t *testing.T) {
 			t.Errorf("%s mounted = %v (%v) after Recollect, want %v", dir, got, err, want)
 		}
 	}
+}
+
+// procUID is the real user ID of pid as /proc tells.
+func procUID(t *testing.T, pid int) string {
+	t.Helper()
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) > 1 && f[0] == "Uid:" {
+			return f[1]
+		}
+	}
+	return ""
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
