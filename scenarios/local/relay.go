@@ -16,8 +16,8 @@ import (
 
 // The relay mode's parts (scenarios.FuseModeRelay): the real server behind the relay (relayServerPart, also
 // when it cannot start: relayGonePart) and the relay itself (relayPart), all children of the plugin, which runs
-// the server through an executable path of the run's own (bin/<server>, a symlink to the real executable) so
-// that a step can put another program there: the next build for an upgrade, one that fails for a server that
+// the server through an executable path of the run's own (<dir>/<server>, a symlink to a copy of the real
+// executable) so that a step can put another program there: the next build for an upgrade, one that fails for a server that
 // cannot come back.
 
 // relayWait bounds how long a step waits for the plugin to start a relay or a server again.
@@ -26,13 +26,14 @@ const relayWait = 30 * time.Second
 type relayServerPart struct {
 	noPart
 	b    *Backend
-	real string // the real server's executable (the FUSE server part's)
+	dir  string // holds real and exe
+	real string // a copy of the real server's executable (the FUSE server part's)
 	exe  string // what the plugin runs: a symlink to real, or a script a step wrote
 	// lastKilled is the server a kill step killed last, which start waits to see replaced.
 	lastKilled int
 }
 
-func newRelayServerPart(b *Backend, env *scenarios.Env) (part, error) {
+func newRelayServerPart(b *Backend, _ *scenarios.Env) (part, error) {
 	if b.sc.Plugin.FuseMode != scenarios.FuseModeRelay {
 		return nil, nil
 	}
@@ -40,15 +41,36 @@ func newRelayServerPart(b *Backend, env *scenarios.Env) (part, error) {
 	if !ok {
 		return nil, errors.New("relay mode: no FUSE server part")
 	}
-	dir := filepath.Join(env.Dir, "relay-bin")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, err
-	}
-	s := &relayServerPart{b: b, real: sp.path, exe: filepath.Join(dir, b.sc.Plugin.Server())}
-	if s.real == "" {
+	s := &relayServerPart{b: b}
+	if sp.path == "" {
 		return s, nil // no binaries configured (a test of the parts alone): nothing to run
 	}
+	// The plugin runs the server as nobody, which must reach its executable: a directory of its own that
+	// anyone may enter, with a copy of the executable (the project's may be under a private directory).
+	dir, err := os.MkdirTemp("", "dfc-relay-bin")
+	if err != nil {
+		return nil, err
+	}
+	s.dir, s.real, s.exe = dir, filepath.Join(dir, "real-"+b.sc.Plugin.Server()), filepath.Join(dir, b.sc.Plugin.Server())
+	if err := os.Chmod(dir, 0o755); err != nil {
+		return s, err
+	}
+	exe, err := os.ReadFile(sp.path)
+	if err != nil {
+		return s, err
+	}
+	if err := os.WriteFile(s.real, exe, 0o755); err != nil {
+		return s, err
+	}
 	return s, s.install("")
+}
+
+// teardown removes the executables.
+func (s *relayServerPart) teardown() error {
+	if s.dir == "" {
+		return nil
+	}
+	return os.RemoveAll(s.dir)
 }
 
 // install puts at s.exe the real executable (script ""), or a shell script, atomically: the plugin may start
