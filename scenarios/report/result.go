@@ -60,6 +60,8 @@ type Measured struct {
 	SidecarToServe   float64 `json:"sidecar_to_served_s"`
 	SidecarToRead    float64 `json:"sidecar_to_good_read_s"`
 	Wall             float64 `json:"wall_s"`
+	// IO is what each kind of I/O of the run met after the kill (absent in older records).
+	IO []IOOutcome `json:"io,omitempty"`
 }
 
 // measuredOf converts an outcome's measures.
@@ -71,6 +73,7 @@ func measuredOf(o *scenarios.Outcome) Measured {
 		FirstErrno: m.FirstErrno, KillToFirstError: m.KillToFirstError.Seconds(),
 		Stall:          float64(m.Stall.Microseconds()) / 1000,
 		SidecarToServe: m.SidecarToServe.Seconds(), SidecarToRead: m.SidecarToRead.Seconds(), Wall: m.Wall.Seconds(),
+		IO: ioOutcomes(o.Evidence, o.Scenario.Pod.Containers),
 	}
 }
 
