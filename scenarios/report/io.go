@@ -35,8 +35,8 @@ type IOOutcome struct {
 	KillToGood float64 `json:"kill_to_good_s,omitempty"`
 }
 
-// ioKindOf is the kind of I/O container c does.
-func ioKindOf(c scenarios.Container) string {
+// IOKindOf is the kind of I/O container c does.
+func IOKindOf(c scenarios.Container) string {
 	switch {
 	case c.SubPath != "":
 		return IOSubPath
@@ -59,7 +59,7 @@ func ioOutcomes(ev *scenarios.Evidence, containers []scenarios.Container) []IOOu
 	var out []IOOutcome
 	var inFlight *IOOutcome
 	for _, c := range containers {
-		o := IOOutcome{Kind: ioKindOf(c), Container: c.Name}
+		o := IOOutcome{Kind: IOKindOf(c), Container: c.Name}
 		if f, ok := ev.FirstFailureAfterKill(c.Name); ok {
 			o.FirstError, o.KillToFirstError = failureName(f), since(f.Time)
 			if g, ok := ev.Recovery(c.Name); ok {
