@@ -34,8 +34,11 @@ func (r row) label() string {
 type column struct{ Kubelet, Backend string }
 
 func (c column) label() string {
-	if c.Backend == scenarios.BackendLocal {
+	switch c.Backend {
+	case scenarios.BackendLocal:
 		return c.Kubelet + " model"
+	case scenarios.BackendKube:
+		return c.Kubelet + " real"
 	}
 	return c.Kubelet + " " + c.Backend
 }

@@ -12,7 +12,7 @@ import (
 // Heatmap geometry, in pixels.
 const (
 	hmLabelW = 440 // the row labels
-	hmCellW  = 74
+	hmCellW  = 82
 	hmCellH  = 16
 	hmHeadH  = 40 // I/O kind, then kubelet
 	hmPad    = 8
@@ -43,6 +43,9 @@ func (m *matrix) heatmap() []byte {
 	}
 	for ri, r := range m.rows {
 		y := y0 + ri*hmCellH
+		if ri > 0 && r.Killed != m.rows[ri-1].Killed {
+			f(`<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="#999"/>`+"\n", hmPad, y, w-hmPad, y)
+		}
 		f(`<text x="%d" y="%d">%s</text>`+"\n", hmPad, y+hmCellH-4, html.EscapeString(r.label()))
 		for ki, k := range report.IOKinds {
 			for ci, col := range m.columns {
@@ -57,7 +60,7 @@ func (m *matrix) heatmap() []byte {
 				if ok {
 					cl, short, long = classOf(o), shortText(o), text(o)
 				}
-				if c.legacy {
+				if c.legacy && ok {
 					short += "¹"
 					long += " (older record: first container only)"
 				}
