@@ -172,7 +172,7 @@ func TestSummarize(t *testing.T) {
 		mk("v1.37.2 model", "dummy-fuse", sub("ENOTCONN", 1.2)), mk("v1.37.2 model", "gcsfuse", sub("ENOTCONN", 2.7)),
 		mk("v1.36.3 model", "dummy-fuse", sub("ENOTCONN", 0)),
 	}, report.IOSubPath)
-	if want := "ENOTCONN, ok again after 1.2–2.7 s (2 runs: v1.37.2 model); ENOTCONN, never ok again (1 runs: v1.36.3 model)"; got != want {
+	if want := "ENOTCONN, ok again after 1.2–2.7 s (2 runs: v1.37.2 model); ENOTCONN, never ok again (1 run: v1.36.3 model)"; got != want {
 		t.Errorf("got %q\nwant %q", got, want)
 	}
 	if got := summarize(nil, report.IOStat); got != "–" {

@@ -241,8 +241,11 @@ func text(o report.IOOutcome) string {
 }
 
 func ms(v float64) string {
-	if v >= 1000 {
+	switch {
+	case v >= 1000:
 		return fmt.Sprintf("%.2fs", v/1000)
+	case v < 10:
+		return fmt.Sprintf("%.1fms", v)
 	}
 	return fmt.Sprintf("%.0fms", v)
 }

@@ -119,12 +119,14 @@ func summarize(members []member, kind string) string {
 	for _, g := range groups {
 		s := g.key
 		switch {
+		case strings.HasSuffix(g.key, "stall") && g.hi == 0: // stat from the host: no latency is recorded
+			s = "no error"
 		case strings.HasSuffix(g.key, "stall"):
 			s += " ≤ " + ms(g.hi)
 		case strings.HasSuffix(g.key, "after"):
 			s += " " + span(g.lo, g.hi)
 		}
-		s += fmt.Sprintf(" (%d runs", g.n)
+		s += fmt.Sprintf(" (%d %s", g.n, plural(g.n, "run"))
 		if len(groups) > 1 {
 			switch {
 			case disjoint(func(g *group) []string { return g.columns }):
@@ -136,6 +138,13 @@ func summarize(members []member, kind string) string {
 		parts = append(parts, s+")")
 	}
 	return strings.Join(parts, "; ")
+}
+
+func plural(n int, s string) string {
+	if n == 1 {
+		return s
+	}
+	return s + "s"
 }
 
 func span(lo, hi float64) string {
