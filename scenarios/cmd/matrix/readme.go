@@ -17,7 +17,7 @@ const (
 )
 
 // readmeTable renders the root README's outcome table: a row per scenario of this project's chart that kills
-// something, a column per I/O kind; a cell sums up every newest run of the scenario (every server, kubelet and
+// something, in the catalog's order, a column per I/O kind; a cell sums up every newest run of the scenario (every server, kubelet and
 // backend) that recorded per-I/O outcomes.
 func (m *matrix) readmeTable() string {
 	var b strings.Builder
@@ -28,7 +28,9 @@ func (m *matrix) readmeTable() string {
 	b.WriteString("\n|---|---|---|" + strings.Repeat("---|", len(report.IOKinds)) + "\n")
 	var done []string
 	runs := 0
-	for _, r := range m.rows {
+	byCatalog := slices.Clone(m.rows) // the catalog's order: the README tells its rows in it
+	slices.SortStableFunc(byCatalog, func(a, b row) int { return cmp.Compare(a.order, b.order) })
+	for _, r := range byCatalog {
 		if r.Driver != chartDriver || slices.Contains(done, r.Scenario) {
 			continue
 		}
