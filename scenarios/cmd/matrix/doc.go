@@ -35,7 +35,7 @@ kubelet could not start again, ` + "`exit N`" + `), then when the same kind of I
 with the longest open or read after the kill (stall). "model" columns come from the local backend, which plays
 the kubelet of that release; "real" columns from a real kubelet of that release (the kube backend). ` + "`–`" + `: the run had no I/O of
 that kind; a blank: no record. ¹: from a record older than per-I/O outcomes, which only held the first
-container's outcome and whether ` + "`stat`" + ` failed (not its errno).
+container's outcome and whether ` + "`stat`" + ` failed (not its errno); its other kinds are blank.
 
 ![heatmap: rows as below, one column per I/O kind and kubelet](outage-matrix.svg)
 
@@ -72,7 +72,10 @@ container's outcome and whether ` + "`stat`" + ` failed (not its errno).
 
 func (c cell) mdCell(kind string) string {
 	o, ok := c.outcome(kind)
-	if !ok {
+	switch {
+	case !ok && c.legacy: // an older record holds only its first container and stat: the rest is unknown
+		return ""
+	case !ok:
 		return "–"
 	}
 	s := text(o)

@@ -140,6 +140,12 @@ func TestBuild(t *testing.T) {
 	if o, ok := c.outcome(report.IOKeptFD); !c.legacy || !ok || text(o) != "ENOTCONN +0.50s · ok +1.50s" {
 		t.Errorf("restart's kept fd from the older record: %q, legacy %v", text(o), c.legacy)
 	}
+	if got := c.mdCell(report.IONewOpen); got != "" {
+		t.Errorf("an older record's kind it does not hold: %q, want a blank (unknown, not absent)", got)
+	}
+	if got := m.cells[fr][m.columns[0]].mdCell(report.IOSubPath); got != "–" {
+		t.Errorf("a new record's kind it does not have: %q, want –", got)
+	}
 	if strings.Join(m.quiet, ",") != "sidecar-late" {
 		t.Errorf("quiet %v, want sidecar-late", m.quiet)
 	}

@@ -51,11 +51,11 @@ func (m *matrix) heatmap() []byte {
 			for ci, col := range m.columns {
 				x := x0 + (ki*len(m.columns)+ci)*hmCellW
 				c, recorded := m.cells[r][col]
-				if !recorded {
+				o, ok := c.outcome(k)
+				if !recorded || (!ok && c.legacy) { // an older record holds only its first container and stat
 					f(`<rect x="%d" y="%d" width="%d" height="%d" fill="white" stroke="#ddd"><title>not recorded</title></rect>`+"\n", x, y, hmCellW, hmCellH)
 					continue
 				}
-				o, ok := c.outcome(k)
 				cl, short, long := classNone, "–", "no I/O of this kind"
 				if ok {
 					cl, short, long = classOf(o), shortText(o), text(o)
