@@ -12,6 +12,10 @@ import (
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios/report"
 )
 
+// matrixCommand begins the command of every pass hack/matrix.sh records (RECORD_COMMAND): how its passes are
+// found among the records to say how long it took.
+const matrixCommand = "make matrix"
+
 // chartDriver names the runs of this project's own chart (report.Record.Driver empty).
 const chartDriver = "dummy-fuse-csi"
 
@@ -89,7 +93,7 @@ func build(cat []scenarios.Scenario, results []*report.Results, files []string) 
 	passes := map[string]*pass{}
 	for i, rs := range results {
 		for _, r := range rs.Runs {
-			if strings.HasPrefix(rs.Command, "make matrix") {
+			if strings.HasPrefix(rs.Command, matrixCommand) {
 				p := passes[rs.Commit]
 				if p == nil {
 					p = &pass{commit: rs.Commit}
