@@ -33,8 +33,8 @@ the FUSE server when the kill came (in-flight read; only where a read was). A ce
 of its row on its kubelet: the first error after the kill and when (an errno, ` + "`start failed`" + ` for a container
 kubelet could not start again, ` + "`exit N`" + `), then when the same kind of I/O worked again (` + "`ok`" + `), or ` + "`no error`" + `
 with the longest open or read after the kill (stall). "model" columns come from the local backend, which plays
-the kubelet of that release; "real" columns from a real kubelet of that release (the kube backend). ` + "`–`" + `: the run had no I/O of
-that kind; a blank: no record. ¹: from a record older than per-I/O outcomes, which only held the first
+the kubelet of that release; "real" columns from a real kubelet of that release (the kube backend). ` + "`–`" + `: the
+run had no I/O of that kind; a blank: no record. ¹: from a record older than per-I/O outcomes, which only held the first
 container's outcome and whether ` + "`stat`" + ` failed (not its errno); its other kinds are blank.
 
 ![heatmap: rows as below, one column per I/O kind and kubelet](outage-matrix.svg)
