@@ -129,6 +129,30 @@ func relayScenarios() []scenarios.Scenario {
 			},
 		}),
 		row(scenarios.Scenario{
+			Name:  "relay-plugin-restart",
+			Title: "Relay mode: the plugin restarts with restoreMounts; the relay and the server died with it",
+			Shows: "What this first cut does not keep: the plugin's death ends the staging connection (relay-all-holders), " +
+				"the workload gets ENOTCONN and exits, and the restarted plugin stages the volume again (a new backend " +
+				"mount, server, relay and node table; nothing of the dead ones is adopted), so the restarted container " +
+				"reads again, exactly as in restart.",
+			Plugin: scenarios.Plugin{FuseMode: scenarios.FuseModeRelay, RestoreMounts: true, RestoreStrategy: scenarios.StrategyRebind},
+			Pod: scenarios.Pod{RestartPolicy: scenarios.RestartAlways, Containers: []scenarios.Container{
+				{Name: reader, ExitOnError: true, KeepOpen: true, DirectIO: true},
+			}},
+			Steps: deadThenBack(
+				scenarios.WaitFor(scenarios.StartFails{C: reader, Contains: failedToStatVolume}, scenarios.Dur{Fixed: 10 * time.Second, Backoffs: 4}),
+				scenarios.WaitFor(scenarios.Recovers{C: reader}, scenarios.Dur{Fixed: 10 * time.Second, Backoffs: 12}),
+				scenarios.Observe(scenarios.Dur{Reads: 3}),
+			),
+			Expect: []scenarios.Expectation{
+				{Check: scenarios.FailsWith{C: reader, Errno: "ENOTCONN", Within: scenarios.Dur{Fixed: 5 * time.Second, Reads: 2}}},
+				{Check: scenarios.Exits{C: reader, Code: 1}},
+				{Check: scenarios.StartFails{C: reader, Contains: failedToStatVolume, Errno: "ENOTCONN"}},
+				{Check: scenarios.VolumeDir{After: scenarios.AfterPluginBack}},
+				{Check: scenarios.Recovers{C: reader, Instance: scenarios.NewInstance}},
+			},
+		}),
+		row(scenarios.Scenario{
 			Name:  "relay-all-holders",
 			Title: "Relay mode: the plugin dies, and the relay and the server with it",
 			Shows: "The limit, and where this mode stands short of the keeper's: the relay and the real server are " +
