@@ -45,6 +45,9 @@ const DefaultRelayServerUID = 65534
 const (
 	relayMinBackoff = 10 * time.Millisecond
 	relayMaxBackoff = time.Second
+	// relayStable is how long a process must have run for its death to count as a crash rather than a
+	// failed start: the next start is then at once.
+	relayStable = 5 * time.Second
 )
 
 func init() { Register(RelayName, func(o Options) (Mode, error) { return NewRelay(o) }) }
@@ -356,16 +359,25 @@ func (v *relayVolume) restartRelay() (*relayProc, error) {
 	return np, err
 }
 
-// watch starts a process of kind again whenever it ends, until Stop, with a backoff when the starts keep
-// failing. A relay that exits with status 0 found its connection gone (the staging path was unmounted): the
+// watch starts a process of kind again whenever it ends, until Stop, with a backoff while the starts fail or
+// the processes die within relayStable of their start (a crash loop). A relay that exits with status 0 found its connection gone (the staging path was unmounted): the
 // volume is over, and so is its server.
 func (v *relayVolume) watch(kind string, p *relayProc, restart func() (*relayProc, error)) {
-	backoff := time.Duration(0)
+	started, quick := time.Now(), 0 // quick: deaths in a row within relayStable of their start
 	for {
 		select {
 		case <-p.done:
 		case <-v.stop:
 			return
+		}
+		// The first death is answered at once; a crash loop backs off.
+		quick++
+		if time.Since(started) >= relayStable {
+			quick = 1
+		}
+		backoff := time.Duration(0)
+		for i := 1; i < quick && backoff < relayMaxBackoff; i++ {
+			backoff = min(max(2*backoff, relayMinBackoff), relayMaxBackoff)
 		}
 		if v.isStopping() {
 			return
@@ -384,8 +396,8 @@ func (v *relayVolume) watch(kind string, p *relayProc, restart func() (*relayPro
 			}
 			np, err := restart()
 			if err == nil {
-				klog.InfoS("Relay mode: process started again", "what", kind, "volumeID", v.volumeID, "pid", np.pid())
-				p, backoff = np, 0
+				klog.InfoS("Relay mode: process started again", "what", kind, "volumeID", v.volumeID, "pid", np.pid(), "after", backoff)
+				p, started = np, time.Now()
 				break
 			}
 			backoff = min(max(2*backoff, relayMinBackoff), relayMaxBackoff)
@@ -413,36 +425,24 @@ func (v *relayVolume) Done() <-chan struct{} { return v.done }
 // InitRecord implements Server: nothing outlives the plugin in this mode, so its records need none.
 func (v *relayVolume) InitRecord() []byte { return nil }
 
-// Stop implements Server: the watchers stop, the relay and the server get SIGTERM (SIGKILL when ctx ends
-// first), the backend is detached and the plugin's copy of the staging connection closed.
+// Stop implements Server: the watchers stop, the relay, its standby and the server are killed (SIGKILL: the
+// server serves a read-only backend nobody else reaches, and a graceful stop of a server on /dev/fd/3 would try
+// to unmount what it did not mount), the backend is detached and the plugin's copy of the staging connection
+// closed. The caller unmounts the staging path, normally first. A second call waits for the first, within ctx.
 func (v *relayVolume) Stop(ctx context.Context) error {
 	v.mu.Lock()
 	if v.stopping {
 		v.mu.Unlock()
-		<-v.done
-		return nil
+		select {
+		case <-v.done:
+			return nil
+		case <-ctx.Done():
+			return fmt.Errorf("volume %s: waiting for the relay mode's stop: %w", v.volumeID, ctx.Err())
+		}
 	}
 	v.stopping = true
 	close(v.stop)
-	procs := []*relayProc{v.relay, v.server}
-	if v.standby != nil {
-		v.standby.gate.Close() // it exits 0 at the end of its stdin
-	}
 	v.mu.Unlock()
-	for _, p := range procs {
-		if p != nil && p.cmd.Process != nil {
-			_ = p.cmd.Process.Signal(syscall.SIGTERM)
-		}
-	}
-	for _, p := range procs {
-		if p == nil {
-			continue
-		}
-		select {
-		case <-p.done:
-		case <-ctx.Done():
-		}
-	}
 	v.teardown()
 	close(v.done)
 	return nil
