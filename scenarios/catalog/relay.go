@@ -109,7 +109,7 @@ func relayScenarios() []scenarios.Scenario {
 			Name:  "relay-no-backend",
 			Title: "Relay mode: the real server cannot come back; the relay ends the wait",
 			Shows: "The server's executable is replaced by one that fails at once and the server is killed. The plugin " +
-				"keeps trying to start it (backing off to once a second); the relay lets requests wait at most its " +
+				"keeps trying to start it (the pause between tries doubling up to a second); the relay lets requests wait at most its " +
 				"backend wait (--relay-backend-wait, here 5 s) and then answers with the backend's error (ENOTCONN), so the reader gets an error " +
 				"and exits instead of hanging. Once the real executable is back, the plugin's next try serves again.",
 			Plugin: scenarios.Plugin{FuseMode: scenarios.FuseModeRelay, RelayBackendWait: relayNoBackendWait},
