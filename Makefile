@@ -91,7 +91,7 @@ kind-down: ## delete the kind cluster of kind-up
 ################################################################################
 BACKEND ?= local
 export BACKEND
-.PHONY: scenarios scenarios-doc
+.PHONY: scenarios scenarios-doc matrix matrix-doc
 scenario-%: ## run one scenario (checks the name, then builds): make scenario-restart (BACKEND=local|kube, SCENARIO_FLAGS=--keep)
 	hack/scenario.sh $*
 
@@ -100,6 +100,12 @@ scenarios: ## build, then run every scenario of the catalog (FUSE_SERVER=gcsfuse
 
 scenarios-doc: ## regenerate scenarios/README.md's per-version table from the files of scenarios/results
 	go run ./scenarios/cmd/scenariodoc
+
+matrix: ## the local catalog over every FUSE server × modelled kubelet (MATRIX_SERVERS, MATRIX_KUBELETS narrow it), each recorded, then matrix-doc
+	hack/matrix.sh
+
+matrix-doc: ## regenerate docs/outage-matrix.md + .svg and the root README's outcome table from every file of scenarios/results
+	go run ./scenarios/cmd/matrix
 
 ################################################################################
 # CSI plugin

@@ -5,6 +5,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -61,6 +62,7 @@ func run(ctx context.Context, args []string, s command.Streams) error {
 	fl.IntVar(&opts.Workers, "workers", dummyfs.DefaultWorkers, "requests handled at once (threads reading /dev/fuse)")
 	fl.StringVar(&h.SaveInit, "save-init", "", "write the handover record (the kernel's INIT and our reply) to this file, or /dev/fd/N, once mounted")
 	takeover := fl.String("takeover", "", "take over the initialised connection MOUNTPOINT=/dev/fd/N, given the record its previous server saved with --save-init")
+	standby := fl.Bool("standby", false, "with --takeover: start now, but take over only once a byte arrives on stdin (exit 0 at its end): a successor forked while its predecessor still serves")
 	session := fl.String("session", "", "serve the connections a keeper hands over on this inherited session socket (/dev/fd/N) instead of a MOUNTPOINT")
 	var relay relayfs.Options
 	fl.StringVar(&relay.Backend, "relay-backend", "", "relay this directory (a real FUSE server's mount) read-only instead of serving dummy-file.txt")
@@ -97,6 +99,8 @@ func run(ctx context.Context, args []string, s command.Streams) error {
 		return command.Usagef("--read-latency must not be negative, got %s", opts.ReadLatency)
 	case *takeover != "" && !dummyfs.IsMagicMountpoint(fl.Arg(0)):
 		return command.Usagef("--takeover needs MOUNTPOINT /dev/fd/N (the inherited connection), got %s", fl.Arg(0))
+	case *standby && *takeover == "":
+		return command.Usagef("--standby waits to take over: it needs --takeover")
 	case relay.Backend == "" && (set["node-table"] || set["backend-wait"]):
 		return command.Usagef("--node-table and --backend-wait need --relay-backend")
 	case relay.Backend != "" && (*session != "" || opts.ReadLatency != 0):
@@ -109,6 +113,14 @@ func run(ctx context.Context, args []string, s command.Streams) error {
 	if *session != "" {
 		tuneGC()
 		return serveSession(ctx, *session, opts, s.Err)
+	}
+	if *standby {
+		// A process forked while it holds files on a FUSE mount closes its copies at exec, and each close waits
+		// for the mount's server (FLUSH): forked after its predecessor died, a successor could wait for itself.
+		// Forked in advance, it reads the record and the node table only once told to go.
+		if ok, err := waitToGo(s.In); err != nil || !ok {
+			return err
+		}
 	}
 	if *takeover != "" {
 		rec, err := dummyfs.ReadInitRecord(*takeover)
@@ -156,4 +168,19 @@ func tuneGC() {
 	if os.Getenv("GOGC") == "" {
 		debug.SetGCPercent(25)
 	}
+}
+
+// waitToGo blocks until a byte arrives on in (true) or it ends (false: whoever would have sent it is gone).
+func waitToGo(in io.Reader) (bool, error) {
+	if in == nil {
+		return false, errors.New("--standby needs stdin")
+	}
+	n, err := in.Read(make([]byte, 1))
+	switch {
+	case n == 1:
+		return true, nil
+	case err == io.EOF:
+		return false, nil
+	}
+	return false, fmt.Errorf("--standby: reading stdin: %w", err)
 }

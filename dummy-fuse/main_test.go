@@ -55,6 +55,7 @@ func TestRunFlags(t *testing.T) {
 		{[]string{"--relay-backend", "/b", "--backend-wait", "0s", "/mnt"}, 2, "", "--backend-wait must be positive"},
 		{[]string{"--relay-backend", "/b", "--takeover", "rec", "/dev/fd/3"}, 2, "", "--takeover of a relay needs the --node-table"},
 		{[]string{"--relay-backend", "/nonexistent/dir", "/mnt"}, 1, "", "backend /nonexistent/dir: no such file"},
+		{[]string{"--standby", "/dev/fd/3"}, 2, "", "--standby waits to take over: it needs --takeover"},
 	} {
 		var stdout, stderr bytes.Buffer
 		err := run(context.Background(), tc.args, command.Streams{Out: &stdout, Err: &stderr})
@@ -63,6 +64,26 @@ func TestRunFlags(t *testing.T) {
 		}
 		if !strings.Contains(stdout.String(), tc.stdout) || !strings.Contains(stderr.String(), tc.stderr) {
 			t.Errorf("%q: stdout %q stderr %q, want them to contain %q and %q", tc.args, stdout.String(), stderr.String(), tc.stdout, tc.stderr)
+		}
+	}
+}
+
+// TestStandby: a standby successor reads nothing, the handover record included, until a byte arrives on its
+// stdin; at the end of stdin (its starter gone) it exits 0 without taking anything over.
+func TestStandby(t *testing.T) {
+	args := []string{"--standby", "--takeover", "/nonexistent/rec", "/dev/fd/3"}
+	for _, tc := range []struct {
+		in     string
+		code   int
+		stderr string
+	}{
+		{"", 0, ""},
+		{"g", 1, "read the handover record: open /nonexistent/rec"},
+	} {
+		var stdout, stderr bytes.Buffer
+		err := run(context.Background(), args, command.Streams{In: strings.NewReader(tc.in), Out: &stdout, Err: &stderr})
+		if code := command.Code("dummy-fuse", err, &stderr); code != tc.code || !strings.Contains(stderr.String(), tc.stderr) {
+			t.Errorf("stdin %q: exit code %d, stderr %q; want %d and %q", tc.in, code, stderr.String(), tc.code, tc.stderr)
 		}
 	}
 }

@@ -33,8 +33,9 @@ fi
 read -r -a flags <<<"${SCENARIO_FLAGS:-}"
 args=(--backend="$BACKEND" --bin-dir="$BIN" --fuse-server="$FUSE_SERVER" "${flags[@]}" "$@")
 "$BIN/dfc-scenario" --check "${args[@]}" || exit
-# The commit the binaries are built from, taken before the build: the tree may change while it runs.
-commit=$(git describe --always --dirty --abbrev=7 2>/dev/null || echo unknown)
+# The commit the binaries are built from, taken before the build: the tree may change while it runs. COMMIT
+# and RECORD_COMMAND are make matrix's: its passes are recorded under the commit it started from.
+commit=${COMMIT:-$(git describe --always --dirty --abbrev=7 2>/dev/null || echo unknown)}
 BIN=$BIN hack/build.sh
 RESULTS=${RESULTS-scenarios/results}
 if [ "$*" != all ] || [ -z "$RESULTS" ]; then
@@ -46,6 +47,6 @@ trap 'interrupted=1' INT TERM # dfc-scenario gets the signal too, and cleans up 
 trap - INT TERM
 [ -z "$interrupted" ] || exit "$rc"
 go run ./scenarios/cmd/scenariodoc record -out "$RESULTS" -commit "$commit" -since "$since" \
-  -command "make scenarios BACKEND=$BACKEND FUSE_SERVER=$FUSE_SERVER${SCENARIO_FLAGS:+ SCENARIO_FLAGS=\"$SCENARIO_FLAGS\"}" _output/runs &&
+  -command "${RECORD_COMMAND:-make scenarios BACKEND=$BACKEND FUSE_SERVER=$FUSE_SERVER${SCENARIO_FLAGS:+ SCENARIO_FLAGS=\"$SCENARIO_FLAGS\"}}" _output/runs &&
   go run ./scenarios/cmd/scenariodoc || rc=1
 exit "$rc"

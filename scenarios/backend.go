@@ -120,6 +120,18 @@ const (
 	// MountPod is a foreign driver's mount pod (a pod of its own that runs the FUSE server): Kill deletes it
 	// (grace period 0); Start waits until a pod of the same selector is ready on the node, if the driver makes one.
 	MountPod Component = "mount-pod"
+	// RelayProcess is the relay that serves the volume's staging path in the relay mode: Kill sends it SIGKILL;
+	// the plugin lets a successor take the connection over, and Start waits until one serves.
+	RelayProcess Component = "relay"
+	// RelayServer is the real FUSE server behind the relay: Kill stops it (SIGSTOP; gcsfuse's fake GCS server
+	// instead) until a read is inside it, then sends SIGKILL; the plugin mounts a new backend and starts the server again, and Start waits until a
+	// new one runs. Upgrade replaces the executable the plugin runs by the next one (new flags), then kills the
+	// running server, and waits until the new one runs.
+	RelayServer Component = "relay-server"
+	// RelayServerGone is the real server when it cannot come back: Kill replaces the executable the plugin
+	// runs by one that fails at once and kills the running server; Start puts the real one back and waits
+	// until it runs again.
+	RelayServerGone Component = "relay-server-gone"
 )
 
 // componentText says how the steps, the timeline and the report describe a component.
@@ -198,6 +210,25 @@ var components = map[Component]componentText{
 		kill:  "delete the driver's mount pod of the volume (grace period 0)",
 		start: "wait until a mount pod of the same selector is ready on the node",
 		ready: "mount pod ready",
+	},
+	RelayProcess: {
+		noun:  "relay",
+		kill:  "kill the relay serving the volume's staging path (SIGKILL; the plugin keeps a copy of the connection)",
+		start: "wait until the plugin's successor relay has taken the connection over",
+		ready: "a new relay serves the volume",
+	},
+	RelayServer: {
+		noun:    "real FUSE server behind the relay",
+		kill:    "stop the real FUSE server behind the relay (SIGSTOP; for gcsfuse its fake GCS server) until a read is inside it, then SIGKILL it",
+		start:   "wait until the plugin has mounted a new backend and started the server again",
+		upgrade: "replace the server's executable by the next one (new flags), kill the running server, wait until the plugin runs the new one",
+		ready:   "a new real FUSE server runs behind the relay",
+	},
+	RelayServerGone: {
+		noun:  "real FUSE server behind the relay (cannot start)",
+		kill:  "replace the server's executable by one that fails at once and kill the running server (SIGKILL)",
+		start: "put the real executable back and wait until the plugin runs it again",
+		ready: "a new real FUSE server runs behind the relay",
 	},
 	WorkloadPod: {
 		noun:  "workload pod",

@@ -69,6 +69,9 @@ const (
 	// FuseModeKeeper keeps every connection alive across the death of any one of the plugin, the keeper (an
 	// unprivileged container of its own that runs the FUSE servers) and a FUSE server: Plugin.Keeper.
 	FuseModeKeeper = contract.ModeKeeper
+	// FuseModeRelay serves each staging path with a relay in front of the real server's private mount; the
+	// plugin restarts the server and the relay when they die.
+	FuseModeRelay = contract.ModeRelay
 )
 
 // FileName is the file the dummy-fuse filesystem serves at its root, and Content what it holds.
@@ -91,6 +94,9 @@ type Plugin struct {
 	FuseServer string
 	// Keeper is how the keeper runs in FuseModeKeeper.
 	Keeper Keeper
+	// RelayBackendWait is --relay-backend-wait in FuseModeRelay (0: the plugin's default, 30 s): how long the
+	// relay lets requests wait for a real server that does not come back.
+	RelayBackendWait time.Duration
 	// SidecarKeepFD passes --sidecar-keep-fd in FuseModeSidecar: the plugin keeps its copy of each pod's FUSE
 	// descriptor, so that a restarted sidecar takes the connection over (the pod's sidecar notices by itself).
 	SidecarKeepFD bool
@@ -142,6 +148,9 @@ func (p Plugin) Args() []string {
 	}
 	if p.SidecarKeepFD {
 		args = append(args, "--sidecar-keep-fd")
+	}
+	if p.RelayBackendWait > 0 {
+		args = append(args, "--relay-backend-wait="+p.RelayBackendWait.String())
 	}
 	if p.FuseServer != "" && p.FuseServer != fuseserver.DummyFuse {
 		args = append(args, "--fuse-server="+p.FuseServer)
@@ -528,7 +537,7 @@ func (s *Scenario) Validate() error {
 		return fmt.Errorf("scenario %s: unknown restore strategy %q", s.Name, s.Plugin.RestoreStrategy)
 	}
 	switch s.Plugin.FuseMode {
-	case "", FuseModeChild:
+	case "", FuseModeChild, FuseModeRelay:
 		if s.Pod.Sidecar != nil {
 			return fmt.Errorf("scenario %s: the pod has a FUSE sidecar, but the plugin's FUSE mode is not %s", s.Name, FuseModeSidecar)
 		}
@@ -603,6 +612,9 @@ func (s *Scenario) Validate() error {
 			}
 			if (st.Component == KeeperContainer || st.Component == FuseSuccessor || st.Component == FuseCrashLoop || st.Component == PluginRecollecting) && s.Plugin.FuseMode != FuseModeKeeper {
 				return fmt.Errorf("scenario %s: step %d: %s without the keeper FUSE mode", s.Name, i+1, st.Component.Noun())
+			}
+			if (st.Component == RelayProcess || st.Component == RelayServer || st.Component == RelayServerGone) && s.Plugin.FuseMode != FuseModeRelay {
+				return fmt.Errorf("scenario %s: step %d: %s without the relay FUSE mode", s.Name, i+1, st.Component.Noun())
 			}
 			if st.Action == ActUpgrade && components[st.Component].upgrade == "" {
 				return fmt.Errorf("scenario %s: step %d: the %s cannot be upgraded", s.Name, i+1, st.Component.Noun())

@@ -75,6 +75,10 @@ type Config struct {
 // KeeperSocketName is the keeper mode's session socket, beside the CSI socket unless configured otherwise.
 const KeeperSocketName = contract.KeeperSocket
 
+// RelayDirName is the relay mode's directory (backend mounts, node tables), beside the CSI socket unless
+// configured otherwise: the plugin's own, not shared with the node's mount tree.
+const RelayDirName = "relay"
+
 // Driver is the plugin. Create it with New, then call Run once.
 type Driver struct {
 	cfg     Config
@@ -193,6 +197,9 @@ func (cfg Config) complete() (Config, string, error) {
 	}
 	if cfg.FuseOptions.KeeperSocket == "" {
 		cfg.FuseOptions.KeeperSocket = filepath.Join(filepath.Dir(socket), KeeperSocketName)
+	}
+	if cfg.FuseOptions.RelayDir == "" {
+		cfg.FuseOptions.RelayDir = filepath.Join(filepath.Dir(socket), RelayDirName)
 	}
 	if cfg.Mode == nil {
 		if cfg.FuseMode == "" {

@@ -155,6 +155,16 @@ type Options struct {
 	// the plugin keeps while no server answers it before the plugin aborts the connection (unserved.go); 0 turns
 	// it off.
 	UnservedLimit time.Duration
+	// RelayDir (relay mode) is the plugin's own directory for each volume's backend mount, node table and
+	// handover record; RelayPath is the relay's executable (dummy-fuse; empty: beside this executable, else in
+	// $PATH); RelayBackendWait bounds how long the relay lets requests wait for a dead backend (its
+	// --backend-wait).
+	RelayDir         string
+	RelayPath        string
+	RelayBackendWait time.Duration
+	// RelayServerUID is the user (and group) ID the relay mode runs the real server as, without supplementary
+	// groups; -1 runs it as the plugin. It serves a descriptor the plugin mounted, so it needs no privilege.
+	RelayServerUID int
 }
 
 // constructors are the modes by name: each mode's file registers itself (Register) from an init function, so that

@@ -2,6 +2,7 @@ package keeper
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -80,11 +81,19 @@ func TestCrashLoopBacksOff(t *testing.T) {
 	if err := c.Send(handover.Msg{Kind: handover.Serve, Volume: "vol-1"}, dev); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(2500 * time.Millisecond)
-	starts := strings.Count(log.String(), "started FUSE server")
-	// freeRestarts immediate ones plus the first, then one a second: about 6 in 2.5 s; a hot loop makes hundreds.
-	if starts < freeRestarts+1 || starts > freeRestarts+5 {
-		t.Errorf("%d server starts in 2.5 s, want %d immediate ones and then about one a second:\n%s", starts, freeRestarts+1, log.String())
+	// freeRestarts immediate restarts after the first start, then at most one a second: the gaps between the
+	// later starts have a lower bound, which a loaded machine can only lengthen (a hot loop makes them
+	// microseconds). How soon they come is not asserted: that is the machine's.
+	want := freeRestarts + 4
+	testenv.Eventually(t, 30*time.Second, fmt.Sprintf("%d server starts", want), func() bool {
+		return len(startTimes(t, log.String())) >= want
+	})
+	starts := startTimes(t, log.String())
+	for i := freeRestarts + 1; i < len(starts); i++ {
+		if gap := starts[i].Sub(starts[i-1]); gap < restartPeriod*9/10 {
+			t.Errorf("start %d came %s after the one before, want at least %s (the back-off) once %d quick deaths passed:\n%s",
+				i+1, gap, restartPeriod, freeRestarts+1, log.String())
+		}
 	}
 	st, err := ReadStatus(status)
 	if err != nil {
@@ -93,6 +102,25 @@ func TestCrashLoopBacksOff(t *testing.T) {
 	if !st.Plugin || len(st.Connections) != 1 || st.Connections[0].Volume != "vol-1" || st.Connections[0].Initialised {
 		t.Errorf("status %+v: want the plugin connected and vol-1 held, not initialised", st)
 	}
+}
+
+// startTimes are the times of the keeper's "started FUSE server" lines in log (each line starts with its
+// RFC 3339 time).
+func startTimes(t *testing.T, log string) []time.Time {
+	t.Helper()
+	var out []time.Time
+	for _, line := range strings.Split(log, "\n") {
+		if !strings.Contains(line, "started FUSE server") {
+			continue
+		}
+		stamp, _, _ := strings.Cut(line, " ")
+		at, err := time.Parse(time.RFC3339Nano, stamp)
+		if err != nil {
+			t.Fatalf("keeper line without its time: %q", line)
+		}
+		out = append(out, at)
+	}
+	return out
 }
 
 func TestServerOf(t *testing.T) {

@@ -16,6 +16,9 @@ const (
 	// ModeKeeper: the keeper (csi-plugin keeper, a DaemonSet's pod) runs the servers; the plugin keeps a copy of
 	// every connection and hands them to the keeper that connects.
 	ModeKeeper = "keeper"
+	// ModeRelay: the plugin serves each staging path with a relay (dummy-fuse --relay-backend) in front of the
+	// real server's mount, which it keeps private and restarts when it dies.
+	ModeRelay = "relay"
 )
 
 // Where the plugin and its FUSE server holders meet.

@@ -228,7 +228,7 @@ func TestRootReadmeFixes(t *testing.T) {
 	if !ok {
 		t.Fatal("README.md has no section \"Which fix should I use\"")
 	}
-	if i := strings.Index(section, "\n## "); i >= 0 {
+	if i := strings.Index(section, "\n#"); i >= 0 { // up to the next heading of any level
 		section = section[:i]
 	}
 	known := map[string]bool{}

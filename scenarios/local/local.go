@@ -127,6 +127,7 @@ type Backend struct {
 	// podDeleted: a step deleted the pod and none was created since.
 	podDeleted bool
 	sock       string
+	sockDir    string // the short directory of the plugin's sockets when the run directory is too long for them
 	stateDir   string
 	vol        volume
 
@@ -228,14 +229,20 @@ func (b *Backend) Setup(ctx context.Context, sc *scenarios.Scenario, env *scenar
 	b.rootBound = true
 	b.logf("modelling kubelet %s; kubelet root %s: bind-mounted onto itself, rshared", b.kubelet, b.root)
 
-	b.sock = filepath.Join(b.root, "plugins", b.opts.DriverName, "csi.sock")
+	b.sock = filepath.Join(b.pluginDir(), "csi.sock")
 	// sun_path holds 108 bytes with the terminating NUL (unix(7)); a longer path fails only when the plugin
-	// binds, with a bare "invalid argument".
-	if len(b.sock) > 107 {
-		return fmt.Errorf("the plugin's socket %s would be %d bytes long, more than the 107 a unix socket path allows: choose a shorter run directory (--out)", b.sock, len(b.sock))
+	// binds, with a bare "invalid argument". A run directory in a checkout deep in a home directory is that
+	// long: the plugin's sockets (CSI, keeper) then live in a short directory of their own, removed at the end.
+	if len(b.sock) > maxSocketPath {
+		dir, err := os.MkdirTemp("", "dfc-sock-")
+		if err != nil {
+			return fmt.Errorf("a short directory for the plugin's sockets (%s is %d bytes long, more than the %d a unix socket path allows): %w", b.sock, len(b.sock), maxSocketPath, err)
+		}
+		b.sockDir, b.sock = dir, filepath.Join(dir, "csi.sock")
+		b.logf("the plugin's socket would be longer than a unix socket path allows below %s: it is %s", b.root, b.sock)
 	}
 	b.stateDir = filepath.Join(b.dir, "plugin-state")
-	for _, d := range []string{filepath.Dir(b.sock), b.stateDir} {
+	for _, d := range []string{b.pluginDir(), filepath.Dir(b.sock), b.stateDir} {
 		if err := os.MkdirAll(d, 0o750); err != nil {
 			return err
 		}
@@ -334,6 +341,12 @@ func (b *Backend) Stop(ctx context.Context) error {
 			errs = append(errs, err)
 		} else if len(left) > 0 {
 			errs = append(errs, fmt.Errorf("%d mounts left under %s, e.g. %s", len(left), b.dir, left[0].Mountpoint))
+		}
+	}
+	if b.sockDir != "" {
+		// It holds sockets and the keeper's secret only: the ephemeral directory stays below the root.
+		if err := os.RemoveAll(b.sockDir); err != nil {
+			errs = append(errs, fmt.Errorf("remove the plugin's socket directory: %w", err))
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
@@ -464,3 +477,10 @@ func randomID() string {
 	_, _ = rand.Read(b[:])
 	return hex.EncodeToString(b[:])
 }
+
+// maxSocketPath is the longest path a unix socket can be bound at: sun_path holds 108 bytes with the NUL.
+const maxSocketPath = 107
+
+// pluginDir is the plugin's directory below the kubelet root (plugins/<driver>), where kubelet expects it; the
+// plugin's inline ephemeral volumes are staged there, whatever directory its sockets are in.
+func (b *Backend) pluginDir() string { return filepath.Join(b.root, "plugins", b.opts.DriverName) }

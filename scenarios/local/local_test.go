@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -394,5 +395,34 @@ func TestSidecarUnprivileged(t *testing.T) {
 	}
 	for k := range want {
 		t.Errorf("sidecar pid %d: no %s in /proc/PID/status", pid, k)
+	}
+}
+
+// TestDeepRunDirectory: a run directory too deep for the plugin's sockets below it (a checkout deep in a home
+// directory: a unix socket path holds 107 bytes) still runs (the keeper mode: a CSI and a keeper socket): the sockets
+// go to a short directory of their own, which the run removes at its end.
+func TestDeepRunDirectory(t *testing.T) {
+	for _, name := range []string{"keeper-plugin-restart"} { // the CSI and the keeper socket
+		t.Run(name, func(t *testing.T) {
+			sc, err := catalog.Lookup(name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, dir := newBackend(t, Options{})
+			deep := filepath.Join(dir, strings.Repeat("d", 60))
+			if err := os.MkdirAll(deep, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			o := run(t, context.Background(), b, sc, deep)
+			if !o.Passed() {
+				t.Errorf("%s in a run directory of %d bytes failed (see the log above)", name, len(deep))
+			}
+			if b.sockDir == "" {
+				t.Fatalf("the sockets stayed below %s: the test did not make the path too long", deep)
+			}
+			if _, err := os.Stat(b.sockDir); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("the sockets' directory %s is still there after the run (%v)", b.sockDir, err)
+			}
+		})
 	}
 }

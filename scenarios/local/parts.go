@@ -60,6 +60,9 @@ func partKinds() []struct {
 		{scenarios.FuseCrashLoop, newCrashLoopPart},
 		{scenarios.PluginRecollecting, newRecollectPart},
 		{scenarios.FuseServer, newServerPart},
+		{scenarios.RelayServer, newRelayServerPart},
+		{scenarios.RelayServerGone, newRelayGonePart},
+		{scenarios.RelayProcess, newRelayPart},
 		{scenarios.WorkloadPod, newPodPart},
 	}
 }

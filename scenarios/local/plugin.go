@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -78,6 +79,7 @@ func (b *Backend) launchPlugin() (*proc, error) {
 		"--nodeid=" + nodeID,
 		"--drivername=" + b.opts.DriverName,
 		"--state-dir=" + b.stateDir,
+		"--ephemeral-dir=" + filepath.Join(b.pluginDir(), "ephemeral"),
 		"--dummy-fuse-path=" + b.opts.FusePath,
 		fmt.Sprintf("-v=%d", b.opts.PluginVerbosity),
 	}

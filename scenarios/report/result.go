@@ -27,11 +27,16 @@ type Record struct {
 	Kubelet  string `json:"kubelet"`
 	// Server is the FUSE server the run's plugin ran (internal/fuseserver); empty in records of dummy-fuse.
 	Server string `json:"server,omitempty"`
-	// Driver is the foreign CSI driver of a driver-agnostic run (--driver), whose Result is MEASURED when its
-	// evidence was collected, and Profile its outage profile; empty in runs of this project's chart.
-	Driver  string   `json:"driver,omitempty"`
-	Profile *Profile `json:"profile,omitempty"`
-	Result  string   `json:"result"` // PASS, FAIL, NOT RUNNABLE or MEASURED
+	// Killed is the scenario's first disruption ("plugin killed", "keeper upgraded") and Placement where its
+	// FUSE servers run (child, sidecar, keeper): the rows of docs/outage-matrix.md (absent in older records).
+	Killed string `json:"killed,omitempty"`
+	// Driver is the CSI driver a run measured when it is not this project's chart (a foreign driver on the kube
+	// backend, --driver); empty: the chart. Its Result is MEASURED when its evidence was collected, and Profile
+	// its outage profile.
+	Driver    string   `json:"driver,omitempty"`
+	Profile   *Profile `json:"profile,omitempty"`
+	Placement string   `json:"placement,omitempty"`
+	Result    string   `json:"result"` // PASS, FAIL, NOT RUNNABLE or MEASURED
 	// Held of Expected expected outcomes for this kubelet held; Failed says which did not, and why a run that
 	// could not be carried out failed.
 	Held     int      `json:"held"`
@@ -64,6 +69,8 @@ type Measured struct {
 	SidecarToServe   float64 `json:"sidecar_to_served_s"`
 	SidecarToRead    float64 `json:"sidecar_to_good_read_s"`
 	Wall             float64 `json:"wall_s"`
+	// IO is what each kind of I/O of the run met after the kill (absent in older records).
+	IO []IOOutcome `json:"io,omitempty"`
 }
 
 // measuredOf converts an outcome's measures.
@@ -75,13 +82,15 @@ func measuredOf(o *scenarios.Outcome) Measured {
 		FirstErrno: m.FirstErrno, KillToFirstError: m.KillToFirstError.Seconds(),
 		Stall:          float64(m.Stall.Microseconds()) / 1000,
 		SidecarToServe: m.SidecarToServe.Seconds(), SidecarToRead: m.SidecarToRead.Seconds(), Wall: m.Wall.Seconds(),
+		IO: ioOutcomes(o.Evidence, o.Scenario.Pod.Containers),
 	}
 }
 
 // RecordOf is the record of an outcome.
 func RecordOf(o *scenarios.Outcome) Record {
 	r := Record{Scenario: o.Scenario.Name, Backend: o.Backend, Kubelet: o.Kubelet.String(), Result: o.Result(),
-		Server: o.Scenario.Plugin.FuseServer, Driver: o.Scenario.Driver, Profile: ProfileOf(o),
+		Server: o.Scenario.Plugin.FuseServer, Killed: Disruption(o.Scenario), Placement: Placement(o.Scenario),
+		Driver: o.Scenario.Driver, Profile: ProfileOf(o),
 		Start: o.Start.UTC().Format(time.RFC3339), ReadInterval: o.Timing.ReadInterval.Seconds(), Kernel: kernel(),
 		Measured: measuredOf(o), Expected: len(o.Verdicts)}
 	for _, v := range o.Verdicts {
@@ -98,6 +107,25 @@ func RecordOf(o *scenarios.Outcome) Record {
 		r.Failed = append(r.Failed, "cleanup: "+o.CleanupErr.Error())
 	}
 	return r
+}
+
+// Disruption is the label of scenario s's first step that kills or replaces a component ("plugin killed"),
+// "" when none does.
+func Disruption(s scenarios.Scenario) string {
+	for _, st := range s.Steps {
+		if st.Action == scenarios.ActKill || st.Action == scenarios.ActUpgrade {
+			return st.Label()
+		}
+	}
+	return ""
+}
+
+// Placement is where scenario s's FUSE servers run: its plugin's --fuse-mode, child when unset.
+func Placement(s scenarios.Scenario) string {
+	if s.Plugin.FuseMode == "" {
+		return scenarios.FuseModeChild
+	}
+	return s.Plugin.FuseMode
 }
 
 // kernel is the release of the running kernel.

@@ -40,7 +40,7 @@ func VersionTable(catalog []scenarios.Scenario, results []*Results, files []stri
 			}
 		}
 	}
-	slices.SortFunc(versions, newerFirst)
+	slices.SortFunc(versions, NewerFirst)
 
 	var b strings.Builder
 	b.WriteString("| scenario | kubelet |")
@@ -100,8 +100,8 @@ func VersionTable(catalog []scenarios.Scenario, results []*Results, files []stri
 	return b.String()
 }
 
-// newerFirst orders kubelet versions, newest first; an unparsable one sorts last.
-func newerFirst(a, b string) int {
+// NewerFirst orders kubelet versions, newest first; an unparsable one sorts last.
+func NewerFirst(a, b string) int {
 	va, ea := scenarios.ParseKubeletVersion(a)
 	vb, eb := scenarios.ParseKubeletVersion(b)
 	switch {

@@ -1,0 +1,310 @@
+package local
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
+)
+
+// The relay mode's parts (scenarios.FuseModeRelay): the real server behind the relay (relayServerPart, also
+// when it cannot start: relayGonePart) and the relay itself (relayPart), all children of the plugin, which runs
+// the server through an executable path of the run's own (<dir>/<server>, a symlink to a copy of the real
+// executable) so that a step can put another program there: the next build for an upgrade, one that fails for a server that
+// cannot come back.
+
+// relayWait bounds how long a step waits for the plugin to start a relay or a server again.
+const relayWait = 30 * time.Second
+
+type relayServerPart struct {
+	noPart
+	b    *Backend
+	dir  string // holds real and exe
+	real string // a copy of the real server's executable (the FUSE server part's)
+	exe  string // what the plugin runs: a symlink to real, or a script a step wrote
+	// lastKilled is the server a kill step killed last, which start waits to see replaced.
+	lastKilled int
+}
+
+func newRelayServerPart(b *Backend, _ *scenarios.Env) (part, error) {
+	if b.sc.Plugin.FuseMode != scenarios.FuseModeRelay {
+		return nil, nil
+	}
+	sp, ok := b.parts[scenarios.FuseServer].(*serverPart)
+	if !ok {
+		return nil, errors.New("relay mode: no FUSE server part")
+	}
+	s := &relayServerPart{b: b}
+	if sp.path == "" {
+		return s, nil // no binaries configured (a test of the parts alone): nothing to run
+	}
+	// The plugin runs the server as nobody, which must reach its executable: a directory of its own that
+	// anyone may enter, with a copy of the executable (the project's may be under a private directory).
+	dir, err := os.MkdirTemp("", "dfc-relay-bin")
+	if err != nil {
+		return nil, err
+	}
+	s.dir, s.real, s.exe = dir, filepath.Join(dir, "real-"+b.sc.Plugin.Server()), filepath.Join(dir, b.sc.Plugin.Server())
+	if err := os.Chmod(dir, 0o755); err != nil {
+		return s, err
+	}
+	exe, err := os.ReadFile(sp.path)
+	if err != nil {
+		return s, err
+	}
+	if err := os.WriteFile(s.real, exe, 0o755); err != nil {
+		return s, err
+	}
+	return s, s.install("")
+}
+
+// teardown removes the executables.
+func (s *relayServerPart) teardown() error {
+	if s.dir == "" {
+		return nil
+	}
+	return os.RemoveAll(s.dir)
+}
+
+// install puts at s.exe the real executable (script ""), or a shell script, atomically: the plugin may start
+// the server at any time.
+func (s *relayServerPart) install(script string) error {
+	tmp := s.exe + ".new"
+	_ = os.Remove(tmp)
+	var err error
+	if script == "" {
+		err = os.Symlink(s.real, tmp)
+	} else {
+		err = os.WriteFile(tmp, []byte("#!/bin/sh\n"+script+"\n"), 0o755)
+	}
+	if err != nil {
+		return err
+	}
+	return os.Rename(tmp, s.exe)
+}
+
+// pluginArgs: the server's executable is the run's own path (after the FUSE server part's flags: the last
+// --fuse-server-path counts); the relay is the project's dummy-fuse.
+func (s *relayServerPart) pluginArgs() []string {
+	return []string{"--fuse-server-path=" + s.exe, "--relay-path=" + s.b.opts.FusePath}
+}
+
+// upgradeFlags are the next build's new flags per server: settings each server accepts that change nothing
+// the workload sees.
+var upgradeFlags = map[string]string{"dummy-fuse": "--workers=2", "gcsfuse": "--log-severity=warning", "squashfuse": "-s"}
+
+// server returns the pid of the plugin's real server (the real executable's child that is not a relay), 0 if
+// none runs, and its command line.
+func (s *relayServerPart) server() (int, string) {
+	if s.b.plugin == nil || s.b.plugin.exited() {
+		return 0, ""
+	}
+	for _, pid := range childrenRunning(s.b.plugin.pid(), s.real) {
+		cmdline := procCmdline(pid)
+		if !strings.Contains(cmdline, "--relay-backend") {
+			return pid, cmdline
+		}
+	}
+	return 0, ""
+}
+
+// killServer sends SIGKILL to the running server. When inFlight, a read is inside it as it dies: gcsfuse's
+// fake GCS server is stopped (SIGSTOP) for three read intervals first, so that the read waits in gcsfuse for
+// its backend as with a slow bucket; any other server is itself stopped that long.
+func (s *relayServerPart) killServer(ctx context.Context, c scenarios.Component, inFlight bool) (int, error) {
+	b := s.b
+	pid, _ := s.server()
+	if pid == 0 {
+		return 0, errors.New("kill: the plugin runs no real FUSE server")
+	}
+	msg := fmt.Sprintf("SIGKILL %s pid %d", b.sc.Plugin.Server(), pid)
+	if inFlight {
+		stopped, what := pid, "it"
+		if fake := s.fakeGCS(); fake != 0 {
+			stopped, what = fake, fmt.Sprintf("fake-gcs-server pid %d", fake)
+			defer func() { _ = syscall.Kill(fake, syscall.SIGCONT) }()
+		}
+		if err := syscall.Kill(stopped, syscall.SIGSTOP); err != nil {
+			return 0, err
+		}
+		wait := 3 * b.opts.ReadInterval
+		b.logf("real FUSE server pid %d: %s stopped (SIGSTOP); SIGKILL in %s, with a read inside the server", pid, what, wait)
+		if err := scenarios.Sleep(ctx, wait); err != nil {
+			return 0, err
+		}
+		msg += fmt.Sprintf(", %s stopped for %s with a read inside the server", what, wait)
+	}
+	b.rec.Add(scenarios.Event{Source: scenarios.SrcComponent, Component: c, Kind: scenarios.KKilled, Message: msg})
+	return pid, syscall.Kill(pid, syscall.SIGKILL)
+}
+
+// fakeGCS is the fake GCS server gcsfuse reads (this process's child, package backing), 0 for another server.
+func (s *relayServerPart) fakeGCS() int {
+	if s.b.sc.Plugin.Server() != "gcsfuse" {
+		return 0
+	}
+	bin := s.b.opts.findServer("fake-gcs-server")
+	if bin == "" {
+		return 0
+	}
+	if pids := childrenRunning(os.Getpid(), bin); len(pids) == 1 {
+		return pids[0]
+	}
+	return 0
+}
+
+// awaitServer waits until a server other than old runs whose command line holds want, and records it ready.
+func (s *relayServerPart) awaitServer(ctx context.Context, c scenarios.Component, old int, want string) error {
+	deadline := time.Now().Add(relayWait)
+	for {
+		if pid, cmdline := s.server(); pid != 0 && pid != old && strings.Contains(cmdline, want) {
+			s.b.rec.Add(scenarios.Event{Source: scenarios.SrcComponent, Component: c, Kind: scenarios.KReady, Message: fmt.Sprintf("pid %d: %s", pid, cmdline)})
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the plugin started no new real FUSE server (with %q) within %s", want, relayWait)
+		}
+		if err := scenarios.Sleep(ctx, 10*time.Millisecond); err != nil {
+			return err
+		}
+	}
+}
+
+func (s *relayServerPart) kill(ctx context.Context) error {
+	pid, err := s.killServer(ctx, scenarios.RelayServer, true)
+	s.lastKilled = pid
+	return err
+}
+
+func (s *relayServerPart) start(ctx context.Context) error {
+	return s.awaitServer(ctx, scenarios.RelayServer, s.lastKilled, "")
+}
+
+// upgrade installs the next build (the real executable with the new flag) and kills the running server, which
+// the plugin then replaces by the new one.
+func (s *relayServerPart) upgrade(ctx context.Context) error {
+	flag := upgradeFlags[s.b.sc.Plugin.Server()]
+	if err := s.install(fmt.Sprintf("exec %q %s \"$@\"", s.real, flag)); err != nil {
+		return err
+	}
+	pid, _ := s.server()
+	if pid == 0 {
+		return errors.New("upgrade: the plugin runs no real FUSE server")
+	}
+	s.b.rec.Add(scenarios.Event{Source: scenarios.SrcComponent, Component: scenarios.RelayServer, Kind: scenarios.KUpgraded, Detail: flag,
+		Message: fmt.Sprintf("%s now runs %s %s; SIGKILL pid %d", s.exe, s.real, flag, pid)})
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		return err
+	}
+	return s.awaitServer(ctx, scenarios.RelayServer, pid, " "+flag+" ")
+}
+
+// relayGonePart is the real server when it cannot start.
+type relayGonePart struct {
+	noPart
+	s *relayServerPart
+}
+
+func newRelayGonePart(b *Backend, _ *scenarios.Env) (part, error) {
+	s, ok := b.parts[scenarios.RelayServer].(*relayServerPart)
+	if !ok {
+		return nil, nil
+	}
+	return &relayGonePart{s: s}, nil
+}
+
+func (g *relayGonePart) kill(ctx context.Context) error {
+	if err := g.s.install("echo 'relay-server-gone: this server cannot start' >&2; exit 1"); err != nil {
+		return err
+	}
+	pid, err := g.s.killServer(ctx, scenarios.RelayServerGone, false)
+	g.s.lastKilled = pid
+	return err
+}
+
+func (g *relayGonePart) start(ctx context.Context) error {
+	if err := g.s.install(""); err != nil {
+		return err
+	}
+	return g.s.awaitServer(ctx, scenarios.RelayServerGone, g.s.lastKilled, "")
+}
+
+// relayPart is the relay serving the staging path.
+type relayPart struct {
+	noPart
+	b          *Backend
+	lastKilled int
+}
+
+func newRelayPart(b *Backend, _ *scenarios.Env) (part, error) {
+	if b.sc.Plugin.FuseMode != scenarios.FuseModeRelay {
+		return nil, nil
+	}
+	return &relayPart{b: b}, nil
+}
+
+// relay returns the pid of the relay that serves: the plugin's dummy-fuse child running --relay-backend that
+// has its node table open (a standby successor opens it only once it takes over).
+func (r *relayPart) relay() int {
+	if r.b.plugin == nil || r.b.plugin.exited() {
+		return 0
+	}
+	for _, pid := range childrenRunning(r.b.plugin.pid(), r.b.opts.FusePath) {
+		if strings.Contains(procCmdline(pid), "--relay-backend") && hasOpen(pid, "/nodes") {
+			return pid
+		}
+	}
+	return 0
+}
+
+func (r *relayPart) kill(context.Context) error {
+	pid := r.relay()
+	if pid == 0 {
+		return errors.New("kill: no relay serves the volume")
+	}
+	r.lastKilled = pid
+	r.b.rec.Add(scenarios.Event{Source: scenarios.SrcComponent, Component: scenarios.RelayProcess, Kind: scenarios.KKilled, Message: fmt.Sprintf("SIGKILL relay pid %d", pid)})
+	return syscall.Kill(pid, syscall.SIGKILL)
+}
+
+func (r *relayPart) start(ctx context.Context) error {
+	deadline := time.Now().Add(relayWait)
+	for {
+		if pid := r.relay(); pid != 0 && pid != r.lastKilled {
+			r.b.rec.Add(scenarios.Event{Source: scenarios.SrcComponent, Component: scenarios.RelayProcess, Kind: scenarios.KReady, Message: fmt.Sprintf("relay pid %d serves", pid)})
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("no successor relay took the connection over within %s", relayWait)
+		}
+		if err := scenarios.Sleep(ctx, 10*time.Millisecond); err != nil {
+			return err
+		}
+	}
+}
+
+// procCmdline is pid's command line, its arguments separated by spaces and ended by one.
+func procCmdline(pid int) string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil {
+		return ""
+	}
+	return strings.ReplaceAll(string(b), "\x00", " ")
+}
+
+// hasOpen reports whether pid has a descriptor open on a path ending in suffix.
+func hasOpen(pid int, suffix string) bool {
+	dir := fmt.Sprintf("/proc/%d/fd", pid)
+	ents, _ := os.ReadDir(dir)
+	return slices.ContainsFunc(ents, func(e os.DirEntry) bool {
+		t, err := os.Readlink(filepath.Join(dir, e.Name()))
+		return err == nil && strings.HasSuffix(t, suffix)
+	})
+}
