@@ -440,8 +440,9 @@ type Scenario struct {
 	// outcome is measured, not expected: its expectations only say that the evidence was collected, and a run
 	// whose expectations hold is MEASURED, not PASS.
 	Measured bool
-	// Driver is the CSI driver a Measured row ran against (set by the run, not the catalog).
-	Driver string
+	// Driver is the CSI driver a Measured row ran against (set by the run, not the catalog), and DriverPlacement
+	// where that driver keeps its FUSE servers as the operator says it (dfc-scenario --placement; "" unknown).
+	Driver, DriverPlacement string
 }
 
 // AllServers are the FUSE servers a server-independent scenario runs with.

@@ -134,6 +134,7 @@ func parse(args []string, stdout io.Writer) (config, error) {
 	fl.StringVar(&cfg.driver.ReadPath, "read-path", "", "with --driver: the file the workload reads, relative to the volume's root (default: the first regular file of the volume, found on the node)")
 	fl.StringVar(&cfg.driver.PluginSelector, "plugin-selector", "", "with --driver: label selector of the node plugin pod (default: the DaemonSet pod on the node whose containers name the driver)")
 	fl.StringVar(&cfg.driver.FuseProcess, "fuse-process", "", "with --driver: the process in the node plugin pod that driver-process-kill kills (its /proc comm, e.g. gcsfuse)")
+	fl.StringVar(&cfg.driver.Placement, "placement", "", "with --driver: where the driver keeps its FUSE servers (e.g. child, sidecar, keeper, mount-pod), as you know it: recorded, so that the matrix tells the runs apart (default unknown)")
 	fl.StringVar(&cfg.driver.MountPodSelector, "mount-pod-selector", "", "with --driver: label selector of the mount pod on the node that driver-mount-pod-delete deletes")
 	fl.BoolVar(&cfg.check, "check", false, "only check the flags and scenario names, then exit (hack/scenario.sh does, before it builds the binaries)")
 	fl.Usage = func() {}

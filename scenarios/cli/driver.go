@@ -12,7 +12,7 @@ import (
 )
 
 // driverFlags are the flags that only go with --driver.
-var driverFlags = []string{"storage-class", "pv", "volume-attributes", "read-path", "plugin-selector", "fuse-process", "mount-pod-selector"}
+var driverFlags = []string{"storage-class", "pv", "volume-attributes", "read-path", "placement", "plugin-selector", "fuse-process", "mount-pod-selector"}
 
 // chartFlags configure this project's chart or its FUSE servers: nothing of a foreign driver.
 var chartFlags = []string{"fuse-server", "kube-set", "sidecar-delay"}
@@ -59,7 +59,7 @@ func selectDrivers(t kube.DriverTarget, names []string) (run []scenarios.Scenari
 			return nil, nil, err
 		}
 		for _, s := range sel {
-			s.Driver = t.Name
+			s.Driver, s.DriverPlacement = t.Name, t.Placement
 			why := t.Runnable(s.Name)
 			switch {
 			case why == "":

@@ -39,6 +39,7 @@ func TestParseDriver(t *testing.T) {
 		{args: with("--kube-set=a=1", "driver-rollout"), code: 2, out: "--kube-set configures"},
 		{args: with("--check", "driver-rollout"), code: 0},
 		{args: []string{"--list"}, code: 0, out: "driver-rollout"},
+		{args: []string{"--backend=kube", "--placement=keeper", "restart"}, code: 2, out: "--placement goes with --driver"},
 	}
 	for _, tc := range cases {
 		var stdout, stderr bytes.Buffer

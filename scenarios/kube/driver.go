@@ -46,6 +46,8 @@ type DriverTarget struct {
 	PluginSelector string
 	// FuseProcess is the name (comm) of the process that driver-process-kill kills in the node plugin pod.
 	FuseProcess string
+	// Placement is where the driver keeps its FUSE servers, as the operator says it (only recorded).
+	Placement string
 	// MountPodSelector is a label selector for the pod that driver-mount-pod-delete deletes on the node.
 	MountPodSelector string
 }

@@ -1,6 +1,7 @@
 package report
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -120,8 +121,12 @@ func Disruption(s scenarios.Scenario) string {
 	return ""
 }
 
-// Placement is where scenario s's FUSE servers run: its plugin's --fuse-mode, child when unset.
+// Placement is where scenario s's FUSE servers run: its plugin's --fuse-mode, child when unset; for a foreign
+// driver what the operator said (--placement), else "unknown".
 func Placement(s scenarios.Scenario) string {
+	if s.Driver != "" {
+		return cmp.Or(s.DriverPlacement, "unknown")
+	}
 	if s.Plugin.FuseMode == "" {
 		return scenarios.FuseModeChild
 	}
