@@ -346,8 +346,9 @@ func TestWorkloads(t *testing.T) {
 			}
 		})
 	}
-	// Every scenario is either labelled on a manifest or, like exit-without-restore (pod.yaml with other chart
-	// values), mapped to one in the README's scenario table.
+	// Every scenario a cluster can run is either labelled on a manifest or, like exit-without-restore (pod.yaml
+	// with other chart values), mapped to one in the README's scenario table; one of the local backend only (a
+	// mode the chart does not deploy yet) may have a row.
 	readme, err := os.ReadFile("README.md")
 	if err != nil {
 		t.Fatal(err)
@@ -355,6 +356,9 @@ func TestWorkloads(t *testing.T) {
 	for name, w := range setups {
 		row := regexp.MustCompile("(?m)^\\| `" + regexp.QuoteMeta(name) + "` \\| `([^`]+)` \\| (.*) \\|$").FindSubmatch(readme)
 		if row == nil {
+			if sc, err := catalog.Lookup(name); err == nil && sc.RunsOn(scenarios.BackendKube) != nil {
+				continue
+			}
 			t.Errorf("README.md's scenario table has no row for %s", name)
 			continue
 		}
