@@ -1,6 +1,7 @@
 package report
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"slices"
@@ -242,4 +243,24 @@ func profileMarkdown(b *strings.Builder, p *Profile) {
 			FormatMeasure(time.Duration(io.Stall*float64(time.Millisecond))), io.Restarts, io.StartFailures)
 	}
 	fmt.Fprintf(b, "\nKubelet said: %s\n", mdCell(p.Kubelet.summary()))
+}
+
+// Outcomes are the profile's I/O kinds as the I/O outcomes of an ordinary record (the matrix's cells): the
+// direct read, which the matrix has no column for, left out.
+func (p *Profile) Outcomes() []IOOutcome {
+	var out []IOOutcome
+	for _, io := range p.IO {
+		if !slices.Contains(IOKinds, io.Kind) {
+			continue
+		}
+		o := IOOutcome{Kind: io.Kind, Stall: io.Stall}
+		if io.Failed {
+			o.FirstError, o.KillToFirstError = cmp.Or(io.FirstErrno, "failed"), io.ToFirstError
+			if io.Recovered {
+				o.KillToGood = io.ToGoodRead
+			}
+		}
+		out = append(out, o)
+	}
+	return out
 }

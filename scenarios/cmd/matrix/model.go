@@ -113,6 +113,9 @@ func build(cat []scenarios.Scenario, results []*report.Results, files []string) 
 			}
 			col := column{Kubelet: r.Kubelet, Backend: r.Backend}
 			c := cell{rec: r, file: files[i], io: r.Measured.IO}
+			if c.io == nil && r.Profile != nil {
+				c.io = r.Profile.Outcomes() // a driver-agnostic run recorded before the per-I/O outcomes
+			}
 			if c.io == nil {
 				c.io, c.legacy = legacyIO(r.Measured, sc, known >= 0), true
 			}
