@@ -35,22 +35,29 @@ type Reattached struct {
 // its device number is dev and its file system type is FUSE, and the mount point opened through the process's
 // root, without following symlinks, is that very mount (its mount ID).
 func Reattach(dev uint64, staging string) (Reattached, error) {
+	procs, err := os.ReadDir("/proc")
+	if err != nil {
+		return Reattached{}, fmt.Errorf("listing processes: %w", err)
+	}
+	var pids []int
+	for _, p := range procs {
+		if pid, err := strconv.Atoi(p.Name()); err == nil && pid > 0 {
+			pids = append(pids, pid)
+		}
+	}
+	return reattach(dev, staging, pids)
+}
+
+// reattach is Reattach for the mount namespaces of pids only.
+func reattach(dev uint64, staging string, pids []int) (Reattached, error) {
 	var res Reattached
 	self, err := nsInode("self")
 	if err != nil {
 		return res, err
 	}
-	procs, err := os.ReadDir("/proc")
-	if err != nil {
-		return res, fmt.Errorf("listing processes: %w", err)
-	}
 	seen := map[uint64]bool{self: true}
-	for _, p := range procs {
-		pid, err := strconv.Atoi(p.Name())
-		if err != nil || pid <= 0 {
-			continue
-		}
-		ns, err := nsInode(p.Name())
+	for _, pid := range pids {
+		ns, err := nsInode(strconv.Itoa(pid))
 		if err != nil || seen[ns] {
 			continue // gone, or a namespace already done
 		}
