@@ -110,7 +110,11 @@ func replaceIn(pid int, m *mountinfo.Info, staging string) error {
 		return fmt.Errorf("opening staging mount: %w", err)
 	}
 	defer unix.Close(st)
-	subFd, err := openBeneath(st, sub, unix.RESOLVE_BENEATH|unix.RESOLVE_NO_XDEV)
+	// Not O_DIRECTORY: a subPath may be a file.
+	subFd, err := unix.Openat2(st, sub, &unix.OpenHow{
+		Flags:   unix.O_PATH | unix.O_NOFOLLOW | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_XDEV | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
+	})
 	if err != nil {
 		return fmt.Errorf("subdirectory %q of the new staging mount: %w", sub, err)
 	}
@@ -128,7 +132,10 @@ func replaceIn(pid int, m *mountinfo.Info, staging string) error {
 		return fmt.Errorf("opening the process's root: %w", err)
 	}
 	defer unix.Close(root)
-	parent, err := openBeneath(root, filepath.Dir(point), unix.RESOLVE_IN_ROOT)
+	parent, err := unix.Openat2(root, filepath.Dir(point), &unix.OpenHow{
+		Flags:   unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
+	})
 	if err != nil {
 		return fmt.Errorf("parent of the mount point: %w", err)
 	}
@@ -200,14 +207,6 @@ func cleanRel(p string) (string, error) {
 		return "", errors.New("climbs out")
 	}
 	return rel, nil
-}
-
-// openBeneath opens the directory rel below dir with O_PATH, following no symlink.
-func openBeneath(dir int, rel string, resolve uint64) (int, error) {
-	return unix.Openat2(dir, rel, &unix.OpenHow{
-		Flags:   unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC,
-		Resolve: resolve | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
-	})
 }
 
 // mountID reads the mount ID of fd from the plugin's own fdinfo (no request reaches a FUSE server).

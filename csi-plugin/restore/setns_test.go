@@ -40,7 +40,7 @@ func loopback(t *testing.T, dir, mnt string) (*fuse.Server, uint64) {
 }
 
 // TestSetnsReattachKeepsSubdirectory: a "container" (a shell in a mount namespace of its own) holds the volume
-// at its root and a subPath-like bind of a subdirectory; the connection dies; Reattach puts the new staging
+// at its root and subPath-like binds of a subdirectory and of a file; the connection dies; Reattach puts the new staging
 // mount back at both places, the subPath showing its subdirectory, not the root, and a descriptor the container
 // kept open stays dead.
 func TestSetnsReattachKeepsSubdirectory(t *testing.T) {
@@ -58,14 +58,17 @@ func TestSetnsReattachKeepsSubdirectory(t *testing.T) {
 	if err := os.WriteFile(data+"/sub/where", []byte("subdirectory\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	if err := os.WriteFile(base+"/c/file", nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	_, dead := loopback(t, data, base+"/old")
 
 	// The container: private mount namespace, binds made inside it only, a descriptor kept open on the volume.
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
-	script := `mount --bind "$1/old" "$1/c/vol" && mount --bind "$1/old/sub" "$1/c/subpath" && exec 3<"$1/c/vol/where" && echo ready && read _ &&
+	script := `mount --bind "$1/old" "$1/c/vol" && mount --bind "$1/old/sub" "$1/c/subpath" && mount --bind "$1/old/sub/where" "$1/c/file" && exec 3<"$1/c/vol/where" && echo ready && read _ &&
 		{ if cat <&3 >/dev/null 2>&1; then echo kept=alive; else echo kept=dead; fi; } &&
-		echo "volume=$(cat "$1/c/vol/where")" && echo "subpath=$(cat "$1/c/subpath/where")"`
+		echo "volume=$(cat "$1/c/vol/where")" && echo "subpath=$(cat "$1/c/subpath/where")" && echo "file=$(cat "$1/c/file")"`
 	cmd := exec.CommandContext(ctx, "unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh", base)
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -96,8 +99,8 @@ func TestSetnsReattachKeepsSubdirectory(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Reattach: %v (%+v)", err, res)
 	}
-	if res.Replaced != 3 || res.Namespaces != 1 {
-		t.Fatalf("Reattach = %+v, want 3 mounts replaced (the staging copy, the volume, the subPath)", res)
+	if res.Replaced != 4 || res.Namespaces != 1 {
+		t.Fatalf("Reattach = %+v, want 4 mounts replaced (the staging copy, the volume, a directory and a file subPath)", res)
 	}
 	// The container reports from inside: its kept descriptor, then what its two mounts show.
 	if _, err := stdin.Write([]byte("\n")); err != nil {
@@ -110,7 +113,7 @@ func TestSetnsReattachKeepsSubdirectory(t *testing.T) {
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("container: %v; it wrote %q", err, rest)
 	}
-	if want := "kept=dead\nvolume=root\nsubpath=subdirectory\n"; string(rest) != want {
+	if want := "kept=dead\nvolume=root\nsubpath=subdirectory\nfile=subdirectory\n"; string(rest) != want {
 		t.Errorf("the container wrote %q, want %q (a subPath must show its subdirectory; a descriptor kept across the crash holds the old connection)", rest, want)
 	}
 }
