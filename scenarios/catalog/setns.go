@@ -8,8 +8,9 @@ import (
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
 )
 
-// setnsWhy is why the setns rows run on the local backend only: the chart does not give the plugin hostPID.
-const setnsWhy = "--restore-strategy=setns needs the plugin in the host's PID namespace (hostPID) to reach the containers' mount namespaces; the chart does not set it"
+// setnsWhy is why the setns rows are local only for now: the chart's hostPID for setns is new and has not
+// run on a cluster.
+const setnsWhy = "--restore-strategy=setns needs the plugin in the host's PID namespace; the chart's hostPID for it has not run on a cluster yet"
 
 // setnsScenarios compare the three restore strategies for a container that keeps running across the crash,
 // with the whole volume and with a subPath: rebind (restore-without-exit, rebind-subpath-running), stack
