@@ -117,3 +117,18 @@ func TestSetnsReattachKeepsSubdirectory(t *testing.T) {
 		t.Errorf("the container wrote %q, want %q (a subPath must show its subdirectory; a descriptor kept across the crash holds the old connection)", rest, want)
 	}
 }
+
+// TestCleanRel: mountinfo's paths become relative paths that cannot climb out of the directory they are
+// resolved in (the kernel resolves them beneath it as well: RESOLVE_BENEATH, RESOLVE_IN_ROOT).
+func TestCleanRel(t *testing.T) {
+	for in, want := range map[string]string{"/": ".", "/sub": "sub", "/sub/./f": "sub/f", "/a/../b": "b", "/..": "."} {
+		if got, err := cleanRel(in); err != nil || got != want {
+			t.Errorf("cleanRel(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "sub", "../x", "./x"} {
+		if got, err := cleanRel(in); err == nil {
+			t.Errorf("cleanRel(%q) = %q, want an error", in, got)
+		}
+	}
+}
