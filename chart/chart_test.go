@@ -418,10 +418,19 @@ func TestValueSets(t *testing.T) {
 		}},
 		{"restoreStrategy=stack", []string{"csi.plugin.restoreStrategy=stack"}, func(t *testing.T, o objects) {
 			p := container(t, o.ds, pluginContainer)
+			if o.ds.Spec.Template.Spec.HostPID {
+				t.Errorf("restoreStrategy=stack: the plugin pods have hostPID, which only setns needs")
+			}
 			wantArg(t, p, "--restore-strategy", "--restore-strategy=stack")
 			wantArg(t, p, "--restore-mounts", "--restore-mounts")
 			if strings.Contains(o.notes, "restoreStrategy=stack") {
 				t.Errorf("NOTES.txt still asks for restoreStrategy=stack")
+			}
+		}},
+		{"restoreStrategy=setns gives hostPID", []string{"csi.plugin.restoreStrategy=setns"}, func(t *testing.T, o objects) {
+			wantArg(t, container(t, o.ds, pluginContainer), "--restore-strategy", "--restore-strategy=setns")
+			if !o.ds.Spec.Template.Spec.HostPID {
+				t.Errorf("restoreStrategy=setns: the plugin pods lack hostPID, so the plugin cannot see the containers")
 			}
 		}},
 		{"directIO", []string{"csi.plugin.directIO=true"}, func(t *testing.T, o objects) {

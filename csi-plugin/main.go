@@ -53,7 +53,7 @@ func run(ctx context.Context, args []string, streams command.Streams) error {
 	fl.StringVar(&cfg.StateDir, "state-dir", "", "directory for mount records (empty: keep none)")
 	fl.StringVar(&cfg.EphemeralDir, "ephemeral-dir", "", "directory where inline ephemeral volumes are staged, one subdirectory per volume ID (default: \"ephemeral\" beside the CSI socket)")
 	fl.BoolVar(&cfg.RestoreMounts, "restore-mounts", false, "at start-up, before Probe is ready, remount recorded volumes whose mounts are dead")
-	fl.StringVar(&strategy, "restore-strategy", string(restore.Rebind), "how a dead published target is repaired: rebind (unmount it, bind again) or stack (bind on top of it, reaching running containers with HostToContainer propagation)")
+	fl.StringVar(&strategy, "restore-strategy", string(restore.Rebind), "how a dead published target is repaired: rebind (unmount it, bind again), stack (bind on top of it, reaching running containers with HostToContainer propagation) or setns (rebind, then re-bind inside running containers; needs hostPID)")
 	fl.StringVar(&cfg.FuseMode, "fuse-mode", fusemode.ChildName, "where FUSE servers run: "+strings.Join(fusemode.Names(), ", "))
 	cfg.FuseOptions.Server.Flags(fl)
 	fl.BoolVar(&cfg.FuseOptions.Server.DirectIO, "fuse-direct-io", false, "pass --direct-io to dummy-fuse")

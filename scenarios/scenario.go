@@ -533,7 +533,7 @@ func (s *Scenario) Validate() error {
 		return fmt.Errorf("scenario %q: name and title are required", s.Name)
 	}
 	switch s.Plugin.RestoreStrategy {
-	case "", StrategyRebind, StrategyStack:
+	case "", StrategyRebind, StrategyStack, string(restore.Setns):
 	default:
 		return fmt.Errorf("scenario %s: unknown restore strategy %q", s.Name, s.Plugin.RestoreStrategy)
 	}

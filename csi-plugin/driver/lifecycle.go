@@ -288,6 +288,7 @@ func (d *Driver) publish(id, staging, targetPath string, readOnly bool, capabili
 	}
 	createdDir, layers := mp.createdDir, mp.layers
 	act := actionBound
+	var deadDev uint64 // restore.Setns: the dead connection of this target, to be replaced in running containers
 	if layers > 0 && rec.pending {
 		// An interrupted publish's bind mount: nobody was told it exists, so it is replaced.
 		if _, err := mounts.UnmountAll(targetPath); err != nil {
@@ -316,6 +317,11 @@ func (d *Driver) publish(id, staging, targetPath string, readOnly bool, capabili
 				}
 				act = actionStacked
 			} else {
+				if strategy == restore.Setns {
+					if top, err := mounts.Top(targetPath); err == nil && top != nil {
+						deadDev = unix.Mkdev(uint32(top.Major), uint32(top.Minor))
+					}
+				}
 				if _, err := mounts.UnmountAll(targetPath); err != nil {
 					return "", status.Errorf(codes.Internal, "unmounting dead target: %v", err)
 				}
@@ -347,6 +353,11 @@ func (d *Driver) publish(id, staging, targetPath string, readOnly bool, capabili
 			return "", status.Errorf(codes.Internal, "the new bind mount does not answer: %v", err)
 		}
 		d.hookMounted(targetPath)
+		if deadDev != 0 {
+			res, err := restore.Reattach(deadDev, staging)
+			klog.InfoS("Re-bound the target inside running containers", "volumeID", id, "targetPath", targetPath,
+				"namespaces", res.Namespaces, "replaced", res.Replaced, "failed", res.Failed, "err", err)
+		}
 	}
 	t := target{readOnly: readOnly, createdDir: createdDir, cap: capability}
 	// A new mount renews the record's time: the remediator (csi-plugin/remediate) compares it with container

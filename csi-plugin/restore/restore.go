@@ -37,10 +37,10 @@ const (
 // ParseStrategy checks a --restore-strategy value.
 func ParseStrategy(s string) (Strategy, error) {
 	switch Strategy(s) {
-	case Rebind, Stack:
+	case Rebind, Stack, Setns:
 		return Strategy(s), nil
 	}
-	return "", fmt.Errorf("unknown restore strategy %q (want %q or %q)", s, Rebind, Stack)
+	return "", fmt.Errorf("unknown restore strategy %q (want %q, %q or %q)", s, Rebind, Stack, Setns)
 }
 
 // ErrKubeletDone is what a Restorer returns, after forgetting the record, for a path whose directory kubelet
