@@ -62,7 +62,7 @@ func reattach(dev uint64, staging string, pids []int) (Reattached, error) {
 			continue // gone, or a namespace already done
 		}
 		seen[ns] = true
-		infos, err := mountinfo.PidMountInfo(pid)
+		infos, err := pidMountInfo(pid)
 		if err != nil {
 			continue // the process exited
 		}
@@ -231,4 +231,14 @@ func nsInode(pid string) (uint64, error) {
 		return 0, err
 	}
 	return st.Ino, nil
+}
+
+// pidMountInfo is the mount table of process pid's mount namespace (/proc/<pid>/mountinfo).
+func pidMountInfo(pid int) ([]*mountinfo.Info, error) {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/mountinfo", pid))
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return mountinfo.GetMountsFromReader(f, nil)
 }
