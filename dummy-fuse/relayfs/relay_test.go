@@ -310,20 +310,7 @@ func TestRelayKeepsReadsThroughServerKills(t *testing.T) {
 			}
 			fdsBefore := openFDs(t, r.proc.PID())
 			const kills = 10
-			var kTimes []time.Time
-			for k := 0; k < kills; k++ {
-				for _, rd := range readers {
-					n := rd.goodReads()
-					testenv.Eventually(t, waitTimeout, fmt.Sprintf("the %s to read twice more before kill %d", rd.name, k+1), func() bool { return rd.goodReads() >= n+2 })
-				}
-				kTimes = append(kTimes, time.Now())
-				b.kill()
-				b.start()
-			}
-			for _, rd := range readers {
-				n := rd.goodReads()
-				testenv.Eventually(t, waitTimeout, "the "+rd.name+" to read twice more after the last kill", func() bool { return rd.goodReads() >= n+2 })
-			}
+			kTimes := killAndRestart(t, b, kills, readers...)
 			// The roots and files opened on the dead backends were closed: no descriptor leaks per kill.
 			testenv.Eventually(t, waitTimeout, fmt.Sprintf("the relay to hold no more descriptors than the %d before the kills", fdsBefore), func() bool {
 				return openFDs(t, r.proc.PID()) <= fdsBefore
@@ -511,6 +498,27 @@ func TestRelayReadInFlightAtServerKill(t *testing.T) {
 }
 
 // openFDs counts the descriptors process pid holds.
+// killAndRestart kills the backend's server kills times and starts it again, each time after every reader
+// read twice more, and waits for two more reads of each after the last one; it returns the kills' times.
+func killAndRestart(t *testing.T, b *realBackend, kills int, readers ...*reader) []time.Time {
+	t.Helper()
+	readTwice := func(what string) {
+		for _, rd := range readers {
+			n := rd.goodReads()
+			testenv.Eventually(t, waitTimeout, "the "+rd.name+" to read twice more "+what, func() bool { return rd.goodReads() >= n+2 })
+		}
+	}
+	var at []time.Time
+	for k := range kills {
+		readTwice(fmt.Sprintf("before kill %d", k+1))
+		at = append(at, time.Now())
+		b.kill()
+		b.start()
+	}
+	readTwice("after the last kill")
+	return at
+}
+
 func openFDs(t *testing.T, pid int) int {
 	t.Helper()
 	ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))

@@ -79,20 +79,7 @@ func soakServer(t *testing.T, name string, kills int) bench.SoakServer {
 	}
 	res := bench.SoakServer{Server: name, Kills: kills, RelayFDsBefore: openFDs(t, r.proc.PID()), MountsBefore: soakMounts(t, b.dir, r.mnt)}
 	childrenBefore := len(testenv.Children(os.Getpid()))
-	var killedAt []time.Time
-	for k := range kills {
-		for _, rd := range readers {
-			n := rd.goodReads()
-			testenv.Eventually(t, waitTimeout, fmt.Sprintf("the %s to read twice more before kill %d", rd.name, k+1), func() bool { return rd.goodReads() >= n+2 })
-		}
-		killedAt = append(killedAt, time.Now())
-		b.kill()
-		b.start()
-	}
-	for _, rd := range readers {
-		n := rd.goodReads()
-		testenv.Eventually(t, waitTimeout, "the "+rd.name+" to read twice more after the last kill", func() bool { return rd.goodReads() >= n+2 })
-	}
+	killedAt := killAndRestart(t, b, kills, readers...)
 	stopReaders(t, stop, readers...)
 
 	// Leftovers. The relay closes what it held on a dead backend when it next finds it dead, so its count may
