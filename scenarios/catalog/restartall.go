@@ -21,8 +21,9 @@ func restartAllScenarios() []scenarios.Scenario {
 			Title:   "Restore, and a restart rule that restarts the whole pod in place (KEP-5532 RestartAllContainers)",
 			Shows: "The restart setup with a second container, holder, that keeps its descriptor and never exits on its " +
 				"own: without help it would read ENOTCONN for good (restore-without-exit). The reader has a restart rule " +
-				"RestartAllContainers for its exit code 1: when it exits on the dead mount, kubelet kills the holder at " +
-				"once and starts both again in place, in the same pod with the same volumes (nothing is published again). " +
+				"RestartAllContainers for its exit code 1: when it exits on the dead mount, kubelet stops the holder at " +
+				"once (SIGTERM, SIGKILL 2 s later) and starts both again in place, in the same pod with the same volumes " +
+				"(nothing is published again). " +
 				"While the plugin is down their starts fail as in restart; once it restored the volume, both read again: " +
 				"one container's exit heals every container of the pod, without a new pod.",
 			Plugin: scenarios.Plugin{RestoreMounts: true, RestoreStrategy: scenarios.StrategyRebind},
@@ -31,7 +32,7 @@ func restartAllScenarios() []scenarios.Scenario {
 				{Name: holder, KeepOpen: true},
 			}},
 			Steps: deadThenBack(
-				scenarios.WaitFor(scenarios.Exits{C: holder, Code: 137}, scenarios.Dur{Fixed: 10 * time.Second}),
+				scenarios.WaitFor(scenarios.Exits{C: reader, Code: scenarios.RestartAllExitCode}, scenarios.Dur{Fixed: 10 * time.Second}),
 				scenarios.WaitFor(scenarios.Recovers{C: reader}, recovers),
 				scenarios.WaitFor(scenarios.Recovers{C: holder}, recovers),
 				scenarios.Observe(scenarios.Dur{Reads: 3}),
@@ -39,11 +40,14 @@ func restartAllScenarios() []scenarios.Scenario {
 			Expect: []scenarios.Expectation{
 				{Check: scenarios.FailsWith{C: reader, Errno: "ENOTCONN", Within: scenarios.Dur{Fixed: 5 * time.Second, Reads: 2}}},
 				{Check: scenarios.Exits{C: reader, Code: scenarios.RestartAllExitCode}},
-				{Check: scenarios.Exits{C: holder, Code: 137}},
 				{Check: scenarios.Recovers{C: reader, Instance: scenarios.NewInstance}},
 				{Check: scenarios.Recovers{C: holder, Instance: scenarios.NewInstance}},
 			},
 			EveryRelease: restartAllReleases,
+			Backends:     []string{scenarios.BackendLocal},
+			BackendsWhy: "the kube backend does not follow the containers kubelet removes and starts again for RestartAllContainers " +
+				"yet (their status shows exit 137 without a finish time, the new instances' logs are not picked up); tried on " +
+				"kubelet v1.37.2: both containers were restarted in place and ran, the reader (--exit-on-error) without an error until the pod's deletion",
 		},
 	}
 }

@@ -2,7 +2,7 @@ package local
 
 import (
 	"fmt"
-	"syscall"
+	"time"
 
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
 )
@@ -20,12 +20,13 @@ func (c *container) restartsPod(code int) bool {
 }
 
 // restartAll is kubelet's RestartAllContainers after source exited with its rule's code: every other container
-// of the pod is killed at once (grace period 0, SIGKILL), and every container, source included, is started
-// again without back-off, as kubelet removes them all from the runtime and starts them afresh in the same
-// sandbox (pkg/kubelet/kuberuntime/kuberuntime_manager.go, ContainersToReset). Nothing is published again: the
-// volume's bind stays what it is.
+// of the pod is stopped with "grace period 0", which kubelet raises to its minimum of 2 s (SIGTERM, then SIGKILL
+// 2 s later: killContainer in pkg/kubelet/kuberuntime/kuberuntime_container.go), and every container, source
+// included, is started again without back-off, as kubelet removes them all from the runtime and starts them
+// afresh in the same sandbox (pkg/kubelet/kuberuntime/kuberuntime_manager.go, ContainersToReset). Nothing is
+// published again: the volume's bind stays what it is.
 func (b *Backend) restartAll(source *container) {
-	b.logf("container %s exited with %d, its restart rule RestartAllContainers: killing the pod's other containers (grace period 0) and starting every container again in place",
+	b.logf("container %s exited with %d, its restart rule RestartAllContainers: stopping the pod's other containers (grace period 0, at least 2 s) and starting every container again in place",
 		source.spec.Name, scenarios.RestartAllExitCode)
 	b.rec.Add(scenarios.Event{Source: scenarios.SrcKubelet, Kind: scenarios.KPodEvent, Detail: restartingAll,
 		Message: fmt.Sprintf("container %s exited with %d: RestartAllContainers", source.spec.Name, scenarios.RestartAllExitCode)})
@@ -35,8 +36,12 @@ func (b *Backend) restartAll(source *container) {
 			continue
 		}
 		if p := c.current(); p != nil && !p.exited() {
-			b.logf("container %s: SIGKILL pid %d (RestartAllContainers)", c.spec.Name, p.pid())
-			_ = p.cmd.Process.Signal(syscall.SIGKILL)
+			b.logf("container %s: stop pid %d (RestartAllContainers)", c.spec.Name, p.pid())
+			go func() { _ = p.stop(minimumGracePeriod) }() // its loop sees the exit and starts it again
 		}
 	}
 }
+
+// minimumGracePeriod is the shortest grace period kubelet gives a container it stops
+// (minimumGracePeriodInSeconds in pkg/kubelet/kuberuntime/kuberuntime_manager.go).
+const minimumGracePeriod = 2 * time.Second
