@@ -153,11 +153,17 @@ func (p *recollectPart) kill(ctx context.Context) error {
 	}
 	b.progress("DaemonSet %s may run on the node again; its pod is deleted once the keeper has reached it", dsName())
 	deadline := time.Now().Add(b.opts.SetupTimeout)
-	for b.rec.Count(func(e scenarios.Event) bool {
-		return e.Kind == scenarios.KReady && e.Component == scenarios.KeeperContainer && e.Time.After(since)
-	}) == 0 {
+	// The keeper's line can come before the pod watch has seen the new plugin pod running (v1.36.3 once): the
+	// kill needs both.
+	reached := func() bool {
+		pp, _ := b.runningPod(b.plugins)
+		return pp != nil && b.rec.Count(func(e scenarios.Event) bool {
+			return e.Kind == scenarios.KReady && e.Component == scenarios.KeeperContainer && e.Time.After(since)
+		}) > 0
+	}
+	for !reached() {
 		if time.Now().After(deadline) {
-			return fmt.Errorf("the keeper did not reach the restarted plugin within %s (see keeper.log)", b.opts.SetupTimeout)
+			return fmt.Errorf("the keeper did not reach the restarted plugin, running on node %s, within %s (see keeper.log and kube.log)", b.node, b.opts.SetupTimeout)
 		}
 		if err := scenarios.Sleep(ctx, 20*time.Millisecond); err != nil {
 			return err
