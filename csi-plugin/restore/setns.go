@@ -17,8 +17,9 @@ import (
 // Setns repairs the host target like Rebind, then enters the mount namespace of every process that still holds
 // a copy of the dead mount (a running container) and puts a bind of the new staging mount in its place: the
 // same subdirectory the dead mount showed, so that a kubelet subPath bind gets its subdirectory back, not the
-// volume's root (the trap of seaweedfs-csi-driver issue 271). Files opened before the crash stay dead: they
-// hold the old connection. Needs the host's PID namespace (hostPID) to see the containers' processes.
+// volume's root (the trap csi-plugin/README.md "Restore strategies" describes). Files opened before the crash
+// stay dead: they hold the old connection. Needs the host's PID namespace (hostPID) to see the containers'
+// processes.
 const Setns Strategy = "setns"
 
 // Reattached says what Reattach did.

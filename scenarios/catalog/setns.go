@@ -77,8 +77,8 @@ func setnsScenarios() []scenarios.Scenario {
 			Title:   "Re-binding restore inside the running container, volume mounted with a subPath",
 			Shows: "As setns, with both containers mounting the volume's file through a subPath: the plugin reads " +
 				"from the container's mount table which part of the volume the dead mount showed and binds that same " +
-				"part again, so the subPath still shows its file, not the volume's root (the trap of " +
-				"seaweedfs-csi-driver issue 271). The kept descriptor stays ENOTCONN.",
+				"part again, so the subPath still shows its file, not the volume's root (the re-binding trap " +
+				"csi-plugin/README.md's \"Restore strategies\" describes). The kept descriptor stays ENOTCONN.",
 			Plugin: setns,
 			Pod: scenarios.Pod{RestartPolicy: scenarios.RestartAlways, Containers: []scenarios.Container{
 				subPath(reopen, false, ""),
