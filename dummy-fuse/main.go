@@ -67,6 +67,7 @@ func run(ctx context.Context, args []string, s command.Streams) error {
 	var relay relayfs.Options
 	fl.StringVar(&relay.Backend, "relay-backend", "", "relay this directory (a real FUSE server's mount) read-only instead of serving dummy-file.txt")
 	fl.DurationVar(&relay.BackendWait, "backend-wait", relayfs.DefaultBackendWait, "with --relay-backend: how long requests wait for a dead backend to serve again before they fail")
+	relayNodeDir := fl.String("relay-node-dir", "", "with --session: relay every connection to the backend root its keeper hands over (the relay-keeper mode), journaling node tables in this directory")
 	fl.StringVar(&relay.NodeTable, "node-table", "", "with --relay-backend: the file journaling the relay's node IDs, which a successor (--takeover) needs")
 	showVersion := fl.Bool("version", false, "print the version and exit")
 	fl.Usage = func() {
@@ -101,7 +102,9 @@ func run(ctx context.Context, args []string, s command.Streams) error {
 		return command.Usagef("--takeover needs MOUNTPOINT /dev/fd/N (the inherited connection), got %s", fl.Arg(0))
 	case *standby && *takeover == "":
 		return command.Usagef("--standby waits to take over: it needs --takeover")
-	case relay.Backend == "" && (set["node-table"] || set["backend-wait"]):
+	case *relayNodeDir != "" && *session == "":
+		return command.Usagef("--relay-node-dir relays the connections of a --session")
+	case relay.Backend == "" && *relayNodeDir == "" && set["backend-wait"], relay.Backend == "" && set["node-table"]:
 		return command.Usagef("--node-table and --backend-wait need --relay-backend")
 	case relay.Backend != "" && (*session != "" || opts.ReadLatency != 0):
 		return command.Usagef("--relay-backend serves one MOUNTPOINT (no --session yet) and reads at the backend's pace (no --read-latency)")
@@ -112,7 +115,15 @@ func run(ctx context.Context, args []string, s command.Streams) error {
 	}
 	if *session != "" {
 		tuneGC()
-		return serveSession(ctx, *session, opts, s.Err)
+		if *relayNodeDir != "" {
+			relay.DirectIO, relay.AttrTimeout, relay.EntryTimeout, relay.Log = opts.DirectIO, opts.AttrTimeout, opts.EntryTimeout, s.Err
+			fss, err := relayfs.NewSessions(*relayNodeDir, relay)
+			if err != nil {
+				return err
+			}
+			return serveSession(ctx, *session, opts, fss, s.Err)
+		}
+		return serveSession(ctx, *session, opts, nil, s.Err)
 	}
 	if *standby {
 		// A process forked while it holds files on a FUSE mount closes its copies at exec, and each close waits
@@ -150,14 +161,14 @@ func runRelay(ctx context.Context, mountpoint string, opts dummyfs.Options, rela
 }
 
 // serveSession serves the connections of the keeper session inherited as path (/dev/fd/N).
-func serveSession(ctx context.Context, path string, opts dummyfs.Options, logw io.Writer) error {
+func serveSession(ctx context.Context, path string, opts dummyfs.Options, fss dummyfs.SessionFS, logw io.Writer) error {
 	n, _ := strconv.Atoi(strings.TrimPrefix(path, "/dev/fd/"))
 	conn, err := handover.FromFile(os.NewFile(uintptr(n), path))
 	if err != nil {
 		return fmt.Errorf("--session %s: %w", path, err)
 	}
 	defer conn.Close()
-	return dummyfs.ServeSession(ctx, conn, opts, logw)
+	return dummyfs.ServeSessionWith(ctx, conn, opts, fss, logw)
 }
 
 // tuneGC trades a little GC work for memory: go-fuse allocates about 1 KiB of garbage per request

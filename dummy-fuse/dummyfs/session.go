@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
 
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/handover"
@@ -26,7 +27,23 @@ import (
 // keeper is gone, so nobody would hand this process anything any more, nor restart it); a broken message ends
 // it with an error. logw gets a line per connection served or ended.
 func ServeSession(ctx context.Context, session *handover.Conn, opts Options, logw io.Writer) error {
-	s := &sessionServer{session: session, opts: opts, logw: logw, served: map[string]*Server{}}
+	return ServeSessionWith(ctx, session, opts, nil, logw)
+}
+
+// SessionFS gives a session server the filesystem of each connection instead of Options.FS: the relay-keeper
+// mode relays each volume to its own backend, whose root arrives in Backend messages.
+type SessionFS interface {
+	// Backend takes f, the root of volume's backend (the receiver owns it).
+	Backend(volume string, f *os.File)
+	// FS returns the filesystem that serves volume's connection, and what ends it once the connection is
+	// over; fresh says the connection is new (no predecessor served it: nothing of one may be loaded).
+	FS(volume string, fresh bool) (fuse.RawFileSystem, func(), error)
+}
+
+// ServeSessionWith is ServeSession with each connection's filesystem from fss (nil: Options.FS, as
+// ServeSession).
+func ServeSessionWith(ctx context.Context, session *handover.Conn, opts Options, fss SessionFS, logw io.Writer) error {
+	s := &sessionServer{session: session, opts: opts, fss: fss, logw: logw, served: map[string]*Server{}}
 	recvd := make(chan error, 1)
 	go func() { recvd <- s.receive() }()
 	select {
@@ -46,6 +63,7 @@ func ServeSession(ctx context.Context, session *handover.Conn, opts Options, log
 type sessionServer struct {
 	session *handover.Conn
 	opts    Options
+	fss     SessionFS
 	logw    io.Writer
 
 	mu     sync.Mutex
@@ -58,6 +76,13 @@ func (s *sessionServer) receive() error {
 		m, f, err := s.session.Recv()
 		if err != nil {
 			return err
+		}
+		if m.Kind == handover.Backend && s.fss != nil && f != nil {
+			s.fss.Backend(m.Volume, f)
+			continue
+		}
+		if f != nil && m.Kind != handover.Serve {
+			f.Close()
 		}
 		if m.Kind != handover.Serve {
 			s.logf("ignoring a %s message about %q: this server only takes connections (serve)", m.Kind, m.Volume)
@@ -86,23 +111,31 @@ func (s *sessionServer) serve(m handover.Msg, f *os.File) error {
 	if err != nil {
 		return s.reportEnded(m.Volume, fmt.Errorf("dup: %w", err))
 	}
+	opts, end := s.opts, func() {}
+	if s.fss != nil {
+		if opts.FS, end, err = s.fss.FS(m.Volume, len(m.Init) == 0); err != nil {
+			unix.Close(fd)
+			return s.reportEnded(m.Volume, err)
+		}
+	}
 	how := "answered its INIT"
 	if len(m.Init) == 0 {
-		srv, err = Mount(fmt.Sprintf("/dev/fd/%d", fd), s.opts)
+		srv, err = Mount(fmt.Sprintf("/dev/fd/%d", fd), opts)
 	} else {
-		srv, err = Takeover(fd, m.Init, s.opts)
+		srv, err = Takeover(fd, m.Init, opts)
 		how = "took it over"
 		if srv != nil && srv.Resent() {
 			how += ", asked the kernel to resend what the predecessor had read"
 		}
 	}
 	if err != nil { // Mount and Takeover closed the descriptor
+		end()
 		return s.reportEnded(m.Volume, err)
 	}
 	s.mu.Lock()
 	s.served[m.Volume] = srv
 	s.mu.Unlock()
-	go s.watch(m.Volume, srv)
+	go func() { s.watch(m.Volume, srv); end() }()
 	return s.reportServed(m.Volume, srv, how)
 }
 

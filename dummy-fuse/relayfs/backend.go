@@ -16,6 +16,8 @@ import (
 // again at its path, where the server's restarter mounts it anew.
 type backend struct {
 	path string
+	// open opens the root: at path, or the newest of Options.Roots.
+	open func() (int, error)
 	wait time.Duration
 	logf func(format string, a ...any)
 
@@ -39,11 +41,15 @@ type rootFD struct {
 	refs sync.WaitGroup
 }
 
-func openBackend(path string, wait time.Duration, logf func(string, ...any)) (*backend, error) {
+func openBackend(path string, roots *Roots, wait time.Duration, logf func(string, ...any)) (*backend, error) {
 	b := &backend{path: path, wait: wait, logf: logf}
-	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	b.open = func() (int, error) { return unix.Open(path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0) }
+	if roots != nil {
+		b.path, b.open = "(root descriptor)", roots.open
+	}
+	fd, err := b.open()
 	if err != nil {
-		return nil, fmt.Errorf("backend %s: %w", path, err)
+		return nil, fmt.Errorf("backend %s: %w", b.path, err)
 	}
 	var fs unix.Statfs_t
 	if err := unix.Fstatfs(fd, &fs); err != nil {
@@ -51,7 +57,10 @@ func openBackend(path string, wait time.Duration, logf func(string, ...any)) (*b
 		return nil, fmt.Errorf("backend %s: %w", path, err)
 	}
 	b.fsType = fs.Type
-	if b.mountRoot, err = isMountRoot(fd, path); err != nil {
+	if roots == nil {
+		b.mountRoot, err = isMountRoot(fd, path)
+	}
+	if err != nil {
 		unix.Close(fd)
 		return nil, fmt.Errorf("backend %s: %w", path, err)
 	}
@@ -131,10 +140,10 @@ func (b *backend) recover(gen uint64, cause error) error {
 // hundreds of milliseconds, a try costs an open and two requests to it.
 const retryEvery = 10 * time.Millisecond
 
-// reopen opens the root at b.path and checks that a server answers there: the same kind of filesystem as at
+// reopen opens the root (b.open) and checks that a server answers there: the same kind of filesystem as at
 // the start, a mount point if it was one, and a STATFS answered.
 func (b *backend) reopen() (int, error) {
-	fd, err := unix.Open(b.path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	fd, err := b.open()
 	if err != nil {
 		return -1, err
 	}

@@ -37,6 +37,8 @@ import (
 type Options struct {
 	// Backend is the directory to relay: the root of the real server's mount.
 	Backend string
+	// Roots, when set, replaces Backend: the root comes as descriptors (relay-keeper mode).
+	Roots *Roots
 	// BackendWait bounds how long operations wait for a dead backend to serve again (DefaultBackendWait when 0).
 	BackendWait time.Duration
 	// NodeTable is the file that journals node IDs for a successor; empty: none (the relay cannot be taken over).
@@ -81,7 +83,7 @@ func New(opts Options) (*FS, error) {
 		opts.Log = io.Discard
 	}
 	fs := &FS{ReadOnly: dummyfs.NewReadOnly(), opts: opts, handles: newHandles()}
-	b, err := openBackend(opts.Backend, opts.BackendWait, fs.logf)
+	b, err := openBackend(opts.Backend, opts.Roots, opts.BackendWait, fs.logf)
 	if err != nil {
 		return nil, err
 	}

@@ -77,3 +77,12 @@ func IsFuseDevice(f *os.File) bool {
 	}
 	return st.Mode&unix.S_IFMT == unix.S_IFCHR && st.Rdev_major == 10 && st.Rdev_minor == 229
 }
+
+// IsDirectory reports whether f is a directory, as IsFuseDevice without reaching any FUSE server.
+func IsDirectory(f *os.File) bool {
+	var st unix.Statx_t
+	if err := unix.Statx(int(f.Fd()), "", unix.AT_EMPTY_PATH|unix.AT_STATX_DONT_SYNC, unix.STATX_TYPE, &st); err != nil {
+		return false
+	}
+	return st.Mode&unix.S_IFMT == unix.S_IFDIR
+}

@@ -17,6 +17,8 @@
 //	stop   {volume}                     the connection is over (unmounted): drop every copy of it
 //	drop   {volume, reason}             "I do not know this connection": the receiver closes its copy
 //	ended  {volume, reason}             a server's connection ended
+//	backend {volume} + descriptor       the root directory of the volume's backend mount (the relay-keeper mode:
+//	                                    the relay reaches the real server's private mount through it)
 //
 // The handover record (init) is the kernel's INIT request and the first server's reply, which a successor
 // needs to take an initialised connection over (dummyfs.Takeover).
@@ -50,6 +52,8 @@ const (
 	Stop   Kind = "stop"
 	Drop   Kind = "drop"
 	Ended  Kind = "ended"
+	// Backend carries a directory descriptor, not a connection: the root of a relay's backend mount.
+	Backend Kind = "backend"
 )
 
 // ReasonUnmounted is the Reason of Ended when the connection itself is over (unmounted or aborted): nobody
@@ -57,12 +61,12 @@ const (
 const ReasonUnmounted = "unmounted"
 
 // carriesFD reports whether messages of kind k carry a connection's descriptor (and only they do).
-func (k Kind) carriesFD() bool { return k == Hold || k == Serve }
+func (k Kind) carriesFD() bool { return k == Hold || k == Serve || k == Backend }
 
 // known reports whether k is a kind of this protocol.
 func (k Kind) known() bool {
 	switch k {
-	case Hello, Hold, Serve, Served, Stop, Drop, Ended:
+	case Hello, Hold, Serve, Served, Stop, Drop, Ended, Backend:
 		return true
 	}
 	return false
@@ -308,8 +312,13 @@ func (c *Conn) Recv() (Msg, *os.File, error) {
 	err = json.Unmarshal(data, &m)
 	if err != nil {
 		err = fmt.Errorf("message %q is not JSON: %w", clip(string(data)), err)
-	} else if err = m.validate(f != nil); err == nil && f != nil && !fdpass.IsFuseDevice(f) {
-		err = fmt.Errorf("%s message: descriptor is not /dev/fuse", m.Kind)
+	} else if err = m.validate(f != nil); err == nil && f != nil {
+		switch {
+		case m.Kind == Backend && !fdpass.IsDirectory(f):
+			err = fmt.Errorf("%s message: descriptor is not a directory", m.Kind)
+		case m.Kind != Backend && !fdpass.IsFuseDevice(f):
+			err = fmt.Errorf("%s message: descriptor is not /dev/fuse", m.Kind)
+		}
 	}
 	if err != nil {
 		if f != nil {
