@@ -37,6 +37,9 @@ type holder struct {
 	greeting time.Duration
 	// resend asks the kernel to queue again the requests a session's servers had read (fuseconn.Resend).
 	resend func(dev *os.File)
+	// backendOf, when set (relay-keeper mode), returns a copy of a volume's backend root (nil: none yet), which
+	// a session gets before the connection and again whenever it re-collects it.
+	backendOf func(volume string) *os.File
 
 	mu       sync.Mutex
 	ln       *handover.Listener
@@ -95,6 +98,7 @@ func (h *holder) add(volume, mountpoint string, dev *os.File) *keptConn {
 	}
 	h.mu.Unlock()
 	if s != nil {
+		h.sendBackend(s, volume)
 		if err := s.conn.Send(handover.Msg{Kind: handover.Serve, Volume: volume}, dev); err != nil {
 			go s.conn.Close() // its receiver removes the session; the next one gets the connection
 		}
@@ -342,7 +346,11 @@ func (h *holder) session(c *handover.Conn) {
 	h.notifyLocked()
 	h.mu.Unlock()
 	klog.InfoS("Session connected", "role", s.role, "pid", s.pid, "version", s.version, "holds", m.Holds, "adopted", len(adopted), "refused", len(refused), "handing", len(missing))
+	for _, v := range adopted {
+		h.sendBackend(s, v)
+	}
 	for _, c := range missing {
+		h.sendBackend(s, c.volume)
 		if err := s.conn.Send(handover.Msg{Kind: handover.Serve, Volume: c.volume, Init: c.init}, c.dev); err != nil {
 			klog.ErrorS(err, "Handing a connection over", "role", s.role, "volumeID", c.volume, "pid", s.pid)
 			break
@@ -494,6 +502,7 @@ func (h *holder) reports(s *keeperSession) error {
 				if o != s && !o.holds[c.volume] && c.dev != nil {
 					o.holds[c.volume] = true
 					go func(o *keeperSession, c *keptConn, init []byte, dev *os.File) {
+						h.sendBackend(o, c.volume)
 						_ = o.conn.Send(handover.Msg{Kind: handover.Serve, Volume: c.volume, Init: init}, dev)
 					}(o, c, c.init, c.dev)
 				}
@@ -508,6 +517,32 @@ func (h *holder) reports(s *keeperSession) error {
 		}
 		h.notifyLocked()
 		h.mu.Unlock()
+	}
+}
+
+// sendBackend sends s the volume's backend root, when the mode has one (backendOf).
+func (h *holder) sendBackend(s *keeperSession, volume string) {
+	if h.backendOf == nil {
+		return
+	}
+	if f := h.backendOf(volume); f != nil {
+		_ = s.conn.Send(handover.Msg{Kind: handover.Backend, Volume: volume}, f)
+		f.Close()
+	}
+}
+
+// sendBackendToHolders sends every session that holds volume its newest backend root (a new real server).
+func (h *holder) sendBackendToHolders(volume string) {
+	h.mu.Lock()
+	var to []*keeperSession
+	for _, s := range h.sessions {
+		if s.holds[volume] {
+			to = append(to, s)
+		}
+	}
+	h.mu.Unlock()
+	for _, s := range to {
+		h.sendBackend(s, volume)
 	}
 }
 

@@ -52,6 +52,8 @@ func Command(ctx context.Context, args []string, streams command.Streams) error 
 		directIO    bool
 		readLatency time.Duration
 		showVersion bool
+		relayDir    string
+		backendWait time.Duration
 	)
 	fl := flag.NewFlagSet("csi-plugin keeper", flag.ContinueOnError)
 	fl.SetOutput(streams.Err)
@@ -62,6 +64,8 @@ func Command(ctx context.Context, args []string, streams command.Streams) error 
 	fl.DurationVar(&readLatency, "read-latency", 0, "pass --read-latency to the FUSE servers: every read takes this long, like a remote backend")
 	fl.StringVar(&cfg.SecretFile, "secret-file", "", "the plugin's per-node secret (default: "+fusemode.KeeperSecretName+" beside --plugin-socket)")
 	fl.StringVar(&cfg.StatusFile, "status-file", DefaultStatusFile, "write which server serves which volume here after every change (empty: nowhere)")
+	fl.StringVar(&relayDir, "relay-node-dir", "", "the plugin's relay-keeper mode: the servers relay each connection to the backend root the plugin hands over, journaling node tables in this directory (one that outlives the keeper, so that a successor takes the relays over)")
+	fl.DurationVar(&backendWait, "relay-backend-wait", 30*time.Second, "with --relay-node-dir: how long a relay lets requests wait for a dead backend before they fail")
 	fl.BoolVar(&showVersion, "version", false, "print the version and exit")
 	fl.Usage = func() {
 		fmt.Fprint(fl.Output(), usage)
@@ -80,6 +84,8 @@ func Command(ctx context.Context, args []string, streams command.Streams) error 
 		return command.Usagef("--read-latency must not be negative")
 	case cfg.VolumesPerServer < 1:
 		return command.Usagef("--volumes-per-server must be at least 1")
+	case relayDir != "" && (readLatency != 0 || !filepath.IsAbs(relayDir) || backendWait <= 0):
+		return command.Usagef("--relay-node-dir must be absolute, relays read at the backend's pace (no --read-latency) and --relay-backend-wait must be positive")
 	}
 	if cfg.DummyFusePath == "" {
 		cfg.DummyFusePath = fuseserver.Find(fuseserver.DummyFuse)
@@ -89,6 +95,9 @@ func Command(ctx context.Context, args []string, streams command.Streams) error 
 	}
 	if directIO {
 		cfg.ServerArgs = append(cfg.ServerArgs, "--direct-io")
+	}
+	if relayDir != "" {
+		cfg.ServerArgs = append(cfg.ServerArgs, "--relay-node-dir="+relayDir, "--backend-wait="+backendWait.String())
 	}
 	if readLatency > 0 {
 		cfg.ServerArgs = append(cfg.ServerArgs, "--read-latency="+readLatency.String())

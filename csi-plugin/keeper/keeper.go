@@ -71,6 +71,9 @@ type Keeper struct {
 	events chan event
 
 	conns     map[string]*conn // by volume
+	// roots are the newest backend roots the plugin handed over (relay-keeper mode), by volume: every server
+	// that gets the volume gets its root first.
+	roots     map[string]*os.File
 	servers   []*server
 	nextID    int
 	plugin    *handover.Conn // the session with the plugin, nil while there is none
@@ -135,7 +138,7 @@ func New(cfg Config, log io.Writer) (*Keeper, error) {
 			return nil, fmt.Errorf("status file: %w", err)
 		}
 	}
-	return &Keeper{cfg: cfg, log: log, events: make(chan event, 64), conns: map[string]*conn{}, quit: make(chan struct{})}, nil
+	return &Keeper{cfg: cfg, log: log, events: make(chan event, 64), conns: map[string]*conn{}, roots: map[string]*os.File{}, quit: make(chan struct{})}, nil
 }
 
 // Run keeps connections until ctx ends; then it stops its servers (SIGTERM: they exit without unmounting
@@ -281,7 +284,13 @@ func (k *Keeper) pluginMsg(m handover.Msg, f *os.File) {
 	switch m.Kind {
 	case handover.Serve:
 		k.take(m, f)
+	case handover.Backend:
+		k.backend(m.Volume, f)
 	case handover.Stop, handover.Drop:
+		if r := k.roots[m.Volume]; r != nil && m.Kind == handover.Stop {
+			r.Close()
+			delete(k.roots, m.Volume)
+		}
 		cn := k.conns[m.Volume]
 		if cn == nil {
 			return
@@ -349,6 +358,11 @@ func (k *Keeper) serve(cn *conn) {
 	}
 	srv.volumes[cn.volume] = true
 	cn.server = srv
+	if r := k.roots[cn.volume]; r != nil {
+		if err := srv.session.Send(handover.Msg{Kind: handover.Backend, Volume: cn.volume}, r); err != nil {
+			k.logf("volume %s: handing its backend root to server pid %d: %v", cn.volume, srv.pid, err)
+		}
+	}
 	if cn.init == nil {
 		// Never answered, or its first server died before answering: its INIT may sit in the dead server's
 		// hands, so ask the kernel to queue it again before the new server reads.
@@ -487,6 +501,24 @@ func (k *Keeper) shutdown() {
 	for _, cn := range k.conns {
 		cn.dev.Close()
 	}
+	for _, r := range k.roots {
+		r.Close()
+	}
+}
+
+// backend keeps f, the newest root of volume's backend (relay-keeper mode: the plugin mounted a new one), and
+// hands it to the server that relays the volume; the next server gets it before the connection (serve).
+func (k *Keeper) backend(volume string, f *os.File) {
+	if old := k.roots[volume]; old != nil {
+		old.Close()
+	}
+	k.roots[volume] = f
+	if cn := k.conns[volume]; cn != nil && cn.server != nil {
+		if err := cn.server.session.Send(handover.Msg{Kind: handover.Backend, Volume: volume}, f); err != nil {
+			k.logf("volume %s: handing its backend root to server pid %d: %v", volume, cn.server.pid, err)
+		}
+	}
+	k.logf("volume %s: the plugin handed over a backend root", volume)
 }
 
 func (k *Keeper) sortedConns() []*conn {
