@@ -72,7 +72,20 @@ const (
 	// FuseModeRelay serves each staging path with a relay in front of the real server's private mount; the
 	// plugin restarts the server and the relay when they die.
 	FuseModeRelay = contract.ModeRelay
+	// FuseModeRelayKeeper is the relay mode with the relay in the keeper: the keeper holds the staging
+	// connection and runs the relay, the plugin runs the real server and hands the keeper each backend's root.
+	FuseModeRelayKeeper = contract.ModeRelayKeeper
 )
+
+// Relays reports whether the plugin serves staging paths through a relay (FuseModeRelay, FuseModeRelayKeeper).
+func (p Plugin) Relays() bool {
+	return p.FuseMode == FuseModeRelay || p.FuseMode == FuseModeRelayKeeper
+}
+
+// HasKeeper reports whether the plugin's mode has a keeper (FuseModeKeeper, FuseModeRelayKeeper).
+func (p Plugin) HasKeeper() bool {
+	return p.FuseMode == FuseModeKeeper || p.FuseMode == FuseModeRelayKeeper
+}
 
 // FileName is the file the dummy-fuse filesystem serves at its root, and Content what it holds.
 const (
@@ -538,7 +551,7 @@ func (s *Scenario) Validate() error {
 		return fmt.Errorf("scenario %s: unknown restore strategy %q", s.Name, s.Plugin.RestoreStrategy)
 	}
 	switch s.Plugin.FuseMode {
-	case "", FuseModeChild, FuseModeRelay:
+	case "", FuseModeChild, FuseModeRelay, FuseModeRelayKeeper:
 		if s.Pod.Sidecar != nil {
 			return fmt.Errorf("scenario %s: the pod has a FUSE sidecar, but the plugin's FUSE mode is not %s", s.Name, FuseModeSidecar)
 		}
@@ -562,7 +575,7 @@ func (s *Scenario) Validate() error {
 	if s.Plugin.SidecarKeepFD && s.Plugin.FuseMode != FuseModeSidecar {
 		return fmt.Errorf("scenario %s: keeping the sidecar's descriptor without the sidecar FUSE mode", s.Name)
 	}
-	if s.Plugin.FuseMode != FuseModeKeeper && s.Plugin.Keeper != (Keeper{}) {
+	if !s.Plugin.HasKeeper() && s.Plugin.Keeper != (Keeper{}) {
 		return fmt.Errorf("scenario %s: keeper settings without the keeper FUSE mode", s.Name)
 	}
 	if len(s.Backends) > 0 && s.BackendsWhy == "" {
@@ -611,10 +624,13 @@ func (s *Scenario) Validate() error {
 			if st.Component == FuseServer && s.Plugin.FuseMode != FuseModeKeeper && (st.Action != ActKill || s.Plugin.FuseMode == FuseModeSidecar) {
 				return fmt.Errorf("scenario %s: step %d: outside the keeper FUSE mode a FUSE server can only be killed, and only in the child mode", s.Name, i+1)
 			}
-			if (st.Component == KeeperContainer || st.Component == FuseSuccessor || st.Component == FuseCrashLoop || st.Component == PluginRecollecting) && s.Plugin.FuseMode != FuseModeKeeper {
+			if st.Component == KeeperContainer && !s.Plugin.HasKeeper() {
+				return fmt.Errorf("scenario %s: step %d: %s without the keeper FUSE mode (or relay-keeper)", s.Name, i+1, st.Component.Noun())
+			}
+			if (st.Component == FuseSuccessor || st.Component == FuseCrashLoop || st.Component == PluginRecollecting) && s.Plugin.FuseMode != FuseModeKeeper {
 				return fmt.Errorf("scenario %s: step %d: %s without the keeper FUSE mode", s.Name, i+1, st.Component.Noun())
 			}
-			if (st.Component == RelayProcess || st.Component == RelayServer || st.Component == RelayServerGone) && s.Plugin.FuseMode != FuseModeRelay {
+			if (st.Component == RelayProcess || st.Component == RelayServer || st.Component == RelayServerGone) && !s.Plugin.Relays() {
 				return fmt.Errorf("scenario %s: step %d: %s without the relay FUSE mode", s.Name, i+1, st.Component.Noun())
 			}
 			if st.Action == ActUpgrade && components[st.Component].upgrade == "" {

@@ -35,7 +35,7 @@ const (
 // All returns every scenario, in a stable order: the FUSE servers in the plugin (restart first), then
 // each other placement of them (sidecar.go, keeper.go, health.go).
 func All() []scenarios.Scenario {
-	return slices.Concat(childScenarios(), restartAllScenarios(), sidecarScenarios(), keeperScenarios(), relayScenarios(), healthScenarios(), setnsScenarios())
+	return slices.Concat(childScenarios(), restartAllScenarios(), sidecarScenarios(), keeperScenarios(), relayScenarios(), relayKeeperScenarios(), healthScenarios(), setnsScenarios())
 }
 
 // The waits that many scenarios share.

@@ -59,7 +59,7 @@ type keeperPart struct {
 
 // newKeeperPart is the keeper when the plugin's FUSE mode is the keeper's.
 func newKeeperPart(b *Backend, env *scenarios.Env) (part, error) {
-	if b.sc.Plugin.FuseMode != scenarios.FuseModeKeeper {
+	if !b.sc.Plugin.HasKeeper() {
 		return nil, nil
 	}
 	logs, err := env.Logs("keeper.log")
@@ -154,14 +154,22 @@ func (k *keeperPart) startInstance(pluginPath, fusePath string) (*keeperInstance
 		"--dummy-fuse-path=" + filepath.Join(bin, "dummy-fuse"),
 		"--status-file=" + filepath.Join(keeperStatusDir, "status.json"),
 	}, b.sc.Plugin.Keeper.Args()...)
+	mounts := []initMount{
+		{Source: filepath.Dir(b.sock), Target: keeperSocketDir, Propagation: "rprivate"},
+		{Source: ki.statusDir, Target: keeperStatusDir, Propagation: "rprivate"},
+		{Source: pluginPath, Target: filepath.Join(bin, "csi-plugin"), Propagation: "rprivate"},
+		{Source: fusePath, Target: filepath.Join(bin, "dummy-fuse"), Propagation: "rprivate"},
+	}
+	if b.sc.Plugin.FuseMode == scenarios.FuseModeRelayKeeper {
+		relayArgs, relayMount, err := k.relayNodeDir()
+		if err != nil {
+			return nil, err
+		}
+		args, mounts = append(args, relayArgs...), append(mounts, relayMount)
+	}
 	logPath := filepath.Join(b.dir, "containers", fmt.Sprintf("keeper-%d.log", n))
 	p, err := b.launch(initConfig{
-		Mounts: []initMount{
-			{Source: filepath.Dir(b.sock), Target: keeperSocketDir, Propagation: "rprivate"},
-			{Source: ki.statusDir, Target: keeperStatusDir, Propagation: "rprivate"},
-			{Source: pluginPath, Target: filepath.Join(bin, "csi-plugin"), Propagation: "rprivate"},
-			{Source: fusePath, Target: filepath.Join(bin, "dummy-fuse"), Propagation: "rprivate"},
-		},
+		Mounts: mounts,
 		Argv: append([]string{filepath.Join(bin, "csi-plugin")}, args...),
 		User: &initUser{UID: keeperUser, GID: keeperUser},
 	}, logPath)
@@ -306,8 +314,8 @@ type keeperServer struct {
 // newKeeperServerPart is the keeper's FUSE server when the scenario has a keeper.
 func newKeeperServerPart(b *Backend, _ *scenarios.Env) (part, error) {
 	k, ok := b.parts[scenarios.KeeperContainer].(*keeperPart)
-	if !ok {
-		return nil, nil
+	if !ok || b.sc.Plugin.FuseMode != scenarios.FuseModeKeeper {
+		return nil, nil // relay-keeper: the FUSE server is the real one behind the relay (relay_keeper.go)
 	}
 	return &keeperServer{k: k}, nil
 }

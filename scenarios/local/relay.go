@@ -34,7 +34,7 @@ type relayServerPart struct {
 }
 
 func newRelayServerPart(b *Backend, _ *scenarios.Env) (part, error) {
-	if b.sc.Plugin.FuseMode != scenarios.FuseModeRelay {
+	if !b.sc.Plugin.Relays() {
 		return nil, nil
 	}
 	sp, ok := b.parts[scenarios.FuseServer].(*serverPart)
@@ -244,10 +244,13 @@ type relayPart struct {
 }
 
 func newRelayPart(b *Backend, _ *scenarios.Env) (part, error) {
-	if b.sc.Plugin.FuseMode != scenarios.FuseModeRelay {
-		return nil, nil
+	switch b.sc.Plugin.FuseMode {
+	case scenarios.FuseModeRelay:
+		return &relayPart{b: b}, nil
+	case scenarios.FuseModeRelayKeeper:
+		return newKeptRelayPart(b)
 	}
-	return &relayPart{b: b}, nil
+	return nil, nil
 }
 
 // relay returns the pid of the relay that serves: the plugin's dummy-fuse child running --relay-backend that

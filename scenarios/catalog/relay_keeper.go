@@ -1,0 +1,123 @@
+package catalog
+
+import (
+	"strings"
+	"time"
+
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
+)
+
+// relayKeeperBackends is why the relay-keeper rows run on the local backend only.
+const relayKeeperBackends = "the chart has no relay-keeper mode yet (a keeper with a node table directory that outlives it, the plugin's relay directory)"
+
+// relayKeeperScenarios are the rows of the relay-keeper mode: the relay mode's rows that apply (the real
+// server killed, upgraded, killed with a read inside it, unable to come back; the relay killed), and the
+// crashes the relay mode could not keep: the plugin's and the keeper's. The relay runs in the keeper, which
+// holds the staging connection with the plugin; the real server is the plugin's child on its private backend.
+func relayKeeperScenarios() []scenarios.Scenario {
+	mode := scenarios.Plugin{FuseMode: scenarios.FuseModeRelayKeeper, RestoreMounts: true, RestoreStrategy: scenarios.StrategyRebind, Keeper: scenarios.Keeper{DirectIO: true}}
+	readers := relayReaders()
+	neverFail := func(cs ...string) []scenarios.Expectation {
+		var out []scenarios.Expectation
+		for _, c := range cs {
+			out = append(out, scenarios.Expectation{Check: scenarios.NeverFails{C: c, After: scenarios.AfterKill, Reads: 10}})
+		}
+		return append(out, scenarios.Expectation{Check: scenarios.VolumeDirAlive{}})
+	}
+	row := func(s scenarios.Scenario) scenarios.Scenario {
+		s.Backends, s.BackendsWhy, s.Servers = []string{scenarios.BackendLocal}, relayKeeperBackends, scenarios.AllServers
+		return s
+	}
+	out := []scenarios.Scenario{
+		row(scenarios.Scenario{
+			Name:  "relay-keeper-plugin-restart",
+			Title: "Relay-keeper mode: the plugin restarts; the keeper's relay keeps the connection",
+			Shows: "The keeper holds the staging connection and runs the relay, so the plugin's death takes only the real " +
+				"server (its child) and its backend: the relay waits for a backend. The restarted plugin takes its copy " +
+				"of the connection back from the keeper, mounts a new backend, starts the server and hands the new root " +
+				"to the keeper's relay, which reopens its handles there: the kept descriptor, new opens and the subPath " +
+				"stall for the plugin's restart and never fail.",
+			Plugin: mode,
+			Pod:    scenarios.Pod{RestartPolicy: scenarios.RestartAlways, Containers: readers},
+			Steps: []scenarios.Step{
+				warmUp,
+				scenarios.KillPlugin(),
+				scenarios.Observe(watchReads),
+				scenarios.StartPlugin(),
+				scenarios.Observe(watchReads),
+			},
+			Expect: append(neverFail(reader, reopen, sub),
+				scenarios.Expectation{Check: scenarios.NeverFails{C: reader, After: scenarios.AfterPluginBack, Reads: 5}}),
+		}),
+		row(scenarios.Scenario{
+			Name:  "relay-keeper-keeper-restart",
+			Title: "Relay-keeper mode: the keeper is killed with its relays and started again",
+			Shows: "The plugin's copy keeps the staging connection and the real server keeps serving its backend; the new " +
+				"keeper gets the connection and the backend's root from the plugin, and its relay takes the connection " +
+				"over with the node table its predecessor journaled in the keeper's directory: no read fails.",
+			Plugin: mode,
+			Pod:    scenarios.Pod{RestartPolicy: scenarios.RestartAlways, Containers: readers},
+			Steps: []scenarios.Step{
+				warmUp,
+				scenarios.Kill(scenarios.KeeperContainer),
+				scenarios.Start(scenarios.KeeperContainer),
+				scenarios.Observe(watchReads),
+			},
+			Expect: neverFail(reader, reopen, sub),
+		}),
+		row(scenarios.Scenario{
+			Name:  "relay-keeper-all-holders",
+			Title: "Relay-keeper mode: the plugin and the keeper die together",
+			Shows: "The limit: the plugin's copy and the keeper's (with its relay) go at once, and the kernel ends the " +
+				"staging connection, exactly as in keeper-all-holders.",
+			Plugin: scenarios.Plugin{FuseMode: scenarios.FuseModeRelayKeeper, Keeper: scenarios.Keeper{DirectIO: true}},
+			Pod: scenarios.Pod{RestartPolicy: scenarios.RestartAlways, Containers: []scenarios.Container{
+				{Name: reader, KeepOpen: true, DirectIO: true},
+			}},
+			Steps: []scenarios.Step{
+				warmUp,
+				scenarios.KillPlugin(),
+				scenarios.Kill(scenarios.KeeperContainer),
+				untilENOTCONN,
+				hostDead,
+				scenarios.StartPlugin(),
+				scenarios.Start(scenarios.KeeperContainer),
+				scenarios.Observe(watchReads),
+			},
+			Expect: []scenarios.Expectation{
+				{Check: scenarios.FailsWith{C: reader, Errno: "ENOTCONN", Within: scenarios.Dur{Fixed: 5 * time.Second, Reads: 2}}},
+				{Check: scenarios.KeepsFailing{C: reader, Errno: "ENOTCONN", After: scenarios.AfterPluginBack}},
+				{Check: scenarios.NeverRecovers{C: reader, After: scenarios.AfterPluginBack, For: watchReads}},
+				{Check: scenarios.Restarts{C: reader, Min: 0, Max: 0}},
+				{Check: scenarios.VolumeDir{Errno: "ENOTCONN", After: scenarios.AfterPluginBack}},
+			},
+		}),
+	}
+	// The relay mode's rows of the real server and of the relay hold as they are; only what restarts the relay
+	// differs (the keeper, from the plugin's copy, instead of the plugin's standby).
+	shows := map[string]string{
+		"relay-crash": "The plugin and the keeper keep copies of the staging connection, so the relay's death only pauses " +
+			"it; the keeper starts another relay, hands it the connection and the backend's root, and it takes the " +
+			"connection over with the node table its predecessor journaled (the kernel resends what the dead relay " +
+			"had read): no read fails.",
+	}
+	for _, s := range relayScenarios() {
+		suffix, ok := strings.CutPrefix(s.Name, "relay-")
+		if !ok || suffix == "plugin-restart" || suffix == "all-holders" {
+			continue
+		}
+		s.Name = "relay-keeper-" + suffix
+		s.Title = strings.Replace(s.Title, "Relay mode:", "Relay-keeper mode:", 1)
+		if text, ok := shows["relay-"+suffix]; ok {
+			s.Shows = text
+		} else {
+			s.Shows = strings.Replace(s.Shows, "the relay", "the keeper's relay", 1)
+		}
+		wait := s.Plugin.RelayBackendWait
+		s.Plugin = mode
+		s.Plugin.RelayBackendWait = wait
+		s.BackendsWhy = relayKeeperBackends
+		out = append(out, s)
+	}
+	return out
+}

@@ -1,0 +1,104 @@
+package local
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/keeper"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
+)
+
+// The relay-keeper mode's parts (scenarios.FuseModeRelayKeeper): the keeper container (keeper.go) runs the
+// relays as its FUSE servers, with a node table directory that outlives it (keeperRelayDir); the real server
+// is the plugin's child as in the relay mode (relay.go).
+
+// keeperRelayDir is where the keeper's node table directory appears in its container.
+const keeperRelayDir = "/mnt/keeper-relay"
+
+// relayNodeDir returns the keeper's relay flags and the mount of its node table directory, one per run, owned
+// by the keeper's user: every keeper instance of the run finds its predecessors' tables there, as the chart's
+// hostPath would give them.
+func (k *keeperPart) relayNodeDir() ([]string, initMount, error) {
+	dir := filepath.Join(k.b.dir, "keeper-relay")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, initMount{}, err
+	}
+	if err := os.Chown(dir, keeperUser, keeperUser); err != nil {
+		return nil, initMount{}, err
+	}
+	args := []string{"--relay-node-dir=" + keeperRelayDir}
+	if w := k.b.sc.Plugin.RelayBackendWait; w > 0 {
+		args = append(args, "--relay-backend-wait="+w.String())
+	}
+	return args, initMount{Source: dir, Target: keeperRelayDir, Propagation: "rprivate"}, nil
+}
+
+// keptRelayPart is the relay of the relay-keeper mode: the keeper's FUSE server that serves the volume.
+type keptRelayPart struct {
+	noPart
+	k          *keeperPart
+	lastKilled int // in the keeper's PID namespace
+}
+
+func newKeptRelayPart(b *Backend) (part, error) {
+	k, ok := b.parts[scenarios.KeeperContainer].(*keeperPart)
+	if !ok {
+		return nil, errors.New("relay-keeper mode: no keeper part")
+	}
+	return &keptRelayPart{k: k}, nil
+}
+
+// kill sends SIGKILL to the relay that serves the volume, as the keeper's status file names it.
+func (r *keptRelayPart) kill(ctx context.Context) error {
+	k := r.k
+	if k.cur == nil || k.cur.p.exited() {
+		return errors.New("no keeper running")
+	}
+	st, err := keeper.ReadStatus(filepath.Join(k.cur.statusDir, "status.json"))
+	if err != nil {
+		return err
+	}
+	nsPID, err := st.ServerOf(volumeHandle)
+	if err != nil {
+		return err
+	}
+	pid, err := childInNamespace(k.cur.p.pid(), nsPID)
+	if err != nil {
+		return fmt.Errorf("relay %d of the keeper: %w", nsPID, err)
+	}
+	pidfd, err := pidfdOpen(pid)
+	if err != nil {
+		return err
+	}
+	defer syscall.Close(pidfd)
+	r.lastKilled = nsPID
+	k.b.rec.Add(scenarios.Event{Source: scenarios.SrcComponent, Component: scenarios.RelayProcess, Kind: scenarios.KKilled,
+		Message: fmt.Sprintf("SIGKILL relay pid %d (%d in keeper#%d's namespace)", pid, nsPID, k.cur.n)})
+	if err := pidfdKill(pidfd); err != nil {
+		return fmt.Errorf("kill relay pid %d: %w", pid, err)
+	}
+	return waitPidfd(ctx, pidfd, 10*time.Second)
+}
+
+// start waits until the keeper says another relay serves the volume.
+func (r *keptRelayPart) start(ctx context.Context) error {
+	deadline := time.Now().Add(relayWait)
+	for {
+		if pid := int(r.k.servedBy.Load()); pid != 0 && pid != r.lastKilled {
+			r.k.b.rec.Add(scenarios.Event{Source: scenarios.SrcComponent, Component: scenarios.RelayProcess, Kind: scenarios.KReady,
+				Message: fmt.Sprintf("keeper's relay pid %d serves (in its namespace)", pid)})
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the keeper started no relay that serves the volume within %s", relayWait)
+		}
+		if err := scenarios.Sleep(ctx, 10*time.Millisecond); err != nil {
+			return err
+		}
+	}
+}
