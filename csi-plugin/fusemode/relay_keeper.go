@@ -157,7 +157,7 @@ func (rk *RelayKeeper) drop(v *keptRelay) {
 // holds it, the real server and its backend as the relay mode runs them.
 type keptRelay struct {
 	rk   *RelayKeeper
-	rv   *relayVolume // only its server side: the relay runs in the keeper
+	rv   *relayVolume  // only its server side: the relay runs in the keeper
 	kept chan struct{} // closed once ks is set
 	ks   *keptServer
 

@@ -70,7 +70,7 @@ type Keeper struct {
 	spawn  *spawn.Spawner
 	events chan event
 
-	conns     map[string]*conn // by volume
+	conns map[string]*conn // by volume
 	// roots are the newest backend roots the plugin handed over (relay-keeper mode), by volume: every server
 	// that gets the volume gets its root first.
 	roots     map[string]*os.File

@@ -170,8 +170,8 @@ func (k *keeperPart) startInstance(pluginPath, fusePath string) (*keeperInstance
 	logPath := filepath.Join(b.dir, "containers", fmt.Sprintf("keeper-%d.log", n))
 	p, err := b.launch(initConfig{
 		Mounts: mounts,
-		Argv: append([]string{filepath.Join(bin, "csi-plugin")}, args...),
-		User: &initUser{UID: keeperUser, GID: keeperUser},
+		Argv:   append([]string{filepath.Join(bin, "csi-plugin")}, args...),
+		User:   &initUser{UID: keeperUser, GID: keeperUser},
 	}, logPath)
 	if err != nil {
 		return nil, fmt.Errorf("start keeper: %w", err)

@@ -32,6 +32,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/contract"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/fuseserver"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
 )
@@ -233,7 +234,8 @@ func (b *Backend) Setup(ctx context.Context, sc *scenarios.Scenario, env *scenar
 	// sun_path holds 108 bytes with the terminating NUL (unix(7)); a longer path fails only when the plugin
 	// binds, with a bare "invalid argument". A run directory in a checkout deep in a home directory is that
 	// long: the plugin's sockets (CSI, keeper) then live in a short directory of their own, removed at the end.
-	if len(b.sock) > maxSocketPath {
+	// The keeper socket beside it is the longer name.
+	if len(filepath.Join(filepath.Dir(b.sock), contract.KeeperSocket)) > maxSocketPath || len(b.sock) > maxSocketPath {
 		dir, err := os.MkdirTemp("", "dfc-sock-")
 		if err != nil {
 			return fmt.Errorf("a short directory for the plugin's sockets (%s is %d bytes long, more than the %d a unix socket path allows): %w", b.sock, len(b.sock), maxSocketPath, err)
