@@ -40,6 +40,9 @@ type holder struct {
 	// backendOf, when set (relay-keeper mode), returns a copy of a volume's backend root (nil: none yet), which
 	// a session gets before the connection and again whenever it re-collects it.
 	backendOf func(volume string) *os.File
+	// exclusive (relay-keeper mode) hands a connection to one session at a time, and to the next one only when
+	// that session ends: two relays on one connection would hand out node IDs the other does not know.
+	exclusive bool
 
 	mu       sync.Mutex
 	ln       *handover.Listener
@@ -383,6 +386,28 @@ func (h *holder) session(c *handover.Conn) {
 		h.resend(d)
 	}
 	klog.InfoS("Session ended; the connections stay mounted, held by the plugin", "role", s.role, "pid", s.pid, "reason", err, "connections", len(devs))
+	if h.exclusive {
+		h.handToNext()
+	}
+}
+
+// handToNext hands the connections no session holds to the newest session that serves (exclusive holders:
+// the one that held them ended).
+func (h *holder) handToNext() {
+	h.mu.Lock()
+	next := h.pickLocked()
+	var missing []*keptConn
+	if next != nil {
+		missing = h.missingLocked(next)
+	}
+	h.mu.Unlock()
+	for _, c := range missing {
+		h.sendBackend(next, c.volume)
+		if err := next.conn.Send(handover.Msg{Kind: handover.Serve, Volume: c.volume, Init: c.init}, c.dev); err != nil {
+			klog.ErrorS(err, "Handing a connection over", "role", next.role, "volumeID", c.volume, "pid", next.pid)
+			return
+		}
+	}
 }
 
 // takeBack handles a connection a keeper holds; it returns why it is refused, "" if it is the plugin's.
@@ -440,7 +465,7 @@ func describeTop(top *mountinfo.Info, err error) string {
 func (h *holder) missingLocked(s *keeperSession) []*keptConn {
 	var out []*keptConn
 	for _, c := range h.conns {
-		if c.dev == nil || c.ended || s.holds[c.volume] || (c.init == nil && h.heldLocked(c.volume)) {
+		if c.dev == nil || c.ended || s.holds[c.volume] || ((c.init == nil || h.exclusive) && h.heldLocked(c.volume)) {
 			continue
 		}
 		s.holds[c.volume] = true
@@ -499,7 +524,7 @@ func (h *holder) reports(s *keeperSession) error {
 			klog.V(2).InfoS("FUSE connection served", "role", s.role, "volumeID", m.Volume, "serverPID", m.PID, "version", m.Version, "pid", s.pid)
 			// Every other keeper takes an initialised connection over too: any of them can serve it next.
 			for _, o := range h.sessions {
-				if o != s && !o.holds[c.volume] && c.dev != nil {
+				if o != s && !o.holds[c.volume] && c.dev != nil && !h.exclusive {
 					o.holds[c.volume] = true
 					go func(o *keeperSession, c *keptConn, init []byte, dev *os.File) {
 						h.sendBackend(o, c.volume)

@@ -53,7 +53,7 @@ func NewRelayKeeper(opts Options) (*RelayKeeper, error) {
 		return nil, fmt.Errorf("relay-keeper mode: %w", err)
 	}
 	rk := &RelayKeeper{k: k, r: r, vols: map[string]*keptRelay{}}
-	k.h.backendOf = rk.backendOf
+	k.h.backendOf, k.h.exclusive = rk.backendOf, true
 	return rk, nil
 }
 

@@ -234,3 +234,36 @@ func TestListenDial(t *testing.T) {
 		t.Errorf("socket mode %v, %v", st.Mode(), err)
 	}
 }
+
+// TestBackendCarriesADirectory: a backend message arrives with its directory descriptor; one carrying anything
+// else (here /dev/fuse), and a connection's message carrying a directory, break the protocol.
+func TestBackendCarriesADirectory(t *testing.T) {
+	a, b := pair(t)
+	dir, err := os.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dir.Close()
+	if err := a.Send(Msg{Kind: Backend, Volume: "vol-1"}, dir); err != nil {
+		t.Fatal(err)
+	}
+	m, f, err := b.Recv()
+	if err != nil || m.Kind != Backend || m.Volume != "vol-1" || f == nil || !fdpass.IsDirectory(f) {
+		t.Fatalf("Recv = %+v, %v, %v; want the backend message with a directory", m, f, err)
+	}
+	f.Close()
+	if err := a.Send(Msg{Kind: Backend, Volume: "vol-1"}, nil); err == nil {
+		t.Error("Send accepted a backend message without a descriptor")
+	}
+	for _, c := range []struct {
+		kind Kind
+		f    *os.File
+	}{{Backend, fuseDev(t)}, {Serve, dir}} {
+		if err := a.Send(Msg{Kind: c.kind, Volume: "vol-1"}, c.f); err != nil {
+			t.Fatal(err)
+		}
+		if _, f, err := b.Recv(); err == nil || f != nil {
+			t.Errorf("Recv of a %s message with the wrong descriptor: %v, descriptor %v; want a protocol error", c.kind, err, f)
+		}
+	}
+}

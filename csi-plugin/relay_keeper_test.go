@@ -1,0 +1,201 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/driver"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/fuseserver"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/fuseserver/backing"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/mounts"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/testenv"
+)
+
+// TestRelayKeeperPlacement: in the relay-keeper mode any single one of the real server, the relay, the keeper
+// and the plugin can die while two workloads on the published target (one keeping its file open, one reopening
+// it for every read, both with O_DIRECT) never see a failed read, for dummy-fuse and for the unmodified real
+// servers. The plugin runs in a mount namespace of its own, as in its container, so the backend is mounted where
+// the keeper cannot see it: the relay reaches it only through the root descriptor the plugin hands over. Only
+// the plugin and the keeper together end the staging connection.
+func TestRelayKeeperPlacement(t *testing.T) {
+	for _, name := range []string{fuseserver.DummyFuse, fuseserver.Gcsfuse, fuseserver.Squashfuse} {
+		t.Run(name, func(t *testing.T) { testRelayKeeper(t, name) })
+	}
+}
+
+func testRelayKeeper(t *testing.T, name string) {
+	if _, err := exec.LookPath("unshare"); err != nil {
+		testenv.SkipOrFail(t, "unshare(1) is needed to give the plugin a mount namespace: "+err.Error())
+	}
+	e := newEnv(t, unix.MS_SHARED)
+	e.allowNobody()
+	// The chart's layout: the socket directory (and the relay directory beside the socket) private to the
+	// plugin's namespace.
+	e.sockDir, e.ownMountNS = filepath.Join(e.root, "plugins", driver.DefaultDriverName), true
+	if err := os.MkdirAll(e.sockDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount(e.sockDir, e.sockDir, "", unix.MS_BIND, ""); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = mounts.UnmountLazy(e.sockDir) })
+	if err := unix.Mount("", e.sockDir, "", unix.MS_PRIVATE, ""); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{filepath.Join(e.root, "plugins")} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	spec := relayServerSpec(t, e, name)
+	nodes := filepath.Join(e.root, "keeper-relay")
+	if err := os.Mkdir(nodes, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(nodes, nobody, nobody); err != nil {
+		t.Fatal(err)
+	}
+	pluginArgs := append([]string{"--fuse-mode=relay-keeper", "--restore-mounts", "--keeper-uid=65534", "--relay-backend-wait=20s"}, spec.Args()...)
+	keeperArgs := []string{"--fuse-direct-io", "--relay-node-dir=" + nodes, "--relay-backend-wait=20s"}
+	p := e.start(pluginArgs...)
+	k := e.startKeeper(keeperArgs...)
+	e.stagePublish(p, "vol-1", "pod-a")
+	relay := k.servedBy("vol-1", 0)
+	target := filepath.Join(e.targetPath("vol-1", "pod-a"), "dummy-file.txt")
+	keep := e.startReaderArgs(target, "--read-interval=20ms", "--keep-open=true", "--direct-io")
+	reopen := e.startReaderArgs(target, "--read-interval=20ms", "--keep-open=false", "--direct-io")
+	readsOn(t, "before anything dies", keep, reopen)
+	mountID := mountIDOf(t, e.stagingPath("vol-1"))
+
+	// 1. The real server dies: the plugin mounts a new backend and hands its root to the keeper's relay.
+	server := realServerOf(t, p, spec.Path, 0)
+	if err := syscall.Kill(server, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	realServerOf(t, p, spec.Path, server)
+	readsOn(t, "after the real server was killed", keep, reopen)
+
+	// 2. The relay dies: the keeper starts another, which takes the connection over with the node table.
+	if out, err := exec.Command(e.plugin, "keeper", "crash", "--status-file="+k.status, "--volume=vol-1").CombinedOutput(); err != nil {
+		t.Fatalf("keeper crash: %v\n%s", err, out)
+	}
+	relay = k.servedBy("vol-1", relay)
+	readsOn(t, "after the relay was killed", keep, reopen)
+
+	// 3. The keeper dies with its relays: the plugin's copy and its backend carry the volume to the next keeper.
+	k.Kill()
+	k = e.startKeeper(keeperArgs...)
+	k.servedBy("vol-1", 0)
+	readsOn(t, "after the keeper was replaced", keep, reopen)
+
+	// 4. The plugin dies, its namespace and real server with it: the keeper's relay waits for a backend; the
+	// restarted plugin re-collects its copy and hands the root of a new backend over.
+	p.kill()
+	time.Sleep(500 * time.Millisecond) // reads wait meanwhile: a stall, which readsOn below ends
+	p = e.start(pluginArgs...)
+	readsOn(t, "after the plugin restarted", keep, reopen)
+	testenv.Eventually(t, waitTimeout, "the restarted plugin to re-collect its copy from the keeper", func() bool {
+		return strings.Contains(p.Log(), `"Session connected"`) && strings.Contains(p.Log(), `adopted=1`)
+	})
+	// 5. Which the next keeper loss proves.
+	k.Kill()
+	k = e.startKeeper(keeperArgs...)
+	k.servedBy("vol-1", 0)
+	readsOn(t, "after the keeper was replaced a second time", keep, reopen)
+	if id := mountIDOf(t, e.stagingPath("vol-1")); id != mountID {
+		t.Errorf("the staging mount was replaced (mount ID %d, was %d): nothing may be remounted", id, mountID)
+	}
+	t.Logf("%s: longest read of the keep-open workload %s, of the reopening one %s", name, keep.maxLatency(), reopen.maxLatency())
+	for _, r := range []*reader{keep, reopen} {
+		r.Kill()
+	}
+	e.teardown(p, "vol-1", "pod-a")
+	testenv.Eventually(t, waitTimeout, "the keeper to drop the unstaged connection", func() bool { return len(k.state().Connections) == 0 })
+
+	// 6. The limit: the plugin and the keeper together.
+	e.stagePublish(p, "vol-2", "pod-b")
+	k.servedBy("vol-2", 0)
+	p.kill()
+	k.Kill()
+	staging := e.stagingPath("vol-2")
+	testenv.Eventually(t, waitTimeout, "ENOTCONN on the staging mount once every holder is gone", func() bool {
+		_, err := os.Stat(filepath.Join(staging, "dummy-file.txt"))
+		return errors.Is(err, syscall.ENOTCONN)
+	})
+}
+
+// relayServerSpec is the real server called name with what it reads, its executable copied where the plugin's
+// unprivileged server user reaches it (the project's bin may be under a private directory).
+func relayServerSpec(t *testing.T, e *env, name string) fuseserver.Spec {
+	t.Helper()
+	src := e.dummyFuse
+	if name != fuseserver.DummyFuse {
+		src = testenv.RealServer(t, name)
+	}
+	pub := filepath.Join(e.root, "servers")
+	if err := os.Mkdir(pub, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	exe, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := fuseserver.Spec{Name: name, Path: filepath.Join(pub, name)}
+	if err := os.WriteFile(spec.Path, exe, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	switch name {
+	case fuseserver.Squashfuse:
+		testenv.RealServer(t, "mksquashfs")
+		image := filepath.Join(pub, "tree.squashfs")
+		if err := backing.SquashfsImage(ctx, image); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(image, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		spec.Opts = map[string]string{"image": image}
+	case fuseserver.Gcsfuse:
+		log, err := os.Create(filepath.Join(pub, "fake-gcs-server.log"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer log.Close()
+		gcs, err := backing.StartFakeGCS(ctx, testenv.RealServer(t, "fake-gcs-server"), log)
+		if err != nil {
+			out, _ := os.ReadFile(log.Name())
+			t.Fatalf("%v; its log:\n%s", err, out)
+		}
+		t.Cleanup(gcs.Stop)
+		spec.Opts = map[string]string{"endpoint": gcs.Endpoint}
+	}
+	return spec
+}
+
+// realServerOf waits until the plugin runs a real server (a child running exe) other than not, and returns it.
+func realServerOf(t *testing.T, p *plugin, exe string, not int) int {
+	t.Helper()
+	var pid int
+	testenv.Eventually(t, waitTimeout, "a real server "+exe+" of the plugin (other than pid "+strconv.Itoa(not)+")", func() bool {
+		for _, c := range p.Children() {
+			if target, err := os.Readlink("/proc/" + strconv.Itoa(c) + "/exe"); err == nil && target == exe && c != not {
+				pid = c
+				return true
+			}
+		}
+		return false
+	})
+	return pid
+}
