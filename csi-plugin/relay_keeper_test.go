@@ -10,7 +10,6 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -24,9 +23,10 @@ import (
 // TestRelayKeeperPlacement: in the relay-keeper mode any single one of the real server, the relay, the keeper
 // and the plugin can die while two workloads on the published target (one keeping its file open, one reopening
 // it for every read, both with O_DIRECT) never see a failed read, for dummy-fuse and for the unmodified real
-// servers. The plugin runs in a mount namespace of its own, as in its container, so the backend is mounted where
-// the keeper cannot see it: the relay reaches it only through the root descriptor the plugin hands over. Only
-// the plugin and the keeper together end the staging connection.
+// servers; while the plugin is down they keep reading. The plugin runs in a mount namespace of its own, as in
+// its container, so the backend is mounted where the keeper cannot see it: the keeper's real server serves it
+// through the descriptor, the relay reaches it through the root descriptor. Only the plugin and the keeper
+// together end the staging connection.
 func TestRelayKeeperPlacement(t *testing.T) {
 	for _, name := range []string{fuseserver.DummyFuse, fuseserver.Gcsfuse, fuseserver.Squashfuse} {
 		t.Run(name, func(t *testing.T) { testRelayKeeper(t, name) })
@@ -66,7 +66,11 @@ func testRelayKeeper(t *testing.T, name string) {
 		t.Fatal(err)
 	}
 	pluginArgs := append([]string{"--fuse-mode=relay-keeper", "--restore-mounts", "--keeper-uid=65534", "--relay-backend-wait=20s"}, spec.Args()...)
-	keeperArgs := []string{"--fuse-direct-io", "--relay-node-dir=" + nodes, "--relay-backend-wait=20s"}
+	keeperArgs := []string{"--fuse-direct-io", "--relay-node-dir=" + nodes, "--relay-backend-wait=20s",
+		"--relay-server=" + spec.Name, "--relay-server-path=" + spec.Path}
+	for k, v := range spec.Opts {
+		keeperArgs = append(keeperArgs, "--relay-server-opt="+k+"="+v)
+	}
 	p := e.start(pluginArgs...)
 	k := e.startKeeper(keeperArgs...)
 	e.stagePublish(p, "vol-1", "pod-a")
@@ -77,12 +81,13 @@ func testRelayKeeper(t *testing.T, name string) {
 	readsOn(t, "before anything dies", keep, reopen)
 	mountID := mountIDOf(t, e.stagingPath("vol-1"))
 
-	// 1. The real server dies: the plugin mounts a new backend and hands its root to the keeper's relay.
-	server := realServerOf(t, p, spec.Path, 0)
+	// 1. The real server (the keeper's child) dies: the plugin mounts a new backend, the keeper runs a server on
+	// it, and the plugin hands its root to the keeper's relay.
+	server := realServerOf(t, k.Children, spec.Path, 0)
 	if err := syscall.Kill(server, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	realServerOf(t, p, spec.Path, server)
+	realServerOf(t, k.Children, spec.Path, server)
 	readsOn(t, "after the real server was killed", keep, reopen)
 
 	// 2. The relay dies: the keeper starts another, which takes the connection over with the node table.
@@ -92,16 +97,17 @@ func testRelayKeeper(t *testing.T, name string) {
 	relay = k.servedBy("vol-1", relay)
 	readsOn(t, "after the relay was killed", keep, reopen)
 
-	// 3. The keeper dies with its relays: the plugin's copy and its backend carry the volume to the next keeper.
+	// 3. The keeper dies with its relays and real servers: the plugin's copy carries the connection, and the
+	// plugin mounts a new backend for the next keeper.
 	k.Kill()
 	k = e.startKeeper(keeperArgs...)
 	k.servedBy("vol-1", 0)
 	readsOn(t, "after the keeper was replaced", keep, reopen)
 
-	// 4. The plugin dies, its namespace and real server with it: the keeper's relay waits for a backend; the
-	// restarted plugin re-collects its copy and hands the root of a new backend over.
+	// 4. The plugin dies, and its mount namespace with it: the backend mount is detached there, but the keeper's
+	// relay holds its root and the keeper's real server serves it, so the workloads read on while it is down.
 	p.kill()
-	time.Sleep(500 * time.Millisecond) // reads wait meanwhile: a stall, which readsOn below ends
+	readsOn(t, "while the plugin is down", keep, reopen)
 	p = e.start(pluginArgs...)
 	readsOn(t, "after the plugin restarted", keep, reopen)
 	testenv.Eventually(t, waitTimeout, "the restarted plugin to re-collect its copy from the keeper", func() bool {
@@ -184,12 +190,13 @@ func relayServerSpec(t *testing.T, e *env, name string) fuseserver.Spec {
 	return spec
 }
 
-// realServerOf waits until the plugin runs a real server (a child running exe) other than not, and returns it.
-func realServerOf(t *testing.T, p *plugin, exe string, not int) int {
+// realServerOf waits until the keeper runs a real server (one of its children running exe) other than not,
+// and returns it.
+func realServerOf(t *testing.T, children func() []int, exe string, not int) int {
 	t.Helper()
 	var pid int
-	testenv.Eventually(t, waitTimeout, "a real server "+exe+" of the plugin (other than pid "+strconv.Itoa(not)+")", func() bool {
-		for _, c := range p.Children() {
+	testenv.Eventually(t, waitTimeout, "a real server "+exe+" of the keeper (other than pid "+strconv.Itoa(not)+")", func() bool {
+		for _, c := range children() {
 			if target, err := os.Readlink("/proc/" + strconv.Itoa(c) + "/exe"); err == nil && target == exe && c != not {
 				pid = c
 				return true

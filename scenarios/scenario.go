@@ -72,8 +72,8 @@ const (
 	// FuseModeRelay serves each staging path with a relay in front of the real server's private mount; the
 	// plugin restarts the server and the relay when they die.
 	FuseModeRelay = contract.ModeRelay
-	// FuseModeRelayKeeper is the relay mode with the relay in the keeper: the keeper holds the staging
-	// connection and runs the relay, the plugin runs the real server and hands the keeper each backend's root.
+	// FuseModeRelayKeeper is the relay mode held by the keeper: the keeper holds the staging connection and
+	// runs the relay and the real server; the plugin mounts each backend and hands the keeper its descriptors.
 	FuseModeRelayKeeper = contract.ModeRelayKeeper
 )
 

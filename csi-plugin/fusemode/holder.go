@@ -43,6 +43,10 @@ type holder struct {
 	// exclusive (relay-keeper mode) hands a connection to one session at a time, and to the next one only when
 	// that session ends: two relays on one connection would hand out node IDs the other does not know.
 	exclusive bool
+	// backendEnded and sessionEnded, when set (relay-keeper mode), hear that a session's real server of a
+	// volume exited, and that a session ended (with the volumes it held).
+	backendEnded func(volume string, s *keeperSession)
+	sessionEnded func(s *keeperSession, held []string)
 
 	mu       sync.Mutex
 	ln       *handover.Listener
@@ -368,10 +372,12 @@ func (h *holder) session(c *handover.Conn) {
 		}
 	}
 	var devs []*os.File
+	var held []string
 	for _, cn := range h.conns {
 		if !s.holds[cn.volume] {
 			continue
 		}
+		held = append(held, cn.volume)
 		cn.setServed(s, 0, time.Now()) // its servers are gone with it (in its pod), or no longer report
 		if cn.dev != nil {
 			devs = append(devs, cn.dev)
@@ -386,6 +392,9 @@ func (h *holder) session(c *handover.Conn) {
 		h.resend(d)
 	}
 	klog.InfoS("Session ended; the connections stay mounted, held by the plugin", "role", s.role, "pid", s.pid, "reason", err, "connections", len(devs))
+	if h.sessionEnded != nil {
+		h.sessionEnded(s, held)
+	}
 	if h.exclusive {
 		h.handToNext()
 	}
@@ -498,6 +507,12 @@ func (h *holder) reports(s *keeperSession) error {
 		if f != nil {
 			s.conn.Discard(f) // only Hold carries a descriptor, and only right after hello
 		}
+		if m.Kind == handover.BackendEnded {
+			if h.backendEnded != nil {
+				h.backendEnded(m.Volume, s)
+			}
+			continue
+		}
 		h.mu.Lock()
 		c := h.conns[m.Volume]
 		switch {
@@ -542,6 +557,33 @@ func (h *holder) reports(s *keeperSession) error {
 		}
 		h.notifyLocked()
 		h.mu.Unlock()
+	}
+}
+
+// sessionFor returns the session to run volume's real server on: the one that holds the volume's connection,
+// else the one a new connection would go to; it waits for one until ctx ends.
+func (h *holder) sessionFor(ctx context.Context, volume string) (*keeperSession, error) {
+	for {
+		h.mu.Lock()
+		changed := h.changed
+		var s *keeperSession
+		for _, x := range h.sessions {
+			if x.holds[volume] {
+				s = x
+			}
+		}
+		if s == nil {
+			s = h.pickLocked()
+		}
+		h.mu.Unlock()
+		if s != nil {
+			return s, nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w to %s in time to run the real server: is the keeper running on this node? (%w)", ErrNoKeeper, h.socket, ctx.Err())
+		}
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -12,19 +13,22 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/contract"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/fuseconn"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/fuseserver"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/handover"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/mounts"
 )
 
-// RelayKeeperName is the relay mode with the relay held by the keeper: the staging connection is the keeper
-// mode's (the plugin mounts it, keeps a copy and hands it to the keeper, whose servers serve it), and the
-// keeper's servers relay it (dummy-fuse --session --relay-node-dir) to the backend root the plugin hands over
-// with it: a directory descriptor of the real server's private mount, which works from the keeper's mount
-// namespace. The real server stays the plugin's child on that private mount (relay.go): when it dies, the
-// plugin mounts a new backend and hands its root to the keeper, whose relay reopens its handles there. So the
-// plugin's death costs the real server (a restart, a stall) and never the staging connection, which the
-// keeper holds; the keeper's death costs its relays, which the next keeper's take over from the plugin's copy
-// and the node tables in the keeper's own directory. See csi-plugin/README.md "Relay mode".
+// RelayKeeperName is the relay mode with the relay and the real server held by the keeper: the staging
+// connection is the keeper mode's (the plugin mounts it, keeps a copy and hands it to the keeper), the keeper's
+// servers relay it (dummy-fuse --session --relay-node-dir) to the backend root the plugin hands over with it,
+// and the keeper runs the real server (csi-plugin keeper --relay-server) on the backend connection the plugin
+// mounts, privately, and hands over as a descriptor. Descriptors work from the keeper's mount namespace, and the
+// relay's root keeps the backend mount alive when the plugin's namespace goes. So the plugin's death touches
+// nothing that serves; the real server's death makes the plugin (the only one that may mount) mount a new
+// backend for the keeper; the keeper's death costs its relays and real servers, which the next keeper's replace
+// from the plugin's copy, a new backend and the node tables in the keeper's own directory. See
+// csi-plugin/README.md "Relay mode".
 const RelayKeeperName = contract.ModeRelayKeeper
 
 func init() { Register(RelayKeeperName, func(o Options) (Mode, error) { return NewRelayKeeper(o) }) }
@@ -39,8 +43,9 @@ type RelayKeeper struct {
 	vols map[string]*keptRelay // by volume
 }
 
-// NewRelayKeeper checks the real server as the relay mode does and the keeper's settings as the keeper mode
-// does; the servers the keeper runs are relays (dummy-fuse), which take connections over.
+// NewRelayKeeper checks the real server as the relay mode does (the keeper runs it; the plugin names its
+// mounts after it) and the keeper's settings as the keeper mode does; the servers the keeper runs for the
+// staging connections are relays (dummy-fuse), which take connections over.
 func NewRelayKeeper(opts Options) (*RelayKeeper, error) {
 	r, err := NewRelay(opts)
 	if err != nil {
@@ -54,6 +59,7 @@ func NewRelayKeeper(opts Options) (*RelayKeeper, error) {
 	}
 	rk := &RelayKeeper{k: k, r: r, vols: map[string]*keptRelay{}}
 	k.h.backendOf, k.h.exclusive = rk.backendOf, true
+	k.h.backendEnded, k.h.sessionEnded = rk.backendEnded, rk.sessionEnded
 	return rk, nil
 }
 
@@ -78,9 +84,8 @@ func (rk *RelayKeeper) backendOf(volume string) *os.File {
 }
 
 // Recollect implements Mode: the keeper mode's (its copies of the staging connections come back from the
-// keeper), and a new real server on a new backend for every recorded volume, since the old ones died with
-// this plugin. What it detaches first is only a mount of the configured server's type at a recorded volume's
-// own backend directory.
+// keeper). The real servers run in the keeper and outlived this plugin, and the keeper's relays hold their
+// backends' roots: nothing is mounted until a keeper says a real server died or its session ends.
 func (rk *RelayKeeper) Recollect(recs Records) (map[string]Server, error) {
 	kept, err := rk.k.Recollect(recs)
 	if err != nil {
@@ -92,47 +97,43 @@ func (rk *RelayKeeper) Recollect(recs Records) (map[string]Server, error) {
 		if !ok {
 			continue
 		}
-		v := rk.newVolume(rec.VolumeID, rec.StagingPath, ks)
-		go v.serveBackend(nil)
+		v := rk.newVolume(rec.VolumeID, ks)
+		go v.serveBackend(false)
 		out[rec.VolumeID] = v
 	}
 	return out, nil
 }
 
-// Start implements Mode: the backend first (mounted privately, its server started, answering, its root
-// ready to hand over), then the staging connection, handed to the keeper with that root.
+// Start implements Mode: the backend first (mounted privately, its real server started by the keeper,
+// answering, its root ready to hand over), then the staging connection, handed to the keeper with that root.
 func (rk *RelayKeeper) Start(ctx context.Context, req Request) (Server, error) {
-	v := rk.newVolume(req.VolumeID, req.Mountpoint, nil)
-	if err := os.MkdirAll(v.rv.backend, 0o700); err != nil {
+	v := rk.newVolume(req.VolumeID, nil)
+	if err := os.MkdirAll(v.backend, 0o700); err != nil {
 		rk.drop(v)
 		return nil, fmt.Errorf("relay directory: %w", err)
 	}
 	wctx, cancel := context.WithTimeout(ctx, rk.r.opts.StartTimeout)
 	defer cancel()
-	srv, err := v.startBackend(wctx)
-	if err != nil {
+	if err := v.startBackend(wctx); err != nil {
 		rk.drop(v)
-		v.rv.teardown()
-		return nil, fmt.Errorf("volume %s: real server %s: %w (output: %q)", req.VolumeID, rk.r.server.Name(), err, srv.tail())
+		v.stopBackend()
+		return nil, fmt.Errorf("volume %s: real server %s: %w", req.VolumeID, rk.r.server.Name(), err)
 	}
 	s, err := rk.k.Start(ctx, req)
 	if err != nil {
 		rk.drop(v)
-		v.rv.teardown()
-		v.closeRoot()
+		v.stopBackend()
 		return nil, err
 	}
 	v.setKept(s.(*keptServer))
-	go v.serveBackend(srv)
-	klog.V(4).InfoS("FUSE connection relayed by the keeper", "volumeID", req.VolumeID, "mountpoint", req.Mountpoint, "serverPID", srv.pid())
+	go v.serveBackend(true)
+	klog.V(4).InfoS("FUSE connection relayed by the keeper", "volumeID", req.VolumeID, "mountpoint", req.Mountpoint)
 	return v, nil
 }
 
-func (rk *RelayKeeper) newVolume(volumeID, mountpoint string, ks *keptServer) *keptRelay {
-	dir := rk.r.volumeDir(volumeID)
-	rv := &relayVolume{r: rk.r, volumeID: volumeID, mountpoint: mountpoint, dir: dir, backend: filepath.Join(dir, "backend"),
-		stop: make(chan struct{}), done: make(chan struct{})}
-	v := &keptRelay{rk: rk, rv: rv, ks: ks, kept: make(chan struct{})}
+func (rk *RelayKeeper) newVolume(volumeID string, ks *keptServer) *keptRelay {
+	v := &keptRelay{rk: rk, volumeID: volumeID, backend: filepath.Join(rk.r.volumeDir(volumeID), "backend"), ks: ks,
+		kept: make(chan struct{}), stop: make(chan struct{}), ended: make(chan struct{})}
 	if ks != nil {
 		close(v.kept)
 	}
@@ -147,27 +148,72 @@ func (rk *RelayKeeper) newVolume(volumeID, mountpoint string, ks *keptServer) *k
 
 func (rk *RelayKeeper) drop(v *keptRelay) {
 	rk.mu.Lock()
-	if rk.vols[v.rv.volumeID] == v {
-		delete(rk.vols, v.rv.volumeID)
+	if rk.vols[v.volumeID] == v {
+		delete(rk.vols, v.volumeID)
 	}
 	rk.mu.Unlock()
 }
 
-// keptRelay is one volume of the relay-keeper mode (its Server): the staging connection as the keeper mode
-// holds it, the real server and its backend as the relay mode runs them.
-type keptRelay struct {
-	rk   *RelayKeeper
-	rv   *relayVolume  // only its server side: the relay runs in the keeper
-	kept chan struct{} // closed once ks is set
-	ks   *keptServer
+func (rk *RelayKeeper) volume(id string) *keptRelay {
+	rk.mu.Lock()
+	defer rk.mu.Unlock()
+	return rk.vols[id]
+}
 
-	mu   sync.Mutex
-	root *os.File // the newest backend's root (O_PATH), handed to every keeper session holding the volume
+// backendEnded hears a keeper say the real server of a volume exited: only the session that runs it counts
+// (after a restart of the plugin, which does not know which one does, any session).
+func (rk *RelayKeeper) backendEnded(volume string, s *keeperSession) {
+	if v := rk.volume(volume); v != nil {
+		v.serverGone(s, true)
+	}
+}
+
+// sessionEnded: the real servers of an ended session died with its keeper.
+func (rk *RelayKeeper) sessionEnded(s *keeperSession, held []string) {
+	rk.mu.Lock()
+	vols := make([]*keptRelay, 0, len(rk.vols))
+	for _, v := range rk.vols {
+		vols = append(vols, v)
+	}
+	rk.mu.Unlock()
+	for _, v := range vols {
+		v.serverGone(s, slices.Contains(held, v.volumeID))
+	}
+}
+
+// keptRelay is one volume of the relay-keeper mode (its Server): the staging connection as the keeper mode
+// holds it, and the backend the plugin mounts and the keeper's real server serves.
+type keptRelay struct {
+	rk                *RelayKeeper
+	volumeID, backend string
+	kept              chan struct{} // closed once ks is set
+	ks                *keptServer
+	stop              chan struct{}
+	stopOnce          sync.Once
+
+	mu      sync.Mutex
+	root    *os.File       // the newest backend's root (O_PATH), handed to every keeper session holding the volume
+	session *keeperSession // the session whose keeper runs the real server; nil while unknown
+	ended   chan struct{}  // closed once that server is gone
 }
 
 func (v *keptRelay) setKept(ks *keptServer) {
 	v.ks = ks
 	close(v.kept)
+}
+
+// serverGone closes ended when s runs the volume's real server, or, while that is unknown, when s held the
+// volume (held).
+func (v *keptRelay) serverGone(s *keeperSession, held bool) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.session == s || (v.session == nil && held) {
+		closeOnce(v.ended)
+		if v.root != nil { // dead with its server: the next keeper waits for the new one rather than relay this
+			v.root.Close()
+			v.root = nil
+		}
+	}
 }
 
 // rootCopy returns a copy of the newest root, nil while none.
@@ -184,98 +230,126 @@ func (v *keptRelay) rootCopy() *os.File {
 	return os.NewFile(uintptr(fd), v.root.Name())
 }
 
-func (v *keptRelay) closeRoot() {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	if v.root != nil {
-		v.root.Close()
-		v.root = nil
+// startBackend detaches what is left at the volume's own backend directory (only a mount of the server's
+// type), mounts a new backend there and hands its descriptor to a keeper, whose real server serves it; once it
+// answers, its root is opened (O_PATH: the open asks nothing of the server; the relay needs it only to open
+// below it and to statfs) and handed to the keeper sessions that hold the volume.
+func (v *keptRelay) startBackend(ctx context.Context) error {
+	r := v.rk.r
+	r.detachBackend(v.backend)
+	s, err := v.rk.k.h.sessionFor(ctx, v.volumeID)
+	if err != nil {
+		return err
 	}
-}
-
-// startBackend detaches what is left of a dead backend at the volume's own directory (only a mount of the
-// server's type), mounts a new one, starts the server on it, waits until it answers and opens its root.
-// O_PATH: opening the root asks nothing of the server, and the relay needs the descriptor only to open below
-// it (openat2) and to statfs.
-func (v *keptRelay) startBackend(ctx context.Context) (*relayProc, error) {
-	v.rv.r.detachBackend(v.rv.backend)
-	srv, err := v.rv.startServer(ctx)
+	dev, err := fuseconn.Open()
+	if err != nil {
+		return err
+	}
+	name := r.server.Name()
+	if err := fuseconn.Mount(dev, v.backend, fuseconn.MountOptions{Name: name, Source: name, ReadOnly: true, AllowOther: true}); err != nil {
+		dev.Close()
+		return err
+	}
+	id, _ := fuseconn.ID(int(dev.Fd())) // to abort it if the keeper never serves it: a probe of it would wait
+	ended := make(chan struct{})
+	v.mu.Lock()
+	v.session, v.ended = s, ended
+	v.mu.Unlock()
+	// The plugin keeps no copy: the server's death must end the backend's connection (ENOTCONN), not leave
+	// its requests queued.
+	err = s.conn.Send(handover.Msg{Kind: handover.BackendServe, Volume: v.volumeID}, dev)
+	dev.Close()
 	if err == nil {
-		err = mounts.WaitAnswering(ctx, v.rv.backend, ServedFile, srv.done)
+		err = mounts.WaitAnswering(ctx, v.backend, ServedFile, ended)
 	}
 	var fd int
 	if err == nil {
-		fd, err = unix.Open(v.rv.backend, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		fd, err = unix.Open(v.backend, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	}
 	if err != nil {
-		if srv != nil && srv.cmd.Process != nil {
-			_ = srv.cmd.Process.Kill()
+		if id != 0 {
+			_ = fuseconn.Abort(id)
 		}
-		return srv, err
+		_ = unix.Unmount(v.backend, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW)
+		return fmt.Errorf("the keeper's real server (%s pid %d) did not serve the backend: %w", s.role, s.pid, err)
 	}
 	v.mu.Lock()
 	old := v.root
-	v.root = os.NewFile(uintptr(fd), v.rv.backend)
+	v.root = os.NewFile(uintptr(fd), v.backend)
 	v.mu.Unlock()
 	if old != nil {
 		old.Close()
 	}
-	return srv, nil
+	v.rk.k.h.sendBackendToHolders(v.volumeID)
+	return nil
 }
 
-// serveBackend starts the real server again whenever it ends (first: the running one, nil for none), hands
-// each new backend's root to the keeper sessions that hold the volume, and backs off while the starts fail or
-// the servers die within relayStable of their start, until the volume stops.
-func (v *keptRelay) serveBackend(first *relayProc) {
-	p, started, quick := first, time.Now(), 0
-	backoff := time.Duration(0)
+// serveBackend mounts a new backend whenever the real server is gone (at once: started false for a running
+// one), with a back-off while the starts fail or the servers die within relayStable of their start, until
+// the volume stops.
+func (v *keptRelay) serveBackend(started bool) {
+	var backoff time.Duration
+	last := time.Now()
 	for {
-		if p != nil {
+		v.mu.Lock()
+		ended := v.ended
+		v.mu.Unlock()
+		if started {
 			select {
-			case <-p.done:
-			case <-v.rv.stop:
+			case <-ended:
+			case <-v.stop:
 				return
 			}
-			klog.ErrorS(p.err, "Relay-keeper mode: the real server exited, starting it again", "volumeID", v.rv.volumeID, "pid", p.pid(), "output", p.tail())
-			quick++
-			if time.Since(started) >= relayStable {
-				quick, backoff = 1, 0
-			}
-			if quick > 1 {
+			klog.ErrorS(nil, "Relay-keeper mode: the real server is gone; mounting a new backend", "volumeID", v.volumeID)
+			if time.Since(last) >= relayStable {
+				backoff = 0
+			} else {
 				backoff = min(max(2*backoff, relayMinBackoff), relayMaxBackoff)
+			}
+		} else {
+			select {
+			case <-ended:
+			case <-v.stop:
+				return
 			}
 		}
 		select {
 		case <-time.After(backoff):
-		case <-v.rv.stop:
+		case <-v.stop:
 			return
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), v.rv.r.opts.StartTimeout)
-		np, err := v.startBackend(ctx)
+		ctx, cancel := context.WithTimeout(context.Background(), v.rk.r.opts.StartTimeout)
+		err := v.startBackend(ctx)
 		cancel()
 		if err != nil {
 			backoff = min(max(2*backoff, relayMinBackoff), relayMaxBackoff)
-			klog.ErrorS(err, "Relay-keeper mode: starting the real server failed", "volumeID", v.rv.volumeID, "retryIn", backoff, "output", np.tail())
-			if np != nil {
-				<-np.done
-			}
-			p = nil
+			klog.ErrorS(err, "Relay-keeper mode: starting the real server failed", "volumeID", v.volumeID, "retryIn", backoff)
+			started = false
+			v.mu.Lock()
+			closeOnce(v.ended) // try again
+			v.mu.Unlock()
 			continue
 		}
-		if v.rv.isStopping() {
-			return
-		}
-		p, started = np, time.Now()
-		klog.InfoS("Relay-keeper mode: real server started; handing its root to the keeper", "volumeID", v.rv.volumeID, "pid", p.pid())
-		<-v.kept
-		v.rk.k.h.sendBackendToHolders(v.rv.volumeID)
+		klog.InfoS("Relay-keeper mode: real server serves a new backend; its root handed to the keeper", "volumeID", v.volumeID)
+		started, last = true, time.Now()
 	}
 }
 
-// stopBackend kills the real server and detaches its backend.
+// stopBackend ends serveBackend, tells the keeper that ran the real server to stop it, detaches the backend
+// and closes its root.
 func (v *keptRelay) stopBackend() {
-	_ = v.rv.Stop(context.Background())
-	v.closeRoot()
+	v.stopOnce.Do(func() { close(v.stop) })
+	v.mu.Lock()
+	s, root := v.session, v.root
+	v.root = nil
+	v.mu.Unlock()
+	if s != nil {
+		_ = s.conn.Send(handover.Msg{Kind: handover.Stop, Volume: v.volumeID}, nil)
+	}
+	v.rk.r.detachBackend(v.backend)
+	if root != nil {
+		root.Close()
+	}
 }
 
 // PID implements Server: the keeper's relay serving the staging connection.
@@ -298,7 +372,7 @@ func (v *keptRelay) InitRecord() []byte {
 }
 
 // Stop implements Server: every copy of the staging connection is dropped (the keeper's relay ends with its
-// mount), then the real server is killed and its backend detached.
+// mount), the keeper's real server is stopped and the backend detached.
 func (v *keptRelay) Stop(ctx context.Context) error {
 	<-v.kept
 	err := v.ks.Stop(ctx)

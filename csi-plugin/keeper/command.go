@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/fusemode"
@@ -66,6 +67,20 @@ func Command(ctx context.Context, args []string, streams command.Streams) error 
 	fl.StringVar(&cfg.StatusFile, "status-file", DefaultStatusFile, "write which server serves which volume here after every change (empty: nowhere)")
 	fl.StringVar(&relayDir, "relay-node-dir", "", "the plugin's relay-keeper mode: the servers relay each connection to the backend root the plugin hands over, journaling node tables in this directory (one that outlives the keeper, so that a successor takes the relays over)")
 	fl.DurationVar(&backendWait, "relay-backend-wait", 30*time.Second, "with --relay-node-dir: how long a relay lets requests wait for a dead backend before they fail")
+	var real fuseserver.Spec
+	fl.StringVar(&real.Name, "relay-server", "", "with --relay-node-dir: the real FUSE server to run on each backend the plugin hands over ("+strings.Join(fuseserver.Names(), ", ")+"); empty: the plugin runs it")
+	fl.StringVar(&real.Path, "relay-server-path", "", "with --relay-server: its executable (default: its name beside this executable, else in $PATH)")
+	fl.Func("relay-server-opt", "with --relay-server: a setting of it as key=value, repeatable: "+fuseserver.OptsHelp(), func(s string) error {
+		k, v, ok := strings.Cut(s, "=")
+		if !ok || k == "" {
+			return fmt.Errorf("want key=value, got %q", s)
+		}
+		if real.Opts == nil {
+			real.Opts = map[string]string{}
+		}
+		real.Opts[k] = v
+		return nil
+	})
 	fl.BoolVar(&showVersion, "version", false, "print the version and exit")
 	fl.Usage = func() {
 		fmt.Fprint(fl.Output(), usage)
@@ -96,7 +111,14 @@ func Command(ctx context.Context, args []string, streams command.Streams) error 
 	if directIO {
 		cfg.ServerArgs = append(cfg.ServerArgs, "--direct-io")
 	}
+	if real.Name != "" {
+		if relayDir == "" {
+			return command.Usagef("--relay-server runs the real server of a relay: it needs --relay-node-dir")
+		}
+		cfg.RealServer = &real
+	}
 	if relayDir != "" {
+		cfg.Relay = true
 		cfg.ServerArgs = append(cfg.ServerArgs, "--relay-node-dir="+relayDir, "--backend-wait="+backendWait.String())
 	}
 	if readLatency > 0 {

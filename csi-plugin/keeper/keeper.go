@@ -31,6 +31,7 @@ import (
 
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/contract"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/fuseconn"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/fuseserver"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/handover"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/spawn"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/version"
@@ -56,6 +57,12 @@ type Config struct {
 	// Role is how it says hello to the plugin: "keeper" (the default), or "sidecar" when a pod's sidecar keeps
 	// its volume's connection this way.
 	Role string
+	// Relay (the plugin's relay-keeper mode) says the servers relay each connection to its backend's root: a
+	// connection is handed to a server only once the plugin has handed its root over.
+	Relay bool
+	// RealServer, when set (the plugin's relay-keeper mode), is the real FUSE server the keeper runs on each
+	// backend connection the plugin hands over (backend.go).
+	RealServer *fuseserver.Spec
 	// ExitWithServer makes the keeper exit when a FUSE server dies instead of starting another one: a pod's
 	// sidecar lives and dies with its FUSE server, as in the sidecar mode without a kept copy, and kubelet's
 	// restart of the container is what takes the connection over.
@@ -73,14 +80,18 @@ type Keeper struct {
 	conns map[string]*conn // by volume
 	// roots are the newest backend roots the plugin handed over (relay-keeper mode), by volume: every server
 	// that gets the volume gets its root first.
-	roots     map[string]*os.File
-	servers   []*server
-	nextID    int
-	plugin    *handover.Conn // the session with the plugin, nil while there is none
-	crashes   []time.Time    // recent unexpected server exits, for the restart back-off
-	statusErr error          // the last failure to write the status file
-	exitErr   error          // why Run must return (ExitWithServer)
-	quit      chan struct{}  // closed when Run returns: nobody receives events any more
+	roots map[string]*os.File
+	// backends are the real servers of the relay-keeper mode, by volume; realServer and realArgs run them.
+	backends   map[string]*backendServer
+	realServer fuseserver.Server
+	realArgs   []string
+	servers    []*server
+	nextID     int
+	plugin     *handover.Conn // the session with the plugin, nil while there is none
+	crashes    []time.Time    // recent unexpected server exits, for the restart back-off
+	statusErr  error          // the last failure to write the status file
+	exitErr    error          // why Run must return (ExitWithServer)
+	quit       chan struct{}  // closed when Run returns: nobody receives events any more
 }
 
 // conn is one FUSE connection the keeper holds.
@@ -95,12 +106,13 @@ type conn struct {
 
 // event is something that happened outside the loop.
 type event struct {
-	kind eventKind
-	msg  handover.Msg
-	f    *os.File
-	srv  *server
-	conn *handover.Conn
-	err  error
+	kind    eventKind
+	msg     handover.Msg
+	f       *os.File
+	srv     *server
+	backend *backendServer
+	conn    *handover.Conn
+	err     error
 }
 
 type eventKind int
@@ -112,6 +124,7 @@ const (
 	serverMsg                        // msg from srv
 	serverGone                       // srv exited (err)
 	restartDue                       // time to start servers for unserved connections
+	backendGone                      // backend: a real server exited (err)
 )
 
 // New checks cfg and returns a keeper that logs to log.
@@ -133,12 +146,23 @@ func New(cfg Config, log io.Writer) (*Keeper, error) {
 	if cfg.Role == "" {
 		cfg.Role = "keeper"
 	}
+	var real fuseserver.Server
+	var realArgs []string
+	if cfg.RealServer != nil {
+		var err error
+		if real, err = fuseserver.New(*cfg.RealServer); err != nil {
+			return nil, fmt.Errorf("real server: %w", err)
+		}
+		if realArgs, err = real.FDArgs(); err != nil {
+			return nil, fmt.Errorf("real server: it must serve %s: %w", fuseserver.FDPath, err)
+		}
+	}
 	if cfg.StatusFile != "" {
 		if err := os.MkdirAll(filepath.Dir(cfg.StatusFile), 0o755); err != nil {
 			return nil, fmt.Errorf("status file: %w", err)
 		}
 	}
-	return &Keeper{cfg: cfg, log: log, events: make(chan event, 64), conns: map[string]*conn{}, roots: map[string]*os.File{}, quit: make(chan struct{})}, nil
+	return &Keeper{cfg: cfg, log: log, realServer: real, realArgs: realArgs, events: make(chan event, 64), conns: map[string]*conn{}, roots: map[string]*os.File{}, backends: map[string]*backendServer{}, quit: make(chan struct{})}, nil
 }
 
 // Run keeps connections until ctx ends; then it stops its servers (SIGTERM: they exit without unmounting
@@ -228,6 +252,8 @@ func (k *Keeper) handle(e event) (redial bool) {
 		k.serverGone(e.srv, e.err)
 	case restartDue:
 		k.serveUnserved()
+	case backendGone:
+		k.backendGone(e.backend, e.err)
 	}
 	return false
 }
@@ -286,10 +312,15 @@ func (k *Keeper) pluginMsg(m handover.Msg, f *os.File) {
 		k.take(m, f)
 	case handover.Backend:
 		k.backend(m.Volume, f)
+	case handover.BackendServe:
+		k.serveBackend(m.Volume, f)
 	case handover.Stop, handover.Drop:
 		if r := k.roots[m.Volume]; r != nil && m.Kind == handover.Stop {
 			r.Close()
 			delete(k.roots, m.Volume)
+		}
+		if m.Kind == handover.Stop {
+			k.stopBackend(m.Volume)
 		}
 		cn := k.conns[m.Volume]
 		if cn == nil {
@@ -338,6 +369,10 @@ func (k *Keeper) take(m handover.Msg, f *os.File) {
 
 // serve hands cn to a server with room, starting one if needed.
 func (k *Keeper) serve(cn *conn) {
+	if k.cfg.Relay && k.roots[cn.volume] == nil {
+		k.logf("volume %s: waiting for the plugin to hand over its backend's root before a relay serves it", cn.volume)
+		return // backend serves it
+	}
 	var srv *server
 	for _, s := range k.servers {
 		if !s.stopping && len(s.volumes) < k.cfg.VolumesPerServer {
@@ -504,6 +539,9 @@ func (k *Keeper) shutdown() {
 	for _, r := range k.roots {
 		r.Close()
 	}
+	for v := range k.backends {
+		k.stopBackend(v)
+	}
 }
 
 // backend keeps f, the newest root of volume's backend (relay-keeper mode: the plugin mounted a new one), and
@@ -513,7 +551,9 @@ func (k *Keeper) backend(volume string, f *os.File) {
 		old.Close()
 	}
 	k.roots[volume] = f
-	if cn := k.conns[volume]; cn != nil && cn.server != nil {
+	if cn := k.conns[volume]; cn != nil && cn.server == nil {
+		k.serve(cn)
+	} else if cn != nil {
 		if err := cn.server.session.Send(handover.Msg{Kind: handover.Backend, Volume: volume}, f); err != nil {
 			k.logf("volume %s: handing its backend root to server pid %d: %v", volume, cn.server.pid, err)
 		}

@@ -19,9 +19,9 @@ const (
 	// ModeRelay: the plugin serves each staging path with a relay (dummy-fuse --relay-backend) in front of the
 	// real server's mount, which it keeps private and restarts when it dies.
 	ModeRelay = "relay"
-	// ModeRelayKeeper: the relay runs in the keeper (its servers relay each connection to a backend root the
-	// plugin hands over), the plugin keeps a copy of the staging connection and runs the real server on its
-	// private backend mount: no single crash ends the staging connection.
+	// ModeRelayKeeper: the relay and the real server run in the keeper (its servers relay each connection to a
+	// backend root the plugin hands over; the real server serves the backend connection the plugin mounted
+	// privately and handed over); the plugin keeps a copy of the staging connection: no single crash ends it.
 	ModeRelayKeeper = "relay-keeper"
 )
 

@@ -19,6 +19,9 @@
 //	ended  {volume, reason}             a server's connection ended
 //	backend {volume} + descriptor       the root directory of the volume's backend mount (the relay-keeper mode:
 //	                                    the relay reaches the real server's private mount through it)
+//	backend-serve {volume} + descriptor the volume's backend connection (relay-keeper mode): run the real server
+//	                                    on it
+//	backend-ended {volume, reason}      the real server of the volume's backend exited
 //
 // The handover record (init) is the kernel's INIT request and the first server's reply, which a successor
 // needs to take an initialised connection over (dummyfs.Takeover).
@@ -54,6 +57,10 @@ const (
 	Ended  Kind = "ended"
 	// Backend carries a directory descriptor, not a connection: the root of a relay's backend mount.
 	Backend Kind = "backend"
+	// BackendServe carries a backend's /dev/fuse descriptor for the keeper's real server; BackendEnded says
+	// that server exited.
+	BackendServe Kind = "backend-serve"
+	BackendEnded Kind = "backend-ended"
 )
 
 // ReasonUnmounted is the Reason of Ended when the connection itself is over (unmounted or aborted): nobody
@@ -61,12 +68,12 @@ const (
 const ReasonUnmounted = "unmounted"
 
 // carriesFD reports whether messages of kind k carry a connection's descriptor (and only they do).
-func (k Kind) carriesFD() bool { return k == Hold || k == Serve || k == Backend }
+func (k Kind) carriesFD() bool { return k == Hold || k == Serve || k == Backend || k == BackendServe }
 
 // known reports whether k is a kind of this protocol.
 func (k Kind) known() bool {
 	switch k {
-	case Hello, Hold, Serve, Served, Stop, Drop, Ended, Backend:
+	case Hello, Hold, Serve, Served, Stop, Drop, Ended, Backend, BackendServe, BackendEnded:
 		return true
 	}
 	return false

@@ -12,8 +12,9 @@ const relayKeeperBackends = "the chart has no relay-keeper mode yet (a keeper wi
 
 // relayKeeperScenarios are the rows of the relay-keeper mode: the relay mode's rows that apply (the real
 // server killed, upgraded, killed with a read inside it, unable to come back; the relay killed), and the
-// crashes the relay mode could not keep: the plugin's and the keeper's. The relay runs in the keeper, which
-// holds the staging connection with the plugin; the real server is the plugin's child on its private backend.
+// crashes the relay mode could not keep: the plugin's and the keeper's. The keeper holds the staging connection
+// with the plugin and runs the relay and the real server; the plugin mounts the private backend the real server
+// serves.
 func relayKeeperScenarios() []scenarios.Scenario {
 	mode := scenarios.Plugin{FuseMode: scenarios.FuseModeRelayKeeper, RestoreMounts: true, RestoreStrategy: scenarios.StrategyRebind, Keeper: scenarios.Keeper{DirectIO: true}}
 	readers := relayReaders()
@@ -31,12 +32,10 @@ func relayKeeperScenarios() []scenarios.Scenario {
 	out := []scenarios.Scenario{
 		row(scenarios.Scenario{
 			Name:  "relay-keeper-plugin-restart",
-			Title: "Relay-keeper mode: the plugin restarts; the keeper's relay keeps the connection",
-			Shows: "The keeper holds the staging connection and runs the relay, so the plugin's death takes only the real " +
-				"server (its child) and its backend: the relay waits for a backend. The restarted plugin takes its copy " +
-				"of the connection back from the keeper, mounts a new backend, starts the server and hands the new root " +
-				"to the keeper's relay, which reopens its handles there: the kept descriptor, new opens and the subPath " +
-				"stall for the plugin's restart and never fail.",
+			Title: "Relay-keeper mode: the plugin restarts; the keeper's relay and real server serve on",
+			Shows: "The keeper holds the staging connection, runs the relay and the real server, and its relay holds the " +
+				"backend's root: the plugin's death touches none of them, and the workloads read on while it is down. " +
+				"The restarted plugin takes its copy of the connection back from the keeper and mounts nothing.",
 			Plugin: mode,
 			Pod:    scenarios.Pod{RestartPolicy: scenarios.RestartAlways, Containers: readers},
 			Steps: []scenarios.Step{
@@ -51,10 +50,11 @@ func relayKeeperScenarios() []scenarios.Scenario {
 		}),
 		row(scenarios.Scenario{
 			Name:  "relay-keeper-keeper-restart",
-			Title: "Relay-keeper mode: the keeper is killed with its relays and started again",
-			Shows: "The plugin's copy keeps the staging connection and the real server keeps serving its backend; the new " +
-				"keeper gets the connection and the backend's root from the plugin, and its relay takes the connection " +
-				"over with the node table its predecessor journaled in the keeper's directory: no read fails.",
+			Title: "Relay-keeper mode: the keeper is killed with its relays and real servers, and started again",
+			Shows: "The plugin's copy keeps the staging connection; when the new keeper connects, the plugin mounts a new " +
+				"backend and hands it over, the keeper's real server serves it, and the keeper's relay takes the " +
+				"connection over from the plugin's copy with the backend's new root and the node table its predecessor " +
+				"journaled in the keeper's directory: a stall, no failed read.",
 			Plugin: mode,
 			Pod:    scenarios.Pod{RestartPolicy: scenarios.RestartAlways, Containers: readers},
 			Steps: []scenarios.Step{
@@ -93,8 +93,8 @@ func relayKeeperScenarios() []scenarios.Scenario {
 			},
 		}),
 	}
-	// The relay mode's rows of the real server and of the relay hold as they are; only what restarts the relay
-	// differs (the keeper, from the plugin's copy, instead of the plugin's standby).
+	// The relay mode's rows of the real server and of the relay hold as they are; only who restarts what
+	// differs (the keeper runs the relay and the real server, the plugin mounts each new backend).
 	shows := map[string]string{
 		"relay-crash": "The plugin and the keeper keep copies of the staging connection, so the relay's death only pauses " +
 			"it; the keeper starts another relay, hands it the connection and the backend's root, and it takes the " +

@@ -103,10 +103,17 @@ var upgradeFlags = map[string]string{"dummy-fuse": "--workers=2", "gcsfuse": "--
 // server returns the pid of the plugin's real server (the real executable's child that is not a relay), 0 if
 // none runs, and its command line.
 func (s *relayServerPart) server() (int, string) {
-	if s.b.plugin == nil || s.b.plugin.exited() {
+	parent := s.b.plugin
+	if k, ok := s.b.parts[scenarios.KeeperContainer].(*keeperPart); ok && s.b.sc.Plugin.FuseMode == scenarios.FuseModeRelayKeeper {
+		parent = nil // the relay-keeper mode's keeper runs the real server
+		if k.cur != nil {
+			parent = k.cur.p
+		}
+	}
+	if parent == nil || parent.exited() {
 		return 0, ""
 	}
-	for _, pid := range childrenRunning(s.b.plugin.pid(), s.real) {
+	for _, pid := range childrenRunning(parent.pid(), s.real) {
 		cmdline := procCmdline(pid)
 		if !strings.Contains(cmdline, "--relay-backend") {
 			return pid, cmdline

@@ -14,8 +14,8 @@ import (
 )
 
 // The relay-keeper mode's parts (scenarios.FuseModeRelayKeeper): the keeper container (keeper.go) runs the
-// relays as its FUSE servers, with a node table directory that outlives it (keeperRelayDir); the real server
-// is the plugin's child as in the relay mode (relay.go).
+// relays as its FUSE servers, with a node table directory that outlives it (keeperRelayDir), and the real
+// servers, through the relay server part's executable (relay.go), on the backends the plugin mounts.
 
 // keeperRelayDir is where the keeper's node table directory appears in its container.
 const keeperRelayDir = "/mnt/keeper-relay"
@@ -32,6 +32,18 @@ func (k *keeperPart) relayNodeDir() ([]string, initMount, error) {
 		return nil, initMount{}, err
 	}
 	args := []string{"--relay-node-dir=" + keeperRelayDir}
+	// The keeper runs the real server on each backend the plugin mounts: the server part's settings, through
+	// the relay server part's executable (which steps replace for an upgrade or a server that cannot start).
+	sp, ok := k.b.parts[scenarios.FuseServer].(*serverPart)
+	rs, ok2 := k.b.parts[scenarios.RelayServer].(*relayServerPart)
+	if !ok || !ok2 {
+		return nil, initMount{}, errors.New("relay-keeper mode: no FUSE server parts")
+	}
+	spec := sp.spec(rs.exe)
+	args = append(args, "--relay-server="+spec.Name, "--relay-server-path="+spec.Path)
+	for k, v := range spec.Opts {
+		args = append(args, "--relay-server-opt="+k+"="+v)
+	}
 	if w := k.b.sc.Plugin.RelayBackendWait; w > 0 {
 		args = append(args, "--relay-backend-wait="+w.String())
 	}
