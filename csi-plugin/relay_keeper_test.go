@@ -113,7 +113,18 @@ func testRelayKeeper(t *testing.T, name string) {
 	testenv.Eventually(t, waitTimeout, "the restarted plugin to re-collect its copy from the keeper", func() bool {
 		return strings.Contains(p.Log(), `"Session connected"`) && strings.Contains(p.Log(), `adopted=1`)
 	})
-	// 5. Which the next keeper loss proves.
+	// A double fault: the real server dies while the plugin is down. Nobody can mount a new backend until the
+	// plugin is back, which the keeper tells it at once: the reads wait (within the relay's backend wait).
+	p.kill()
+	server = realServerOf(t, k.Children, spec.Path, 0)
+	if err := syscall.Kill(server, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	p = e.start(pluginArgs...)
+	realServerOf(t, k.Children, spec.Path, server)
+	readsOn(t, "after the real server died while the plugin was down", keep, reopen)
+
+	// 5. The next keeper loss proves that the plugin re-collected its copy.
 	k.Kill()
 	k = e.startKeeper(keeperArgs...)
 	k.servedBy("vol-1", 0)

@@ -87,19 +87,28 @@ func (rk *RelayKeeper) backendOf(volume string) *os.File {
 // keeper). The real servers run in the keeper and outlived this plugin, and the keeper's relays hold their
 // backends' roots: nothing is mounted until a keeper says a real server died or its session ends.
 func (rk *RelayKeeper) Recollect(recs Records) (map[string]Server, error) {
+	// The volumes first: a keeper may say a real server is gone the moment it connects.
+	vols := map[string]*keptRelay{}
+	for _, rec := range recs.Stages {
+		vols[rec.VolumeID] = rk.newVolume(rec.VolumeID, nil)
+	}
 	kept, err := rk.k.Recollect(recs)
 	if err != nil {
+		for _, v := range vols {
+			rk.drop(v)
+		}
 		return nil, err
 	}
 	out := map[string]Server{}
-	for _, rec := range recs.Stages {
-		ks, ok := kept[rec.VolumeID].(*keptServer)
+	for id, v := range vols {
+		ks, ok := kept[id].(*keptServer)
 		if !ok {
+			rk.drop(v)
 			continue
 		}
-		v := rk.newVolume(rec.VolumeID, ks)
+		v.setKept(ks)
 		go v.serveBackend(false)
-		out[rec.VolumeID] = v
+		out[id] = v
 	}
 	return out, nil
 }

@@ -290,6 +290,15 @@ func (k *Keeper) pluginConnected(c *handover.Conn) bool {
 	}
 	k.logf(contract.KeeperConnectedFormat, len(held))
 	k.plugin = c
+	if k.realServer != nil {
+		// A restarted plugin does not know which backends lost their server while it was down: only it can
+		// mount new ones.
+		for _, cn := range held {
+			if k.backends[cn.volume] == nil {
+				k.tellPlugin(handover.Msg{Kind: handover.BackendEnded, Volume: cn.volume, Reason: "no real server runs for it"})
+			}
+		}
+	}
 	go func() {
 		for {
 			m, f, err := c.Recv()
