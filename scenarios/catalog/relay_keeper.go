@@ -66,6 +66,41 @@ func relayKeeperScenarios() []scenarios.Scenario {
 			Expect: neverFail(reader, reopen, sub),
 		}),
 		row(scenarios.Scenario{
+			Name:  "relay-keeper-plugin-server",
+			Title: "Relay-keeper mode: the plugin dies, and the real server while it is down",
+			Shows: "A double fault: nobody can mount a new backend while the plugin is down, so the relay lets the reads " +
+				"wait; the restarted plugin hears from the keeper that the volume has no real server, mounts a new " +
+				"backend and hands it over: a stall of the plugin's restart, no failed read.",
+			Plugin: mode,
+			Pod:    scenarios.Pod{RestartPolicy: scenarios.RestartAlways, Containers: readers},
+			Steps: []scenarios.Step{
+				warmUp,
+				scenarios.KillPlugin(),
+				scenarios.Kill(scenarios.RelayServer),
+				scenarios.StartPlugin(),
+				scenarios.Start(scenarios.RelayServer),
+				scenarios.Observe(watchReads),
+			},
+			Expect: neverFail(reader, reopen, sub),
+		}),
+		row(scenarios.Scenario{
+			Name:  "relay-keeper-plugin-relay",
+			Title: "Relay-keeper mode: the plugin dies, and the relay while it is down",
+			Shows: "A double fault: the keeper starts another relay with the backend root it kept and hands it the " +
+				"connection from its own copy; the restarted plugin re-collects its copy: no failed read.",
+			Plugin: mode,
+			Pod:    scenarios.Pod{RestartPolicy: scenarios.RestartAlways, Containers: readers},
+			Steps: []scenarios.Step{
+				warmUp,
+				scenarios.KillPlugin(),
+				scenarios.Kill(scenarios.RelayProcess),
+				scenarios.Start(scenarios.RelayProcess),
+				scenarios.StartPlugin(),
+				scenarios.Observe(watchReads),
+			},
+			Expect: neverFail(reader, reopen, sub),
+		}),
+		row(scenarios.Scenario{
 			Name:  "relay-keeper-all-holders",
 			Title: "Relay-keeper mode: the plugin and the keeper die together",
 			Shows: "The limit: the plugin's copy and the keeper's (with its relay) go at once, and the kernel ends the " +
