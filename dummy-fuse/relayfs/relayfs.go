@@ -17,6 +17,10 @@
 // backend was found dead, then runs again on the new root; handles open on the dead one are opened again
 // (path + flags) when next used. When the backend does not come back in time the operation fails with the
 // backend's errno, and so does every later one until it is back: a dead backend never becomes a hang.
+//
+// Forwarding is kept cheap: a READ is one pread of the descriptor its OPEN opened, and a released descriptor
+// is kept for the next OPEN of the same file (spares), so that open+read+close does not cost the backend an
+// OPEN, FLUSH and RELEASE each time.
 package relayfs
 
 import (
