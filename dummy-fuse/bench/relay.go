@@ -3,7 +3,6 @@ package bench
 import (
 	"fmt"
 	"io"
-	"slices"
 	"strings"
 	"time"
 )
@@ -79,57 +78,16 @@ func splitRelayBench(name string) (server, bench string, ok bool) {
 
 // Summarize computes r.Summary and r.Crash from r.Rounds.
 func (r *RelayResult) Summarize() {
-	type key struct{ server, bench string }
-	var keys []key
-	perRound := map[key][]map[string]Figures{}
-	for _, rd := range r.Rounds {
-		seen := map[key]map[string]Figures{}
-		for _, f := range rd.Figures {
-			s, b, ok := splitRelayBench(f.Bench)
-			if !ok {
-				continue
-			}
-			k := key{s, b}
-			if seen[k] == nil {
-				seen[k] = map[string]Figures{}
-				if !slices.Contains(keys, k) {
-					keys = append(keys, k)
-				}
-			}
-			seen[k][f.Server] = f
-		}
-		for _, k := range keys {
-			if seen[k] != nil {
-				perRound[k] = append(perRound[k], seen[k])
-			}
-		}
-	}
 	r.Summary, r.Crash = nil, nil
-	for _, k := range keys {
-		if k.bench == crashBench {
-			c := CrashSummary{Server: k.server}
-			var start, stall, over []float64
-			for _, m := range perRound[k] {
-				f, ok := m["relay"]
-				if !ok {
-					continue
-				}
-				c.Kills += f.Ops
-				c.FailedReads += int(f.Extra["failed-reads"])
-				start = append(start, f.Extra["start-p50-ms"])
-				stall = append(stall, f.Extra["stall-p50-ms"])
-				over = append(over, f.Extra["over-start-p50-ms"])
-				c.OverMaxMs = max(c.OverMaxMs, f.Extra["over-start-max-ms"])
-			}
-			c.StartMs, c.StallMs, c.OverMs = spreadOf(start), spreadOf(stall), spreadOf(over)
-			r.Crash = append(r.Crash, c)
+	for _, p := range pairRounds(r.Rounds, "direct", "relay") {
+		server, bench, ok := splitRelayBench(p.bench)
+		if !ok {
 			continue
 		}
 		var ratio, dr, rr, d50, r50, d99, r99, q50, q99, dc, rsc, rc []float64
-		for _, m := range perRound[k] {
-			d, okd := m["direct"]
-			rl, okr := m["relay"]
-			if !okd || !okr || d.ReadsPerSec == 0 {
+		for i, d := range p.a {
+			rl := p.b[i]
+			if d.ReadsPerSec == 0 {
 				continue
 			}
 			ratio = append(ratio, rl.ReadsPerSec/d.ReadsPerSec)
@@ -145,12 +103,45 @@ func (r *RelayResult) Summarize() {
 			continue
 		}
 		r.Summary = append(r.Summary, RelaySummary{
-			Server: k.server, Bench: k.bench, Rounds: len(ratio), Ratio: spreadOf(ratio),
+			Server: server, Bench: bench, Rounds: len(ratio), Ratio: spreadOf(ratio),
 			DirectReads: spreadOf(dr), RelayReads: spreadOf(rr), DirectP50: spreadOf(d50), RelayP50: spreadOf(r50),
 			DirectP99: spreadOf(d99), RelayP99: spreadOf(r99), P50Ratio: spreadOf(q50), P99Ratio: spreadOf(q99),
 			DirectCPU: spreadOf(dc), RelayServerCPU: spreadOf(rsc), RelayCPU: spreadOf(rc),
 		})
 	}
+	r.Crash = crashSummaries(r.Rounds)
+}
+
+// crashSummaries sums up the ServerCrash figures (relay only) per server, in the order the servers ran.
+func crashSummaries(rounds []Round) []CrashSummary {
+	var out []CrashSummary
+	var start, stall, over [][]float64
+	index := map[string]int{}
+	for _, rd := range rounds {
+		for _, f := range rd.Figures {
+			server, bench, ok := splitRelayBench(f.Bench)
+			if !ok || bench != crashBench || f.Server != "relay" {
+				continue
+			}
+			i, ok := index[server]
+			if !ok {
+				i, index[server] = len(out), len(out)
+				out = append(out, CrashSummary{Server: server})
+				start, stall, over = append(start, nil), append(stall, nil), append(over, nil)
+			}
+			c := &out[i]
+			c.Kills += f.Ops
+			c.FailedReads += int(f.Extra["failed-reads"])
+			start[i] = append(start[i], f.Extra["start-p50-ms"])
+			stall[i] = append(stall[i], f.Extra["stall-p50-ms"])
+			over[i] = append(over[i], f.Extra["over-start-p50-ms"])
+			c.OverMaxMs = max(c.OverMaxMs, f.Extra["over-start-max-ms"])
+		}
+	}
+	for i := range out {
+		out[i].StartMs, out[i].StallMs, out[i].OverMs = spreadOf(start[i]), spreadOf(stall[i]), spreadOf(over[i])
+	}
+	return out
 }
 
 // Write writes r to dir/<date>-<commit>.json and returns the path.
