@@ -45,6 +45,10 @@ type RelaySummary struct {
 	DirectCPU      Spread `json:"direct_server_cpu_us_per_op"`
 	RelayServerCPU Spread `json:"relay_server_cpu_us_per_op"`
 	RelayCPU       Spread `json:"relay_relay_cpu_us_per_op"`
+	// Context switches per operation, likewise (zero in records made before they were measured).
+	DirectSwitches      Spread `json:"direct_server_switches_per_op"`
+	RelayServerSwitches Spread `json:"relay_server_switches_per_op"`
+	RelaySwitches       Spread `json:"relay_relay_switches_per_op"`
 }
 
 // CrashSummary is the server kills of one server over all rounds: each figure's per-round median, spread
@@ -84,7 +88,7 @@ func (r *RelayResult) Summarize() {
 		if !ok {
 			continue
 		}
-		var ratio, dr, rr, d50, r50, d99, r99, q50, q99, dc, rsc, rc []float64
+		var ratio, dr, rr, d50, r50, d99, r99, q50, q99, dc, rsc, rc, ds, rss, rs []float64
 		for i, d := range p.a {
 			rl := p.b[i]
 			if d.ReadsPerSec == 0 {
@@ -98,6 +102,7 @@ func (r *RelayResult) Summarize() {
 				q50, q99 = append(q50, rl.P50us/d.P50us), append(q99, rl.P99us/d.P99us)
 			}
 			dc, rsc, rc = append(dc, d.CPUus), append(rsc, rl.CPUus), append(rc, rl.Extra["relay-cpu-µs/op"])
+			ds, rss, rs = append(ds, d.Switches), append(rss, rl.Switches), append(rs, rl.Extra["relay-switches/op"])
 		}
 		if len(ratio) == 0 {
 			continue
@@ -107,6 +112,7 @@ func (r *RelayResult) Summarize() {
 			DirectReads: spreadOf(dr), RelayReads: spreadOf(rr), DirectP50: spreadOf(d50), RelayP50: spreadOf(r50),
 			DirectP99: spreadOf(d99), RelayP99: spreadOf(r99), P50Ratio: spreadOf(q50), P99Ratio: spreadOf(q99),
 			DirectCPU: spreadOf(dc), RelayServerCPU: spreadOf(rsc), RelayCPU: spreadOf(rc),
+			DirectSwitches: spreadOf(ds), RelayServerSwitches: spreadOf(rss), RelaySwitches: spreadOf(rs),
 		})
 	}
 	r.Crash = crashSummaries(r.Rounds)
@@ -235,13 +241,14 @@ func RelayTable(r *RelayResult, file string) string {
 		fmt.Fprintf(&b, "; %d of %d rounds started on a busy machine: only the ratios within a round mean something", busy, len(r.Rounds))
 	}
 	b.WriteString(".\n\n")
-	b.WriteString("| server | benchmark | direct, reads/s | relay, reads/s | relay/direct per round (median) | p50 direct / relay (median), relay/direct per round | p99 direct / relay (median), relay/direct per round | CPU/op direct: server; relay: server + relay (median) |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| server | benchmark | direct, reads/s | relay, reads/s | relay/direct per round (median) | p50 direct / relay (median), relay/direct per round | p99 direct / relay (median), relay/direct per round | CPU/op direct: server; relay: server + relay (median) | context switches/op, likewise |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|\n")
 	for _, s := range r.Summary {
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s / %s µs, %s | %s / %s µs, %s | %s; %s + %s µs |\n",
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s / %s µs, %s | %s / %s µs, %s | %s; %s + %s µs | %.1f; %.1f + %.1f |\n",
 			s.Server, relayTitles[s.Bench], count(s.DirectReads), count(s.RelayReads), ratioRange(s.Ratio),
 			us(s.DirectP50.Median), us(s.RelayP50.Median), ratioRange(s.P50Ratio), us(s.DirectP99.Median), us(s.RelayP99.Median), ratioRange(s.P99Ratio),
-			us(s.DirectCPU.Median), us(s.RelayServerCPU.Median), us(s.RelayCPU.Median))
+			us(s.DirectCPU.Median), us(s.RelayServerCPU.Median), us(s.RelayCPU.Median),
+			s.DirectSwitches.Median, s.RelayServerSwitches.Median, s.RelaySwitches.Median)
 	}
 	b.WriteString("\n| server | kills | server start: kill → serving (median per round) | reader's stall (median per round) | stall − start (median per round) | stall − start, worst kill | failed reads |\n")
 	b.WriteString("|---|---|---|---|---|---|---|\n")
