@@ -44,19 +44,22 @@ func (s *spares) take(path string, flags int, gen uint64) *backendFile {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	k := spareKey{path, flags}
-	list := s.idle[k]
-	for len(list) > 0 {
-		sp := list[len(list)-1]
-		list = list[:len(list)-1]
-		s.n--
-		if sp.f.gen == gen {
-			s.set(k, list)
-			return sp.f
+	var found *backendFile
+	kept := s.idle[k][:0]
+	for _, sp := range s.idle[k] {
+		switch {
+		case sp.f.gen < gen:
+			sp.f.release() // opened on a root that died: closing it does not wait
+			s.n--
+		case sp.f.gen == gen && found == nil:
+			found = sp.f
+			s.n--
+		default: // another one, or opened on a root newer than the caller's (a recovery raced it)
+			kept = append(kept, sp)
 		}
-		sp.f.release() // opened on a root that died: closing it does not wait
 	}
-	s.set(k, list)
-	return nil
+	s.set(k, kept)
+	return found
 }
 
 func (s *spares) set(k spareKey, list []spare) {
