@@ -108,7 +108,7 @@ func TestGoals(t *testing.T) {
 func TestRelaySummarizeAndGoals(t *testing.T) {
 	round := func(n int, direct, relay float64) Round {
 		out := fmt.Sprintf(`BenchmarkRelay/gcsfuse/DirectIORead/direct-2   918  257202 ns/op  224 p50-µs  816 p99-µs  %g reads/s  40 server-cpu-µs/op
-BenchmarkRelay/gcsfuse/DirectIORead/relay-2    505  406790 ns/op  353 p50-µs  1668 p99-µs  %g reads/s  6.1 relay-cpu-µs/op  42 server-cpu-µs/op
+BenchmarkRelay/gcsfuse/DirectIORead/relay-2    505  406790 ns/op  353 p50-µs  1668 p99-µs  %g reads/s  6.1 relay-cpu-µs/op  4.5 relay-switches/op  42 server-cpu-µs/op  9 server-switches/op
 BenchmarkRelay/gcsfuse/ServerCrash/relay-2       5  76695936 ns/op  0 failed-reads  %g over-start-max-ms  0.14 over-start-p50-ms  51 stall-p50-ms  50 start-p50-ms
 `, direct, relay, 10*float64(n))
 		figs, err := ParseFigures(strings.NewReader(out))
@@ -126,7 +126,8 @@ BenchmarkRelay/gcsfuse/ServerCrash/relay-2       5  76695936 ns/op  0 failed-rea
 		t.Fatalf("summary %+v, crash %+v", r.Summary, r.Crash)
 	}
 	if s := r.Summary[0]; s.Server != "gcsfuse" || s.Bench != "DirectIORead" || s.Rounds != 4 || s.Ratio.Median != 0.675 || s.Ratio.Min != 0.1 || s.RelayP99.Max != 1668 ||
-		s.DirectCPU.Median != 40 || s.P50Ratio.Median != 353.0/224 || s.RelayServerCPU.Median != 42 || s.RelayCPU.Median != 6.1 {
+		s.DirectCPU.Median != 40 || s.P50Ratio.Median != 353.0/224 || s.RelayServerCPU.Median != 42 || s.RelayCPU.Median != 6.1 ||
+		s.RelaySwitches.Median != 4.5 || s.RelayServerSwitches.Median != 9 || s.DirectSwitches.Median != 0 {
 		t.Errorf("summary %+v", s)
 	}
 	if c := r.Crash[0]; c.Kills != 20 || c.OverMaxMs != 60 || c.StartMs.Median != 50 || c.FailedReads != 0 {

@@ -3,7 +3,6 @@ package bench
 import (
 	"fmt"
 	"io"
-	"slices"
 	"strings"
 	"time"
 )
@@ -46,6 +45,10 @@ type RelaySummary struct {
 	DirectCPU      Spread `json:"direct_server_cpu_us_per_op"`
 	RelayServerCPU Spread `json:"relay_server_cpu_us_per_op"`
 	RelayCPU       Spread `json:"relay_relay_cpu_us_per_op"`
+	// Context switches per operation, likewise (zero in records made before they were measured).
+	DirectSwitches      Spread `json:"direct_server_switches_per_op"`
+	RelayServerSwitches Spread `json:"relay_server_switches_per_op"`
+	RelaySwitches       Spread `json:"relay_relay_switches_per_op"`
 }
 
 // CrashSummary is the server kills of one server over all rounds: each figure's per-round median, spread
@@ -79,57 +82,16 @@ func splitRelayBench(name string) (server, bench string, ok bool) {
 
 // Summarize computes r.Summary and r.Crash from r.Rounds.
 func (r *RelayResult) Summarize() {
-	type key struct{ server, bench string }
-	var keys []key
-	perRound := map[key][]map[string]Figures{}
-	for _, rd := range r.Rounds {
-		seen := map[key]map[string]Figures{}
-		for _, f := range rd.Figures {
-			s, b, ok := splitRelayBench(f.Bench)
-			if !ok {
-				continue
-			}
-			k := key{s, b}
-			if seen[k] == nil {
-				seen[k] = map[string]Figures{}
-				if !slices.Contains(keys, k) {
-					keys = append(keys, k)
-				}
-			}
-			seen[k][f.Server] = f
-		}
-		for _, k := range keys {
-			if seen[k] != nil {
-				perRound[k] = append(perRound[k], seen[k])
-			}
-		}
-	}
 	r.Summary, r.Crash = nil, nil
-	for _, k := range keys {
-		if k.bench == crashBench {
-			c := CrashSummary{Server: k.server}
-			var start, stall, over []float64
-			for _, m := range perRound[k] {
-				f, ok := m["relay"]
-				if !ok {
-					continue
-				}
-				c.Kills += f.Ops
-				c.FailedReads += int(f.Extra["failed-reads"])
-				start = append(start, f.Extra["start-p50-ms"])
-				stall = append(stall, f.Extra["stall-p50-ms"])
-				over = append(over, f.Extra["over-start-p50-ms"])
-				c.OverMaxMs = max(c.OverMaxMs, f.Extra["over-start-max-ms"])
-			}
-			c.StartMs, c.StallMs, c.OverMs = spreadOf(start), spreadOf(stall), spreadOf(over)
-			r.Crash = append(r.Crash, c)
+	for _, p := range pairRounds(r.Rounds, "direct", "relay") {
+		server, bench, ok := splitRelayBench(p.bench)
+		if !ok {
 			continue
 		}
-		var ratio, dr, rr, d50, r50, d99, r99, q50, q99, dc, rsc, rc []float64
-		for _, m := range perRound[k] {
-			d, okd := m["direct"]
-			rl, okr := m["relay"]
-			if !okd || !okr || d.ReadsPerSec == 0 {
+		var ratio, dr, rr, d50, r50, d99, r99, q50, q99, dc, rsc, rc, ds, rss, rs []float64
+		for i, d := range p.a {
+			rl := p.b[i]
+			if d.ReadsPerSec == 0 {
 				continue
 			}
 			ratio = append(ratio, rl.ReadsPerSec/d.ReadsPerSec)
@@ -140,17 +102,52 @@ func (r *RelayResult) Summarize() {
 				q50, q99 = append(q50, rl.P50us/d.P50us), append(q99, rl.P99us/d.P99us)
 			}
 			dc, rsc, rc = append(dc, d.CPUus), append(rsc, rl.CPUus), append(rc, rl.Extra["relay-cpu-µs/op"])
+			ds, rss, rs = append(ds, d.Switches), append(rss, rl.Switches), append(rs, rl.Extra["relay-switches/op"])
 		}
 		if len(ratio) == 0 {
 			continue
 		}
 		r.Summary = append(r.Summary, RelaySummary{
-			Server: k.server, Bench: k.bench, Rounds: len(ratio), Ratio: spreadOf(ratio),
+			Server: server, Bench: bench, Rounds: len(ratio), Ratio: spreadOf(ratio),
 			DirectReads: spreadOf(dr), RelayReads: spreadOf(rr), DirectP50: spreadOf(d50), RelayP50: spreadOf(r50),
 			DirectP99: spreadOf(d99), RelayP99: spreadOf(r99), P50Ratio: spreadOf(q50), P99Ratio: spreadOf(q99),
 			DirectCPU: spreadOf(dc), RelayServerCPU: spreadOf(rsc), RelayCPU: spreadOf(rc),
+			DirectSwitches: spreadOf(ds), RelayServerSwitches: spreadOf(rss), RelaySwitches: spreadOf(rs),
 		})
 	}
+	r.Crash = crashSummaries(r.Rounds)
+}
+
+// crashSummaries sums up the ServerCrash figures (relay only) per server, in the order the servers ran.
+func crashSummaries(rounds []Round) []CrashSummary {
+	var out []CrashSummary
+	var start, stall, over [][]float64
+	index := map[string]int{}
+	for _, rd := range rounds {
+		for _, f := range rd.Figures {
+			server, bench, ok := splitRelayBench(f.Bench)
+			if !ok || bench != crashBench || f.Server != "relay" {
+				continue
+			}
+			i, ok := index[server]
+			if !ok {
+				i, index[server] = len(out), len(out)
+				out = append(out, CrashSummary{Server: server})
+				start, stall, over = append(start, nil), append(stall, nil), append(over, nil)
+			}
+			c := &out[i]
+			c.Kills += f.Ops
+			c.FailedReads += int(f.Extra["failed-reads"])
+			start[i] = append(start[i], f.Extra["start-p50-ms"])
+			stall[i] = append(stall[i], f.Extra["stall-p50-ms"])
+			over[i] = append(over[i], f.Extra["over-start-p50-ms"])
+			c.OverMaxMs = max(c.OverMaxMs, f.Extra["over-start-max-ms"])
+		}
+	}
+	for i := range out {
+		out[i].StartMs, out[i].StallMs, out[i].OverMs = spreadOf(start[i]), spreadOf(stall[i]), spreadOf(over[i])
+	}
+	return out
 }
 
 // Write writes r to dir/<date>-<commit>.json and returns the path.
@@ -244,13 +241,14 @@ func RelayTable(r *RelayResult, file string) string {
 		fmt.Fprintf(&b, "; %d of %d rounds started on a busy machine: only the ratios within a round mean something", busy, len(r.Rounds))
 	}
 	b.WriteString(".\n\n")
-	b.WriteString("| server | benchmark | direct, reads/s | relay, reads/s | relay/direct per round (median) | p50 direct / relay (median), relay/direct per round | p99 direct / relay (median), relay/direct per round | CPU/op direct: server; relay: server + relay (median) |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| server | benchmark | direct, reads/s | relay, reads/s | relay/direct per round (median) | p50 direct / relay (median), relay/direct per round | p99 direct / relay (median), relay/direct per round | CPU/op direct: server; relay: server + relay (median) | context switches/op, likewise |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|\n")
 	for _, s := range r.Summary {
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s / %s µs, %s | %s / %s µs, %s | %s; %s + %s µs |\n",
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s / %s µs, %s | %s / %s µs, %s | %s; %s + %s µs | %.1f; %.1f + %.1f |\n",
 			s.Server, relayTitles[s.Bench], count(s.DirectReads), count(s.RelayReads), ratioRange(s.Ratio),
 			us(s.DirectP50.Median), us(s.RelayP50.Median), ratioRange(s.P50Ratio), us(s.DirectP99.Median), us(s.RelayP99.Median), ratioRange(s.P99Ratio),
-			us(s.DirectCPU.Median), us(s.RelayServerCPU.Median), us(s.RelayCPU.Median))
+			us(s.DirectCPU.Median), us(s.RelayServerCPU.Median), us(s.RelayCPU.Median),
+			s.DirectSwitches.Median, s.RelayServerSwitches.Median, s.RelaySwitches.Median)
 	}
 	b.WriteString("\n| server | kills | server start: kill → serving (median per round) | reader's stall (median per round) | stall − start (median per round) | stall − start, worst kill | failed reads |\n")
 	b.WriteString("|---|---|---|---|---|---|---|\n")

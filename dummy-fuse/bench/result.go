@@ -113,30 +113,12 @@ func spreadOf(v []float64) Spread {
 
 // Summarize computes r.Summary from r.Rounds.
 func (r *Result) Summarize() {
-	var names []string
-	byRound := map[string][]map[string]Figures{} // bench -> per round: server -> figures
-	for _, rd := range r.Rounds {
-		seen := map[string]map[string]Figures{}
-		for _, f := range rd.Figures {
-			if seen[f.Bench] == nil {
-				seen[f.Bench] = map[string]Figures{}
-				if !slices.Contains(names, f.Bench) {
-					names = append(names, f.Bench)
-				}
-			}
-			seen[f.Bench][f.Server] = f
-		}
-		for b, m := range seen {
-			byRound[b] = append(byRound[b], m)
-		}
-	}
 	r.Summary = nil
-	for _, b := range names {
+	for _, p := range pairRounds(r.Rounds, "go", "c") {
 		var ratio, gr, cr, gc, cc, gs, cs, gp, cp, gm, cm []float64
-		for _, m := range byRound[b] {
-			g, okg := m["go"]
-			c, okc := m["c"]
-			if !okg || !okc || c.ReadsPerSec == 0 {
+		for i, g := range p.a {
+			c := p.b[i]
+			if c.ReadsPerSec == 0 {
 				continue
 			}
 			ratio = append(ratio, g.ReadsPerSec/c.ReadsPerSec)
@@ -150,12 +132,51 @@ func (r *Result) Summarize() {
 			continue
 		}
 		r.Summary = append(r.Summary, Summary{
-			Bench: b, Rounds: len(ratio), Ratio: spreadOf(ratio),
+			Bench: p.bench, Rounds: len(ratio), Ratio: spreadOf(ratio),
 			GoReads: spreadOf(gr), CReads: spreadOf(cr), GoCPU: spreadOf(gc), CCPU: spreadOf(cc),
 			GoSwitch: spreadOf(gs), CSwitch: spreadOf(cs), GoP99: spreadOf(gp), CP99: spreadOf(cp),
 			GoRSS: spreadOf(gm), CRSS: spreadOf(cm),
 		})
 	}
+}
+
+// paired is one benchmark's figures on two sides, one entry per round that ran it on both, in round order.
+type paired struct {
+	bench string
+	a, b  []Figures
+}
+
+// pairRounds pairs the figures of side a with those of side b ("go" and "c", or "direct" and "relay") by
+// benchmark within each round, benchmarks in the order they first ran on both; a benchmark that ran on one
+// side only in a round (the relay's ServerCrash) has no pair there.
+func pairRounds(rounds []Round, a, b string) []paired {
+	var out []paired
+	index := map[string]int{}
+	for _, rd := range rounds {
+		sides := map[string]map[string]Figures{}
+		var names []string
+		for _, f := range rd.Figures {
+			if sides[f.Bench] == nil {
+				sides[f.Bench] = map[string]Figures{}
+				names = append(names, f.Bench)
+			}
+			sides[f.Bench][f.Server] = f
+		}
+		for _, name := range names {
+			fa, oka := sides[name][a]
+			fb, okb := sides[name][b]
+			if !oka || !okb {
+				continue
+			}
+			i, ok := index[name]
+			if !ok {
+				i, index[name] = len(out), len(out)
+				out = append(out, paired{bench: name})
+			}
+			out[i].a, out[i].b = append(out[i].a, fa), append(out[i].b, fb)
+		}
+	}
+	return out
 }
 
 // ParseFigures reads the output of `go test -bench` (dummy-fuse/bench_test.go, servers named as in

@@ -86,6 +86,12 @@ func runBenchmarks(binary, dir string, log io.Writer, env, bench, benchtime stri
 	if err := cmd.Run(); err != nil {
 		return nil, fmt.Errorf("%s: %w\n%s", strings.Join(cmd.Args, " "), err, out.String())
 	}
+	// What the benchmarks logged (b.Logf: "--- BENCH: name" and its indented lines) goes to log too.
+	for line := range strings.Lines(out.String()) {
+		if strings.HasPrefix(line, "--- ") || strings.HasPrefix(line, "    ") {
+			fmt.Fprint(log, line)
+		}
+	}
 	return ParseFigures(&out)
 }
 

@@ -113,16 +113,20 @@ func (b *backend) recover(gen uint64, cause error) error {
 		b.logf("backend %s is gone (%v); waiting up to %s for it to serve again", b.path, cause, b.wait)
 	}
 	deadline := b.down.Add(b.wait)
-	for {
+	mounts := watchMounts()
+	defer mounts.close()
+	var last error
+	for try := 1; ; try++ {
 		fd, err := b.reopen()
 		if err == nil {
 			old := b.root
 			b.root = &rootFD{fd: fd, gen: old.gen + 1}
-			b.logf("backend %s serves again after %s", b.path, time.Since(b.down).Round(time.Millisecond))
+			b.logf("backend %s serves again after %s (try %d of this wait; the one before: %v)", b.path, time.Since(b.down).Round(time.Millisecond), try, last)
 			b.down = time.Time{}
 			go func() { old.refs.Wait(); unix.Close(old.fd) }()
 			return nil
 		}
+		last = err
 		if !time.Now().Before(deadline) {
 			if !b.gaveUp {
 				b.gaveUp = true
@@ -130,15 +134,58 @@ func (b *backend) recover(gen uint64, cause error) error {
 			}
 			return cause
 		}
-		// Unlocked while sleeping would let other operations pile up tries; they wait here instead, bounded
+		// Unlocked while waiting would let other operations pile up tries; they wait here instead, bounded
 		// by the same deadline.
-		time.Sleep(retryEvery)
+		mounts.wait(min(retryEvery, time.Until(deadline)))
 	}
 }
 
-// retryEvery is how often recover tries to open the backend's root again: a server start takes tens to
-// hundreds of milliseconds, a try costs an open and two requests to it.
-const retryEvery = 10 * time.Millisecond
+// retryEvery is how often recover tries to open the backend's root again when no mount wakes it first: a
+// server start takes milliseconds (squashfuse) to hundreds of them (gcsfuse), a try costs an open, a stat
+// and a STATFS.
+const retryEvery = 5 * time.Millisecond
+
+// mountWatch wakes a waiting recover when the mount table of the relay's mount namespace changes, so that a
+// new backend mounted there is tried at once: the kernel wakes a poll(2) of /proc/self/mountinfo with
+// POLLPRI on every mount and unmount in the namespace (mounts_poll in fs/proc_namespace.c). A backend
+// mounted in another namespace wakes nothing; retryEvery bounds the wait then.
+type mountWatch struct{ fd int }
+
+// watchMounts starts watching before the first try, so that a mount between a try and the wait counts.
+func watchMounts() mountWatch {
+	fd, err := unix.Open("/proc/self/mountinfo", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return mountWatch{fd: -1}
+	}
+	return mountWatch{fd: fd}
+}
+
+// wait returns when the mount table changed since the last wait (or the watch began), or after d.
+func (m mountWatch) wait(d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	if m.fd < 0 {
+		time.Sleep(d)
+		return
+	}
+	fds := []unix.PollFd{{Fd: int32(m.fd), Events: unix.POLLPRI}}
+	for end := time.Now().Add(d); ; {
+		left := time.Until(end)
+		if left <= 0 {
+			return
+		}
+		if _, err := unix.Poll(fds, int(left.Milliseconds())+1); err != unix.EINTR {
+			return
+		}
+	}
+}
+
+func (m mountWatch) close() {
+	if m.fd >= 0 {
+		unix.Close(m.fd)
+	}
+}
 
 // reopen opens the root (b.open) and checks that a server answers there: the same kind of filesystem as at
 // the start, a mount point if it was one, and a STATFS answered.

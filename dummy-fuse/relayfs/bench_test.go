@@ -25,7 +25,8 @@ import (
 // benchmarks report numbers and assert none:
 //
 //	BenchmarkRelay/<server>/<DirectIORead|OpenReadClose|CachedRead>/<direct|relay>: reads/s, p50-µs, p99-µs,
-//	    and per operation the CPU of the server (server-cpu-µs/op) and of the relay (relay-cpu-µs/op)
+//	    and per operation the CPU and context switches of the server (server-cpu-µs/op, server-switches/op)
+//	    and of the relay (relay-cpu-µs/op, relay-switches/op)
 //	BenchmarkRelay/<server>/ServerCrash/relay (b.N kills): how much longer than the server's own start the
 //	    relay's reader waits after a kill
 //
@@ -77,7 +78,7 @@ func BenchmarkRelay(b *testing.B) {
 			}
 			// Last: it kills the server b.N times.
 			b.Run("ServerCrash", func(b *testing.B) {
-				b.Run("relay", func(b *testing.B) { serverCrash(b, be, files["relay"]) })
+				b.Run("relay", func(b *testing.B) { serverCrash(b, be, files["relay"], relay.LogPath) })
 			})
 		})
 	}
@@ -164,9 +165,11 @@ func alignedBuf() []byte {
 // benchRun is a finished run of ops operations.
 type benchRun struct{ ops int }
 
-// report adds the CPU a process (the server or the relay, named who) used per operation.
+// report adds the CPU a process (the server or the relay, named who) used per operation and its context
+// switches per operation (every one a thread going to sleep: what a hop costs beyond its CPU).
 func (r benchRun) report(b *testing.B, u bench.Usage, who string) {
 	b.ReportMetric(float64(u.CPU.Nanoseconds())/1e3/float64(r.ops), who+"-cpu-µs/op")
+	b.ReportMetric(float64(u.Switches)/float64(r.ops), who+"-switches/op")
 }
 
 // usageOf is bench.UsageOf, failing b on an error.
@@ -195,7 +198,7 @@ func reportLatency(b *testing.B, elapsed time.Duration, lat []time.Duration) ben
 // reads every millisecond, starts the server again at once (as relay_test does), and reports how long the
 // server took from its kill to serving the file (probed directly, every millisecond) and how much later than
 // that the reader through the relay had its next good read: the relay's own part of the stall.
-func serverCrash(b *testing.B, be *realBackend, file string) {
+func serverCrash(b *testing.B, be *realBackend, file, relayLog string) {
 	f, err := os.OpenFile(file, os.O_RDONLY|unix.O_DIRECT, 0)
 	if err != nil {
 		b.Fatal(err)
@@ -229,6 +232,10 @@ func serverCrash(b *testing.B, be *realBackend, file string) {
 		starts = append(starts, serving.Sub(killed))
 		stalls = append(stalls, resumed.Sub(killed))
 		over = append(over, resumed.Sub(serving))
+		if resumed.Sub(serving) > slowOver {
+			b.Logf("kill at %s: the server served after %s, the reader through the relay after %s; the relay's log then:\n%s",
+				killed.UTC().Format("15:04:05.000000"), serving.Sub(killed), resumed.Sub(killed), logSince(relayLog, killed))
+		}
 	}
 	b.StopTimer()
 	if errs := rd.failures(); len(errs) > 0 {
@@ -243,6 +250,25 @@ func serverCrash(b *testing.B, be *realBackend, file string) {
 	b.ReportMetric(ms(over, 0.5), "over-start-p50-ms")
 	b.ReportMetric(ms(over, 1), "over-start-max-ms")
 	b.ReportMetric(float64(len(rd.failures())), "failed-reads")
+}
+
+// slowOver is how much later than the server's own start a reader may resume before serverCrash logs the kill.
+const slowOver = 20 * time.Millisecond
+
+// logSince returns the lines of a relay's log stamped at t or later.
+func logSince(path string, t time.Time) string {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	var out []string
+	for line := range strings.Lines(string(data)) {
+		stamp, _, _ := strings.Cut(line, " ")
+		if at, err := time.Parse(time.RFC3339Nano, stamp); err == nil && !at.Before(t) {
+			out = append(out, line)
+		}
+	}
+	return strings.Join(out, "")
 }
 
 // restartProbed starts the server again after be.kill and returns when it first served the file, probed

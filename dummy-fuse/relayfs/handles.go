@@ -2,13 +2,13 @@ package relayfs
 
 import (
 	"errors"
-	"io"
 	"io/fs"
 	"math/rand/v2"
 	"os"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -53,21 +53,22 @@ func (hs *handles) adopt(fh uint64, h *handle) *handle {
 	hs.mu.Lock()
 	defer hs.mu.Unlock()
 	if old := hs.byFh[fh]; old != nil {
-		h.close()
+		if f := h.close(); f != nil {
+			f.release()
+		}
 		return old
 	}
 	hs.byFh[fh] = h
 	return h
 }
 
-func (hs *handles) release(fh uint64) {
+// remove drops handle fh and returns it (nil if unknown).
+func (hs *handles) remove(fh uint64) *handle {
 	hs.mu.Lock()
+	defer hs.mu.Unlock()
 	h := hs.byFh[fh]
 	delete(hs.byFh, fh)
-	hs.mu.Unlock()
-	if h != nil {
-		h.close()
-	}
+	return h
 }
 
 func (hs *handles) closeAll() {
@@ -76,7 +77,9 @@ func (hs *handles) closeAll() {
 	hs.byFh = map[uint64]*handle{}
 	hs.mu.Unlock()
 	for _, h := range all {
-		h.close()
+		if f := h.close(); f != nil {
+			f.release()
+		}
 	}
 }
 
@@ -88,9 +91,30 @@ type handle struct {
 	dir   []dirent // the listing of a directory handle (nil for a file)
 
 	mu     sync.Mutex
-	f      *os.File // the backend file; os.File keeps its descriptor until reads running on it are done
-	gen    uint64   // the root f was opened on
+	f      *backendFile // the backend file, nil until opened
 	closed bool
+}
+
+// backendFile is a descriptor of a backend file opened on root generation gen. It is closed when its handle
+// and every read running on it have let go of it, so that its number is never reused under a read still
+// running.
+type backendFile struct {
+	fd   int
+	gen  uint64
+	refs atomic.Int32 // the handle's (or the spares') reference + one per read in flight
+}
+
+func newBackendFile(fd int, gen uint64) *backendFile {
+	f := &backendFile{fd: fd, gen: gen}
+	f.refs.Store(1)
+	return f
+}
+
+// release drops a reference; the last one closes the descriptor.
+func (f *backendFile) release() {
+	if f.refs.Add(-1) == 0 {
+		unix.Close(f.fd)
+	}
 }
 
 // dirent is a directory entry: its name and its file type (S_IFMT bits).
@@ -107,17 +131,30 @@ func newFileHandle(node uint64, path string, kernelFlags uint32) *handle {
 
 // open opens the file on root r unless it is open on r or a newer root.
 func (h *handle) open(r *rootFD) error {
-	_, err := h.file(r)
+	f, err := h.file(r)
+	if err == nil {
+		f.release()
+	}
 	return err
 }
 
-func (h *handle) file(r *rootFD) (*os.File, error) {
+// use makes f (a spare, open on root r) the handle's backend file.
+func (h *handle) use(f *backendFile) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.f = f
+}
+
+// file returns the backend file as open on r or a newer root, opening it on r if need be, with a reference
+// that the caller releases.
+func (h *handle) file(r *rootFD) (*backendFile, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	switch {
 	case h.closed:
 		return nil, os.ErrClosed
-	case h.f != nil && h.gen >= r.gen:
+	case h.f != nil && h.f.gen >= r.gen:
+		h.f.refs.Add(1) // the handle's own reference keeps it open meanwhile
 		return h.f, nil
 	}
 	fd, err := openAt(r, h.path, h.flags)
@@ -125,38 +162,38 @@ func (h *handle) file(r *rootFD) (*os.File, error) {
 		return nil, err
 	}
 	if h.f != nil {
-		h.f.Close() // on a dead backend: the kernel fails its FLUSH at once
+		h.f.release() // open on a dead backend: the kernel fails its FLUSH at once
 	}
-	h.f, h.gen = os.NewFile(uintptr(fd), h.path), r.gen
+	h.f = newBackendFile(fd, r.gen)
+	h.f.refs.Add(1)
 	return h.f, nil
 }
 
-// readAt reads from the file as opened on r (or on a newer root). A short read is the end of the file.
+// readAt reads from the file as opened on r (or on a newer root): one pread, whose short count is the end of
+// the file (the kernel asks for no more than it wants).
 func (h *handle) readAt(r *rootFD, buf []byte, off int64) (int, error) {
-	for try := 0; ; try++ {
-		f, err := h.file(r)
-		if err != nil {
-			return 0, err
+	f, err := h.file(r)
+	if err != nil {
+		return 0, err
+	}
+	defer f.release()
+	for {
+		n, err := unix.Pread(f.fd, buf, off)
+		if err != unix.EINTR {
+			return max(n, 0), err
 		}
-		n, err := f.ReadAt(buf, off)
-		switch {
-		case errors.Is(err, os.ErrClosed) && try < 3:
-			continue // another request opened it again on a new root and closed this one
-		case err == io.EOF:
-			err = nil
-		}
-		return n, err
 	}
 }
 
-func (h *handle) close() {
+// close marks the handle closed and returns its backend file (nil if none), whose reference the caller now
+// holds.
+func (h *handle) close() *backendFile {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.closed = true
-	if h.f != nil {
-		h.f.Close()
-		h.f = nil
-	}
+	f := h.f
+	h.f = nil
+	return f
 }
 
 // readDir lists the directory at path beneath r.

@@ -356,7 +356,9 @@ func TestRelayBackendNeverReturns(t *testing.T) {
 	b := newBackend(t, lab, fuseserver.Squashfuse)
 	b.start()
 	const wait = 2 * time.Second
-	r := startRelay(t, lab, b.dir, "--backend-wait", wait.String())
+	// --attr-timeout 0 keeps no spare descriptors (spares.go): with one, an open within its time asks the
+	// backend nothing and the backend's page cache answers the read, so nothing would fail to be waited out.
+	r := startRelay(t, lab, b.dir, "--backend-wait", wait.String(), "--attr-timeout", "0")
 	path := filepath.Join(r.mnt, fuseserver.ServedFile)
 	if got, err := testenv.ReadFile(t, path, waitTimeout); err != nil || string(got) != fuseserver.Content {
 		t.Fatalf("read through the relay: %q, %v", got, err)

@@ -17,6 +17,10 @@
 // backend was found dead, then runs again on the new root; handles open on the dead one are opened again
 // (path + flags) when next used. When the backend does not come back in time the operation fails with the
 // backend's errno, and so does every later one until it is back: a dead backend never becomes a hang.
+//
+// Forwarding is kept cheap: a READ is one pread of the descriptor its OPEN opened, and a released descriptor
+// is kept for the next OPEN of the same file (spares), so that open+read+close does not cost the backend an
+// OPEN, FLUSH and RELEASE each time.
 package relayfs
 
 import (
@@ -67,6 +71,7 @@ type FS struct {
 	backend *backend
 	nodes   *nodes
 	handles *handles
+	spares  *spares
 
 	closeOnce sync.Once
 	closeErr  error
@@ -82,7 +87,7 @@ func New(opts Options) (*FS, error) {
 	if opts.Log == nil {
 		opts.Log = io.Discard
 	}
-	fs := &FS{ReadOnly: dummyfs.NewReadOnly(), opts: opts, handles: newHandles()}
+	fs := &FS{ReadOnly: dummyfs.NewReadOnly(), opts: opts, handles: newHandles(), spares: newSpares(opts.AttrTimeout)}
 	b, err := openBackend(opts.Backend, opts.Roots, opts.BackendWait, fs.logf)
 	if err != nil {
 		return nil, err
@@ -100,6 +105,7 @@ func New(opts Options) (*FS, error) {
 func (fs *FS) Close() error {
 	fs.closeOnce.Do(func() {
 		fs.handles.closeAll()
+		fs.spares.closeAll()
 		fs.backend.close()
 		fs.closeErr = fs.nodes.close()
 	})
@@ -286,7 +292,8 @@ func (fs *FS) StatFs(_ <-chan struct{}, _ *fuse.InHeader, out *fuse.StatfsOut) f
 	return fuse.OK
 }
 
-// Open opens a file for reading. Opening for writing fails with EROFS.
+// Open opens a file for reading, or takes a spare descriptor of it (see spares). Opening for writing fails
+// with EROFS.
 func (fs *FS) Open(_ <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
 	if in.Flags&syscall.O_ACCMODE != syscall.O_RDONLY || in.Flags&syscall.O_TRUNC != 0 {
 		return fuse.EROFS
@@ -296,7 +303,14 @@ func (fs *FS) Open(_ <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.S
 		return fuse.Status(syscall.ESTALE)
 	}
 	h := newFileHandle(in.NodeId, path, in.Flags)
-	if err := fs.do(h.open); err != nil {
+	err := fs.do(func(r *rootFD) error {
+		if f := fs.spares.take(h.path, h.flags, r.gen); f != nil {
+			h.use(f)
+			return nil
+		}
+		return h.open(r)
+	})
+	if err != nil {
 		return status(err)
 	}
 	out.Fh = fs.handles.add(h)
@@ -334,8 +348,8 @@ func (fs *FS) Read(_ <-chan struct{}, in *fuse.ReadIn, buf []byte) (fuse.ReadRes
 	return fuse.ReadResultData(buf[:n]), fuse.OK
 }
 
-// Release closes a file handle.
-func (fs *FS) Release(_ <-chan struct{}, in *fuse.ReleaseIn) { fs.handles.release(in.Fh) }
+// Release closes a file handle, keeping its backend descriptor as a spare.
+func (fs *FS) Release(_ <-chan struct{}, in *fuse.ReleaseIn) { fs.spares.put(fs.handles.remove(in.Fh)) }
 
 // OpenDir reads the directory's entries once: later READDIRs page through them by offset.
 func (fs *FS) OpenDir(_ <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
@@ -446,4 +460,4 @@ func (fs *FS) ReadDirPlus(_ <-chan struct{}, in *fuse.ReadIn, out *fuse.DirEntry
 }
 
 // ReleaseDir drops a directory listing.
-func (fs *FS) ReleaseDir(in *fuse.ReleaseIn) { fs.handles.release(in.Fh) }
+func (fs *FS) ReleaseDir(in *fuse.ReleaseIn) { fs.handles.remove(in.Fh) }

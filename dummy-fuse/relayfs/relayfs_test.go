@@ -4,10 +4,13 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
 )
 
 // tree makes a backend directory: a file, a directory with a file, a symlink, and a symlink to a directory
@@ -266,5 +269,72 @@ func TestNodeTableRefusesDamage(t *testing.T) {
 		if after, _ := os.ReadFile(table); !tc.ok && string(after) != tc.content {
 			t.Errorf("%s: the refused table was changed to %q", name, after)
 		}
+	}
+}
+
+// TestSpares: a released file's backend descriptor serves the next open of the same file with the same flags,
+// not one with other flags or on a newer root, and is closed once kept for the attribute timeout.
+func TestSpares(t *testing.T) {
+	const keep = 50 * time.Millisecond
+	fs := newFS(t, Options{Backend: tree(t), AttrTimeout: keep})
+	file := mustLookup(t, fs, fuse.FUSE_ROOT_ID, "file")
+	open := func(flags uint32) (uint64, *backendFile) {
+		t.Helper()
+		var out fuse.OpenOut
+		if st := fs.Open(nil, &fuse.OpenIn{InHeader: fuse.InHeader{NodeId: file}, Flags: flags}, &out); st != fuse.OK {
+			t.Fatalf("open: %v", st)
+		}
+		if got := read(t, fs, file, out.Fh); got != "Hello world!\n" {
+			t.Fatalf("read %q", got)
+		}
+		return out.Fh, fs.handles.get(out.Fh).f
+	}
+	release := func(fh uint64) { fs.Release(nil, &fuse.ReleaseIn{InHeader: fuse.InHeader{NodeId: file}, Fh: fh}) }
+
+	fh, first := open(syscall.O_RDONLY)
+	release(fh)
+	fh, again := open(syscall.O_RDONLY)
+	if again != first {
+		t.Error("the second open did not take the first one's descriptor")
+	}
+	fh2, other := open(syscall.O_RDONLY) // while the spare is in use: a descriptor of its own
+	if other == first {
+		t.Error("two open handles share one descriptor")
+	}
+	release(fh)
+	release(fh2)
+	if f := fs.spares.take("file", unix.O_RDONLY, first.gen+1); f != nil {
+		t.Error("a spare opened on an older root was handed out for a newer one")
+	}
+	if fs.spares.n != 0 {
+		t.Errorf("%d spares left after asking for a newer root: the dead root's ones are closed", fs.spares.n)
+	}
+	if n := first.refs.Load(); n != 0 {
+		t.Errorf("the older root's spare still has %d references: not closed", n)
+	}
+
+	// Reads and releases at once, for the race detector; then every spare expires.
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for range 50 {
+				fh, _ := open(syscall.O_RDONLY)
+				release(fh)
+			}
+		})
+	}
+	wg.Wait()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		fs.spares.mu.Lock()
+		n := fs.spares.n
+		fs.spares.mu.Unlock()
+		if n == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d spares still kept %s after the last release (attribute timeout %s)", n, 5*time.Second, keep)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

@@ -87,8 +87,15 @@ start_daemon() {
   exe=$(readlink -f "$(command -v "$1")")
   # Without job control the background child is no process-group leader, so setsid execs in place and
   # $! is the daemon's own PID.
-  # 9>&-: the daemon must not inherit (and so hold) the cluster lock.
-  setsid "$@" >>"$CLUSTER_LOGS/$name.log" 2>&1 </dev/null 9>&- &
+  # Every descriptor above 2 is closed first: a daemon holding an inherited lock (this script's cluster lock,
+  # or the lock of a caller that runs make cluster-up under flock(1)) would hold it for the cluster's life.
+  (
+    for fd in /proc/"$BASHPID"/fd/*; do
+      fd=${fd##*/}
+      [ "$fd" -gt 2 ] && eval "exec $fd>&-"
+    done
+    exec setsid "$@" >>"$CLUSTER_LOGS/$name.log" 2>&1 </dev/null
+  ) &
   pid=$!
   echo "$pid $exe" >"$CLUSTER_PIDS/$name.pid"
   for _ in $(seq 50); do
