@@ -144,7 +144,7 @@ func TestScenarios(t *testing.T) {
 				if sc.Pod.Sidecar != nil {
 					want += " sidecar.log"
 				}
-				if sc.Plugin.FuseMode == scenarios.FuseModeKeeper {
+				if sc.Plugin.HasKeeper() {
 					want += " keeper.log"
 				}
 				if sc.Plugin.Remediation != nil {

@@ -30,17 +30,18 @@ func TestParts(t *testing.T) {
 		if _, ok := b.parts[scenarios.SidecarContainer]; ok != (sc.Pod.Sidecar != nil) {
 			t.Errorf("%s: a sidecar part %t, a sidecar in the pod %t", sc.Name, ok, sc.Pod.Sidecar != nil)
 		}
-		keeper := sc.Plugin.FuseMode == scenarios.FuseModeKeeper
+		keeper := sc.Plugin.HasKeeper()
 		if _, ok := b.parts[scenarios.KeeperContainer]; ok != keeper {
-			t.Errorf("%s: a keeper part %t, keeper mode %t", sc.Name, ok, keeper)
+			t.Errorf("%s: a keeper part %t, a mode with a keeper %t", sc.Name, ok, keeper)
 		}
 		// Every mode has a FUSE server part: the keeper's servers, or the server the plugin or a sidecar runs.
 		if _, ok := b.parts[scenarios.FuseServer]; !ok {
 			t.Errorf("%s: no fuse-server part", sc.Name)
 		}
+		// The keeper mode's server is the keeper's dummy-fuse; the relay-keeper mode's is the real one.
 		_, ownServer := b.parts[scenarios.FuseServer].(*serverPart)
-		if ownServer == keeper {
-			t.Errorf("%s: the plugin's own server part %t in keeper mode %t", sc.Name, ownServer, keeper)
+		if keeperMode := sc.Plugin.FuseMode == scenarios.FuseModeKeeper; ownServer == keeperMode {
+			t.Errorf("%s: the real server part %t in keeper mode %t", sc.Name, ownServer, keeperMode)
 		}
 		if sc.Plugin.FuseMode == scenarios.FuseModeSidecar {
 			if err := b.Kill(context.Background(), scenarios.FuseServer); err == nil || !strings.Contains(err.Error(), "cannot kill fuse-server") {
