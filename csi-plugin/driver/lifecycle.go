@@ -355,6 +355,10 @@ func (d *Driver) publish(id, staging, targetPath string, readOnly bool, capabili
 		d.hookMounted(targetPath)
 		if deadDev != 0 {
 			res, err := restore.Reattach(deadDev, staging)
+			if err != nil {
+				res.Error = err.Error()
+			}
+			r.Reattached = &res // the remediator's evidence that running containers have the new mount
 			klog.InfoS("Re-bound the target inside running containers", "volumeID", id, "targetPath", targetPath,
 				"namespaces", res.Namespaces, "replaced", res.Replaced, "failed", res.Failed, "err", err)
 		}

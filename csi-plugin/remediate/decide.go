@@ -25,6 +25,9 @@ type volumeState struct {
 	PodVolumes []string
 	// MountedAt is when the plugin made the target's current mount (its publish record's time).
 	MountedAt time.Time
+	// ReboundInside says that the setns strategy's pass after that mount replaced every dead copy it found in
+	// running containers (the record's Reattached): those containers have the new mount.
+	ReboundInside bool
 	// Problem is the plugin's answer to NodeGetVolumeHealth when the target is not healthy now ("" when it is).
 	Problem string
 	// UnhealthySince is when this remediator first saw the target unhealthy without a healthy answer since.
@@ -43,7 +46,8 @@ type finding struct {
 //     the CSIDriver asks for republishing, which the grace period leaves time for);
 //   - a container that started before the plugin re-mounted the target (a repair after its FUSE server died)
 //     still holds the dead mount in its mount namespace; only with the stack strategy and mount propagation
-//     HostToContainer or Bidirectional does the new mount reach it;
+//     HostToContainer or Bidirectional does the new mount reach it, or when the setns strategy's pass re-bound
+//     every dead copy inside the running containers (one it could not re-bind still counts);
 //   - a container with a subPath of a re-mounted volume on a kubelet older than v1.37, which re-uses the subPath
 //     bind of the dead mount for every restart of the container.
 //
@@ -72,7 +76,8 @@ func findings(pod *corev1.Pod, vols []volumeState, kubelet *version.Version, str
 				}
 				running := st.State.Running
 				propagates := m.MountPropagation != nil && (*m.MountPropagation == corev1.MountPropagationHostToContainer || *m.MountPropagation == corev1.MountPropagationBidirectional)
-				if running != nil && startedBefore(running.StartedAt.Time, v.MountedAt) && (strategy != restore.Stack || !propagates) {
+				reached := strategy == restore.Stack && propagates || v.ReboundInside
+				if running != nil && startedBefore(running.StartedAt.Time, v.MountedAt) && !reached {
 					out = append(out, finding{Since: v.MountedAt, Why: fmt.Sprintf("container %s (started %s) still holds the mount of volume %s that the plugin replaced at %s after its FUSE server died",
 						c.Name, stamp(running.StartedAt.Time), v.VolumeID, stamp(v.MountedAt))})
 				}

@@ -369,6 +369,38 @@ func TestHealthyPodsAreLeftAlone(t *testing.T) {
 	}
 }
 
+// TestSetnsRepairTellsApart: under the setns strategy, a running container that started before the repair
+// was re-bound inside when the record says the pass after the repair replaced every dead copy it found; the
+// pod is left alone then, and deleted as under rebind when the pass failed on a copy or did not run.
+func TestSetnsRepairTellsApart(t *testing.T) {
+	for name, tc := range map[string]struct {
+		reattached  *state.Reattached
+		wantDeleted bool
+	}{
+		"every copy re-bound":           {reattached: &state.Reattached{Namespaces: 1, Replaced: 2}},
+		"one copy not re-bound":         {reattached: &state.Reattached{Namespaces: 1, Replaced: 1, Failed: 1, Error: "1 of 2 dead mounts in running containers not replaced"}, wantDeleted: true},
+		"the pass could not list /proc": {reattached: &state.Reattached{Error: "listing processes: permission denied"}, wantDeleted: true},
+		"no pass recorded":              {wantDeleted: true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			p := pod("web", ownedBy("apps/v1", "ReplicaSet"))
+			w := newWorld(t, "v1.37.2", func(c *Config) { c.Strategy = restore.Setns }, p)
+			target := kubeletpath.Target(kubelet, string(p.UID), "data")
+			if err := w.store.PutPublish(state.Publish{VolumeID: "vol-1", StagingPath: kubeletpath.Staging(kubelet, "d", "vol-1"), TargetPath: target,
+				FuseMode: "child", Time: repaired, Reattached: tc.reattached}); err != nil {
+				t.Fatal(err)
+			}
+			w.pass()
+			if w.health.calls == 0 {
+				t.Fatal("the plugin was never asked")
+			}
+			if deleted := !w.podExists(p); deleted != tc.wantDeleted {
+				t.Fatalf("deleted %v, want %v (events %+v)", deleted, tc.wantDeleted, w.events(p))
+			}
+		})
+	}
+}
+
 func TestUnhealthyTargetAfterGrace(t *testing.T) {
 	p := pod("web", ownedBy("apps/v1", "ReplicaSet"))
 	w := newWorld(t, "v1.37.2", nil, p)

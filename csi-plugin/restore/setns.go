@@ -12,6 +12,8 @@ import (
 	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
+
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/state"
 )
 
 // Setns repairs the host target like Rebind, then enters the mount namespace of every process that still holds
@@ -22,12 +24,8 @@ import (
 // processes.
 const Setns Strategy = "setns"
 
-// Reattached says what Reattach did.
-type Reattached struct {
-	Namespaces int // mount namespaces that held a copy of the dead connection
-	Replaced   int // dead mounts replaced by a bind of the new staging mount
-	Failed     int
-}
+// Reattached says what Reattach did; the plugin keeps it in the target's record.
+type Reattached = state.Reattached
 
 // Reattach replaces, in every mount namespace other than the plugin's own, each mount of the dead FUSE
 // connection dev (the device number of a dead target the plugin's records say it mounted) by a bind of the
