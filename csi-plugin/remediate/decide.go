@@ -49,7 +49,8 @@ type finding struct {
 //     HostToContainer or Bidirectional does the new mount reach it, or when the setns strategy's pass re-bound
 //     every dead copy inside the running containers (one it could not re-bind still counts);
 //   - a container with a subPath of a re-mounted volume on a kubelet older than v1.37, which re-uses the subPath
-//     bind of the dead mount for every restart of the container.
+//     bind of the dead mount for every restart of the container (not while the setns pass's re-bind of the
+//     container's own copy keeps it running).
 //
 // kubelet is the node's kubelet version, nil when unknown (the subPath rule then does not apply).
 func findings(pod *corev1.Pod, vols []volumeState, kubelet *version.Version, strategy restore.Strategy) []finding {
@@ -81,7 +82,10 @@ func findings(pod *corev1.Pod, vols []volumeState, kubelet *version.Version, str
 					out = append(out, finding{Since: v.MountedAt, Why: fmt.Sprintf("container %s (started %s) still holds the mount of volume %s that the plugin replaced at %s after its FUSE server died",
 						c.Name, stamp(running.StartedAt.Time), v.VolumeID, stamp(v.MountedAt))})
 				}
-				if (m.SubPath != "" || m.SubPathExpr != "") && oldKubelet {
+				// A running container that setns re-bound reads; kubelet's own subPath bind on the host stays dead
+				// (setns touches only the pod's containers), so the rule holds again once it restarts.
+				reboundRunning := v.ReboundInside && running != nil && startedBefore(running.StartedAt.Time, v.MountedAt)
+				if (m.SubPath != "" || m.SubPathExpr != "") && oldKubelet && !reboundRunning {
 					if first := earliestStart(st); !first.IsZero() && startedBefore(first, v.MountedAt) {
 						out = append(out, finding{Since: v.MountedAt, Why: fmt.Sprintf("container %s mounts a subPath of volume %s, whose mount the plugin replaced at %s after the container first started (%s): kubelet %s re-uses the dead subPath bind (fixed in v1.37)",
 							c.Name, v.VolumeID, stamp(v.MountedAt), stamp(first), kubelet)})

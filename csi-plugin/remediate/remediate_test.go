@@ -401,6 +401,38 @@ func TestSetnsRepairTellsApart(t *testing.T) {
 	}
 }
 
+// TestSetnsSubPathOnOldKubelet: on a kubelet without the subPath fix, a subPath container that setns re-bound
+// while it ran is left alone; once it restarted onto kubelet's dead subPath bind (which setns does not touch),
+// the pod is deleted.
+func TestSetnsSubPathOnOldKubelet(t *testing.T) {
+	subPath := func(p *corev1.Pod) { p.Spec.Containers[0].VolumeMounts[0].SubPath = "sub" }
+	stuck := func(p *corev1.Pod) {
+		p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "reader", RestartCount: 1,
+			State:                corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CreateContainerConfigError"}},
+			LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{StartedAt: metav1.NewTime(t0.Add(time.Second))}}}}
+	}
+	for name, tc := range map[string]struct {
+		p           *corev1.Pod
+		wantDeleted bool
+	}{
+		"running, re-bound":           {p: pod("web", ownedBy("apps/v1", "StatefulSet"), subPath)},
+		"restarted onto the old bind": {p: pod("web", ownedBy("apps/v1", "StatefulSet"), subPath, stuck), wantDeleted: true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			w := newWorld(t, "v1.36.3", func(c *Config) { c.Strategy = restore.Setns }, tc.p)
+			target := kubeletpath.Target(kubelet, string(tc.p.UID), "data")
+			if err := w.store.PutPublish(state.Publish{VolumeID: "vol-1", StagingPath: kubeletpath.Staging(kubelet, "d", "vol-1"), TargetPath: target,
+				FuseMode: "child", Time: repaired, Reattached: &state.Reattached{Namespaces: 1, Replaced: 2}}); err != nil {
+				t.Fatal(err)
+			}
+			w.pass()
+			if deleted := !w.podExists(tc.p); deleted != tc.wantDeleted {
+				t.Fatalf("deleted %v, want %v (events %+v)", deleted, tc.wantDeleted, w.events(tc.p))
+			}
+		})
+	}
+}
+
 func TestUnhealthyTargetAfterGrace(t *testing.T) {
 	p := pod("web", ownedBy("apps/v1", "ReplicaSet"))
 	w := newWorld(t, "v1.37.2", nil, p)
