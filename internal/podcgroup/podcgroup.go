@@ -52,13 +52,21 @@ type Cgroup struct {
 	fd       int
 }
 
+// PodDir is the directory of the pod's cgroup, the parent of its containers' (Create).
+func PodDir(podUID string) (string, error) {
+	root, err := unified()
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(root, "dfc-kubepods", "pod"+podUID), nil
+}
+
 // Create makes the cgroup of container (a name of the caller's) in the pod with UID podUID.
 func Create(podUID, container string) (*Cgroup, error) {
-	root, err := unified()
+	pod, err := PodDir(podUID)
 	if err != nil {
 		return nil, err
 	}
-	pod := filepath.Join(root, "dfc-kubepods", "pod"+podUID)
 	dir := filepath.Join(pod, container)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("making the container's cgroup: %w", err)

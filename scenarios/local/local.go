@@ -33,6 +33,7 @@ import (
 	"time"
 
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/fuseserver"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/podcgroup"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
 )
 
@@ -378,6 +379,9 @@ func (b *Backend) printKeep() {
 	ms, _ := mountsUnder(b.root)
 	for _, m := range ms {
 		fmt.Fprintf(&w, "  umount -l %s\n", m.Mountpoint)
+	}
+	if dir, err := podcgroup.PodDir(b.podUID); err == nil && b.podUID != "" {
+		fmt.Fprintf(&w, "  rmdir %s/*/ %s\n", dir, dir) // the containers' cgroups, once their processes are gone
 	}
 	b.keepNote = w.String()
 }
