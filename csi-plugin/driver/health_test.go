@@ -18,6 +18,7 @@ import (
 
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/fusemode"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/internal/plugintest"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/restore"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/state"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/volumecondition"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/fuseserver"
@@ -181,6 +182,48 @@ func TestRepairRenewsPublishTime(t *testing.T) {
 	}
 	if repaired := publishTime(); !repaired.After(first) {
 		t.Errorf("the repair left the record's time at %v (first publish %v)", repaired, first)
+	}
+}
+
+// TestSetnsRepairRecordsItsPass: under the setns strategy a repair keeps the outcome of its pass over the
+// pod's running containers in the publish record (the remediator's evidence); none runs under rebind.
+func TestSetnsRepairRecordsItsPass(t *testing.T) {
+	testenv.RequireFUSE(t)
+	for _, strategy := range []restore.Strategy{restore.Setns, restore.Rebind} {
+		t.Run(string(strategy), func(t *testing.T) {
+			h := newHarness(t, true, func(c *Config) { c.RestoreStrategy = strategy })
+			const vol = "vol-setns"
+			if err := h.stage(vol); err != nil {
+				t.Fatal(err)
+			}
+			if err := h.publish(vol, "pod-a", false); err != nil {
+				t.Fatal(err)
+			}
+			crash(t, h.mode.started()[0])
+			plugintest.WaitDead(t, h.targetPath(vol, "pod-a"))
+			if err := h.stage(vol); err != nil {
+				t.Fatal(err)
+			}
+			if err := h.publish(vol, "pod-a", false); err != nil {
+				t.Fatal(err)
+			}
+			store, err := state.Open(h.cfg.StateDir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, pubs, errs := store.Load()
+			if len(pubs) != 1 || len(errs) != 0 {
+				t.Fatalf("publish records %v, errors %v", pubs, errs)
+			}
+			got := pubs[0].Reattached
+			switch {
+			case strategy == restore.Rebind && got != nil:
+				t.Errorf("rebind recorded a setns pass: %+v", got)
+			case strategy == restore.Setns && !got.Complete():
+				// No process of pod-a holds the dead mount: the pass finds nothing to re-bind, and completes.
+				t.Errorf("setns recorded %+v, want a complete pass", got)
+			}
+		})
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/fusemode"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/restore"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/state"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/kubeletpath"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/mounts"
 )
 
@@ -354,7 +355,17 @@ func (d *Driver) publish(id, staging, targetPath string, readOnly bool, capabili
 		}
 		d.hookMounted(targetPath)
 		if deadDev != 0 {
-			res, err := restore.Reattach(deadDev, staging)
+			// Only the containers of the target's pod (kubelet names it in the path): another pod of the volume
+			// is re-bound by the repair of its own target.
+			var res restore.Reattached
+			err := errors.New("the target path names no pod")
+			if _, podUID, _, ok := kubeletpath.SplitTarget(targetPath); ok {
+				res, err = restore.Reattach(deadDev, staging, podUID)
+			}
+			if err != nil {
+				res.Error = err.Error()
+			}
+			r.Reattached = &res // the remediator's evidence that running containers have the new mount
 			klog.InfoS("Re-bound the target inside running containers", "volumeID", id, "targetPath", targetPath,
 				"namespaces", res.Namespaces, "replaced", res.Replaced, "failed", res.Failed, "err", err)
 		}

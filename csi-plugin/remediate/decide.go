@@ -25,6 +25,9 @@ type volumeState struct {
 	PodVolumes []string
 	// MountedAt is when the plugin made the target's current mount (its publish record's time).
 	MountedAt time.Time
+	// ReboundInside says that the setns strategy's pass after that mount replaced every dead copy it found in
+	// running containers (the record's Reattached): those containers have the new mount.
+	ReboundInside bool
 	// Problem is the plugin's answer to NodeGetVolumeHealth when the target is not healthy now ("" when it is).
 	Problem string
 	// UnhealthySince is when this remediator first saw the target unhealthy without a healthy answer since.
@@ -43,9 +46,11 @@ type finding struct {
 //     the CSIDriver asks for republishing, which the grace period leaves time for);
 //   - a container that started before the plugin re-mounted the target (a repair after its FUSE server died)
 //     still holds the dead mount in its mount namespace; only with the stack strategy and mount propagation
-//     HostToContainer or Bidirectional does the new mount reach it;
+//     HostToContainer or Bidirectional does the new mount reach it, or when the setns strategy's pass re-bound
+//     every dead copy inside the running containers (one it could not re-bind still counts);
 //   - a container with a subPath of a re-mounted volume on a kubelet older than v1.37, which re-uses the subPath
-//     bind of the dead mount for every restart of the container.
+//     bind of the dead mount for every restart of the container (not while the setns pass's re-bind of the
+//     container's own copy keeps it running).
 //
 // kubelet is the node's kubelet version, nil when unknown (the subPath rule then does not apply).
 func findings(pod *corev1.Pod, vols []volumeState, kubelet *version.Version, strategy restore.Strategy) []finding {
@@ -72,11 +77,15 @@ func findings(pod *corev1.Pod, vols []volumeState, kubelet *version.Version, str
 				}
 				running := st.State.Running
 				propagates := m.MountPropagation != nil && (*m.MountPropagation == corev1.MountPropagationHostToContainer || *m.MountPropagation == corev1.MountPropagationBidirectional)
-				if running != nil && startedBefore(running.StartedAt.Time, v.MountedAt) && (strategy != restore.Stack || !propagates) {
+				reached := strategy == restore.Stack && propagates || v.ReboundInside
+				if running != nil && startedBefore(running.StartedAt.Time, v.MountedAt) && !reached {
 					out = append(out, finding{Since: v.MountedAt, Why: fmt.Sprintf("container %s (started %s) still holds the mount of volume %s that the plugin replaced at %s after its FUSE server died",
 						c.Name, stamp(running.StartedAt.Time), v.VolumeID, stamp(v.MountedAt))})
 				}
-				if (m.SubPath != "" || m.SubPathExpr != "") && oldKubelet {
+				// A running container that setns re-bound reads; kubelet's own subPath bind on the host stays dead
+				// (setns touches only the pod's containers), so the rule holds again once it restarts.
+				reboundRunning := v.ReboundInside && running != nil && startedBefore(running.StartedAt.Time, v.MountedAt)
+				if (m.SubPath != "" || m.SubPathExpr != "") && oldKubelet && !reboundRunning {
 					if first := earliestStart(st); !first.IsZero() && startedBefore(first, v.MountedAt) {
 						out = append(out, finding{Since: v.MountedAt, Why: fmt.Sprintf("container %s mounts a subPath of volume %s, whose mount the plugin replaced at %s after the container first started (%s): kubelet %s re-uses the dead subPath bind (fixed in v1.37)",
 							c.Name, v.VolumeID, stamp(v.MountedAt), stamp(first), kubelet)})

@@ -65,7 +65,8 @@ type Config struct {
 	StateDir string
 	Health   Health
 	// Strategy is the plugin's --restore-strategy: with stack, containers whose volume mount propagates from
-	// the host see the re-mounted volume.
+	// the host see the re-mounted volume; with setns, the target's record says whether the running containers
+	// were re-bound inside.
 	Strategy restore.Strategy
 	// Grace is how long a pod is given to heal on its own (its container exiting and restarting, kubelet
 	// republishing) before the remediator acts. RateLimit is the least time between two actions on one pod.
@@ -235,7 +236,8 @@ func (r *Remediator) volumes(ctx context.Context, pod *corev1.Pod, checks []chec
 			r.cfg.Log.Error(c.err, "The plugin did not say whether the volume is healthy; no decision on it this pass", "pod", klog.KObj(pod), "volumeID", rec.VolumeID, "target", rec.TargetPath)
 			continue
 		}
-		v := volumeState{VolumeID: rec.VolumeID, Target: rec.TargetPath, MountedAt: rec.Time, Problem: c.problem}
+		v := volumeState{VolumeID: rec.VolumeID, Target: rec.TargetPath, MountedAt: rec.Time, Problem: c.problem,
+			ReboundInside: rec.Reattached.Complete()}
 		if olderContainer(pod, rec.Time) {
 			_, specName, _ := kubeletpath.ParseTarget(r.cfg.KubeletDir, rec.TargetPath)
 			names, err := podVolumes(ctx, pod, specName, claims)

@@ -369,6 +369,70 @@ func TestHealthyPodsAreLeftAlone(t *testing.T) {
 	}
 }
 
+// TestSetnsRepairTellsApart: under the setns strategy, a running container that started before the repair
+// was re-bound inside when the record says the pass after the repair replaced every dead copy it found; the
+// pod is left alone then, and deleted as under rebind when the pass failed on a copy or did not run.
+func TestSetnsRepairTellsApart(t *testing.T) {
+	for name, tc := range map[string]struct {
+		reattached  *state.Reattached
+		wantDeleted bool
+	}{
+		"every copy re-bound":           {reattached: &state.Reattached{Namespaces: 1, Replaced: 2}},
+		"one copy not re-bound":         {reattached: &state.Reattached{Namespaces: 1, Replaced: 1, Failed: 1, Error: "1 of 2 dead mounts in running containers not replaced"}, wantDeleted: true},
+		"the pass could not list /proc": {reattached: &state.Reattached{Error: "listing processes: permission denied"}, wantDeleted: true},
+		"no pass recorded":              {wantDeleted: true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			p := pod("web", ownedBy("apps/v1", "ReplicaSet"))
+			w := newWorld(t, "v1.37.2", func(c *Config) { c.Strategy = restore.Setns }, p)
+			target := kubeletpath.Target(kubelet, string(p.UID), "data")
+			if err := w.store.PutPublish(state.Publish{VolumeID: "vol-1", StagingPath: kubeletpath.Staging(kubelet, "d", "vol-1"), TargetPath: target,
+				FuseMode: "child", Time: repaired, Reattached: tc.reattached}); err != nil {
+				t.Fatal(err)
+			}
+			w.pass()
+			if w.health.calls == 0 {
+				t.Fatal("the plugin was never asked")
+			}
+			if deleted := !w.podExists(p); deleted != tc.wantDeleted {
+				t.Fatalf("deleted %v, want %v (events %+v)", deleted, tc.wantDeleted, w.events(p))
+			}
+		})
+	}
+}
+
+// TestSetnsSubPathOnOldKubelet: on a kubelet without the subPath fix, a subPath container that setns re-bound
+// while it ran is left alone; once it restarted onto kubelet's dead subPath bind (which setns does not touch),
+// the pod is deleted.
+func TestSetnsSubPathOnOldKubelet(t *testing.T) {
+	subPath := func(p *corev1.Pod) { p.Spec.Containers[0].VolumeMounts[0].SubPath = "sub" }
+	stuck := func(p *corev1.Pod) {
+		p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "reader", RestartCount: 1,
+			State:                corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CreateContainerConfigError"}},
+			LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{StartedAt: metav1.NewTime(t0.Add(time.Second))}}}}
+	}
+	for name, tc := range map[string]struct {
+		p           *corev1.Pod
+		wantDeleted bool
+	}{
+		"running, re-bound":           {p: pod("web", ownedBy("apps/v1", "StatefulSet"), subPath)},
+		"restarted onto the old bind": {p: pod("web", ownedBy("apps/v1", "StatefulSet"), subPath, stuck), wantDeleted: true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			w := newWorld(t, "v1.36.3", func(c *Config) { c.Strategy = restore.Setns }, tc.p)
+			target := kubeletpath.Target(kubelet, string(tc.p.UID), "data")
+			if err := w.store.PutPublish(state.Publish{VolumeID: "vol-1", StagingPath: kubeletpath.Staging(kubelet, "d", "vol-1"), TargetPath: target,
+				FuseMode: "child", Time: repaired, Reattached: &state.Reattached{Namespaces: 1, Replaced: 2}}); err != nil {
+				t.Fatal(err)
+			}
+			w.pass()
+			if deleted := !w.podExists(tc.p); deleted != tc.wantDeleted {
+				t.Fatalf("deleted %v, want %v (events %+v)", deleted, tc.wantDeleted, w.events(tc.p))
+			}
+		})
+	}
+}
+
 func TestUnhealthyTargetAfterGrace(t *testing.T) {
 	p := pod("web", ownedBy("apps/v1", "ReplicaSet"))
 	w := newWorld(t, "v1.37.2", nil, p)

@@ -1,8 +1,10 @@
 package restore
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -12,6 +14,9 @@ import (
 	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
+
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/state"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/podcgroup"
 )
 
 // Setns repairs the host target like Rebind, then enters the mount namespace of every process that still holds
@@ -22,20 +27,18 @@ import (
 // processes.
 const Setns Strategy = "setns"
 
-// Reattached says what Reattach did.
-type Reattached struct {
-	Namespaces int // mount namespaces that held a copy of the dead connection
-	Replaced   int // dead mounts replaced by a bind of the new staging mount
-	Failed     int
-}
+// Reattached says what Reattach did; the plugin keeps it in the target's record.
+type Reattached = state.Reattached
 
-// Reattach replaces, in every mount namespace other than the plugin's own, each mount of the dead FUSE
-// connection dev (the device number of a dead target the plugin's records say it mounted) by a bind of the
-// same subdirectory of staging (the new, answering staging mount, whose root is the file system's root).
-// Nothing of a workload's mount table is trusted beyond what the kernel proves: a mount is only replaced when
-// its device number is dev and its file system type is FUSE, and the mount point opened through the process's
-// root, without following symlinks, is that very mount (its mount ID).
-func Reattach(dev uint64, staging string) (Reattached, error) {
+// Reattach replaces, in the mount namespaces of the pod with UID podUID (the pod of a target the plugin's
+// records say it published) other than the plugin's own, each mount of the dead FUSE connection dev (the device
+// number of that dead target) by a bind of the same subdirectory of staging (the new, answering staging mount,
+// whose root is the file system's root). Nothing of a workload's is trusted beyond what the kernel proves: a
+// process counts only when the kernel reports it in the pod's cgroup (podcgroup), a mount is only replaced when
+// its device number is dev and its file system type is FUSE, and the mount point opened through the
+// process's root, without following symlinks, is that very mount (its mount ID). A process is read through a
+// descriptor of its /proc directory, so a PID that a new process takes over meanwhile is never mistaken for it.
+func Reattach(dev uint64, staging, podUID string) (Reattached, error) {
 	procs, err := os.ReadDir("/proc")
 	if err != nil {
 		return Reattached{}, fmt.Errorf("listing processes: %w", err)
@@ -46,51 +49,22 @@ func Reattach(dev uint64, staging string) (Reattached, error) {
 			pids = append(pids, pid)
 		}
 	}
-	return reattach(dev, staging, pids)
+	return reattach(dev, staging, podUID, pids)
 }
 
 // reattach is Reattach for the mount namespaces of pids only.
-func reattach(dev uint64, staging string, pids []int) (Reattached, error) {
+func reattach(dev uint64, staging, podUID string, pids []int) (Reattached, error) {
 	var res Reattached
+	if podUID == "" {
+		return res, errors.New("no pod UID: the target's pod is unknown")
+	}
 	self, err := nsInode("self")
 	if err != nil {
 		return res, err
 	}
 	seen := map[uint64]bool{self: true}
 	for _, pid := range pids {
-		ns, err := nsInode(strconv.Itoa(pid))
-		if err != nil || seen[ns] {
-			continue // gone, or a namespace already done
-		}
-		seen[ns] = true
-		infos, err := pidMountInfo(pid)
-		if err != nil {
-			continue // the process exited
-		}
-		var dead []*mountinfo.Info
-		for _, m := range infos {
-			if unix.Mkdev(uint32(m.Major), uint32(m.Minor)) == dev && strings.HasPrefix(m.FSType, "fuse") {
-				dead = append(dead, m)
-			}
-		}
-		if len(dead) == 0 {
-			continue
-		}
-		res.Namespaces++
-		// Latest first (mountinfo lists a mount after its parent). Every step is a syscall on a descriptor or
-		// a path of the plugin's own, except the walk to a mount point's parent through the container's root:
-		// should that walk cross a dead mount of this connection (a mount nested in another), it fails at once
-		// with ENOTCONN, as the connection's server is gone, and that mount is reported failed.
-		for i := len(dead) - 1; i >= 0; i-- {
-			m := dead[i]
-			if err := replaceIn(pid, m, staging); err != nil {
-				res.Failed++
-				klog.ErrorS(err, "Failed to re-bind a dead mount inside a running container", "pid", pid, "mountPoint", m.Mountpoint, "root", m.Root)
-				continue
-			}
-			res.Replaced++
-			klog.InfoS("Re-bound a dead mount inside a running container; files it held open stay dead", "pid", pid, "mountPoint", m.Mountpoint, "subdirectory", m.Root)
-		}
+		reattachPID(pid, dev, staging, podUID, seen, &res)
 	}
 	if res.Failed > 0 {
 		return res, fmt.Errorf("%d of %d dead mounts in running containers not replaced", res.Failed, res.Failed+res.Replaced)
@@ -98,8 +72,78 @@ func reattach(dev uint64, staging string, pids []int) (Reattached, error) {
 	return res, nil
 }
 
-// replaceIn puts a clone of staging's subdirectory m.Root at m.Mountpoint in pid's mount namespace, instead of m.
-func replaceIn(pid int, m *mountinfo.Info, staging string) error {
+// container is one process of the pod, held open: its mount namespace and root, opened through its /proc
+// directory's descriptor.
+type container struct {
+	pid      int
+	ns, root int
+}
+
+func (c *container) close() { unix.Close(c.ns); unix.Close(c.root) }
+
+// reattachPID replaces the dead mounts in pid's mount namespace, when pid is a process of the pod and the
+// namespace is not one of seen. Everything of the process is read through one descriptor of its /proc
+// directory, which keeps referring to that process: once it is gone its files fail (ESRCH), never showing a new
+// process that took its PID (the kernel ties a /proc/<pid> inode to the process's struct pid, fs/proc/base.c).
+func reattachPID(pid int, dev uint64, staging, podUID string, seen map[uint64]bool, res *Reattached) {
+	dir, err := unix.Open("/proc/"+strconv.Itoa(pid), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return // gone
+	}
+	defer unix.Close(dir)
+	if cg, err := readAt(dir, "cgroup"); err != nil || !podcgroup.In(cg, podUID) {
+		return // another pod's, the host's, or gone
+	}
+	c := container{pid: pid}
+	if c.ns, err = unix.Openat(dir, "ns/mnt", unix.O_RDONLY|unix.O_CLOEXEC, 0); err != nil {
+		return
+	}
+	if c.root, err = unix.Openat(dir, "root", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err != nil {
+		unix.Close(c.ns)
+		return
+	}
+	defer c.close()
+	table, err := readAt(dir, "mountinfo")
+	if err != nil {
+		return // exited
+	}
+	infos, err := mountinfo.GetMountsFromReader(bytes.NewReader(table), nil)
+	if err != nil {
+		return
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(c.ns, &st); err != nil || seen[st.Ino] {
+		return // a namespace already done
+	}
+	seen[st.Ino] = true
+	var dead []*mountinfo.Info
+	for _, m := range infos {
+		if unix.Mkdev(uint32(m.Major), uint32(m.Minor)) == dev && strings.HasPrefix(m.FSType, "fuse") {
+			dead = append(dead, m)
+		}
+	}
+	if len(dead) == 0 {
+		return
+	}
+	res.Namespaces++
+	// Latest first (mountinfo lists a mount after its parent). Every step is a syscall on a descriptor or a
+	// path of the plugin's own, except the walk to a mount point's parent through the container's root: should
+	// that walk cross a dead mount of this connection (a mount nested in another), it fails at once with
+	// ENOTCONN, as the connection's server is gone, and that mount is reported failed.
+	for i := len(dead) - 1; i >= 0; i-- {
+		m := dead[i]
+		if err := replaceIn(&c, m, staging); err != nil {
+			res.Failed++
+			klog.ErrorS(err, "Failed to re-bind a dead mount inside a running container", "pid", pid, "podUID", podUID, "mountPoint", m.Mountpoint, "root", m.Root)
+			continue
+		}
+		res.Replaced++
+		klog.InfoS("Re-bound a dead mount inside a running container; files it held open stay dead", "pid", pid, "podUID", podUID, "mountPoint", m.Mountpoint, "subdirectory", m.Root)
+	}
+}
+
+// replaceIn puts a clone of staging's subdirectory m.Root at m.Mountpoint in c's mount namespace, instead of m.
+func replaceIn(c *container, m *mountinfo.Info, staging string) error {
 	sub, err := cleanRel(m.Root)
 	if err != nil {
 		return fmt.Errorf("root %q: %w", m.Root, err)
@@ -131,12 +175,7 @@ func replaceIn(pid int, m *mountinfo.Info, staging string) error {
 
 	// The place, opened through the process's root without following any symlink, and proven to be the dead
 	// mount by its mount ID. Opening a mount's root with O_PATH sends nothing to its FUSE server.
-	root, err := unix.Open(fmt.Sprintf("/proc/%d/root", pid), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return fmt.Errorf("opening the process's root: %w", err)
-	}
-	defer unix.Close(root)
-	parent, err := unix.Openat2(root, filepath.Dir(point), &unix.OpenHow{
+	parent, err := unix.Openat2(c.root, filepath.Dir(point), &unix.OpenHow{
 		Flags:   unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC,
 		Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
 	})
@@ -157,7 +196,7 @@ func replaceIn(pid int, m *mountinfo.Info, staging string) error {
 	if id != m.ID {
 		return fmt.Errorf("the mount point holds mount %d, not the dead mount %d", id, m.ID)
 	}
-	return inNamespace(pid, func() error {
+	return inNamespace(c.ns, func() error {
 		// Relative to the parent's descriptor: the thread's root is now the container's, and nothing of the
 		// container's file system (its /proc included) is looked up by path.
 		if err := unix.Fchdir(parent); err != nil {
@@ -173,14 +212,9 @@ func replaceIn(pid int, m *mountinfo.Info, staging string) error {
 	})
 }
 
-// inNamespace runs fn on a thread of its own that joined pid's mount namespace. The thread never returns to
+// inNamespace runs fn on a thread of its own that joined the mount namespace ns. The thread never returns to
 // the scheduler: it stays locked, so the runtime ends it when the goroutine exits.
-func inNamespace(pid int, fn func() error) error {
-	ns, err := unix.Open(fmt.Sprintf("/proc/%d/ns/mnt", pid), unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return fmt.Errorf("opening the mount namespace: %w", err)
-	}
-	defer unix.Close(ns)
+func inNamespace(ns int, fn func() error) error {
 	done := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
@@ -225,6 +259,17 @@ func mountID(fd int) (int, error) {
 	return 0, errors.New("fdinfo has no mnt_id")
 }
 
+// readAt reads the file name of the /proc/<pid> directory dir.
+func readAt(dir int, name string) ([]byte, error) {
+	fd, err := unix.Openat(dir, name, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	f := os.NewFile(uintptr(fd), name)
+	defer f.Close()
+	return io.ReadAll(f)
+}
+
 // nsInode is the inode of a process's mount namespace.
 func nsInode(pid string) (uint64, error) {
 	var st unix.Stat_t
@@ -232,14 +277,4 @@ func nsInode(pid string) (uint64, error) {
 		return 0, err
 	}
 	return st.Ino, nil
-}
-
-// pidMountInfo is the mount table of process pid's mount namespace (/proc/<pid>/mountinfo).
-func pidMountInfo(pid int) ([]*mountinfo.Info, error) {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/mountinfo", pid))
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	return mountinfo.GetMountsFromReader(f, nil)
 }

@@ -79,9 +79,25 @@ type Publish struct {
 	Capability *Capability `json:"capability,omitempty"`
 	// Time is when the plugin made the target's current mount: a repair (rebind, stack) renews it.
 	Time time.Time `json:"time"`
+	// Reattached is what the setns strategy's pass over running containers did right after the repair at Time
+	// (nil when no such pass ran): the remediator leaves a container that started before Time alone only when
+	// this pass replaced every dead copy it found.
+	Reattached *Reattached `json:"reattached,omitempty"`
 	// Pending marks an intent, as in Stage.
 	Pending bool `json:"pending,omitempty"`
 }
+
+// Reattached says what one setns pass (restore.Reattach) did for a repaired target.
+type Reattached struct {
+	Namespaces int `json:"namespaces"` // mount namespaces that held a copy of the dead connection
+	Replaced   int `json:"replaced"`   // dead mounts replaced by a bind of the new staging mount
+	Failed     int `json:"failed"`
+	// Error is why the pass did not complete ("" when it did).
+	Error string `json:"error,omitempty"`
+}
+
+// Complete says whether the pass replaced every dead copy it found in running containers.
+func (r *Reattached) Complete() bool { return r != nil && r.Failed == 0 && r.Error == "" }
 
 // Store reads and writes records below one directory. Its methods are safe for concurrent use on different
 // records; the caller serialises operations on one volume.

@@ -8,10 +8,6 @@ import (
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
 )
 
-// setnsWhy is why the setns rows are local only for now: the chart's hostPID for setns is new and has not
-// run on a cluster.
-const setnsWhy = "--restore-strategy=setns needs the plugin in the host's PID namespace; the chart's hostPID for it has not run on a cluster yet"
-
 // setnsScenarios compare the three restore strategies for a container that keeps running across the crash,
 // with the whole volume and with a subPath: rebind (restore-without-exit, rebind-subpath-running), stack
 // (host-to-container, stack-subpath) and setns. Each has a container that opens the file for every read and
@@ -66,10 +62,8 @@ func setnsScenarios() []scenarios.Scenario {
 				{Name: reopen, KeepOpen: false},
 				{Name: holder, KeepOpen: true},
 			}},
-			Steps:       crash(scenarios.WaitFor(scenarios.Recovers{C: reopen}, recovers), restored, scenarios.Observe(watchReads)),
-			Expect:      slices.Concat(failed, recovered, keptDead),
-			Backends:    []string{scenarios.BackendLocal},
-			BackendsWhy: setnsWhy,
+			Steps:  crash(scenarios.WaitFor(scenarios.Recovers{C: reopen}, recovers), restored, scenarios.Observe(watchReads)),
+			Expect: slices.Concat(failed, recovered, keptDead),
 		},
 		{
 			Name:    "setns-subpath",
@@ -84,10 +78,8 @@ func setnsScenarios() []scenarios.Scenario {
 				subPath(reopen, false, ""),
 				subPath(holder, true, ""),
 			}},
-			Steps:       crash(scenarios.WaitFor(scenarios.Recovers{C: reopen}, recovers), restored, scenarios.Observe(watchReads)),
-			Expect:      slices.Concat(failed, recovered, keptDead),
-			Backends:    []string{scenarios.BackendLocal},
-			BackendsWhy: setnsWhy,
+			Steps:  crash(scenarios.WaitFor(scenarios.Recovers{C: reopen}, recovers), restored, scenarios.Observe(watchReads)),
+			Expect: slices.Concat(failed, recovered, keptDead),
 		},
 		{
 			Name:    "stack-subpath",
@@ -101,10 +93,8 @@ func setnsScenarios() []scenarios.Scenario {
 				subPath(reopen, false, scenarios.PropagationHostToContainer),
 				subPath(holder, true, scenarios.PropagationHostToContainer),
 			}},
-			Steps:       crash(restored, scenarios.Observe(watchReads)),
-			Expect:      slices.Concat(failed, notRecovered, keptDead),
-			Backends:    []string{scenarios.BackendLocal},
-			BackendsWhy: "compared with setns, which runs on the local backend only",
+			Steps:  crash(restored, scenarios.Observe(watchReads)),
+			Expect: slices.Concat(failed, notRecovered, keptDead),
 		},
 		{
 			Name:    "rebind-subpath-running",
@@ -117,10 +107,8 @@ func setnsScenarios() []scenarios.Scenario {
 				subPath(reopen, false, ""),
 				subPath(holder, true, ""),
 			}},
-			Steps:       crash(restored, scenarios.Observe(watchReads)),
-			Expect:      slices.Concat(failed, notRecovered, keptDead),
-			Backends:    []string{scenarios.BackendLocal},
-			BackendsWhy: "compared with setns, which runs on the local backend only",
+			Steps:  crash(restored, scenarios.Observe(watchReads)),
+			Expect: slices.Concat(failed, notRecovered, keptDead),
 		},
 	}
 }

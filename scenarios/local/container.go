@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/contract"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/podcgroup"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
 )
 
@@ -179,6 +180,7 @@ func (c *container) start() (*proc, error) {
 	p, err := b.launch(initConfig{
 		Mounts: []initMount{{Source: src, Target: c.spec.Mount(), Propagation: prop}},
 		Argv:   append([]string{b.opts.WorkloadPath}, c.spec.WorkloadArgs(b.opts.ReadInterval)...),
+		Pod:    b.podUID,
 	}, logPath)
 	if err != nil {
 		return nil, err
@@ -239,13 +241,33 @@ func (b *Backend) launch(cfg initConfig, logPath string) (*proc, error) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{
 		Cloneflags: syscall.CLONE_NEWNS | syscall.CLONE_NEWPID, Setpgid: true, Pdeathsig: b.deathSig(),
 	}
+	var cg *podcgroup.Cgroup
+	if cfg.Pod != "" {
+		if cg, err = podcgroup.Create(cfg.Pod, filepath.Base(logPath)); err != nil {
+			statusW.Close()
+			logW.Close()
+			return nil, err
+		}
+		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, cg.FD()
+	}
 	err = cmd.Start()
 	statusW.Close()
 	logW.Close()
 	if err != nil {
+		if cg != nil {
+			_ = cg.Remove(0)
+		}
 		return nil, fmt.Errorf("start container init: %w", err)
 	}
 	p := startedProc(cmd)
+	if cg != nil {
+		go func() {
+			<-p.done
+			if err := cg.Remove(10 * time.Second); err != nil {
+				b.logf("container cgroup: %v", err)
+			}
+		}()
+	}
 	// The status pipe closes on the command's exec (close-on-exec) or carries the init's error.
 	msg := make([]byte, 4096)
 	n, _ := statusR.Read(msg)

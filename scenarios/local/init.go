@@ -23,6 +23,9 @@ type initConfig struct {
 	// User, when set, is whom the command runs as, without any capability and with no_new_privs (a pod's
 	// runAsUser, runAsGroup, capabilities drop ALL, allowPrivilegeEscalation: false); nil runs it as root.
 	User *initUser `json:"user,omitempty"`
+	// Pod is the UID of the pod whose cgroup the container runs in, as kubelet's runtime does (the OCI spec's
+	// cgroupsPath): the setns restore strategy tells a pod's processes by it. Read by launch, not by the init.
+	Pod string `json:"-"`
 }
 
 // initUser is a container's numeric user and group.

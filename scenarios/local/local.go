@@ -34,6 +34,7 @@ import (
 
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/contract"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/fuseserver"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/podcgroup"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
 )
 
@@ -380,6 +381,9 @@ func (b *Backend) printKeep() {
 	ms, _ := mountsUnder(b.root)
 	for _, m := range ms {
 		fmt.Fprintf(&w, "  umount -l %s\n", m.Mountpoint)
+	}
+	if dir, err := podcgroup.PodDir(b.podUID); err == nil && b.podUID != "" {
+		fmt.Fprintf(&w, "  rmdir %s/*/ %s\n", dir, dir) // the containers' cgroups, once their processes are gone
 	}
 	b.keepNote = w.String()
 }

@@ -134,6 +134,7 @@ func (s *sidecarCtr) startInstance() error {
 		},
 		Argv: append([]string{plugin}, args...),
 		User: &initUser{UID: sidecarUser, GID: sidecarUser},
+		Pod:  b.podUID,
 	}, logPath)
 	if err != nil {
 		return fmt.Errorf("start sidecar: %w", err)
