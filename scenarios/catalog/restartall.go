@@ -44,10 +44,6 @@ func restartAllScenarios() []scenarios.Scenario {
 				{Check: scenarios.Recovers{C: holder, Instance: scenarios.NewInstance}},
 			},
 			EveryRelease: restartAllReleases,
-			Backends:     []string{scenarios.BackendLocal},
-			BackendsWhy: "the kube backend does not follow the containers kubelet removes and starts again for RestartAllContainers " +
-				"yet (their status shows exit 137 without a finish time, the new instances' logs are not picked up); tried on " +
-				"kubelet v1.37.2: both containers were restarted in place and ran, the reader (--exit-on-error) without an error until the pod's deletion",
 		},
 	}
 }
