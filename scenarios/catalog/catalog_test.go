@@ -83,11 +83,11 @@ func readmeTable(t *testing.T, section string) [][]string {
 	return rows
 }
 
-// TestCatalogVersions: the subPath scenarios expect different outcomes before and since kubelet's subPath fix,
+// TestCatalogVersions: the subPath scenarios (restart-all-subpath too) expect different outcomes before and since kubelet's subPath fix,
 // health-report and health-server-kill before and since its volume health manager, every other scenario the same on every kubelet,
 // and every scenario has expectations on both sides.
 func TestCatalogVersions(t *testing.T) {
-	dependent := []string{"subpath", "remediate-subpath", "health-report", "health-server-kill"}
+	dependent := []string{"subpath", "remediate-subpath", "restart-all-subpath", "health-report", "health-server-kill"}
 	for _, sc := range All() {
 		if got, want := sc.VersionDependent(), slices.Contains(dependent, sc.Name); got != want {
 			t.Errorf("%s: VersionDependent = %t, want %t", sc.Name, got, want)

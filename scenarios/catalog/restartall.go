@@ -45,5 +45,39 @@ func restartAllScenarios() []scenarios.Scenario {
 			},
 			EveryRelease: restartAllReleases,
 		},
+		{
+			Name:    "restart-all-subpath",
+			Servers: scenarios.AllServers,
+			Title:   "restart-all-containers with the reader on a subPath: does the in-place restart prepare the subPath again?",
+			Shows: "The reader mounts a subPath of the volume (kubelet's bind under volume-subpaths/, made at its first " +
+				"start), the holder the whole volume. The reader's exit on the dead mount restarts both in place. " +
+				"RestartAllContainers removes the containers, not the pod's subPath binds: each start goes through the same " +
+				"check of the old bind as an ordinary restart (subpath), so the kubelet version decides again. Up to v1.36 " +
+				"the reader's starts fail with \"failed to prepare subPath\" for good, while the holder reads again; since " +
+				"v1.37 kubelet binds the restored volume again and both read.",
+			Plugin: scenarios.Plugin{RestoreMounts: true, RestoreStrategy: scenarios.StrategyRebind},
+			Pod: scenarios.Pod{RestartPolicy: scenarios.RestartAlways, Containers: []scenarios.Container{
+				{Name: reader, ExitOnError: true, KeepOpen: true, RestartAllContainers: true, SubPath: scenarios.FileName, MountPath: "/mnt/" + scenarios.FileName},
+				{Name: holder, KeepOpen: true},
+			}},
+			Steps: deadThenBack(
+				scenarios.WaitFor(scenarios.Exits{C: reader, Code: scenarios.RestartAllExitCode}, scenarios.Dur{Fixed: 10 * time.Second}),
+				scenarios.WaitFor(scenarios.Recovers{C: holder}, recovers),
+				scenarios.Observe(watchStarts),
+			),
+			Expect: []scenarios.Expectation{
+				{Check: scenarios.FailsWith{C: reader, Errno: "ENOTCONN", Within: scenarios.Dur{Fixed: 5 * time.Second, Reads: 2}}},
+				{Check: scenarios.Exits{C: reader, Code: scenarios.RestartAllExitCode}},
+				{Check: scenarios.Recovers{C: holder, Instance: scenarios.NewInstance}},
+
+				{Check: scenarios.StartFails{C: reader, After: scenarios.AfterVolumeRestored, Contains: failedToPrepareSubPath, Min: 2},
+					Kubelet: scenarios.KubeletBefore(scenarios.SubPathFixedIn), Source: SubPathSourceBefore},
+				{Check: scenarios.NeverRecovers{C: reader, After: scenarios.AfterVolumeRestored, For: watchStarts},
+					Kubelet: scenarios.KubeletBefore(scenarios.SubPathFixedIn), Source: SubPathSourceBefore},
+
+				{Check: scenarios.Recovers{C: reader, Instance: scenarios.NewInstance}, Kubelet: scenarios.KubeletSince(scenarios.SubPathFixedIn), Source: SubPathSourceSince},
+			},
+			EveryRelease: restartAllReleases,
+		},
 	}
 }
