@@ -79,5 +79,67 @@ func restartAllScenarios() []scenarios.Scenario {
 			},
 			EveryRelease: restartAllReleases,
 		},
+		{
+			Name:    "restart-all-sidecar",
+			Servers: scenarios.AllServers,
+			Title:   "Sidecar mode: the sidecar is killed; does the reader's RestartAllContainers, restarting the sidecar in place, bring the volume back?",
+			Shows: "sidecar-killed with a reader that exits on the dead mount and restarts the whole pod in place, and a " +
+				"holder. Kubelet stops and removes every container, the native sidecar included, and starts them again in " +
+				"the same pod; but nothing is published again, so the plugin sends the new sidecar no descriptor: it " +
+				"serves nothing, the volume dir stays dead, and every start of the reader and the holder fails on it. " +
+				"Restarting the sidecar in place does not bring the volume back: only a new pod does (sidecar-new-pod).",
+			Plugin: scenarios.Plugin{FuseMode: scenarios.FuseModeSidecar},
+			Pod: scenarios.Pod{RestartPolicy: scenarios.RestartAlways, Sidecar: &scenarios.Sidecar{}, Containers: []scenarios.Container{
+				{Name: reader, ExitOnError: true, KeepOpen: false, RestartAllContainers: true},
+				{Name: holder, KeepOpen: true},
+			}},
+			Steps: []scenarios.Step{
+				warmUp,
+				scenarios.Kill(scenarios.SidecarContainer),
+				scenarios.WaitFor(scenarios.Exits{C: reader, Code: scenarios.RestartAllExitCode}, scenarios.Dur{Fixed: 10 * time.Second}),
+				hostDead,
+				scenarios.WaitFor(scenarios.StartFails{C: reader, Contains: failedToStatVolume}, scenarios.Dur{Fixed: 10 * time.Second, Backoffs: 4}),
+				scenarios.Observe(watchStarts),
+			},
+			Expect: []scenarios.Expectation{
+				{Check: scenarios.FailsWith{C: reader, Errno: "ENOTCONN", Within: scenarios.Dur{Fixed: 5 * time.Second, Reads: 2}}},
+				{Check: scenarios.Exits{C: reader, Code: scenarios.RestartAllExitCode}},
+				{Check: scenarios.StartFails{C: reader, Contains: failedToStatVolume, Errno: "ENOTCONN"}},
+				{Check: scenarios.StartFails{C: holder, Contains: failedToStatVolume, Errno: "ENOTCONN"}},
+				{Check: scenarios.NeverRecovers{C: reader, After: scenarios.AfterKill, For: watchStarts}},
+				{Check: scenarios.NeverRecovers{C: holder, After: scenarios.AfterKill, For: watchStarts}},
+				{Check: scenarios.SidecarNeverServes{After: scenarios.AfterKill, For: watchStarts}},
+				{Check: scenarios.VolumeDir{Errno: "ENOTCONN", After: scenarios.AfterKill}},
+			},
+			EveryRelease: restartAllReleases,
+		},
+		{
+			Name:    "restart-all-sidecar-keep-fd",
+			Servers: scenarios.AllServers,
+			Title:   "Sidecar mode with --sidecar-keep-fd: the sidecar is killed under a reader with a RestartAllContainers rule",
+			Shows: "sidecar-keep-fd with restart-all-sidecar's pod: the plugin's kept copy of the descriptor keeps the " +
+				"connection while the sidecar is down, and kubelet's own restart of the native sidecar takes it over. " +
+				"Reads stall and never fail, so the reader never exits and its rule never restarts the pod: with a kept " +
+				"descriptor the in-place restart is not needed, the sidecar's own restart brings the volume back.",
+			Plugin: scenarios.Plugin{FuseMode: scenarios.FuseModeSidecar, SidecarKeepFD: true},
+			Pod: scenarios.Pod{RestartPolicy: scenarios.RestartAlways, Sidecar: &scenarios.Sidecar{}, Containers: []scenarios.Container{
+				{Name: reader, ExitOnError: true, KeepOpen: true, ReadInterval: keeperReadInterval, DirectIO: true, RestartAllContainers: true},
+				{Name: holder, KeepOpen: true, ReadInterval: keeperReadInterval, DirectIO: true},
+			}},
+			Steps: []scenarios.Step{
+				warmUp,
+				scenarios.Kill(scenarios.SidecarContainer),
+				scenarios.Start(scenarios.SidecarContainer),
+				scenarios.Observe(watchReads),
+			},
+			Expect: []scenarios.Expectation{
+				{Check: scenarios.NeverFails{C: reader, After: scenarios.AfterKill, Reads: 10}},
+				{Check: scenarios.NeverFails{C: holder, After: scenarios.AfterKill, Reads: 10}},
+				{Check: scenarios.Restarts{C: reader, Min: 0, Max: 0}},
+				{Check: scenarios.Restarts{C: holder, Min: 0, Max: 0}},
+				{Check: scenarios.VolumeDirAlive{}},
+			},
+			EveryRelease: restartAllReleases,
+		},
 	}
 }
