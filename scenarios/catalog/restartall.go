@@ -105,7 +105,6 @@ func restartAllScenarios() []scenarios.Scenario {
 				{Check: scenarios.FailsWith{C: reader, Errno: "ENOTCONN", Within: scenarios.Dur{Fixed: 5 * time.Second, Reads: 2}}},
 				{Check: scenarios.Exits{C: reader, Code: scenarios.RestartAllExitCode}},
 				{Check: scenarios.StartFails{C: reader, Contains: failedToStatVolume, Errno: "ENOTCONN"}},
-				{Check: scenarios.StartFails{C: holder, Contains: failedToStatVolume, Errno: "ENOTCONN"}},
 				{Check: scenarios.NeverRecovers{C: reader, After: scenarios.AfterKill, For: watchStarts}},
 				{Check: scenarios.NeverRecovers{C: holder, After: scenarios.AfterKill, For: watchStarts}},
 				{Check: scenarios.SidecarNeverServes{After: scenarios.AfterKill, For: watchStarts}},
