@@ -1,6 +1,7 @@
 package kube
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
@@ -98,5 +99,22 @@ func TestParseCRILog(t *testing.T) {
 	}
 	if p := removedLogPath("/var/log/pods", &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "w", UID: "u1"}}, "reader", 0); p != "/var/log/pods/ns_w_u1/reader/0.log" {
 		t.Errorf("log path %q", p)
+	}
+}
+
+// TestAwaitRemovedTermination: an instance whose container RestartAllContainers removed ends with kubelet's
+// stand-in record, which has no container ID to match the instance's.
+func TestAwaitRemovedTermination(t *testing.T) {
+	b := &Backend{ctx: context.Background()}
+	w := newPodWatch()
+	standIn := &corev1.ContainerStateTerminated{ExitCode: 137, Reason: restartingAllContainers}
+	p := podWith(corev1.ContainerStatus{RestartCount: 1,
+		State:                corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: restartingAllContainers}},
+		LastTerminationState: corev1.ContainerState{Terminated: standIn}})
+	p.UID = "u1"
+	w.set(p, false)
+	term, gone := b.awaitTermination(w, "u1", "reader", 0, "containerd://c0")
+	if term != standIn || gone {
+		t.Errorf("instance 0: %+v (gone %t), want the stand-in", term, gone)
 	}
 }
