@@ -85,10 +85,18 @@ start_daemon() {
   local name=$1 exe pid i
   shift
   exe=$(readlink -f "$(command -v "$1")")
-  # Without job control the background child is no process-group leader, so setsid execs in place and
-  # $! is the daemon's own PID.
-  # 9>&-: the daemon must not inherit (and so hold) the cluster lock.
-  setsid "$@" >>"$CLUSTER_LOGS/$name.log" 2>&1 </dev/null 9>&- &
+  # Without job control the background child is no process-group leader, so the subshell's exec and setsid's
+  # exec in place: $! is the daemon's own PID.
+  # The daemon must not inherit (and so hold for the cluster's life) any lock: neither the cluster's (fd 9) nor
+  # one a caller holds around `make cluster-up` (`flock FILE -c …` passes its fd, 3, down): every fd above 2 is
+  # closed first.
+  (
+    for fd in /proc/self/fd/*; do
+      n=${fd##*/}
+      [ "$n" -le 2 ] || eval "exec $n>&-" 2>/dev/null || true
+    done
+    exec setsid "$@" >>"$CLUSTER_LOGS/$name.log" 2>&1 </dev/null
+  ) &
   pid=$!
   echo "$pid $exe" >"$CLUSTER_PIDS/$name.pid"
   for _ in $(seq 50); do
