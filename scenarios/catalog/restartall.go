@@ -113,9 +113,8 @@ func restartAllScenarios() []scenarios.Scenario {
 			EveryRelease: restartAllReleases,
 		},
 		{
-			Name:    "restart-all-sidecar-keep-fd",
-			Servers: scenarios.AllServers,
-			Title:   "Sidecar mode with --sidecar-keep-fd: the sidecar is killed under a reader with a RestartAllContainers rule",
+			Name:  "restart-all-sidecar-keep-fd",
+			Title: "Sidecar mode with --sidecar-keep-fd: the sidecar is killed under a reader with a RestartAllContainers rule",
 			Shows: "sidecar-keep-fd with restart-all-sidecar's pod: the plugin's kept copy of the descriptor keeps the " +
 				"connection while the sidecar is down, and kubelet's own restart of the native sidecar takes it over. " +
 				"Reads stall and never fail, so the reader never exits and its rule never restarts the pod: with a kept " +
