@@ -190,6 +190,9 @@ type Backend struct {
 
 	kubeLog, pluginLog, workloadLog, kubeletLogOut *scenarios.LogFile
 
+	// podLogsDir is the node kubelet's podLogsDir, read for RestartAllContainers scenarios (restartall.go).
+	podLogsDir string
+
 	cfg     *rest.Config // for exec into the sidecar
 	podSpec *corev1.Pod  // the workload pod as created (again by the pod component)
 	// The pod's FUSE sidecar (sidecar mode): its container's name and log.

@@ -21,7 +21,9 @@ type instanceInfo struct {
 	// current: the latest instance (logs without --previous); previous: the one before it (--previous);
 	// lost: older, its log is gone (kubelet keeps the latest two containers).
 	current, previous, lost bool
-	term                    *corev1.ContainerStateTerminated
+	// removed: RestartAllContainers removed it (removedForRestartAll): its log is read from the node's file.
+	removed bool
+	term    *corev1.ContainerStateTerminated
 }
 
 // instanceOf reports whether instance n of container name exists in p's status, and what it says about it.
@@ -37,6 +39,10 @@ func instanceOf(p *corev1.Pod, name string, n int) (instanceInfo, bool) {
 		return instanceInfo{lost: true}, true
 	case rc == n+1:
 		info := instanceInfo{previous: true}
+		if removedForRestartAll(last) {
+			info.removed, info.term = true, last
+			return info, true
+		}
 		if last != nil && last.ContainerID != cs.ContainerID {
 			info.id, info.startedAt, info.term = last.ContainerID, last.StartedAt.Time, last
 		}
@@ -48,7 +54,7 @@ func instanceOf(p *corev1.Pod, name string, n int) (instanceInfo, bool) {
 		case cs.State.Terminated != nil:
 			t := cs.State.Terminated
 			return instanceInfo{id: t.ContainerID, startedAt: t.StartedAt.Time, current: true, term: t}, true
-		case last != nil:
+		case last != nil && !removedForRestartAll(last): // that record is instance n-1's: n has not started
 			return instanceInfo{id: last.ContainerID, startedAt: last.StartedAt.Time, current: true, term: last}, true
 		}
 	}
@@ -117,8 +123,12 @@ func (b *Backend) follow(w *podWatch, container string, timestamps bool, h insta
 			h.end(n, info, nil, false)
 			continue
 		}
-		b.streamInstance(w, p.Name, container, n, info, timestamps, h)
-		term, gone := b.awaitTermination(w, p.UID, container, info.id)
+		seen := b.streamInstance(w, p, container, n, info, timestamps, h)
+		term, gone := b.awaitTermination(w, p.UID, container, n, info.id)
+		if !info.removed && removedForRestartAll(term) {
+			// The live stream may have ended before the last lines: the node's file has them all.
+			b.readRemovedLog(p, container, n, info, seen, timestamps, h)
+		}
 		h.end(n, info, term, gone)
 		if gone {
 			return
@@ -126,8 +136,12 @@ func (b *Backend) follow(w *podWatch, container string, timestamps bool, h insta
 	}
 }
 
-// streamInstance reads instance n's log to its end.
-func (b *Backend) streamInstance(w *podWatch, pod, container string, n int, info instanceInfo, timestamps bool, h instanceHandler) {
+// streamInstance reads instance n's log to its end and returns how many lines it delivered.
+func (b *Backend) streamInstance(w *podWatch, p *corev1.Pod, container string, n int, info instanceInfo, timestamps bool, h instanceHandler) int {
+	if info.removed {
+		return b.readRemovedLog(p, container, n, info, 0, timestamps, h)
+	}
+	pod := p.Name
 	seen := 0
 	for attempt := 0; b.ctx.Err() == nil; attempt++ {
 		opts := &corev1.PodLogOptions{Container: container, Follow: info.current, Previous: info.previous, Timestamps: timestamps}
@@ -151,7 +165,7 @@ func (b *Backend) streamInstance(w *podWatch, pod, container string, n int, info
 			b.logf("logs %s %s#%d: %v", pod, container, n, err)
 		}
 		if !info.current {
-			return
+			return seen
 		}
 		// A followed stream ends when the container exits; if it still runs, the stream broke: resume. The pod
 		// status learns of an exit up to a PLEG relist (1 s) later, and kubelet may have started the next
@@ -161,10 +175,11 @@ func (b *Backend) streamInstance(w *podWatch, pod, container string, n int, info
 			return deleted || p == nil || !stillRunning(p, container, info.id)
 		})
 		if err == nil || b.ctx.Err() != nil || attempt > 20 {
-			return
+			return seen
 		}
 		b.logf("logs %s %s#%d: the stream ended while it still runs: resumed", pod, container, n)
 	}
+	return seen
 }
 
 func stillRunning(p *corev1.Pod, container, id string) bool {
@@ -172,8 +187,9 @@ func stillRunning(p *corev1.Pod, container, id string) bool {
 	return ok && cs.State.Running != nil && cs.ContainerID == id
 }
 
-// awaitTermination waits (at most 10 s) until the status shows how instance id ended, or the pod (uid) is gone.
-func (b *Backend) awaitTermination(w *podWatch, uid types.UID, container, id string) (*corev1.ContainerStateTerminated, bool) {
+// awaitTermination waits (at most 10 s) until the status shows how instance n (id) ended, or the pod (uid) is
+// gone. An instance RestartAllContainers removed has no record of its own: kubelet's stand-in is taken.
+func (b *Backend) awaitTermination(w *podWatch, uid types.UID, container string, n int, id string) (*corev1.ContainerStateTerminated, bool) {
 	var term *corev1.ContainerStateTerminated
 	var gone bool
 	_, _ = w.await(b.ctx, 10*time.Second, func(p *corev1.Pod, deleted bool) bool {
@@ -183,6 +199,9 @@ func (b *Backend) awaitTermination(w *podWatch, uid types.UID, container, id str
 		}
 		if p != nil {
 			term = terminationOf(p, container, id)
+			if info, ok := instanceOf(p, container, n); term == nil && ok && info.removed {
+				term = info.term
+			}
 		}
 		gone = deleted
 		return term != nil || deleted

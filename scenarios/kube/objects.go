@@ -216,6 +216,8 @@ func (m *manifests) workloadPod(sc *scenarios.Scenario, n names, image string, i
 		ctr.VolumeMounts = []corev1.VolumeMount{{
 			Name: vol.Name, MountPath: c.Mount(), SubPath: c.SubPath, ReadOnly: true, MountPropagation: &prop,
 		}}
+		// The catalog's rule only: the template may be another row's pod (podFor's fallback).
+		ctr.RestartPolicy, ctr.RestartPolicyRules = nil, nil
 		if c.RestartAllContainers {
 			ctr.RestartPolicy, ctr.RestartPolicyRules = restartAllRule()
 		}

@@ -16,8 +16,9 @@ import (
 // and, from the pod status, each instance's start and exit. Instance n of the pod is recorded as base+n.
 func (b *Backend) trackContainer(c string, base int) {
 	type inst struct {
-		started bool
-		exitAt  time.Time // the workload's own "exit" line
+		started  bool
+		exitAt   time.Time // the workload's own "exit" line
+		exitCode *int      // and the code it says
 	}
 	var cur inst
 	recordStart := func(n int, info instanceInfo, first time.Time) {
@@ -39,7 +40,7 @@ func (b *Backend) trackContainer(c string, base int) {
 			b.workloadLog.WriteLine(fmt.Sprintf("%s#%d", c, base+n), line)
 			recordStart(base+n, info, e.Time)
 			if e.Kind == scenarios.KWorkloadExit {
-				cur.exitAt = e.Time
+				cur.exitAt, cur.exitCode = e.Time, e.ExitCode
 			}
 			b.rec.Add(e)
 		},
@@ -63,8 +64,12 @@ func (b *Backend) trackContainer(c string, base int) {
 			if !cur.exitAt.IsZero() {
 				t = cur.exitAt
 			}
+			code, why := int(term.ExitCode), term.Reason
+			if removedForRestartAll(term) {
+				code, why = removedExit(term, cur.exitCode)
+			}
 			b.rec.Add(scenarios.Event{Time: t, Source: scenarios.SrcKubelet, Kind: scenarios.KContainerExited,
-				Container: c, Instance: n, ExitCode: scenarios.IntPtr(int(term.ExitCode)), Message: term.Reason})
+				Container: c, Instance: n, ExitCode: scenarios.IntPtr(code), Message: why})
 		},
 	})
 }

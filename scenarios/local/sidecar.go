@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/contract"
@@ -37,6 +38,8 @@ type sidecarCtr struct {
 	bo  restartBackoff
 	dir string // the pod's emptyDir, on the host
 	log *scenarios.LogFile
+	// reset is set by restartAll (RestartAllContainers): the sidecar was removed, and starts again at once.
+	reset atomic.Bool
 }
 
 // newSidecarPart is the pod's FUSE sidecar when the scenario's pod has one.
@@ -184,7 +187,7 @@ func (s *sidecarCtr) supervise(ctx context.Context) {
 			return // the pod's deletion or the teardown stops it
 		}
 		s.waitOutput()
-		for !s.bo.sync(p.exitTime, time.Now()) {
+		for !s.reset.Swap(false) && !s.bo.sync(p.exitTime, time.Now()) {
 			if scenarios.Sleep(ctx, s.bo.base) != nil {
 				return
 			}
