@@ -8,8 +8,8 @@
 # make cluster-down, which also runs after a failure or an interrupt. Each release's runs are recorded in a file
 # of scenarios/results, and scenarios/README.md's per-version table is generated again from those files (make
 # scenarios-doc). On the newest release's cluster, after its catalog, each real FUSE server of SERVERS runs the
-# scenarios that hold for every server (the catalog's Servers; the others are left out) with the image's build
-# of that server, recorded in a file of its own. Prints each step's duration and the total. Needs root.
+# scenarios whose outcome is about the server (dfc-scenario --list --every-server; the local backend runs the
+# others with every server) with the image's build of that server, recorded in a file of its own. Prints each step's duration and the total. Needs root.
 #
 # Environment: DFC_KUBE_ARTIFACTS (parent of one directory of run dirs and summary per release, and per
 # release-server for the real servers; default _output/kube-e2e/ci-<time>).
@@ -22,6 +22,8 @@ source hack/cluster/lib.sh
 # version-dependent outcome, the kubelet code that changed under the others).
 EVERY_RELEASE_SCENARIOS=$(go run ./scenarios/cmd/dfc-scenario --list --every-release | xargs)
 [ -n "$EVERY_RELEASE_SCENARIOS" ] || die "the catalog names no scenario to run on every release"
+EVERY_SERVER_SCENARIOS=$(go run ./scenarios/cmd/dfc-scenario --list --every-server | xargs)
+[ -n "$EVERY_SERVER_SCENARIOS" ] || die "the catalog names no scenario to run with every real server"
 # The newest release without kubelet's subPath repair: v1.37 unmounts and binds again a subPath bind that
 # points at a dead FUSE connection (prepareSubpathTarget in pkg/volume/util/subpath/subpath_linux.go,
 # kubernetes PRs #138856 and #139275).
@@ -91,8 +93,8 @@ for run in "${RUNS[@]}"; do
     timed "record $version" record "$version" || failed=1
     if [ "$version" = "$K8S_DEFAULT_VERSION" ]; then
       for server in "${SERVERS[@]}"; do
-        timed "test-kube $version: FUSE server $server" env DFC_KUBE_ARTIFACTS="$ARTIFACTS/$version-$server" \
-          DFC_FUSE_SERVER="$server" DFC_SCENARIOS= "$MAKE" test-kube || failed=1
+        timed "test-kube $version: FUSE server $server: $EVERY_SERVER_SCENARIOS" env DFC_KUBE_ARTIFACTS="$ARTIFACTS/$version-$server" \
+          DFC_FUSE_SERVER="$server" DFC_SCENARIOS="$EVERY_SERVER_SCENARIOS" "$MAKE" test-kube || failed=1
         timed "record $version, FUSE server $server" record "$version-$server" || failed=1
       done
     fi

@@ -441,6 +441,11 @@ type Scenario struct {
 	// expected outcome is the same on all: the kubelet code it goes through differs between them. Empty: the
 	// newest release is enough, unless the outcome depends on the version (VersionDependent).
 	EveryRelease string
+	// EveryServer says why CI runs the scenario on the kube backend with each real FUSE server too (the
+	// gcsfuse pass of make ci-kube), not only with dummy-fuse: its outcome is about what the server does. Empty:
+	// the local backend's runs with every server and dummy-fuse's on the real kubelet are enough. Only a
+	// scenario whose Servers include the real ones may say so.
+	EveryServer string
 	// Backends names the backends (Backend.Name) that can deploy the setup; empty means every backend.
 	// BackendsWhy says why the others cannot (yet).
 	Backends    []string
@@ -501,6 +506,10 @@ func (s *Scenario) VersionDependent() bool {
 func (s *Scenario) OnEveryRelease() bool {
 	return s.VersionDependent() || s.EveryRelease != ""
 }
+
+// OnEveryServer reports whether CI runs the scenario with each real FUSE server on the kube backend
+// (EveryServer).
+func (s *Scenario) OnEveryServer() bool { return s.EveryServer != "" }
 
 // ExpectFor returns the expectations that apply to a run on kubelet v.
 func (s *Scenario) ExpectFor(v KubeletVersion) []Expectation {
@@ -577,6 +586,9 @@ func (s *Scenario) Validate() error {
 	}
 	if !s.Plugin.HasKeeper() && s.Plugin.Keeper != (Keeper{}) {
 		return fmt.Errorf("scenario %s: keeper settings without the keeper FUSE mode", s.Name)
+	}
+	if s.EveryServer != "" && (len(s.Servers) == 0 || s.RunsOn(BackendKube) != nil) {
+		return fmt.Errorf("scenario %s: run with every real server on the kube backend, but it holds for no real server or cannot run there", s.Name)
 	}
 	if len(s.Backends) > 0 && s.BackendsWhy == "" {
 		return fmt.Errorf("scenario %s: it names the backends that can run it, but not why the others cannot", s.Name)

@@ -63,9 +63,10 @@ func deadThenBack(noticed scenarios.Step, more ...scenarios.Step) []scenarios.St
 func childScenarios() []scenarios.Scenario {
 	return []scenarios.Scenario{
 		{
-			Name:    "restart",
-			Servers: scenarios.AllServers,
-			Title:   "Plugin restart with restoreMounts and a workload that exits on error (the original demo)",
+			Name:        "restart",
+			Servers:     scenarios.AllServers,
+			EveryServer: "the baseline: how a real server's death with the plugin reaches a workload on a real kubelet",
+			Title:       "Plugin restart with restoreMounts and a workload that exits on error (the original demo)",
 			Shows: "Killing the plugin container kills its FUSE servers: the workload gets ENOTCONN and exits; " +
 				"while the host mount is dead kubelet cannot even start the container again (failed to stat the " +
 				"volume dir); once the restarted plugin has restored its mounts the next restart reads again.",
@@ -87,9 +88,10 @@ func childScenarios() []scenarios.Scenario {
 			},
 		},
 		{
-			Name:    "server-kill-in-flight",
-			Servers: scenarios.AllServers,
-			Title:   "The FUSE server dies while a read is inside it (child placement)",
+			Name:        "server-kill-in-flight",
+			Servers:     scenarios.AllServers,
+			EveryServer: "what a read inside the server gets at its death is the server's and the kernel's doing, not the plugin's",
+			Title:       "The FUSE server dies while a read is inside it (child placement)",
 			Shows: "The plugin's FUSE server is stopped, the workload's next read (O_DIRECT, so it reaches the server) " +
 				"waits inside it, then the server is killed: that read fails with ECONNABORTED (the kernel aborts " +
 				"what the connection still owed), every access after it with ENOTCONN. The same for every server.",

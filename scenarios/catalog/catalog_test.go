@@ -189,31 +189,40 @@ func TestLabels(t *testing.T) {
 	}
 }
 
-// TestReadmeEveryRelease keeps scenarios/README.md's list of the scenarios CI runs on every kubelet release
-// (the line that starts "Run on every release") equal to the catalog's.
-func TestReadmeEveryRelease(t *testing.T) {
+// TestReadmeCILists keeps scenarios/README.md's lists of the scenarios CI runs on every kubelet release and
+// with every real server (the lines that start "Run on every release" and "Run with every real server") equal
+// to the catalog's.
+func TestReadmeCILists(t *testing.T) {
 	readme, err := os.ReadFile("../README.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	const prefix = "Run on every release (`dfc-scenario --list --every-release`): "
-	var line string
-	for _, l := range strings.Split(string(readme), "\n") {
-		if strings.HasPrefix(l, prefix) {
-			line = strings.TrimSuffix(strings.TrimPrefix(l, prefix), ".")
+	for prefix, in := range map[string]func(*scenarios.Scenario) bool{
+		"Run on every release (`dfc-scenario --list --every-release`): ":                          (*scenarios.Scenario).OnEveryRelease,
+		"Run with every real server on the real kubelet (`dfc-scenario --list --every-server`): ": (*scenarios.Scenario).OnEveryServer,
+	} {
+		line, found := "", false
+		for _, l := range strings.Split(string(readme), "\n") {
+			if strings.HasPrefix(l, prefix) {
+				line, found = strings.TrimSuffix(strings.TrimPrefix(l, prefix), "."), true
+			}
 		}
-	}
-	if line == "" {
-		t.Fatalf("README.md has no line starting %q", prefix)
-	}
-	var want []string
-	for _, s := range All() {
-		if s.OnEveryRelease() {
-			want = append(want, "`"+s.Name+"`")
+		if !found {
+			t.Errorf("README.md has no line starting %q", prefix)
+			continue
 		}
-	}
-	if got := strings.Split(line, ", "); !slices.Equal(got, want) {
-		t.Errorf("README.md: %s%s\nthe catalog: %s", prefix, line, strings.Join(want, ", "))
+		var want []string
+		for _, s := range All() {
+			if in(&s) {
+				want = append(want, "`"+s.Name+"`")
+			}
+		}
+		if len(want) == 0 {
+			t.Errorf("%s: the catalog names none", prefix)
+		}
+		if got := strings.Split(line, ", "); !slices.Equal(got, want) {
+			t.Errorf("README.md: %s%s\nthe catalog: %s", prefix, line, strings.Join(want, ", "))
+		}
 	}
 }
 

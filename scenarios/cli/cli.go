@@ -54,8 +54,9 @@ type config struct {
 	keep         bool
 	list         bool
 	// versionDependent: --list shows only the scenarios whose expected outcome depends on the kubelet version;
-	// everyRelease: only those to run on every kubelet release (scenarios.Scenario.OnEveryRelease).
-	versionDependent, everyRelease bool
+	// everyRelease: only those to run on every kubelet release (scenarios.Scenario.OnEveryRelease);
+	// everyServer: only those CI runs with every real FUSE server (scenarios.Scenario.OnEveryServer).
+	versionDependent, everyRelease, everyServer bool
 	// kubeletVersion is the kubelet the local backend models.
 	kubeletVersion string
 	// fuseServer is the FUSE server every scenario runs with (those that hold for it).
@@ -90,7 +91,7 @@ func Run(ctx context.Context, args []string, streams command.Streams) error {
 		return err
 	}
 	if cfg.list {
-		return list(streams.Out, cfg.versionDependent, cfg.everyRelease)
+		return list(streams.Out, cfg.listFilter())
 	}
 	if cfg.check {
 		return nil
@@ -117,6 +118,7 @@ func parse(args []string, stdout io.Writer) (config, error) {
 	fl.BoolVar(&cfg.list, "list", false, "list the scenarios and exit")
 	fl.BoolVar(&cfg.versionDependent, "version-dependent", false, "with --list: only the names of the scenarios whose expected outcome depends on the kubelet version, one per line")
 	fl.BoolVar(&cfg.everyRelease, "every-release", false, "with --list: only the names of the scenarios to run on every kubelet release, one per line (for CI): the version-dependent ones and those whose kubelet code changed between releases")
+	fl.BoolVar(&cfg.everyServer, "every-server", false, "with --list: only the names of the scenarios CI runs on the kube backend with each real FUSE server too, one per line: those whose outcome is about what the server does")
 	fl.StringVar(&cfg.kubeletVersion, "kubelet-version", local.KubeletVersions[0], "local: the kubelet version to model ("+strings.Join(local.KubeletVersions, ", ")+", or its minor); the kube backend judges by the node's kubelet")
 	fl.StringVar(&cfg.sidecarDelays, "sidecar-delay", "", "run sidecar-late once per sidecar delay in this list (e.g. 0s,1s,3s; runs are named sidecar-late-<delay>), to see how long the first access waits as the delay varies")
 	fl.StringVar(&cfg.kube.Kubeconfig, "kubeconfig", "", "kube: kubeconfig file (default $KUBECONFIG, else ~/.kube/config)")
@@ -150,8 +152,8 @@ func parse(args []string, stdout io.Writer) (config, error) {
 	if cfg.list {
 		return cfg, nil
 	}
-	if cfg.versionDependent || cfg.everyRelease {
-		return cfg, command.Usagef("--version-dependent and --every-release go with --list")
+	if cfg.versionDependent || cfg.everyRelease || cfg.everyServer {
+		return cfg, command.Usagef("--version-dependent, --every-release and --every-server go with --list")
 	}
 	if _, err := local.ModelledKubelet(cfg.kubeletVersion); err != nil {
 		return cfg, command.Usagef("--kubelet-version: %v", err)
@@ -243,12 +245,23 @@ func runnable(backend, server string, scs []scenarios.Scenario, all bool) (run [
 // list prints the catalog: name, title and, for a scenario whose outcome depends on the kubelet version, the
 // kubelet ranges it distinguishes; with versionDependent or everyRelease only the names of those scenarios
 // (or of those to run on every release), one per line.
-func list(w io.Writer, versionDependent, everyRelease bool) error {
+// listFilter is the selection --list prints the names of, one per line; nil: every scenario, described.
+func (cfg config) listFilter() func(*scenarios.Scenario) bool {
+	if !cfg.versionDependent && !cfg.everyRelease && !cfg.everyServer {
+		return nil
+	}
+	return func(s *scenarios.Scenario) bool {
+		return (cfg.versionDependent && s.VersionDependent()) || (cfg.everyRelease && s.OnEveryRelease()) ||
+			(cfg.everyServer && s.OnEveryServer())
+	}
+}
+
+func list(w io.Writer, only func(*scenarios.Scenario) bool) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	for _, s := range catalog.All() {
 		switch {
-		case versionDependent || everyRelease:
-			if (versionDependent && s.VersionDependent()) || (everyRelease && s.OnEveryRelease()) {
+		case only != nil:
+			if only(&s) {
 				fmt.Fprintln(tw, s.Name)
 			}
 		case s.VersionDependent():
@@ -259,7 +272,7 @@ func list(w io.Writer, versionDependent, everyRelease bool) error {
 			fmt.Fprintf(tw, "%s\t%s\n", s.Name, s.Title)
 		}
 	}
-	if !versionDependent && !everyRelease {
+	if only == nil {
 		for _, s := range catalog.Drivers() {
 			fmt.Fprintf(tw, "%s\t%s\t(with --driver: against any installed CSI driver; measured, nothing expected)\n", s.Name, s.Title)
 		}

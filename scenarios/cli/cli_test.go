@@ -40,6 +40,7 @@ func TestParse(t *testing.T) {
 		{args: []string{"--kubelet-version=v1.35.4", "subpath"}, code: 2, out: "does not model kubelet v1.35.4"},
 		{args: []string{"--version-dependent", "subpath"}, code: 2, out: "go with --list"},
 		{args: []string{"--every-release", "subpath"}, code: 2, out: "go with --list"},
+		{args: []string{"--every-server", "restart"}, code: 2, out: "go with --list"},
 		{args: []string{"sidecar-killed"}, code: -1, names: "sidecar-killed"},
 		{args: []string{"--backend=kube", "sidecar-killed"}, code: -1, names: "sidecar-killed"},
 		{args: []string{"--backend=kube", "all"}, code: -1, names: strings.Join(kubeNames(), ",")},
@@ -125,11 +126,13 @@ func TestAllLeavesOut(t *testing.T) {
 }
 
 // TestListVersionDependent: CI reads the names of the scenarios to run on a second kubelet version from
-// --list --every-release, one per line and nothing else; --version-dependent names those whose outcome differs.
+// --list --every-release, one per line and nothing else; --version-dependent names those whose outcome differs;
+// --every-server those of its passes with a real FUSE server.
 func TestListVersionDependent(t *testing.T) {
 	for flag, want := range map[string]func(*scenarios.Scenario) bool{
 		"--version-dependent": (*scenarios.Scenario).VersionDependent,
 		"--every-release":     (*scenarios.Scenario).OnEveryRelease,
+		"--every-server":      (*scenarios.Scenario).OnEveryServer,
 	} {
 		var stdout, stderr bytes.Buffer
 		if err := Run(context.Background(), []string{"--list", flag}, command.Streams{Out: &stdout, Err: &stderr}); err != nil {
