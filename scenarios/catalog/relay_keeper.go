@@ -151,7 +151,7 @@ func relayKeeperScenarios() []scenarios.Scenario {
 		wait := s.Plugin.RelayBackendWait
 		s.Plugin = mode
 		s.Plugin.RelayBackendWait = wait
-		s.Backends, s.BackendsWhy = []string{scenarios.BackendLocal}, relayKeeperBackends
+		s.Backends, s.BackendsWhy, s.EveryServer = []string{scenarios.BackendLocal}, relayKeeperBackends, ""
 		out = append(out, s)
 	}
 	return out
