@@ -621,6 +621,10 @@ func TestSchemaRejects(t *testing.T) {
 		{"csi.plugin.fuseServer=bindfs", "/csi/plugin/fuseServer", isEnum},
 		{"gcsfuse.fakeGCS.port=0", "/gcsfuse/fakeGCS/port", isMinimum},
 		{"gcsfuse.metadataCacheTtlSecs=1", "/gcsfuse", additional("metadataCacheTtlSecs")},
+		{"relay.backendWait=30", "/relay/backendWait", isType}, // --set makes it a number
+		{"relay.backendWait=0s", "/relay/backendWait", func(k jsonschema.ErrorKind) bool { _, ok := k.(*kind.Not); return ok }},
+		{"relay.serverUID=0", "/relay/serverUID", isMinimum},
+		{"relay.serverUid=65534", "/relay", additional("serverUid")},
 	} {
 		t.Run(tc.set, func(t *testing.T) {
 			vals := userValues(t, tc.set)
@@ -659,7 +663,8 @@ func TestSchemaRejects(t *testing.T) {
 // pass the schema.
 func TestSchemaAcceptsDefaults(t *testing.T) {
 	for _, sets := range [][]string{nil, sidecarSets, {"csi.plugin.restoreStrategy=stack", "csi.plugin.restoreMounts=false", "csi.plugin.directIO=true"},
-		{"remediation.enabled=true", "remediation.dryRun=true", "remediation.grace=1h30m", "remediation.interval=500ms"}} {
+		{"remediation.enabled=true", "remediation.dryRun=true", "remediation.grace=1h30m", "remediation.interval=500ms"},
+		{"csi.plugin.fuseMode=relay", "csi.plugin.fuseServer=gcsfuse", "csi.plugin.directIO=true", "relay.backendWait=1m30s", "relay.serverUID=4242"}} {
 		if _, err := renderChart(loadChart(t), userValues(t, sets...)); err != nil {
 			t.Errorf("values %q: %v", sets, err)
 		}
@@ -668,7 +673,8 @@ func TestSchemaAcceptsDefaults(t *testing.T) {
 
 // TestLint runs helm's own linter (what `helm lint` runs) for the default and the sidecar values.
 func TestLint(t *testing.T) {
-	for _, sets := range [][]string{nil, sidecarSets, {"csi.plugin.restoreStrategy=stack"}, {"remediation.enabled=true"}, {"csi.plugin.fuseServer=gcsfuse"}, {"csi.plugin.fuseServer=squashfuse"}} {
+	for _, sets := range [][]string{nil, sidecarSets, {"csi.plugin.restoreStrategy=stack"}, {"remediation.enabled=true"}, {"csi.plugin.fuseServer=gcsfuse"}, {"csi.plugin.fuseServer=squashfuse"},
+		{"csi.plugin.fuseMode=relay", "csi.plugin.fuseServer=gcsfuse"}} {
 		linter := lint.All(".", userValues(t, sets...), releaseNamespace, false)
 		for _, m := range linter.Messages {
 			if m.Severity >= support.WarningSev {
@@ -1130,7 +1136,7 @@ func TestFuseServer(t *testing.T) {
 		t.Errorf("dummy-fuse: %d init containers, want none", n)
 	}
 
-	for _, mode := range []string{"child", "sidecar"} {
+	for _, mode := range []string{"child", "sidecar", "relay"} {
 		t.Run(mode, func(t *testing.T) {
 			o := render(t, "csi.plugin.fuseServer=gcsfuse", "csi.plugin.fuseMode="+mode, "gcsfuse.fakeGCS.port=5443", "gcsfuse.metadataCacheTTLSecs=7")
 			checkInvariants(t, o, defaultKubelet, defaultDriver, "/var/lib/dummy-fuse-csi")
@@ -1178,7 +1184,7 @@ func TestFuseServer(t *testing.T) {
 	}
 
 	// squashfuse reads the image's squashfs image and needs nothing beside it.
-	for _, mode := range []string{"child", "sidecar"} {
+	for _, mode := range []string{"child", "sidecar", "relay"} {
 		o := render(t, "csi.plugin.fuseServer=squashfuse", "csi.plugin.fuseMode="+mode)
 		checkInvariants(t, o, defaultKubelet, defaultDriver, "/var/lib/dummy-fuse-csi")
 		p := container(t, o.ds, pluginContainer)
@@ -1204,4 +1210,73 @@ func TestFuseServer(t *testing.T) {
 			t.Errorf("values %q: %v, want a refusal naming %s", tc.sets, err, tc.want)
 		}
 	}
+}
+
+// TestRelayMode: fuseMode=relay gives the plugin its relay flags and a directory of the pod's own for the private
+// backend mounts: an emptyDir mounted without propagation, outside the kubelet directories the plugin shares
+// with the node (so a mount there never reaches the node's mount table), the real server as a non-root user,
+// every FUSE server behind the relay, and direct I/O as the relay's; none of it in another mode.
+func TestRelayMode(t *testing.T) {
+	for _, server := range []string{"dummy-fuse", "gcsfuse", "squashfuse"} {
+		t.Run(server, func(t *testing.T) {
+			o := render(t, "csi.plugin.fuseMode=relay", "csi.plugin.fuseServer="+server, "csi.plugin.directIO=true",
+				"relay.backendWait=5s", "relay.serverUID=4242")
+			checkInvariants(t, o, defaultKubelet, defaultDriver, "/var/lib/dummy-fuse-csi")
+			p := container(t, o.ds, pluginContainer)
+			wantArg(t, p, "--fuse-mode", "--fuse-mode=relay")
+			wantArg(t, p, "--relay-backend-wait", "--relay-backend-wait=5s")
+			wantArg(t, p, "--relay-server-uid", "--relay-server-uid=4242")
+			wantArg(t, p, "--fuse-direct-io", "--fuse-direct-io")
+			wantNoArg(t, p, "--keeper-uid")
+			if server != "dummy-fuse" {
+				wantArg(t, p, "--fuse-server", "--fuse-server="+server)
+			}
+			if o.keeperDS != nil {
+				t.Error("a keeper DaemonSet in the relay mode: the plugin runs the relays")
+			}
+			dirs := argsWithFlag(p, "--relay-dir")
+			if len(dirs) != 1 {
+				t.Fatalf("--relay-dir %q, want one", dirs)
+			}
+			dir := strings.TrimPrefix(dirs[0], "--relay-dir=")
+			var m *corev1.VolumeMount
+			for i := range p.VolumeMounts {
+				vm := &p.VolumeMounts[i]
+				if vm.MountPath == dir {
+					m = vm
+				}
+				// No mount the plugin shares with the node may hold the relay's directory.
+				if vm.MountPropagation != nil && *vm.MountPropagation == corev1.MountPropagationBidirectional &&
+					(dir == vm.MountPath || strings.HasPrefix(dir, vm.MountPath+"/")) {
+					t.Errorf("relay dir %s lies in %s, shared with the node (%s)", dir, vm.Name, vm.MountPath)
+				}
+			}
+			if m == nil {
+				t.Fatalf("relay dir %s is no mount of the plugin container", dir)
+			}
+			if m.MountPropagation != nil && *m.MountPropagation != corev1.MountPropagationNone {
+				t.Errorf("relay dir mount propagation %s, want none: the backend mounts must stay in the plugin's namespace", *m.MountPropagation)
+			}
+			if v := volume(t, o.ds, m.Name); v.EmptyDir == nil {
+				t.Errorf("relay dir volume %s: %+v, want an emptyDir of the pod (no host path)", m.Name, v.VolumeSource)
+			}
+		})
+	}
+	for _, mode := range []string{"child", "sidecar", "keeper"} {
+		o := render(t, "csi.plugin.fuseMode="+mode)
+		p := container(t, o.ds, pluginContainer)
+		for _, flag := range []string{"--relay-dir", "--relay-backend-wait", "--relay-server-uid"} {
+			wantNoArg(t, p, flag)
+		}
+		for _, v := range o.ds.Spec.Template.Spec.Volumes {
+			if v.Name == "relay-dir" {
+				t.Errorf("fuseMode %s has the relay's volume", mode)
+			}
+		}
+	}
+	// The defaults: the plugin's own (30 s; nobody).
+	p := container(t, render(t, "csi.plugin.fuseMode=relay").ds, pluginContainer)
+	wantArg(t, p, "--relay-backend-wait", "--relay-backend-wait=30s")
+	wantArg(t, p, "--relay-server-uid", "--relay-server-uid=65534")
+	wantNoArg(t, p, "--fuse-direct-io")
 }

@@ -205,6 +205,9 @@ func (p Plugin) ChartSets() []string {
 	if d := p.Keeper.ReadLatency; d > 0 {
 		sets = append(sets, "keeper.readLatency="+d.String())
 	}
+	if p.FuseMode == FuseModeRelay && p.RelayBackendWait > 0 {
+		sets = append(sets, "relay.backendWait="+p.RelayBackendWait.String())
+	}
 	if r := p.Remediation; r != nil {
 		sets = append(sets, "remediation.enabled=true", "remediation.grace="+r.Grace.String(), "remediation.interval="+r.Interval.String())
 	}

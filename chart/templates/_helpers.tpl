@@ -60,8 +60,8 @@ The sidecar mode's pods run `csi-plugin sidecar` with the same flags (the scenar
 {{- if eq .Values.csi.plugin.fuseMode "keeper" }}
 {{- fail (printf "csi.plugin.fuseServer=%s cannot run in csi.plugin.fuseMode=keeper: the keeper takes over live FUSE connections, which only dummy-fuse can" $server) }}
 {{- end }}
-{{- if .Values.csi.plugin.directIO }}
-{{- fail (printf "csi.plugin.directIO=true: %s has no direct-I/O mode" $server) }}
+{{- if and .Values.csi.plugin.directIO (ne .Values.csi.plugin.fuseMode "relay") }}
+{{- fail (printf "csi.plugin.directIO=true: %s has no direct-I/O mode (in csi.plugin.fuseMode=relay it is the relay's)" $server) }}
 {{- end }}
 - --fuse-server={{ $server }}
 - --fuse-server-path=/usr/local/bin/{{ $server }}
@@ -123,4 +123,35 @@ holds the bucket dummy-fuse-csi with dummy-file.txt in /usr/local/share/dummy-fu
   resources:
     {{- toYaml . | nindent 4 }}
   {{- end }}
+{{- end }}
+
+{{/* The relay mode's parts of the plugin DaemonSet (csi.plugin.fuseMode relay), each empty in any other mode, so
+that a mode adds its pieces here instead of switches in daemonset.yaml. relayDir is where the plugin mounts each
+volume's real server: an emptyDir of the plugin pod, mounted without propagation, so those mounts stay in the
+plugin container's mount namespace (no walker of the node's mount table, kubelet's included, meets a dead one)
+and the directory goes with the pod. */}}
+{{- define "dummy-fuse-csi.relayDir" -}}
+/relay
+{{- end }}
+
+{{- define "dummy-fuse-csi.relayArgs" -}}
+{{- if eq .Values.csi.plugin.fuseMode "relay" }}
+- --relay-dir={{ include "dummy-fuse-csi.relayDir" . }}
+- --relay-backend-wait={{ .Values.relay.backendWait }}
+- --relay-server-uid={{ int .Values.relay.serverUID }}
+{{- end }}
+{{- end }}
+
+{{- define "dummy-fuse-csi.relayMount" -}}
+{{- if eq .Values.csi.plugin.fuseMode "relay" }}
+- name: relay-dir
+  mountPath: {{ include "dummy-fuse-csi.relayDir" . }}
+{{- end }}
+{{- end }}
+
+{{- define "dummy-fuse-csi.relayVolume" -}}
+{{- if eq .Values.csi.plugin.fuseMode "relay" }}
+- name: relay-dir
+  emptyDir: {}
+{{- end }}
 {{- end }}

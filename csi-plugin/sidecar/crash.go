@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -28,13 +29,18 @@ import (
 //
 // The servers are found as the kernel lists PID 1's children (/proc/1/task/*/children), never by their name; and
 // only when PID 1 runs this same executable, so that nothing happens when it is run anywhere but in such a
-// container (on a host, PID 1's children are every service).
+// container (on a host, PID 1's children are every service). Where PID 1 has children of several roles (the
+// relay mode's relay, its standby and the real server), --with-arg and --without-arg pick them by an argument
+// of their command line.
 func Crash(_ context.Context, args []string, streams command.Streams) error {
 	fl := flag.NewFlagSet("csi-plugin server-crash", flag.ContinueOnError)
 	fl.SetOutput(streams.Err)
 	stop := fl.Bool("stop", false, "send SIGSTOP instead of SIGKILL: the servers stop answering, alive (kill them later, as a crash under load)")
+	var sel selection
+	fl.Var(&sel.with, "with-arg", "only the children one of whose arguments is exactly this (repeatable: all of them)")
+	fl.Var(&sel.without, "without-arg", "only the children none of whose arguments is this (repeatable)")
 	fl.Usage = func() {
-		fmt.Fprintln(fl.Output(), "Usage: csi-plugin server-crash [--stop]   (also: csi-plugin sidecar-crash)\n\n"+
+		fmt.Fprintln(fl.Output(), "Usage: csi-plugin server-crash [--stop] [--with-arg ARG]... [--without-arg ARG]...   (also: csi-plugin sidecar-crash)\n\n"+
 			"In a container whose PID 1 is csi-plugin (the FUSE sidecar, or the plugin in the child mode): SIGKILL its\n"+
 			"FUSE servers (PID 1's children), as a crash does.\n\nFlags:")
 		fl.PrintDefaults()
@@ -49,12 +55,37 @@ func Crash(_ context.Context, args []string, streams command.Streams) error {
 	if *stop {
 		sig = syscall.SIGSTOP
 	}
-	return crash("/proc", 1, sig, streams.Out)
+	return crash("/proc", 1, sig, sel, streams.Out)
 }
 
-// crash sends sig to every child of process init (a csi-plugin running this same executable) and says which,
-// in /proc mounted at proc.
-func crash(proc string, init int, sig syscall.Signal, out io.Writer) error {
+// args is a repeatable string flag.
+type args []string
+
+func (a *args) String() string     { return strings.Join(*a, ",") }
+func (a *args) Set(v string) error { *a = append(*a, v); return nil }
+
+// selection picks children by their command line: every argument of with among theirs, none of without.
+type selection struct{ with, without args }
+
+func (s selection) matches(cmdline []string) bool {
+	for _, a := range s.with {
+		if !slices.Contains(cmdline, a) {
+			return false
+		}
+	}
+	return !slices.ContainsFunc(s.without, func(a string) bool { return slices.Contains(cmdline, a) })
+}
+
+func (s selection) String() string {
+	if len(s.with) == 0 && len(s.without) == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" with arguments %q and without %q", s.with, s.without)
+}
+
+// crash sends sig to every child of process init (a csi-plugin running this same executable) that sel picks and
+// says which, in /proc mounted at proc.
+func crash(proc string, init int, sig syscall.Signal, sel selection, out io.Writer) error {
 	initDir := filepath.Join(proc, strconv.Itoa(init))
 	same, err := sameFile(filepath.Join(initDir, "exe"), filepath.Join(proc, "self", "exe"))
 	if err != nil {
@@ -71,13 +102,22 @@ func crash(proc string, init int, sig syscall.Signal, out io.Writer) error {
 		return fmt.Errorf("pid %d (csi-plugin) has no child: no FUSE server runs (no volume staged, or no descriptor received yet?)", init)
 	}
 	var errs []error
+	picked := 0
 	for _, pid := range children {
+		cmdline, err := os.ReadFile(filepath.Join(proc, strconv.Itoa(pid), "cmdline"))
+		if err != nil || !sel.matches(strings.Split(strings.TrimSuffix(string(cmdline), "\x00"), "\x00")) {
+			continue // ended, or not picked
+		}
+		picked++
 		comm, _ := os.ReadFile(filepath.Join(proc, strconv.Itoa(pid), "comm"))
 		// Said before it is done: in a sidecar container, this process dies with the sidecar right after the kill.
 		logf(out, "%s to pid %d (%s), the FUSE server of pid %d", unix.SignalName(sig), pid, strings.TrimSpace(string(comm)), init)
 		if err := syscall.Kill(pid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
 			errs = append(errs, fmt.Errorf("%s pid %d: %w", unix.SignalName(sig), pid, err))
 		}
+	}
+	if picked == 0 {
+		return fmt.Errorf("pid %d (csi-plugin) has no child%s: nothing killed", init, sel)
 	}
 	return errors.Join(errs...)
 }

@@ -74,7 +74,7 @@ func TestCrashKillsTheServer(t *testing.T) {
 	testenv.Integration(t, "runs a fake sidecar and its server")
 	sidecar, server := startFakeSidecar(t)
 	var out strings.Builder
-	if err := crash("/proc", sidecar.Process.Pid, syscall.SIGKILL, &out); err != nil {
+	if err := crash("/proc", sidecar.Process.Pid, syscall.SIGKILL, selection{}, &out); err != nil {
 		t.Fatalf("crash: %v", err)
 	}
 	if want := fmt.Sprintf("SIGKILL to pid %d (sleep)", server); !strings.Contains(out.String(), want) {
@@ -98,14 +98,14 @@ func TestCrashStop(t *testing.T) {
 	testenv.Integration(t, "runs a fake sidecar and its server")
 	sidecar, server := startFakeSidecar(t)
 	var out strings.Builder
-	if err := crash("/proc", sidecar.Process.Pid, syscall.SIGSTOP, &out); err != nil {
+	if err := crash("/proc", sidecar.Process.Pid, syscall.SIGSTOP, selection{}, &out); err != nil {
 		t.Fatalf("crash --stop: %v", err)
 	}
 	if want := fmt.Sprintf("SIGSTOP to pid %d (sleep)", server); !strings.Contains(out.String(), want) {
 		t.Errorf("output %q, want %q", out.String(), want)
 	}
 	testenv.Eventually(t, 10*time.Second, "the server to be stopped (state T)", func() bool { return testenv.StateLetter(server) == "T" })
-	if err := crash("/proc", sidecar.Process.Pid, syscall.SIGKILL, &out); err != nil {
+	if err := crash("/proc", sidecar.Process.Pid, syscall.SIGKILL, selection{}, &out); err != nil {
 		t.Fatalf("crash after --stop: %v", err)
 	}
 	done := make(chan error, 1)
@@ -143,7 +143,7 @@ func TestCrashRefusesAnotherInit(t *testing.T) {
 		_ = other.Process.Kill()
 		_ = other.Wait()
 	}()
-	err = crash("/proc", other.Process.Pid, syscall.SIGKILL, &strings.Builder{})
+	err = crash("/proc", other.Process.Pid, syscall.SIGKILL, selection{}, &strings.Builder{})
 	if err == nil || !strings.Contains(err.Error(), "does not run this executable") {
 		t.Fatalf("crash with another init: %v", err)
 	}
@@ -154,8 +154,39 @@ func TestCrashRefusesAnotherInit(t *testing.T) {
 
 // TestCrashWithoutServer: a sidecar that has no server yet is an error, not a silent success.
 func TestCrashWithoutServer(t *testing.T) {
-	err := crash("/proc", os.Getpid(), syscall.SIGKILL, &strings.Builder{})
+	err := crash("/proc", os.Getpid(), syscall.SIGKILL, selection{}, &strings.Builder{})
 	if err == nil || !strings.Contains(err.Error(), "has no child") {
 		t.Fatalf("crash of a process without children: %v", err)
+	}
+}
+
+// TestCrashSelects: --with-arg and --without-arg pick children by their command line (the relay mode's relay,
+// standby and real server are all the plugin's): a child that the selection leaves out lives on, and a
+// selection that picks none is an error; one that picks it kills it.
+func TestCrashSelects(t *testing.T) {
+	testenv.Integration(t, "runs a fake sidecar and its server")
+	sidecar, server := startFakeSidecar(t)
+	for _, sel := range []selection{{with: args{"61"}}, {without: args{"60"}}, {with: args{"sleep"}, without: args{"60"}}} {
+		err := crash("/proc", sidecar.Process.Pid, syscall.SIGKILL, sel, &strings.Builder{})
+		if err == nil || !strings.Contains(err.Error(), "has no child with arguments") {
+			t.Errorf("selection %+v of `sleep 60`: %v, want an error that no child matches", sel, err)
+		}
+	}
+	if err := syscall.Kill(server, 0); err != nil {
+		t.Fatalf("the server no selection picked: %v", err)
+	}
+	var out strings.Builder
+	if err := crash("/proc", sidecar.Process.Pid, syscall.SIGKILL, selection{with: args{"sleep", "60"}, without: args{"--standby"}}, &out); err != nil {
+		t.Fatalf("crash --with-arg sleep --with-arg 60 --without-arg --standby: %v", err)
+	}
+	if want := fmt.Sprintf("SIGKILL to pid %d (sleep)", server); !strings.Contains(out.String(), want) {
+		t.Errorf("output %q, want %q", out.String(), want)
+	}
+	done := make(chan error, 1)
+	go func() { done <- sidecar.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the fake sidecar did not notice its server's death")
 	}
 }

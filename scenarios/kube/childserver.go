@@ -22,8 +22,10 @@ type childServerPart struct {
 }
 
 func newChildServerPart(b *Backend, _ *scenarios.Env) (part, error) {
-	if b.sc == nil || b.sc.Plugin.FuseMode == scenarios.FuseModeKeeper || b.sc.Plugin.FuseMode == scenarios.FuseModeSidecar {
-		return nil, nil // the keeper's servers are keeperServerPart's; a sidecar's die with it
+	switch {
+	case b.sc == nil, b.sc.Plugin.FuseMode == scenarios.FuseModeKeeper, b.sc.Plugin.FuseMode == scenarios.FuseModeSidecar,
+		b.sc.Plugin.FuseMode == scenarios.FuseModeRelay:
+		return nil, nil // the keeper's servers are keeperServerPart's; a sidecar's die with it; the relay mode's are relay.go's
 	}
 	return &childServerPart{b: b}, nil
 }
@@ -34,7 +36,7 @@ func (p *childServerPart) kill(ctx context.Context) error {
 	if pp == nil {
 		return fmt.Errorf("no running plugin pod on node %s", b.node)
 	}
-	if err := p.crash(ctx, pp.name, "--stop"); err != nil {
+	if err := b.serverCrash(ctx, pp.name, "--stop"); err != nil {
 		return err
 	}
 	wait := 3 * b.Timing().ReadInterval
@@ -44,23 +46,21 @@ func (p *childServerPart) kill(ctx context.Context) error {
 	}
 	b.rec.Add(scenarios.Event{Source: scenarios.SrcComponent, Component: scenarios.FuseServer, Kind: scenarios.KKilled,
 		Message: fmt.Sprintf("exec csi-plugin %s in pod %s: SIGKILL of the plugin's FUSE server, stopped for %s with a read inside it", serverCrash, pp.name, wait)})
-	return p.crash(ctx, pp.name, "")
+	return b.serverCrash(ctx, pp.name)
 }
 
-// crash executes `csi-plugin server-crash [flag]` in the plugin container of pod.
-func (p *childServerPart) crash(ctx context.Context, pod, flag string) error {
-	cmd := []string{"/usr/local/bin/csi-plugin", serverCrash}
-	if flag != "" {
-		cmd = append(cmd, flag)
-	}
+// serverCrash executes `csi-plugin server-crash [args]` in the plugin container of pod: SIGKILL (--stop:
+// SIGSTOP) of the plugin's children that args pick (all without --with-arg/--without-arg).
+func (b *Backend) serverCrash(ctx context.Context, pod string, args ...string) error {
+	cmd := append([]string{"/usr/local/bin/csi-plugin", serverCrash}, args...)
 	ectx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	out, err := p.b.exec(ectx, pod, pluginContainer, cmd)
+	out, err := b.exec(ectx, pod, pluginContainer, cmd)
 	out = strings.TrimSpace(out)
-	p.b.logf("exec %s in %s: %q, %v", strings.Join(cmd, " "), pod, out, err)
+	b.logf("exec %s in %s: %q, %v", strings.Join(cmd, " "), pod, out, err)
 	if err != nil {
 		return fmt.Errorf("exec %s in pod %s: %s: %w", strings.Join(cmd, " "), pod, out, err)
 	}
-	p.b.progress("%s", out)
+	b.progress("%s", out)
 	return nil
 }

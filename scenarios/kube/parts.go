@@ -42,6 +42,8 @@ func partKinds() []struct {
 		{scenarios.FuseSuccessor, newSuccessorPart},
 		{scenarios.FuseCrashLoop, newCrashLoopPart},
 		{scenarios.PluginRecollecting, newRecollectPart},
+		{scenarios.RelayServer, newRelayServerPart},
+		{scenarios.RelayProcess, newRelayPart},
 		{scenarios.WorkloadPod, newPodPart},
 	}
 }

@@ -37,14 +37,21 @@ func TestParts(t *testing.T) {
 		if _, ok := b.parts[scenarios.KeeperContainer]; ok != keeper {
 			t.Errorf("%s: a keeper part %t, keeper mode %t", sc.Name, ok, keeper)
 		}
-		// The FUSE server is the keeper's or the plugin's own child; a sidecar's dies with its container.
+		// The FUSE server is the keeper's or the plugin's own child; a sidecar's dies with its container; the relay
+		// mode's is the relay server part's.
 		sidecarMode := sc.Plugin.FuseMode == scenarios.FuseModeSidecar
-		if _, ok := b.parts[scenarios.FuseServer]; ok == sidecarMode {
+		relayMode := sc.Plugin.FuseMode == scenarios.FuseModeRelay
+		if _, ok := b.parts[scenarios.FuseServer]; ok == (sidecarMode || relayMode) {
 			t.Errorf("%s: a %s part %t in fuse mode %q", sc.Name, scenarios.FuseServer, ok, sc.Plugin.FuseMode)
 		}
 		if sidecarMode {
 			if err := b.Kill(context.Background(), scenarios.FuseServer); err == nil || !strings.Contains(err.Error(), "cannot kill fuse-server") {
 				t.Errorf("%s: Kill(fuse-server) = %v, want a refusal", sc.Name, err)
+			}
+		}
+		for _, c := range []scenarios.Component{scenarios.RelayServer, scenarios.RelayProcess} {
+			if _, ok := b.parts[c]; ok != relayMode {
+				t.Errorf("%s: a %s part %t in fuse mode %q", sc.Name, c, ok, sc.Plugin.FuseMode)
 			}
 		}
 		if err := b.Upgrade(context.Background(), scenarios.PluginContainer); err == nil || !strings.Contains(err.Error(), "cannot upgrade plugin") {

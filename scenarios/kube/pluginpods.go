@@ -113,6 +113,7 @@ func (b *Backend) onPluginPod(p *corev1.Pod, deleted bool) {
 				b.nodeEvent(pp, scenarios.PluginContainer, scenarios.KReady, stamp, fmt.Sprintf("pod %s: %s", pp.name, klogMessage(line)), "")
 			}
 			b.unstage.observe(fmt.Sprintf("%s#%d", pp.name, n), klogMessage(line), b.n.volumeHandle)
+			b.onRelayLine(pp, klogMessage(line), stamp)
 		},
 		end: func(_ int, _ instanceInfo, term *corev1.ContainerStateTerminated, gone bool) {
 			b.nodeEvent(pp, scenarios.PluginContainer, scenarios.KExited, time.Now(), pp.endText(term, gone), "")
