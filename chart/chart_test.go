@@ -1041,6 +1041,69 @@ func TestKeeperMode(t *testing.T) {
 	}
 }
 
+// TestRelayKeeperMode: fuseMode=relay-keeper is the keeper mode's two DaemonSets with the relay flags: the plugin
+// accepts the keeper's user and mounts the backends in its private relay directory; the keeper runs the real
+// server with its settings (gcsfuse: the fake GCS server in the keeper's pod, not the plugin's), keeps its relays'
+// node tables in the socket directory (which outlives it) and rolls without a surge, since two keepers' relays
+// cannot serve one connection.
+func TestRelayKeeperMode(t *testing.T) {
+	for _, server := range []string{"dummy-fuse", "gcsfuse", "squashfuse"} {
+		t.Run(server, func(t *testing.T) {
+			o := render(t, "csi.plugin.fuseMode=relay-keeper", "csi.plugin.fuseServer="+server, "keeper.runAsUser=4242", "keeper.runAsGroup=4343",
+				"relay.backendWait=9s", "gcsfuse.fakeGCS.port=5443", "gcsfuse.metadataCacheTTLSecs=7")
+			checkInvariants(t, o, defaultKubelet, defaultDriver, "/var/lib/dummy-fuse-csi")
+			plugin := container(t, o.ds, pluginContainer)
+			wantArg(t, plugin, "--fuse-mode", "--fuse-mode=relay-keeper")
+			wantArg(t, plugin, "--keeper-uid", "--keeper-uid=4242")
+			wantArg(t, plugin, "--keeper-gid", "--keeper-gid=4343")
+			wantArg(t, plugin, "--relay-dir", "--relay-dir=/relay")
+			wantArg(t, plugin, "--relay-backend-wait", "--relay-backend-wait=9s")
+			wantNoArg(t, plugin, "--relay-server-uid") // the keeper runs the server, as its own user
+			if n := len(o.ds.Spec.Template.Spec.InitContainers); n != 0 {
+				t.Errorf("plugin pod: %d init containers, want none (the keeper runs the real server)", n)
+			}
+			if v := volume(t, o.ds, "relay-dir"); v.EmptyDir == nil {
+				t.Errorf("relay-dir %+v: want the plugin pod's emptyDir", v)
+			}
+			ds := o.keeperDS
+			if ds == nil {
+				t.Fatal("no keeper DaemonSet in fuseMode relay-keeper")
+			}
+			ru := ds.Spec.UpdateStrategy.RollingUpdate
+			if ru == nil || ru.MaxSurge == nil || ru.MaxSurge.IntValue() != 0 || ru.MaxUnavailable == nil || ru.MaxUnavailable.IntValue() != 1 {
+				t.Errorf("keeper update strategy %+v: want no surge (one relay per connection)", ds.Spec.UpdateStrategy)
+			}
+			c := container(t, ds, "keeper")
+			wantArg(t, c, "--relay-node-dir", "--relay-node-dir=/csi/relay-nodes")
+			wantArg(t, c, "--relay-backend-wait", "--relay-backend-wait=9s")
+			wantArg(t, c, "--relay-server", "--relay-server="+server)
+			wantArg(t, c, "--relay-server-path", "--relay-server-path=/usr/local/bin/"+server)
+			want := map[string][]string{
+				"dummy-fuse": nil,
+				"gcsfuse":    {"--relay-server-opt=endpoint=http://127.0.0.1:5443/storage/v1/", "--relay-server-opt=metadata-cache-ttl-secs=7"},
+				"squashfuse": {"--relay-server-opt=image=/usr/local/share/dummy-fuse-csi/tree.squashfs"},
+			}[server]
+			if got := argsWithFlag(c, "--relay-server-opt"); !slices.Equal(got, want) {
+				t.Errorf("keeper --relay-server-opt %q, want %q", got, want)
+			}
+			var inits []string
+			for _, ic := range ds.Spec.Template.Spec.InitContainers {
+				inits = append(inits, ic.Name)
+			}
+			if wantInits := map[bool][]string{true: {"fake-gcs"}}[server == "gcsfuse"]; !slices.Equal(inits, wantInits) {
+				t.Errorf("keeper pod init containers %q, want %q", inits, wantInits)
+			}
+			if !slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == "socket-dir" && m.MountPath == "/csi" }) {
+				t.Errorf("keeper mounts %+v: want the socket directory at /csi, where the node directory /csi/relay-nodes lives", c.VolumeMounts)
+			}
+		})
+	}
+	// The keeper mode itself is unchanged: no relay flags, a surge of 1.
+	c := container(t, render(t, "csi.plugin.fuseMode=keeper").keeperDS, "keeper")
+	wantNoArg(t, c, "--relay-node-dir")
+	wantNoArg(t, c, "--relay-server")
+}
+
 // TestDefaultImageIsWhatTheClusterLoads: `helm install` with the chart's defaults and `kubectl apply -f
 // manifests/` must run what `make image` built. Both name dummy-fuse-csi:<appVersion>; the cluster scripts
 // (hack/cluster/lib.sh import_images) tag the last build with the appVersion they read from Chart.yaml, and

@@ -60,8 +60,8 @@ The sidecar mode's pods run `csi-plugin sidecar` with the same flags (the scenar
 {{- if eq .Values.csi.plugin.fuseMode "keeper" }}
 {{- fail (printf "csi.plugin.fuseServer=%s cannot run in csi.plugin.fuseMode=keeper: the keeper takes over live FUSE connections, which only dummy-fuse can" $server) }}
 {{- end }}
-{{- if and .Values.csi.plugin.directIO (ne .Values.csi.plugin.fuseMode "relay") }}
-{{- fail (printf "csi.plugin.directIO=true: %s has no direct-I/O mode (in csi.plugin.fuseMode=relay it is the relay's)" $server) }}
+{{- if and .Values.csi.plugin.directIO (not (has .Values.csi.plugin.fuseMode (list "relay" "relay-keeper"))) }}
+{{- fail (printf "csi.plugin.directIO=true: %s has no direct-I/O mode (in csi.plugin.fuseMode=relay or relay-keeper it is the relay's)" $server) }}
 {{- end }}
 - --fuse-server={{ $server }}
 - --fuse-server-path=/usr/local/bin/{{ $server }}
@@ -135,23 +135,45 @@ and the directory goes with the pod. */}}
 {{- end }}
 
 {{- define "dummy-fuse-csi.relayArgs" -}}
-{{- if eq .Values.csi.plugin.fuseMode "relay" }}
+{{- if has .Values.csi.plugin.fuseMode (list "relay" "relay-keeper") }}
 - --relay-dir={{ include "dummy-fuse-csi.relayDir" . }}
 - --relay-backend-wait={{ .Values.relay.backendWait }}
+{{- end }}
+{{- if eq .Values.csi.plugin.fuseMode "relay" }}
 - --relay-server-uid={{ int .Values.relay.serverUID }}
 {{- end }}
 {{- end }}
 
 {{- define "dummy-fuse-csi.relayMount" -}}
-{{- if eq .Values.csi.plugin.fuseMode "relay" }}
+{{- if has .Values.csi.plugin.fuseMode (list "relay" "relay-keeper") }}
 - name: relay-dir
   mountPath: {{ include "dummy-fuse-csi.relayDir" . }}
 {{- end }}
 {{- end }}
 
 {{- define "dummy-fuse-csi.relayVolume" -}}
-{{- if eq .Values.csi.plugin.fuseMode "relay" }}
+{{- if has .Values.csi.plugin.fuseMode (list "relay" "relay-keeper") }}
 - name: relay-dir
   emptyDir: {}
+{{- end }}
+{{- end }}
+
+{{/* The relay-keeper mode's flags of the keeper (csi.plugin.fuseMode relay-keeper): its servers are relays whose
+node tables live in relay-nodes of the socket directory, a hostPath that outlives every keeper pod, which the
+plugin (root) creates owned by the keeper's user; the keeper runs the real server itself, so its settings are
+the keeper's (for gcsfuse the fake GCS server runs in the keeper's pod). */}}
+{{- define "dummy-fuse-csi.keeperRelayArgs" -}}
+{{- if eq .Values.csi.plugin.fuseMode "relay-keeper" }}
+{{- $server := .Values.csi.plugin.fuseServer }}
+- --relay-node-dir=/csi/relay-nodes
+- --relay-backend-wait={{ .Values.relay.backendWait }}
+- --relay-server={{ $server }}
+- --relay-server-path=/usr/local/bin/{{ $server }}
+{{- if eq $server "gcsfuse" }}
+- --relay-server-opt=endpoint=http://{{ include "dummy-fuse-csi.fakeGCSHost" . }}/storage/v1/
+- --relay-server-opt=metadata-cache-ttl-secs={{ .Values.gcsfuse.metadataCacheTTLSecs }}
+{{- else if eq $server "squashfuse" }}
+- --relay-server-opt=image=/usr/local/share/dummy-fuse-csi/tree.squashfs
+{{- end }}
 {{- end }}
 {{- end }}

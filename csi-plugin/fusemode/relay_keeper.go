@@ -72,6 +72,32 @@ func (rk *RelayKeeper) Close() error {
 	return rk.r.Close()
 }
 
+// KeeperNodeDirName is the directory beside the keeper socket that the plugin makes for the keeper's relays'
+// node tables (the keeper's --relay-node-dir): it lives on the node as the socket does, so it outlives every
+// keeper, and only the plugin, which runs as root, can create it owned by the keeper's unprivileged user.
+const KeeperNodeDirName = "relay-nodes"
+
+// makeNodeDir creates KeeperNodeDirName owned by the keeper's user (and group), mode 0700. What is already there
+// is kept only when it is a directory (Lstat: the socket's directory is the plugin's, but a link is never followed).
+func (rk *RelayKeeper) makeNodeDir() error {
+	dir := filepath.Join(filepath.Dir(rk.k.opts.KeeperSocket), KeeperNodeDirName)
+	if err := os.MkdirAll(filepath.Dir(dir), 0o750); err != nil {
+		return fmt.Errorf("keeper node directory: %w", err)
+	}
+	if err := os.Mkdir(dir, 0o700); err != nil && !os.IsExist(err) {
+		return fmt.Errorf("keeper node directory: %w", err)
+	}
+	if fi, err := os.Lstat(dir); err != nil {
+		return fmt.Errorf("keeper node directory: %w", err)
+	} else if !fi.IsDir() {
+		return fmt.Errorf("keeper node directory %s is not a directory (%v)", dir, fi.Mode().Type())
+	}
+	if err := os.Lchown(dir, rk.k.opts.KeeperUID, rk.k.opts.KeeperGID); err != nil {
+		return fmt.Errorf("keeper node directory: %w", err)
+	}
+	return nil
+}
+
 // backendOf returns a copy of volume's newest backend root (holder.backendOf).
 func (rk *RelayKeeper) backendOf(volume string) *os.File {
 	rk.mu.Lock()
@@ -88,6 +114,9 @@ func (rk *RelayKeeper) backendOf(volume string) *os.File {
 // backends' roots: nothing is mounted until a keeper says a real server died or its session ends.
 func (rk *RelayKeeper) Recollect(recs Records) (map[string]Server, error) {
 	// The volumes first: a keeper may say a real server is gone the moment it connects.
+	if err := rk.makeNodeDir(); err != nil {
+		return nil, err
+	}
 	vols := map[string]*keptRelay{}
 	for _, rec := range recs.Stages {
 		vols[rec.VolumeID] = rk.newVolume(rec.VolumeID, nil)

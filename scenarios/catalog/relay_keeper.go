@@ -7,8 +7,15 @@ import (
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
 )
 
-// relayKeeperBackends is why the relay-keeper rows run on the local backend only.
-const relayKeeperBackends = "the chart has no relay-keeper mode yet (a keeper with a node table directory that outlives it, the plugin's relay directory)"
+// relayKeeperLocalOnly is why the relay-keeper rows the kube backend has no steps for run on the local backend
+// only.
+const relayKeeperLocalOnly = "the kube backend runs the plugin's restart, the keeper's, and the relay's and the real server's crashes " +
+	"of the relay-keeper mode; the double faults, an upgrade or a failing server, and a read held inside the server are local-only for now"
+
+// relayKeeperKube are the relay-keeper rows that run on real kubelets too.
+var relayKeeperKube = map[string]bool{
+	"relay-keeper-plugin-restart": true, "relay-keeper-keeper-restart": true, "relay-keeper-server-crash": true, "relay-keeper-crash": true,
+}
 
 // relayKeeperScenarios are the rows of the relay-keeper mode: the relay mode's rows that apply (the real
 // server killed, upgraded, killed with a read inside it, unable to come back; the relay killed), and the
@@ -16,6 +23,13 @@ const relayKeeperBackends = "the chart has no relay-keeper mode yet (a keeper wi
 // with the plugin and runs the relay and the real server; the plugin mounts the private backend the real server
 // serves.
 func relayKeeperScenarios() []scenarios.Scenario {
+	onBackends := func(s scenarios.Scenario) scenarios.Scenario {
+		s.Backends, s.BackendsWhy, s.EveryServer = nil, "", relayEveryServer
+		if !relayKeeperKube[s.Name] {
+			s.Backends, s.BackendsWhy, s.EveryServer = []string{scenarios.BackendLocal}, relayKeeperLocalOnly, ""
+		}
+		return s
+	}
 	mode := scenarios.Plugin{FuseMode: scenarios.FuseModeRelayKeeper, RestoreMounts: true, RestoreStrategy: scenarios.StrategyRebind, Keeper: scenarios.Keeper{DirectIO: true}}
 	readers := relayReaders()
 	neverFail := func(cs ...string) []scenarios.Expectation {
@@ -26,8 +40,8 @@ func relayKeeperScenarios() []scenarios.Scenario {
 		return append(out, scenarios.Expectation{Check: scenarios.VolumeDirAlive{}})
 	}
 	row := func(s scenarios.Scenario) scenarios.Scenario {
-		s.Backends, s.BackendsWhy, s.Servers = []string{scenarios.BackendLocal}, relayKeeperBackends, scenarios.AllServers
-		return s
+		s.Servers = scenarios.AllServers
+		return onBackends(s)
 	}
 	out := []scenarios.Scenario{
 		row(scenarios.Scenario{
@@ -151,8 +165,7 @@ func relayKeeperScenarios() []scenarios.Scenario {
 		wait := s.Plugin.RelayBackendWait
 		s.Plugin = mode
 		s.Plugin.RelayBackendWait = wait
-		s.Backends, s.BackendsWhy, s.EveryServer = []string{scenarios.BackendLocal}, relayKeeperBackends, ""
-		out = append(out, s)
+		out = append(out, onBackends(s))
 	}
 	return out
 }

@@ -24,7 +24,7 @@ type childServerPart struct {
 func newChildServerPart(b *Backend, _ *scenarios.Env) (part, error) {
 	switch {
 	case b.sc == nil, b.sc.Plugin.FuseMode == scenarios.FuseModeKeeper, b.sc.Plugin.FuseMode == scenarios.FuseModeSidecar,
-		b.sc.Plugin.FuseMode == scenarios.FuseModeRelay:
+		b.sc.Plugin.FuseMode == scenarios.FuseModeRelay, b.sc.Plugin.FuseMode == scenarios.FuseModeRelayKeeper:
 		return nil, nil // the keeper's servers are keeperServerPart's; a sidecar's die with it; the relay mode's are relay.go's
 	}
 	return &childServerPart{b: b}, nil
@@ -52,10 +52,15 @@ func (p *childServerPart) kill(ctx context.Context) error {
 // serverCrash executes `csi-plugin server-crash [args]` in the plugin container of pod: SIGKILL (--stop:
 // SIGSTOP) of the plugin's children that args pick (all without --with-arg/--without-arg).
 func (b *Backend) serverCrash(ctx context.Context, pod string, args ...string) error {
+	return b.serverCrashIn(ctx, pod, pluginContainer, args...)
+}
+
+// serverCrashIn is serverCrash in container of pod (the relay-keeper mode's keeper runs the real servers).
+func (b *Backend) serverCrashIn(ctx context.Context, pod, container string, args ...string) error {
 	cmd := append([]string{"/usr/local/bin/csi-plugin", serverCrash}, args...)
 	ectx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	out, err := b.exec(ectx, pod, pluginContainer, cmd)
+	out, err := b.exec(ectx, pod, container, cmd)
 	out = strings.TrimSpace(out)
 	b.logf("exec %s in %s: %q, %v", strings.Join(cmd, " "), pod, out, err)
 	if err != nil {

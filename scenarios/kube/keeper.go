@@ -28,7 +28,7 @@ func keeperDSName() string { return releaseName + "-keeper" }
 const nextSuffix = "-next"
 
 func (b *Backend) keeperMode() bool {
-	return b.sc != nil && b.sc.Plugin.FuseMode == scenarios.FuseModeKeeper
+	return b.sc != nil && (b.sc.Plugin.FuseMode == scenarios.FuseModeKeeper || b.sc.Plugin.FuseMode == scenarios.FuseModeRelayKeeper)
 }
 
 // onKeeperPod follows every keeper pod from its first appearance: its log into keeper.log; its start;
@@ -48,6 +48,7 @@ func (b *Backend) onKeeperPod(p *corev1.Pod, deleted bool) {
 			}
 			ts = writePodLine(b.keeperLog, kp.name, n, line, ts)
 			t := scenarios.LineTime(line, ts)
+			b.onKeeperRelayLine(kp, line, t)
 			switch ev := contract.ParseKeeperLine(line); ev.Kind {
 			case contract.KeeperLineConnected:
 				b.nodeEvent(kp, scenarios.KeeperContainer, scenarios.KReady, t, fmt.Sprintf("pod %s connected to the plugin", kp.name), "")
@@ -121,6 +122,11 @@ func (b *Backend) startKeeper(ctx context.Context) error {
 // --volume <id>` executed in the keeper container sends it SIGKILL (the PIDs are the keeper's own; the image
 // has no shell). It returns once the keeper logged the server's exit.
 func (b *Backend) killFuseServer(ctx context.Context) error {
+	return b.killKeeperServer(ctx, scenarios.FuseServer, "FUSE server")
+}
+
+// killKeeperServer is killFuseServer recording the kill as c's (the relay-keeper mode's keeper servers are relays).
+func (b *Backend) killKeeperServer(ctx context.Context, c scenarios.Component, what string) error {
 	kp, _ := b.runningPod(b.keepers)
 	if kp == nil {
 		return fmt.Errorf("no running keeper pod on node %s", b.node)
@@ -130,8 +136,8 @@ func (b *Backend) killFuseServer(ctx context.Context) error {
 		return e.Kind == scenarios.KExited && e.Component == scenarios.FuseServer
 	}
 	before := b.rec.Count(exited)
-	b.rec.Add(scenarios.Event{Source: scenarios.SrcComponent, Component: scenarios.FuseServer, Kind: scenarios.KKilled,
-		Message: fmt.Sprintf("exec %s in pod %s: SIGKILL of the volume's FUSE server", strings.Join(cmd, " "), kp.name)})
+	b.rec.Add(scenarios.Event{Source: scenarios.SrcComponent, Component: c, Kind: scenarios.KKilled,
+		Message: fmt.Sprintf("exec %s in pod %s: SIGKILL of the volume's %s", strings.Join(cmd, " "), kp.name, what)})
 	out, err := b.exec(ctx, kp.name, keeperContainer, cmd)
 	out = strings.TrimSpace(out)
 	b.logf("exec %s in %s: %q, %v", strings.Join(cmd, " "), kp.name, out, err)

@@ -44,6 +44,8 @@ func partKinds() []struct {
 		{scenarios.PluginRecollecting, newRecollectPart},
 		{scenarios.RelayServer, newRelayServerPart},
 		{scenarios.RelayProcess, newRelayPart},
+		{scenarios.RelayServer, newKeeperRelayServerPart},
+		{scenarios.RelayProcess, newKeeperRelayPart},
 		{scenarios.WorkloadPod, newPodPart},
 	}
 }

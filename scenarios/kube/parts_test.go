@@ -33,7 +33,9 @@ func TestParts(t *testing.T) {
 		if _, ok := b.parts[scenarios.SidecarContainer]; ok != (sc.Pod.Sidecar != nil) {
 			t.Errorf("%s: a sidecar part %t, a sidecar in the pod %t", sc.Name, ok, sc.Pod.Sidecar != nil)
 		}
-		keeper := sc.Plugin.FuseMode == scenarios.FuseModeKeeper
+		// The relay-keeper mode has the keeper mode's keeper (whose servers are relays) and the relay mode's parts.
+		relayKeeper := sc.Plugin.FuseMode == scenarios.FuseModeRelayKeeper
+		keeper := sc.Plugin.FuseMode == scenarios.FuseModeKeeper || relayKeeper
 		if _, ok := b.parts[scenarios.KeeperContainer]; ok != keeper {
 			t.Errorf("%s: a keeper part %t, keeper mode %t", sc.Name, ok, keeper)
 		}
@@ -50,7 +52,7 @@ func TestParts(t *testing.T) {
 			}
 		}
 		for _, c := range []scenarios.Component{scenarios.RelayServer, scenarios.RelayProcess} {
-			if _, ok := b.parts[c]; ok != relayMode {
+			if _, ok := b.parts[c]; ok != (relayMode || relayKeeper) {
 				t.Errorf("%s: a %s part %t in fuse mode %q", sc.Name, c, ok, sc.Plugin.FuseMode)
 			}
 		}
