@@ -94,7 +94,7 @@ func testRelayKeeper(t *testing.T, name string) {
 	if out, err := exec.Command(e.plugin, "keeper", "crash", "--status-file="+k.status, "--volume=vol-1").CombinedOutput(); err != nil {
 		t.Fatalf("keeper crash: %v\n%s", err, out)
 	}
-	relay = k.servedBy("vol-1", relay)
+	k.servedBy("vol-1", relay) // a relay other than the one killed serves
 	readsOn(t, "after the relay was killed", keep, reopen)
 
 	// 3. The keeper dies with its relays and real servers: the plugin's copy carries the connection, and the
