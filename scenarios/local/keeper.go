@@ -325,37 +325,47 @@ func (s *keeperServer) start(ctx context.Context) error {
 	return s.k.b.rec.AwaitReady(ctx, scenarios.FuseServer, 30*time.Second)
 }
 
-// kill sends SIGKILL to the FUSE server that serves the volume, found as the keeper says (its status file) and
-// translated from the keeper's PID namespace to this one through the keeper's children.
+// kill sends SIGKILL to the FUSE server that serves the volume.
 func (s *keeperServer) kill(ctx context.Context) error {
-	k, b := s.k, s.k.b
+	k := s.k
+	_, err := k.killServing(ctx, "FUSE server", func(pid, nsPID int) {
+		k.serverEvent(scenarios.KKilled, time.Time{}, fmt.Sprintf("SIGKILL pid %d (%d in the keeper's namespace)", pid, nsPID), "")
+	})
+	return err
+}
+
+// killServing sends SIGKILL to the keeper's child that serves the volume (its FUSE server, or in relay-keeper
+// mode its relay), found as the keeper says (its status file) and translated from the keeper's PID namespace
+// to this one through the keeper's children; killed records the kill just before the signal. It returns the
+// PID in the keeper's namespace once the process is gone.
+func (k *keeperPart) killServing(ctx context.Context, what string, killed func(pid, nsPID int)) (int, error) {
 	if k.cur == nil || k.cur.p.exited() {
-		return errors.New("no keeper running")
+		return 0, errors.New("no keeper running")
 	}
 	st, err := keeper.ReadStatus(filepath.Join(k.cur.statusDir, "status.json"))
 	if err != nil {
-		return err
+		return 0, err
 	}
 	nsPID, err := st.ServerOf(volumeHandle)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	pid, err := childInNamespace(k.cur.p.pid(), nsPID)
 	if err != nil {
-		return fmt.Errorf("FUSE server %d of the keeper: %w", nsPID, err)
+		return 0, fmt.Errorf("%s %d of the keeper: %w", what, nsPID, err)
 	}
 	pidfd, err := pidfdOpen(pid)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	defer syscall.Close(pidfd)
-	k.serverEvent(scenarios.KKilled, time.Time{}, fmt.Sprintf("SIGKILL pid %d (%d in the keeper's namespace)", pid, nsPID), "")
+	killed(pid, nsPID)
 	if err := pidfdKill(pidfd); err != nil {
-		return fmt.Errorf("kill FUSE server pid %d: %w", pid, err)
+		return 0, fmt.Errorf("kill %s pid %d: %w", what, pid, err)
 	}
-	b.logf("FUSE server pid %d (%d in keeper#%d): SIGKILL", pid, nsPID, k.cur.n)
+	k.b.logf("%s pid %d (%d in keeper#%d): SIGKILL", what, pid, nsPID, k.cur.n)
 	// Gone once its pidfd is readable (pidfd_open(2)); the keeper reaps it.
-	return waitPidfd(ctx, pidfd, 10*time.Second)
+	return nsPID, waitPidfd(ctx, pidfd, 10*time.Second)
 }
 
 // binaryVersion asks a binary of the project for its version (--version).

@@ -6,10 +6,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"syscall"
 	"time"
 
-	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/keeper"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
 )
 
@@ -68,33 +66,12 @@ func newKeptRelayPart(b *Backend) (part, error) {
 // kill sends SIGKILL to the relay that serves the volume, as the keeper's status file names it.
 func (r *keptRelayPart) kill(ctx context.Context) error {
 	k := r.k
-	if k.cur == nil || k.cur.p.exited() {
-		return errors.New("no keeper running")
-	}
-	st, err := keeper.ReadStatus(filepath.Join(k.cur.statusDir, "status.json"))
-	if err != nil {
-		return err
-	}
-	nsPID, err := st.ServerOf(volumeHandle)
-	if err != nil {
-		return err
-	}
-	pid, err := childInNamespace(k.cur.p.pid(), nsPID)
-	if err != nil {
-		return fmt.Errorf("relay %d of the keeper: %w", nsPID, err)
-	}
-	pidfd, err := pidfdOpen(pid)
-	if err != nil {
-		return err
-	}
-	defer syscall.Close(pidfd)
-	r.lastKilled = nsPID
-	k.b.rec.Add(scenarios.Event{Source: scenarios.SrcComponent, Component: scenarios.RelayProcess, Kind: scenarios.KKilled,
-		Message: fmt.Sprintf("SIGKILL relay pid %d (%d in keeper#%d's namespace)", pid, nsPID, k.cur.n)})
-	if err := pidfdKill(pidfd); err != nil {
-		return fmt.Errorf("kill relay pid %d: %w", pid, err)
-	}
-	return waitPidfd(ctx, pidfd, 10*time.Second)
+	_, err := k.killServing(ctx, "relay", func(pid, nsPID int) {
+		r.lastKilled = nsPID
+		k.b.rec.Add(scenarios.Event{Source: scenarios.SrcComponent, Component: scenarios.RelayProcess, Kind: scenarios.KKilled,
+			Message: fmt.Sprintf("SIGKILL relay pid %d (%d in keeper#%d's namespace)", pid, nsPID, k.cur.n)})
+	})
+	return err
 }
 
 // start waits until the keeper says another relay serves the volume.
