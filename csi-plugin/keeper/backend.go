@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/contract"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/fuseserver"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/handover"
 )
@@ -42,7 +43,7 @@ func (k *Keeper) serveBackend(volume string, f *os.File) {
 	}
 	b := &backendServer{volume: volume, cmd: cmd}
 	k.backends[volume] = b
-	k.logf("volume %s: real server pid %d serves its backend (%s)", volume, cmd.Process.Pid, cmd)
+	k.logf(contract.KeeperRealServerFormat, volume, cmd.Process.Pid, cmd)
 	go func() {
 		err := cmd.Wait()
 		k.emit(event{kind: backendGone, backend: b, err: exitReason(err)})
@@ -57,7 +58,7 @@ func (k *Keeper) backendGone(b *backendServer, err error) {
 	if b.stopping {
 		return
 	}
-	k.logf("volume %s: real server pid %d exited (%v)", b.volume, b.cmd.Process.Pid, err)
+	k.logf(contract.KeeperRealServerExitedFormat, b.volume, b.cmd.Process.Pid, err)
 	k.tellPlugin(handover.Msg{Kind: handover.BackendEnded, Volume: b.volume, Reason: fmt.Sprintf("pid %d exited (%v)", b.cmd.Process.Pid, err)})
 }
 

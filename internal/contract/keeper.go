@@ -14,6 +14,9 @@ const (
 	KeeperConnectedFormat = "connected to the plugin; handed it %d connection(s) held here"               // the number of connections
 	KeeperServedFormat    = "volume %s: " + KeeperServed + " %s pid %d"                                   // volume, server version, PID
 	KeeperExitedFormat    = "FUSE server pid %d exited (%v); its connections stay mounted, held here: %s" // PID, error, volumes
+	// relay-keeper mode: the real server the keeper runs on a volume's backend.
+	KeeperRealServerFormat       = "volume %s: real server pid %d serves its backend (%s)" // volume, PID, command
+	KeeperRealServerExitedFormat = "volume %s: real server pid %d exited (%v)"             // volume, PID, error
 )
 
 // KeeperCrashSuccessorFormat is what `csi-plugin keeper crash --successor` prints: the first server's PID, the
@@ -37,6 +40,7 @@ var (
 	keeperConnected = regexp.MustCompile(`connected to the plugin`)
 	keeperServed    = regexp.MustCompile(`volume (\S+): ` + KeeperServed + ` (\S+) pid (\d+)`)
 	keeperExited    = regexp.MustCompile(`FUSE server pid (\d+) exited \(([^)]*)\)`)
+	keeperReal      = regexp.MustCompile(`volume (\S+): real server pid (\d+) (serves its backend|exited) \((.*)\)`)
 )
 
 // KeeperLineKind is the kind of a keeper log line ParseKeeperLine recognises.
@@ -44,10 +48,12 @@ type KeeperLineKind int
 
 // The kinds of ParseKeeperLine's answer.
 const (
-	KeeperLineOther        KeeperLineKind = iota // a line of no interest
-	KeeperLineConnected                          // the keeper is connected to the plugin (it serves what the plugin hands it)
-	KeeperLineServed                             // a FUSE server serves Volume: Version, PID
-	KeeperLineServerExited                       // the FUSE server PID exited: Reason
+	KeeperLineOther            KeeperLineKind = iota // a line of no interest
+	KeeperLineConnected                              // the keeper is connected to the plugin (it serves what the plugin hands it)
+	KeeperLineServed                                 // a FUSE server serves Volume: Version, PID
+	KeeperLineServerExited                           // the FUSE server PID exited: Reason
+	KeeperLineRealServer                             // relay-keeper: the real server PID serves Volume's backend (Reason: its command)
+	KeeperLineRealServerExited                       // relay-keeper: Volume's real server PID exited: Reason
 )
 
 // KeeperLine is what one line of the keeper's log says.
@@ -61,6 +67,14 @@ type KeeperLine struct {
 
 // ParseKeeperLine parses one line of the keeper's log (with or without klog's header).
 func ParseKeeperLine(line []byte) KeeperLine {
+	if m := keeperReal.FindSubmatch(line); m != nil {
+		pid, _ := strconv.Atoi(string(m[2]))
+		kind := KeeperLineRealServer
+		if string(m[3]) == "exited" {
+			kind = KeeperLineRealServerExited
+		}
+		return KeeperLine{Kind: kind, Volume: string(m[1]), PID: pid, Reason: string(m[4])}
+	}
 	if m := keeperServed.FindSubmatch(line); m != nil {
 		pid, _ := strconv.Atoi(string(m[3]))
 		return KeeperLine{Kind: KeeperLineServed, Volume: string(m[1]), Version: string(m[2]), PID: pid}

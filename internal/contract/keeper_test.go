@@ -16,6 +16,8 @@ func TestParseKeeperLine(t *testing.T) {
 		{fmt.Sprintf(KeeperConnectedFormat, 2), KeeperLine{Kind: KeeperLineConnected}},
 		{fmt.Sprintf(KeeperServedFormat, "vol-1", "v1.2.3-next", 42), KeeperLine{Kind: KeeperLineServed, Volume: "vol-1", Version: "v1.2.3-next", PID: 42}},
 		{fmt.Sprintf(KeeperExitedFormat, 42, errors.New("signal: killed"), "vol-1, vol-2"), KeeperLine{Kind: KeeperLineServerExited, PID: 42, Reason: "signal: killed"}},
+		{fmt.Sprintf(KeeperRealServerFormat, "vol-1", 43, "/usr/local/bin/gcsfuse --foreground bucket /dev/fd/3"), KeeperLine{Kind: KeeperLineRealServer, Volume: "vol-1", PID: 43, Reason: "/usr/local/bin/gcsfuse --foreground bucket /dev/fd/3"}},
+		{fmt.Sprintf(KeeperRealServerExitedFormat, "vol-1", 43, errors.New("signal: killed")), KeeperLine{Kind: KeeperLineRealServerExited, Volume: "vol-1", PID: 43, Reason: "signal: killed"}},
 		{"volume vol-1: its server pid 42 stopped serving it: unmounted", KeeperLine{}},
 		{"", KeeperLine{}},
 	} {

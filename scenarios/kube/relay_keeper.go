@@ -10,7 +10,6 @@ package kube
 import (
 	"context"
 	"fmt"
-	"regexp"
 	"time"
 
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/contract"
@@ -20,10 +19,6 @@ import (
 // keeperRelayArg is the argument of the keeper's relays (its FUSE servers, csi-plugin/keeper/server.go), which
 // its real servers lack.
 const keeperRelayArg = "--session"
-
-// keeperRealServerLine matches the keeper's lines about a volume's real server (csi-plugin/keeper/backend.go):
-// "volume <id>: real server pid <pid> serves its backend (...)" and "... exited (...)".
-var keeperRealServerLine = regexp.MustCompile(`volume (\S+): real server pid (\d+) (serves its backend|exited) \((.*)\)`)
 
 func (b *Backend) relayKeeperMode() bool {
 	return b.sc != nil && b.sc.Plugin.FuseMode == scenarios.FuseModeRelayKeeper
@@ -36,18 +31,16 @@ func (b *Backend) onKeeperRelayLine(kp *dsPod, line []byte, t time.Time) {
 	if !b.relayKeeperMode() {
 		return
 	}
-	if m := keeperRealServerLine.FindSubmatch(line); m != nil {
-		if string(m[1]) != b.n.volumeHandle {
+	switch ev := contract.ParseKeeperLine(line); ev.Kind {
+	case contract.KeeperLineRealServer, contract.KeeperLineRealServerExited:
+		if ev.Volume != b.n.volumeHandle {
 			return
 		}
-		kind := scenarios.KReady
-		if string(m[3]) == "exited" {
-			kind = scenarios.KExited
+		kind, what := scenarios.KReady, "serves its backend"
+		if ev.Kind == contract.KeeperLineRealServerExited {
+			kind, what = scenarios.KExited, "exited"
 		}
-		b.nodeEvent(kp, scenarios.RelayServer, kind, t, fmt.Sprintf("pod %s: real server pid %s %s (%s)", kp.name, m[2], m[3], m[4]), "")
-		return
-	}
-	switch ev := contract.ParseKeeperLine(line); ev.Kind {
+		b.nodeEvent(kp, scenarios.RelayServer, kind, t, fmt.Sprintf("pod %s: real server pid %d %s (%s)", kp.name, ev.PID, what, ev.Reason), "")
 	case contract.KeeperLineServed:
 		if ev.Volume == b.n.volumeHandle {
 			b.nodeEvent(kp, scenarios.RelayProcess, scenarios.KReady, t, fmt.Sprintf("pod %s: relay pid %d serves the volume", kp.name, ev.PID), "")
