@@ -59,6 +59,9 @@ func (b *Backend) onKeeperPod(p *corev1.Pod, deleted bool) {
 						fmt.Sprintf("pod %s: dummy-fuse %s pid %d serves the volume", kp.name, ev.Version, ev.PID), ev.Version)
 				}
 			case contract.KeeperLineServerExited:
+				b.keeperExited.Lock()
+				b.keeperExited.pids = append(b.keeperExited.pids, ev.PID)
+				b.keeperExited.Unlock()
 				b.nodeEvent(kp, scenarios.FuseServer, scenarios.KExited, t, fmt.Sprintf("pod %s: FUSE server pid %d: %s", kp.name, ev.PID, ev.Reason), "")
 			}
 		},

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -54,16 +55,37 @@ func newSuccessorPart(b *Backend, _ *scenarios.Env) (part, error) {
 }
 
 func (p *successorPart) kill(ctx context.Context) error {
-	out, err := p.b.crashExec(ctx, "SIGKILL of the volume's FUSE server, then of its successor the moment the keeper names it", "--successor")
+	b := p.b
+	b.keeperExited.Lock()
+	before := len(b.keeperExited.pids)
+	b.keeperExited.Unlock()
+	out, err := b.crashExec(ctx, "SIGKILL of the volume's FUSE server, then of its successor the moment the keeper names it", "--successor")
 	if err != nil {
 		return err
 	}
-	first, next, ok := contract.ParseCrashSuccessor(out)
-	if !ok {
-		return fmt.Errorf("keeper crash --successor said %q, not which servers it killed", out)
+	if first, next, ok := contract.ParseCrashSuccessor(out); ok {
+		p.killed = [2]int{first, next}
+		return nil
 	}
-	p.killed = [2]int{first, next}
-	return nil
+	// The command succeeded but its output was lost on the way back (seen once on v1.37.2 with containerd 1.6:
+	// an empty stream from a command that exits at once): the keeper's log says which two servers exited.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		b.keeperExited.Lock()
+		exited := slices.Clone(b.keeperExited.pids[before:])
+		b.keeperExited.Unlock()
+		if len(exited) >= 2 {
+			p.killed = [2]int{exited[0], exited[1]}
+			b.logf("keeper crash --successor said %q; the keeper's log says pids %d and %d exited since", out, exited[0], exited[1])
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("keeper crash --successor said %q, not which servers it killed, and the keeper's log named %d exits within 10s (see keeper.log)", out, len(exited))
+		}
+		if err := scenarios.Sleep(ctx, 20*time.Millisecond); err != nil {
+			return err
+		}
+	}
 }
 
 // start waits until a server other than the two killed ones serves the volume: the successor may have said it

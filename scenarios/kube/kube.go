@@ -210,6 +210,12 @@ type Backend struct {
 	keepers  map[string]*dsPod // by pod UID (keeper mode)
 	// keeperServedBy is the PID (in its keeper's namespace) of the server a keeper last said serves the volume.
 	keeperServedBy atomic.Int64
+	// keeperExited are the PIDs (in their keeper's namespace) of the FUSE servers the keepers said exited, in
+	// order.
+	keeperExited struct {
+		sync.Mutex
+		pids []int
+	}
 	// remediators are the remediator DaemonSet's pods, by pod UID (Plugin.Remediation).
 	remediators map[string]*dsPod
 	events      map[string]int32 // event UID → count seen
