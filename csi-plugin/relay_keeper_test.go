@@ -185,18 +185,7 @@ func relayServerSpec(t *testing.T, e *env, name string) fuseserver.Spec {
 		}
 		spec.Opts = map[string]string{"image": image}
 	case fuseserver.Gcsfuse:
-		log, err := os.Create(filepath.Join(pub, "fake-gcs-server.log"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer log.Close()
-		gcs, err := backing.StartFakeGCS(ctx, testenv.RealServer(t, "fake-gcs-server"), log)
-		if err != nil {
-			out, _ := os.ReadFile(log.Name())
-			t.Fatalf("%v; its log:\n%s", err, out)
-		}
-		t.Cleanup(gcs.Stop)
-		spec.Opts = map[string]string{"endpoint": gcs.Endpoint}
+		spec.Opts = map[string]string{"endpoint": testenv.FakeGCS(ctx, t, pub)}
 	}
 	return spec
 }

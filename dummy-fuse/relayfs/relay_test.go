@@ -53,18 +53,7 @@ func newBackend(t testing.TB, lab *testenv.Lab, name string) *realBackend {
 		}
 		spec.Opts = map[string]string{"image": image}
 	case fuseserver.Gcsfuse:
-		log, err := os.Create(filepath.Join(t.TempDir(), "fake-gcs-server.log"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer log.Close()
-		gcs, err := backing.StartFakeGCS(ctx, testenv.RealServer(t, "fake-gcs-server"), log)
-		if err != nil {
-			out, _ := os.ReadFile(log.Name())
-			t.Fatalf("%v; its log:\n%s", err, out)
-		}
-		t.Cleanup(gcs.Stop)
-		spec.Opts = map[string]string{"endpoint": gcs.Endpoint}
+		spec.Opts = map[string]string{"endpoint": testenv.FakeGCS(ctx, t, t.TempDir())}
 	}
 	server, err := fuseserver.New(spec)
 	if err != nil {

@@ -30,21 +30,11 @@ func specs(t *testing.T, lab *testenv.Lab, dir string) map[string]fuseserver.Spe
 	if err := backing.SquashfsImage(ctx, image); err != nil {
 		t.Fatal(err)
 	}
-	log, err := os.Create(filepath.Join(t.TempDir(), "fake-gcs-server.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer log.Close()
-	gcs, err := backing.StartFakeGCS(ctx, testenv.RealServer(t, "fake-gcs-server"), log)
-	if err != nil {
-		out, _ := os.ReadFile(log.Name())
-		t.Fatalf("%v; its log:\n%s", err, out)
-	}
-	t.Cleanup(gcs.Stop)
+	endpoint := testenv.FakeGCS(ctx, t, t.TempDir())
 	// Every server runs from dir, which the user nobody can reach, as a sidecar's image would have it.
 	return map[string]fuseserver.Spec{
 		fuseserver.DummyFuse:  {Path: copyExecutable(t, testenv.Build(t, "dummy-fuse"), dir)},
-		fuseserver.Gcsfuse:    {Name: fuseserver.Gcsfuse, Path: copyExecutable(t, testenv.RealServer(t, "gcsfuse"), dir), Opts: map[string]string{"endpoint": gcs.Endpoint}},
+		fuseserver.Gcsfuse:    {Name: fuseserver.Gcsfuse, Path: copyExecutable(t, testenv.RealServer(t, "gcsfuse"), dir), Opts: map[string]string{"endpoint": endpoint}},
 		fuseserver.Squashfuse: {Name: fuseserver.Squashfuse, Path: testenv.RealServer(t, "squashfuse"), Opts: map[string]string{"image": image}},
 	}
 }

@@ -1,11 +1,13 @@
 package testenv
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"testing"
 
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/fuseserver"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/fuseserver/backing"
 )
 
 // ServersDirEnv names a directory holding the real FUSE servers; by default the module's bin/servers, where
@@ -51,4 +53,22 @@ func moduleRoot() string {
 		}
 		dir = parent
 	}
+}
+
+// FakeGCS starts the fake GCS server (fake-gcs-server of `make servers`) with its log in dir, stopped when t
+// ends, and returns its endpoint for gcsfuse; a start that fails fails t with the server's log.
+func FakeGCS(ctx context.Context, t testing.TB, dir string) string {
+	t.Helper()
+	log, err := os.Create(filepath.Join(dir, "fake-gcs-server.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer log.Close()
+	gcs, err := backing.StartFakeGCS(ctx, RealServer(t, "fake-gcs-server"), log)
+	if err != nil {
+		out, _ := os.ReadFile(log.Name())
+		t.Fatalf("%v; its log:\n%s", err, out)
+	}
+	t.Cleanup(gcs.Stop)
+	return gcs.Endpoint
 }
