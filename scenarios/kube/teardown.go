@@ -10,9 +10,11 @@ import (
 	"time"
 
 	"github.com/moby/sys/mountinfo"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/kubeletpath"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/mounts"
@@ -71,7 +73,7 @@ func (b *Backend) Stop(ctx context.Context) error {
 	if err != nil {
 		b.logf("teardown failed: %v", err)
 	} else {
-		b.progress("teardown: namespace %s, release, PV and mounts are gone", b.n.namespace)
+		b.progress("teardown: the pods, release, PV and mounts of namespace %s are gone (its controller deletes the namespace)", b.n.namespace)
 	}
 	return err
 }
@@ -151,13 +153,24 @@ func (b *Backend) teardown(ctx context.Context, n names, unstage *unstageWatch) 
 	if err := b.cs.CoreV1().Namespaces().Delete(ctx, n.namespace, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 		errs = append(errs, err)
 	}
-	if err := b.waitGone(ctx, "namespace "+n.namespace, 2*time.Minute, func(ctx context.Context) error {
-		_, err := b.cs.CoreV1().Namespaces().Get(ctx, n.namespace, metav1.GetOptions{})
-		return err
+	// What the next run needs gone is every pod of this one (the plugin's and the keeper's hold the driver's
+	// registration socket and the node's mounts), not the namespace itself: its controller finishes it seconds
+	// later (about 5 s per run on the from-source cluster), and removeStale leaves it that time.
+	if err := b.waitGone(ctx, "the pods of namespace "+n.namespace, 2*time.Minute, func(ctx context.Context) error {
+		return podsLeft(ctx, pods)
 	}); err != nil {
 		errs = append(errs, err)
 	}
 	return errs
+}
+
+// podsLeft returns NotFound when the namespace holds no pod, whatever its state, or the error of the list.
+func podsLeft(ctx context.Context, pods typedcorev1.PodInterface) error {
+	list, err := pods.List(ctx, metav1.ListOptions{})
+	if err != nil || len(list.Items) > 0 {
+		return err
+	}
+	return apierrors.NewNotFound(corev1.Resource("pods"), "")
 }
 
 // waitGone polls get (every 500 ms) until it returns NotFound.
@@ -181,6 +194,9 @@ func (b *Backend) removeStale(ctx context.Context) error {
 		return fmt.Errorf("list namespaces: %w", err)
 	}
 	for _, ns := range list.Items {
+		if ns.DeletionTimestamp != nil && apierrors.IsNotFound(podsLeft(ctx, b.cs.CoreV1().Pods(ns.Name))) {
+			continue // an earlier run's teardown, done but for the namespace controller's part
+		}
 		b.progress("removing the leftovers of an earlier run: namespace %s", ns.Name)
 		n := names{namespace: ns.Name, pv: ns.Name, pvc: "dummy-fuse-pvc", volumeHandle: ns.Name}
 		// Its plugin must serve for kubelet to unmount its volume.
