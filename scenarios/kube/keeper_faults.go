@@ -63,27 +63,32 @@ func (p *successorPart) kill(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	p.killed, err = b.successorKills(ctx, out, before, 10*time.Second)
+	return err
+}
+
+// successorKills are the two servers `keeper crash --successor` killed: as its output says, or, when the
+// command succeeded but its output was lost on the way back (seen on v1.37.2 with containerd 1.6: an empty
+// stream from a command that exits at once), the first two exits the keeper's log names after the before-th,
+// waited for at most within.
+func (b *Backend) successorKills(ctx context.Context, out string, before int, within time.Duration) ([2]int, error) {
 	if first, next, ok := contract.ParseCrashSuccessor(out); ok {
-		p.killed = [2]int{first, next}
-		return nil
+		return [2]int{first, next}, nil
 	}
-	// The command succeeded but its output was lost on the way back (seen once on v1.37.2 with containerd 1.6:
-	// an empty stream from a command that exits at once): the keeper's log says which two servers exited.
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(within)
 	for {
 		b.keeperExited.Lock()
 		exited := slices.Clone(b.keeperExited.pids[before:])
 		b.keeperExited.Unlock()
 		if len(exited) >= 2 {
-			p.killed = [2]int{exited[0], exited[1]}
 			b.logf("keeper crash --successor said %q; the keeper's log says pids %d and %d exited since", out, exited[0], exited[1])
-			return nil
+			return [2]int{exited[0], exited[1]}, nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("keeper crash --successor said %q, not which servers it killed, and the keeper's log named %d exits within 10s (see keeper.log)", out, len(exited))
+			return [2]int{}, fmt.Errorf("keeper crash --successor said %q, not which servers it killed, and the keeper's log named %d exits within %s (see keeper.log)", out, len(exited), within)
 		}
 		if err := scenarios.Sleep(ctx, 20*time.Millisecond); err != nil {
-			return err
+			return [2]int{}, err
 		}
 	}
 }
