@@ -15,6 +15,7 @@ const relayKeeperLocalOnly = "the kube backend runs the plugin's restart, the ke
 // relayKeeperKube are the relay-keeper rows that run on real kubelets too.
 var relayKeeperKube = map[string]bool{
 	"relay-keeper-plugin-restart": true, "relay-keeper-keeper-restart": true, "relay-keeper-server-crash": true, "relay-keeper-crash": true,
+	"relay-keeper-all-holders": true,
 }
 
 // relayKeeperScenarios are the rows of the relay-keeper mode: the relay mode's rows that apply (the real
