@@ -1086,6 +1086,12 @@ func TestRelayKeeperMode(t *testing.T) {
 			if got := argsWithFlag(c, "--relay-server-opt"); !slices.Equal(got, want) {
 				t.Errorf("keeper --relay-server-opt %q, want %q", got, want)
 			}
+			wantNoArg(t, c, "--relay-server-arg") // none unless given
+			up := container(t, render(t, "csi.plugin.fuseMode=relay-keeper", "csi.plugin.fuseServer="+server,
+				"keeper.relayServerArgs={--log-severity=warning,-s}").keeperDS, "keeper")
+			if got, want := argsWithFlag(up, "--relay-server-arg"), []string{"--relay-server-arg=--log-severity=warning", "--relay-server-arg=-s"}; !slices.Equal(got, want) {
+				t.Errorf("keeper.relayServerArgs: keeper --relay-server-arg %q, want %q", got, want)
+			}
 			var inits []string
 			for _, ic := range ds.Spec.Template.Spec.InitContainers {
 				inits = append(inits, ic.Name)

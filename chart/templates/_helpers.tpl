@@ -175,5 +175,8 @@ the keeper's (for gcsfuse the fake GCS server runs in the keeper's pod). */}}
 {{- else if eq $server "squashfuse" }}
 - --relay-server-opt=image=/usr/local/share/dummy-fuse-csi/tree.squashfs
 {{- end }}
+{{- range .Values.keeper.relayServerArgs }}
+- --relay-server-arg={{ . }}
+{{- end }}
 {{- end }}
 {{- end }}

@@ -70,17 +70,8 @@ func Command(ctx context.Context, args []string, streams command.Streams) error 
 	var real fuseserver.Spec
 	fl.StringVar(&real.Name, "relay-server", "", "with --relay-node-dir: the real FUSE server to run on each backend the plugin hands over ("+strings.Join(fuseserver.Names(), ", ")+"); empty: the plugin runs it")
 	fl.StringVar(&real.Path, "relay-server-path", "", "with --relay-server: its executable (default: its name beside this executable, else in $PATH)")
-	fl.Func("relay-server-opt", "with --relay-server: a setting of it as key=value, repeatable: "+fuseserver.OptsHelp(), func(s string) error {
-		k, v, ok := strings.Cut(s, "=")
-		if !ok || k == "" {
-			return fmt.Errorf("want key=value, got %q", s)
-		}
-		if real.Opts == nil {
-			real.Opts = map[string]string{}
-		}
-		real.Opts[k] = v
-		return nil
-	})
+	fl.Func("relay-server-opt", "with --relay-server: a setting of it as key=value, repeatable: "+fuseserver.OptsHelp(), real.SetOpt)
+	fl.Func("relay-server-arg", "with --relay-server: an argument given to it before its own, repeatable (a flag of its next build: the keeper's rolling update changes it without a failed read)", real.AddExtra)
 	fl.BoolVar(&showVersion, "version", false, "print the version and exit")
 	fl.Usage = func() {
 		fmt.Fprint(fl.Output(), usage)

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -44,6 +45,9 @@ type Spec struct {
 	Opts map[string]string
 	// DirectIO asks for reads that bypass the page cache (dummy-fuse --direct-io); a server that cannot is refused.
 	DirectIO bool
+	// Extra are arguments given before the server's own (--fuse-server-arg), e.g. a flag of its next build. They
+	// are the operator's, passed as they are: a server that refuses one fails to start, and says why.
+	Extra []string
 }
 
 // Server is one configured FUSE server program.
@@ -126,7 +130,30 @@ func New(spec Spec) (Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("FUSE server %s: %w", spec.Name, err)
 	}
+	if len(spec.Extra) > 0 {
+		return withExtra{Server: s, extra: spec.Extra}, nil
+	}
 	return s, nil
+}
+
+// withExtra is a server whose command lines start with the operator's extra arguments (Spec.Extra): in one
+// place, so that no server's file needs to know of them. First, not last: every server here takes its options
+// before its operands (dummy-fuse's Go flags stop at the first operand).
+type withExtra struct {
+	Server
+	extra []string
+}
+
+func (w withExtra) MountArgs(dir string) []string {
+	return append(slices.Clone(w.extra), w.Server.MountArgs(dir)...)
+}
+
+func (w withExtra) FDArgs() ([]string, error) {
+	args, err := w.Server.FDArgs()
+	if err != nil {
+		return nil, err
+	}
+	return append(slices.Clone(w.extra), args...), nil
 }
 
 // Find returns the executable called name to use when none is configured: the first in dirs (empty ones are
@@ -199,17 +226,30 @@ func (spec *Spec) Flags(fl *flag.FlagSet) {
 	fl.StringVar(&spec.Name, "fuse-server", DummyFuse, "FUSE server program: "+strings.Join(Names(), ", "))
 	fl.StringVar(&spec.Path, "fuse-server-path", "", "the FUSE server's executable (default: its name beside this executable, else in $PATH)")
 	fl.StringVar(&spec.Path, "dummy-fuse-path", "", "the same as --fuse-server-path (kept for earlier command lines)")
-	fl.Func("fuse-server-opt", "a setting of the FUSE server as key=value, repeatable: "+OptsHelp(), func(s string) error {
-		k, v, ok := strings.Cut(s, "=")
-		if !ok || k == "" {
-			return fmt.Errorf("want key=value, got %q", s)
-		}
-		if spec.Opts == nil {
-			spec.Opts = map[string]string{}
-		}
-		spec.Opts[k] = v
-		return nil
-	})
+	fl.Func("fuse-server-opt", "a setting of the FUSE server as key=value, repeatable: "+OptsHelp(), spec.SetOpt)
+	fl.Func("fuse-server-arg", "an argument given to the FUSE server before its own, repeatable (e.g. a flag of its next build; one it refuses makes it fail to start)", spec.AddExtra)
+}
+
+// SetOpt sets one server setting from its key=value form (--fuse-server-opt).
+func (spec *Spec) SetOpt(s string) error {
+	k, v, ok := strings.Cut(s, "=")
+	if !ok || k == "" {
+		return fmt.Errorf("want key=value, got %q", s)
+	}
+	if spec.Opts == nil {
+		spec.Opts = map[string]string{}
+	}
+	spec.Opts[k] = v
+	return nil
+}
+
+// AddExtra adds one extra argument (--fuse-server-arg); an empty one is refused, as a slip of a template.
+func (spec *Spec) AddExtra(s string) error {
+	if s == "" {
+		return errors.New("an empty argument")
+	}
+	spec.Extra = append(spec.Extra, s)
+	return nil
 }
 
 // Args renders spec back as the flags Flags parses (for a process the caller starts, e.g. a sidecar).
@@ -228,6 +268,9 @@ func (spec Spec) Args() []string {
 	sort.Strings(keys)
 	for _, k := range keys {
 		args = append(args, "--fuse-server-opt="+k+"="+spec.Opts[k])
+	}
+	for _, a := range spec.Extra {
+		args = append(args, "--fuse-server-arg="+a)
 	}
 	return args
 }

@@ -1,6 +1,9 @@
 package fuseserver_test
 
 import (
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -56,18 +59,51 @@ func TestKinds(t *testing.T) {
 // TestSpecArgsRoundTrip: what Args renders, Flags parses back (the plugin passes a spec to the processes it
 // starts that way).
 func TestSpecArgsRoundTrip(t *testing.T) {
-	want := fuseserver.Spec{Name: "gcsfuse", Path: "/x/gcsfuse", Opts: map[string]string{"endpoint": "http://h:1/storage/v1/", "bucket": "b=c"}}
+	want := fuseserver.Spec{Name: "gcsfuse", Path: "/x/gcsfuse", Opts: map[string]string{"endpoint": "http://h:1/storage/v1/", "bucket": "b=c"},
+		Extra: []string{"--log-severity=warning", "-o", "ro"}}
 	var got fuseserver.Spec
 	fl := newFlagSet()
 	got.Flags(fl)
 	if err := fl.Parse(want.Args()); err != nil {
 		t.Fatal(err)
 	}
-	if got.Name != want.Name || got.Path != want.Path || len(got.Opts) != 2 || got.Opts["endpoint"] != want.Opts["endpoint"] || got.Opts["bucket"] != "b=c" {
+	if got.Name != want.Name || got.Path != want.Path || len(got.Opts) != 2 || got.Opts["endpoint"] != want.Opts["endpoint"] || got.Opts["bucket"] != "b=c" ||
+		!slices.Equal(got.Extra, want.Extra) {
 		t.Fatalf("parsed %+v from %q, want %+v", got, want.Args(), want)
 	}
 	if err := fl.Parse([]string{"--fuse-server-opt=novalue"}); err == nil || !strings.Contains(err.Error(), "want key=value") {
 		t.Errorf("a setting without '=': %v", err)
+	}
+	if err := fl.Parse([]string{"--fuse-server-arg="}); err == nil || !strings.Contains(err.Error(), "empty") {
+		t.Errorf("an empty extra argument: %v", err)
+	}
+}
+
+// TestExtraArgsComeFirst: the operator's extra arguments start every command line of a server, before its own
+// options and operands (where every server takes options), and only a server given some has any.
+func TestExtraArgsComeFirst(t *testing.T) {
+	exe := filepath.Join(t.TempDir(), "dummy-fuse")
+	if err := os.WriteFile(exe, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	plain, err := fuseserver.New(fuseserver.Spec{Path: exe})
+	if err != nil {
+		t.Fatal(err)
+	}
+	extra, err := fuseserver.New(fuseserver.Spec{Path: exe, Extra: []string{"--workers=2"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := extra.MountArgs("/mnt"), append([]string{"--workers=2"}, plain.MountArgs("/mnt")...); !slices.Equal(got, want) {
+		t.Errorf("MountArgs = %q, want %q", got, want)
+	}
+	got, err := extra.FDArgs()
+	plainFD, _ := plain.FDArgs()
+	if want := append([]string{"--workers=2"}, plainFD...); err != nil || !slices.Equal(got, want) {
+		t.Errorf("FDArgs = %q, %v; want %q", got, err, want)
+	}
+	if slices.Contains(plain.MountArgs("/mnt"), "--workers=2") || extra.Name() != plain.Name() || extra.Path() != exe {
+		t.Errorf("the extra arguments leaked into a server without them, or changed its name or path")
 	}
 }
 
