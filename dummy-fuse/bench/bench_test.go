@@ -24,6 +24,21 @@ func TestReadmeTableIsGenerated(t *testing.T) {
 	}
 }
 
+// TestCSIPluginReadmeTableIsGenerated is the same for csi-plugin/README.md's relay-keeper soak table.
+func TestCSIPluginReadmeTableIsGenerated(t *testing.T) {
+	readme, err := os.ReadFile("../../csi-plugin/README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := RegenerateCSIPlugin(readme, "results")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(want) != string(readme) {
+		t.Errorf("csi-plugin/README.md's relay-keeper soak table does not match the newest file in bench/results/soak-relay-keeper: run make bench-doc")
+	}
+}
+
 func TestParseFiguresAndSummarize(t *testing.T) {
 	out := `goos: linux
 BenchmarkDirectIORead/go-2   315439   6486 ns/op   3.0 p50-µs   36 p99-µs   6.0 peak-RSS-MiB   150000 reads/s   2.4 server-cpu-µs/op   1.03 server-switches/op

@@ -1,0 +1,207 @@
+package main
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/keeper"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/dummy-fuse-workload/workload"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/dummy-fuse/bench"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/fuseserver"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/testenv"
+)
+
+// TestRelayKeeperSoak kills one component of the relay-keeper mode at a time, DFC_SOAK_KILLS times per real
+// server (dummy-fuse, gcsfuse against a fake GCS, squashfuse): two kills in three of the real server, the rest
+// of the relay, the keeper or the plugin, at random. After each it waits for the evidence that the mode has
+// recovered (the successor in the keeper's children or status, the restarted plugin's re-collected copy, and
+// three more good reads by every reader) before the next. Three readers read without pause: O_DIRECT with a
+// descriptor kept open, O_DIRECT with an open per read, and an open per read through the page cache. It fails
+// on one failed read and on anything left over (descriptors of the plugin and the keeper, mounts under the
+// test's root in the plugin's namespace and the node's, child processes of the keeper and of the test), and
+// records each reader's worst stall per kind of kill (make soak-relay-keeper; skipped without DFC_SOAK_KILLS).
+func TestRelayKeeperSoak(t *testing.T) {
+	kills, err := bench.SoakKills()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if kills == 0 {
+		t.Skipf("a soak of the relay-keeper mode with the real servers: set %s (make soak-relay-keeper)", bench.SoakKillsEnv)
+	}
+	testenv.RequireFUSE(t)
+	var rec bench.RelayKeeperSoakResult
+	if rec.SoakRun, err = bench.StartSoak(); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("kernel %s, %s", rec.Machine.Kernel, rec.Load)
+	servers := []string{fuseserver.DummyFuse, fuseserver.Gcsfuse, fuseserver.Squashfuse}
+	for _, name := range servers {
+		t.Run(name, func(t *testing.T) { rec.Servers = append(rec.Servers, soakRelayKeeper(t, name, kills)) })
+	}
+	if dir := os.Getenv(bench.SoakOutEnv); dir != "" && len(rec.Servers) == len(servers) {
+		path, err := rec.Write(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("wrote %s", path)
+	}
+}
+
+// soakReader is a reader of the soak and what it is called in the record.
+type soakReader struct {
+	*reader
+	name string
+}
+
+// soakRelayKeeper runs the soak with the real server called name and returns its figures.
+func soakRelayKeeper(t *testing.T, name string, kills int) bench.RelayKeeperSoakServer {
+	rk := newRelayKeeper(t, name)
+	e, spec := rk.env, rk.spec
+	p := e.start(rk.pluginArgs...)
+	k := e.startKeeper(rk.keeperArgs...)
+	e.stagePublish(p, "vol-1", "pod-a")
+	k.servedBy("vol-1", 0)
+	realServerOf(t, k.Children, spec.Path, 0)
+	target := filepath.Join(e.targetPath("vol-1", "pod-a"), fuseserver.ServedFile)
+	readers := []soakReader{
+		{e.startReaderArgs(target, "--read-interval=10ms", "--keep-open=true", "--direct-io"), "O_DIRECT, descriptor kept open"},
+		{e.startReaderArgs(target, "--read-interval=10ms", "--keep-open=false", "--direct-io"), "O_DIRECT, open per read"},
+		{e.startReaderArgs(target, "--read-interval=10ms", "--keep-open=false"), "page cache, open per read"},
+	}
+	all := func() []*reader {
+		var rs []*reader
+		for _, r := range readers {
+			rs = append(rs, r.reader)
+		}
+		return rs
+	}
+	readsOn(t, "before the first kill", all()...)
+	// The plugin is restarted in a new mount namespace, so re-collecting its copy of the connection is what
+	// makes it whole again; the first start shows the same line once the keeper connected.
+	pluginWhole := func(p *plugin) {
+		testenv.Eventually(t, waitTimeout, "the plugin to re-collect its copy from the keeper", func() bool {
+			return strings.Contains(p.Log(), `"Session connected"`) && strings.Contains(p.Log(), "adopted=1")
+		})
+	}
+	res := bench.RelayKeeperSoakServer{Server: name, Kills: map[string]int{}}
+	leftovers := []struct {
+		count *bench.BeforeAfter
+		what  string
+		now   func() int
+	}{
+		{&res.PluginFDs, "the plugin's open descriptors", func() int { return testenv.OpenFDs(t, p.PID()) }},
+		{&res.KeeperFDs, "the keeper's open descriptors", func() int { return testenv.OpenFDs(t, k.PID()) }},
+		{&res.PluginNSMounts, "mounts under the test's root in the plugin's namespace", func() int { return countMountsIn(t, p.PID(), e.root) }},
+		{&res.NodeMounts, "mounts under the test's root in the node's namespace", func() int { return countMountsIn(t, 0, e.root) }},
+		{&res.KeeperChildren, "the keeper's child processes", func() int { return len(k.Children()) }},
+		{&res.TestChildren, "the test's child processes", func() int { return len(testenv.Children(os.Getpid())) }},
+	}
+	for _, l := range leftovers {
+		l.count.Before = l.now()
+	}
+	t.Logf("the plugin's descriptors before the kills: %s", fdTargets(p.PID()))
+
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 2))
+	var log []soakKill
+	for i := 0; i < kills; i++ {
+		var sk soakKill
+		switch n := rng.IntN(9); {
+		case n < 6:
+			sk.what = "real server"
+			old := realServerOf(t, k.Children, spec.Path, 0)
+			sk.killed = time.Now()
+			if err := syscall.Kill(old, syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			realServerOf(t, k.Children, spec.Path, old)
+		case n == 6:
+			sk.what = "relay"
+			old := k.servedBy("vol-1", 0)
+			sk.killed = time.Now()
+			if _, err := keeper.Crash(k.status, "vol-1"); err != nil {
+				t.Fatal(err)
+			}
+			k.servedBy("vol-1", old)
+		case n == 7:
+			sk.what = "keeper"
+			kids := k.Children() // its relay and real server die with it, re-parented to the test: reap them
+			sk.killed = time.Now()
+			k.Kill()
+			testenv.Reap(t, kids)
+			k = e.startKeeper(rk.keeperArgs...)
+			k.servedBy("vol-1", 0)
+			realServerOf(t, k.Children, spec.Path, 0)
+		default:
+			sk.what = "plugin"
+			sk.killed = time.Now()
+			p.kill()
+			p = e.start(rk.pluginArgs...)
+			pluginWhole(p)
+		}
+		sk.successor = time.Now()
+		res.Kills[sk.what]++
+		readsOn(t, fmt.Sprintf("after kill %d (%s)", i+1, sk.what), all()...)
+		log = append(log, sk)
+	}
+
+	// Leftovers, once what closes lazily (a relay drops what it held on a dead backend when it next finds it
+	// dead) has had its moment.
+	deadline := time.Now().Add(waitTimeout)
+	for _, l := range leftovers {
+		for l.count.After = l.now(); l.count.After > l.count.Before && time.Now().Before(deadline); l.count.After = l.now() {
+			time.Sleep(100 * time.Millisecond)
+		}
+		if l.count.After != l.count.Before {
+			t.Errorf("%s: %d before the kills, %d after %d kills (plugin's descriptors now: %s)", l.what, l.count.Before, l.count.After, kills, fdTargets(p.PID()))
+		}
+	}
+
+	for _, r := range readers {
+		recs := r.records()
+		for _, rec := range recs {
+			switch {
+			case rec.Event == workload.EventRead && rec.Content != nil && *rec.Content == fuseserver.Content:
+				res.GoodReads++
+			case rec.Event == workload.EventReadError, rec.Event == workload.EventOpenError:
+				res.FailedReads++
+			}
+		}
+		own := slices.Clone(log)
+		charge(own, recs)
+		rs := bench.ReaderStalls{Reader: r.name, Worst: map[string]float64{}}
+		for _, sk := range own {
+			rs.Worst[sk.what] = max(rs.Worst[sk.what], float64(sk.longest.Microseconds())/1e3)
+		}
+		res.Stalls = append(res.Stalls, rs)
+	}
+	if res.FailedReads != 0 {
+		t.Errorf("%d failed reads (%d good)", res.FailedReads, res.GoodReads)
+	}
+	t.Logf("%s: kills %v; %d good reads, %d failed; worst stall per reader and kind of kill %v", name, res.Kills, res.GoodReads, res.FailedReads, res.Stalls)
+	for _, l := range leftovers {
+		t.Logf("%s: %s", l.what, l.count)
+	}
+	return res
+}
+
+// fdTargets lists what pid's open descriptors point to, for a failure's message.
+func fdTargets(pid int) string {
+	dir := fmt.Sprintf("/proc/%d/fd", pid)
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return err.Error()
+	}
+	var out []string
+	for _, e := range entries {
+		target, _ := os.Readlink(filepath.Join(dir, e.Name()))
+		out = append(out, e.Name()+"→"+target)
+	}
+	return strings.Join(out, " ")
+}
