@@ -15,6 +15,7 @@ import (
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/dummy-fuse-workload/workload"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/dummy-fuse/bench"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/fuseserver"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/mounts"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/testenv"
 )
 
@@ -91,22 +92,25 @@ func soakRelayKeeper(t *testing.T, name string, kills int) bench.RelayKeeperSoak
 		})
 	}
 	res := bench.RelayKeeperSoakServer{Server: name, Kills: map[string]int{}}
+	// Each leftover with what it is made of, for a failure's message. A plugin restarted by the last kill may
+	// hold one mount and one descriptor fewer: its new namespace gets a backend only when the real server next
+	// dies (the keeper's relay holds the root of the one mounted in the dead plugin's namespace).
 	leftovers := []struct {
-		count *bench.BeforeAfter
-		what  string
-		now   func() int
+		count    *bench.BeforeAfter
+		what     string
+		now      func() int
+		whatItIs func() string
 	}{
-		{&res.PluginFDs, "the plugin's open descriptors", func() int { return testenv.OpenFDs(t, p.PID()) }},
-		{&res.KeeperFDs, "the keeper's open descriptors", func() int { return testenv.OpenFDs(t, k.PID()) }},
-		{&res.PluginNSMounts, "mounts under the test's root in the plugin's namespace", func() int { return countMountsIn(t, p.PID(), e.root) }},
-		{&res.NodeMounts, "mounts under the test's root in the node's namespace", func() int { return countMountsIn(t, 0, e.root) }},
-		{&res.KeeperChildren, "the keeper's child processes", func() int { return len(k.Children()) }},
-		{&res.TestChildren, "the test's child processes", func() int { return len(testenv.Children(os.Getpid())) }},
+		{&res.PluginFDs, "the plugin's open descriptors", func() int { return testenv.OpenFDs(t, p.PID()) }, func() string { return fdTargets(p.PID()) }},
+		{&res.KeeperFDs, "the keeper's open descriptors", func() int { return testenv.OpenFDs(t, k.PID()) }, func() string { return fdTargets(k.PID()) }},
+		{&res.PluginNSMounts, "mounts under the test's root in the plugin's namespace", func() int { return countMountsIn(t, p.PID(), e.root) }, func() string { return mountPointsIn(p.PID(), e.root) }},
+		{&res.NodeMounts, "mounts under the test's root in the node's namespace", func() int { return countMountsIn(t, 0, e.root) }, func() string { return mountPointsIn(0, e.root) }},
+		{&res.KeeperChildren, "the keeper's child processes", func() int { return len(k.Children()) }, func() string { return fmt.Sprint(k.Children()) }},
+		{&res.TestChildren, "the test's child processes", func() int { return len(testenv.Children(os.Getpid())) }, func() string { return fmt.Sprint(testenv.Children(os.Getpid())) }},
 	}
 	for _, l := range leftovers {
 		l.count.Before = l.now()
 	}
-	t.Logf("the plugin's descriptors before the kills: %s", fdTargets(p.PID()))
 
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 2))
 	var log []soakKill
@@ -114,7 +118,7 @@ func soakRelayKeeper(t *testing.T, name string, kills int) bench.RelayKeeperSoak
 		var sk soakKill
 		switch n := rng.IntN(9); {
 		case n < 6:
-			sk.what = "real server"
+			sk.what = bench.KillKinds[0] // real server
 			old := realServerOf(t, k.Children, spec.Path, 0)
 			sk.killed = time.Now()
 			if err := syscall.Kill(old, syscall.SIGKILL); err != nil {
@@ -122,7 +126,7 @@ func soakRelayKeeper(t *testing.T, name string, kills int) bench.RelayKeeperSoak
 			}
 			realServerOf(t, k.Children, spec.Path, old)
 		case n == 6:
-			sk.what = "relay"
+			sk.what = bench.KillKinds[1] // relay
 			old := k.servedBy("vol-1", 0)
 			sk.killed = time.Now()
 			if _, err := keeper.Crash(k.status, "vol-1"); err != nil {
@@ -130,8 +134,8 @@ func soakRelayKeeper(t *testing.T, name string, kills int) bench.RelayKeeperSoak
 			}
 			k.servedBy("vol-1", old)
 		case n == 7:
-			sk.what = "keeper"
-			kids := k.Children() // its relay and real server die with it, re-parented to the test: reap them
+			sk.what = bench.KillKinds[2] // keeper
+			kids := k.Children()         // its relay and real server die with it, re-parented to the test: reap them
 			sk.killed = time.Now()
 			k.Kill()
 			testenv.Reap(t, kids)
@@ -139,7 +143,7 @@ func soakRelayKeeper(t *testing.T, name string, kills int) bench.RelayKeeperSoak
 			k.servedBy("vol-1", 0)
 			realServerOf(t, k.Children, spec.Path, 0)
 		default:
-			sk.what = "plugin"
+			sk.what = bench.KillKinds[3] // plugin
 			sk.killed = time.Now()
 			p.kill()
 			p = e.start(rk.pluginArgs...)
@@ -147,6 +151,7 @@ func soakRelayKeeper(t *testing.T, name string, kills int) bench.RelayKeeperSoak
 		}
 		sk.successor = time.Now()
 		res.Kills[sk.what]++
+		res.LastKill = sk.what
 		readsOn(t, fmt.Sprintf("after kill %d (%s)", i+1, sk.what), all()...)
 		log = append(log, sk)
 	}
@@ -158,8 +163,8 @@ func soakRelayKeeper(t *testing.T, name string, kills int) bench.RelayKeeperSoak
 		for l.count.After = l.now(); l.count.After > l.count.Before && time.Now().Before(deadline); l.count.After = l.now() {
 			time.Sleep(100 * time.Millisecond)
 		}
-		if l.count.After != l.count.Before {
-			t.Errorf("%s: %d before the kills, %d after %d kills (plugin's descriptors now: %s)", l.what, l.count.Before, l.count.After, kills, fdTargets(p.PID()))
+		if l.count.After > l.count.Before {
+			t.Errorf("%s: %d before the kills, %d after %d kills: %s", l.what, l.count.Before, l.count.After, kills, l.whatItIs())
 		}
 	}
 
@@ -175,16 +180,20 @@ func soakRelayKeeper(t *testing.T, name string, kills int) bench.RelayKeeperSoak
 		}
 		own := slices.Clone(log)
 		charge(own, recs)
-		rs := bench.ReaderStalls{Reader: r.name, Worst: map[string]float64{}}
+		byKind := map[string][]time.Duration{}
 		for _, sk := range own {
-			rs.Worst[sk.what] = max(rs.Worst[sk.what], float64(sk.longest.Microseconds())/1e3)
+			byKind[sk.what] = append(byKind[sk.what], sk.longest)
+		}
+		rs := bench.ReaderStalls{Reader: r.name, Stall: map[string]bench.Percentiles{}}
+		for kind, ds := range byKind {
+			rs.Stall[kind] = bench.PercentilesOf(ds)
 		}
 		res.Stalls = append(res.Stalls, rs)
 	}
 	if res.FailedReads != 0 {
 		t.Errorf("%d failed reads (%d good)", res.FailedReads, res.GoodReads)
 	}
-	t.Logf("%s: kills %v; %d good reads, %d failed; worst stall per reader and kind of kill %v", name, res.Kills, res.GoodReads, res.FailedReads, res.Stalls)
+	t.Logf("%s: kills %v; %d good reads, %d failed; stall (p50, p99, max ms) per reader and kind of kill %v", name, res.Kills, res.GoodReads, res.FailedReads, res.Stalls)
 	for _, l := range leftovers {
 		t.Logf("%s: %s", l.what, l.count)
 	}
@@ -202,6 +211,20 @@ func fdTargets(pid int) string {
 	for _, e := range entries {
 		target, _ := os.Readlink(filepath.Join(dir, e.Name()))
 		out = append(out, e.Name()+"→"+target)
+	}
+	return strings.Join(out, " ")
+}
+
+// mountPointsIn lists the mount points on dir and below it in the mount namespace of pid (0: this process's), for
+// a failure's message.
+func mountPointsIn(pid int, dir string) string {
+	ms, err := mounts.UnderIn(pid, dir)
+	if err != nil {
+		return err.Error()
+	}
+	var out []string
+	for _, m := range ms {
+		out = append(out, m.Mountpoint+" ("+m.FSType+")")
 	}
 	return strings.Join(out, " ")
 }

@@ -22,7 +22,8 @@ var KillKinds = []string{"real server", "relay", "keeper", "plugin"}
 // RelayKeeperSoakServer is what the kills cost and left behind with one real server.
 type RelayKeeperSoakServer struct {
 	Server      string         `json:"server"`
-	Kills       map[string]int `json:"kills"` // per kind of KillKinds
+	Kills       map[string]int `json:"kills"`     // per kind of KillKinds
+	LastKill    string         `json:"last_kill"` // the kind of the last one, which the leftovers come after
 	GoodReads   int            `json:"good_reads"`
 	FailedReads int            `json:"failed_reads"`
 	// Stalls is each reader's longest open or read that ended after a kill of a kind and before the next kill.
@@ -36,10 +37,11 @@ type RelayKeeperSoakServer struct {
 	TestChildren   BeforeAfter `json:"test_children"`           // plugin, keeper, readers
 }
 
-// ReaderStalls is one reader's worst stall per kind of kill, in ms (absent: no kill of that kind).
+// ReaderStalls is one reader's stalls per kind of kill (absent: no kill of that kind): over the kills of a kind,
+// the percentiles of its longest open or read that ended between the kill and the next one.
 type ReaderStalls struct {
-	Reader string             `json:"reader"`
-	Worst  map[string]float64 `json:"worst_ms"`
+	Reader string                 `json:"reader"`
+	Stall  map[string]Percentiles `json:"stall_ms"`
 }
 
 // BeforeAfter is a count before the kills and after them.
@@ -67,24 +69,24 @@ func RelayKeeperSoakTable(r *RelayKeeperSoakResult, file string) string {
 	m := r.Machine
 	fmt.Fprintf(&b, "From `dummy-fuse/bench/results/soak-relay-keeper/%s`: csi-plugin %s, %s; %s, %d cores, Linux %s, %s; load average %.2f, %.0f %% of the CPU busy at the start.\n\n",
 		baseName(file), r.Commit, r.Date, m.CPU, m.Cores, m.Kernel, m.Go, r.Load.Avg[0], 100*r.Load.Busy)
-	b.WriteString("| server | kills: " + strings.Join(KillKinds, " / ") + " | good reads | failed reads | plugin fds | keeper fds | mounts, plugin's namespace | mounts, node | keeper's children | test's children |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| server | kills: " + strings.Join(KillKinds, " / ") + " | good reads | failed reads | last kill | plugin fds | keeper fds | mounts, plugin's namespace | mounts, node | keeper's children | test's children |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, s := range r.Servers {
 		var kills []string
 		for _, k := range KillKinds {
 			kills = append(kills, fmt.Sprint(s.Kills[k]))
 		}
-		fmt.Fprintf(&b, "| %s | %s | %d | %d | %s | %s | %s | %s | %s | %s |\n", s.Server, strings.Join(kills, " / "), s.GoodReads, s.FailedReads,
-			s.PluginFDs, s.KeeperFDs, s.PluginNSMounts, s.NodeMounts, s.KeeperChildren, s.TestChildren)
+		fmt.Fprintf(&b, "| %s | %s | %d | %d | %s | %s | %s | %s | %s | %s | %s |\n", s.Server, strings.Join(kills, " / "), s.GoodReads, s.FailedReads,
+			s.LastKill, s.PluginFDs, s.KeeperFDs, s.PluginNSMounts, s.NodeMounts, s.KeeperChildren, s.TestChildren)
 	}
-	b.WriteString("\nEach reader's worst stall (its longest open or read that ended between a kill of that kind and the next kill):\n\n")
+	b.WriteString("\nEach reader's stall per kind of kill, p50 / max over the kills of that kind (a kill's stall: the reader's longest open or read that ended between it and the next kill):\n\n")
 	b.WriteString("| server | reader | " + strings.Join(KillKinds, " | ") + " |\n|---|---|" + strings.Repeat("---|", len(KillKinds)) + "\n")
 	for _, s := range r.Servers {
 		for _, rs := range s.Stalls {
 			fmt.Fprintf(&b, "| %s | %s |", s.Server, rs.Reader)
 			for _, k := range KillKinds {
-				if v, ok := rs.Worst[k]; ok {
-					fmt.Fprintf(&b, " %.0f ms |", v)
+				if v, ok := rs.Stall[k]; ok {
+					fmt.Fprintf(&b, " %.0f / %.0f ms |", v.P50, v.Max)
 				} else {
 					b.WriteString(" – |")
 				}
