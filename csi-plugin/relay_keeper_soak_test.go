@@ -29,30 +29,11 @@ import (
 // test's root in the plugin's namespace and the node's, child processes of the keeper and of the test), and
 // records each reader's worst stall per kind of kill (make soak-relay-keeper; skipped without DFC_SOAK_KILLS).
 func TestRelayKeeperSoak(t *testing.T) {
-	kills, err := bench.SoakKills()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if kills == 0 {
-		t.Skipf("a soak of the relay-keeper mode with the real servers: set %s (make soak-relay-keeper)", bench.SoakKillsEnv)
-	}
-	testenv.RequireFUSE(t)
-	var rec bench.RelayKeeperSoakResult
-	if rec.SoakRun, err = bench.StartSoak(); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("kernel %s, %s", rec.Machine.Kernel, rec.Load)
-	servers := []string{fuseserver.DummyFuse, fuseserver.Gcsfuse, fuseserver.Squashfuse}
-	for _, name := range servers {
-		t.Run(name, func(t *testing.T) { rec.Servers = append(rec.Servers, soakRelayKeeper(t, name, kills)) })
-	}
-	if dir := os.Getenv(bench.SoakOutEnv); dir != "" && len(rec.Servers) == len(servers) {
-		path, err := rec.Write(dir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Logf("wrote %s", path)
-	}
+	testenv.Soak(t, "a soak of the relay-keeper mode with the real servers", "make soak-relay-keeper",
+		[]string{fuseserver.DummyFuse, fuseserver.Gcsfuse, fuseserver.Squashfuse}, soakRelayKeeper,
+		func(run bench.SoakRun, servers []bench.RelayKeeperSoakServer) testenv.SoakRecord {
+			return &bench.RelayKeeperSoakResult{SoakRun: run, Servers: servers}
+		})
 }
 
 // soakReader is a reader of the soak and what it is called in the record.

@@ -21,29 +21,10 @@ import (
 // mounts under the test's directories and the test's child processes are what they were before the kills.
 // It logs, and with DFC_SOAK_OUT records, the stall per kill and reader.
 func TestRelaySoak(t *testing.T) {
-	kills, err := bench.SoakKills()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if kills == 0 {
-		t.Skipf("a soak of server kills through the relay: set %s (make soak-relay)", bench.SoakKillsEnv)
-	}
-	testenv.RequireFUSE(t)
-	var rec bench.SoakResult
-	if rec.SoakRun, err = bench.StartSoak(); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("kernel %s, %s", rec.Machine.Kernel, rec.Load)
-	for _, name := range []string{fuseserver.Gcsfuse, fuseserver.Squashfuse} {
-		t.Run(name, func(t *testing.T) { rec.Servers = append(rec.Servers, soakServer(t, name, kills)) })
-	}
-	if dir := os.Getenv(bench.SoakOutEnv); dir != "" && len(rec.Servers) == 2 {
-		path, err := rec.Write(dir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Logf("wrote %s", path)
-	}
+	testenv.Soak(t, "a soak of server kills through the relay", "make soak-relay", []string{fuseserver.Gcsfuse, fuseserver.Squashfuse}, soakServer,
+		func(run bench.SoakRun, servers []bench.SoakServer) testenv.SoakRecord {
+			return &bench.SoakResult{SoakRun: run, Servers: servers}
+		})
 }
 
 // soakServer runs the soak against the server called name and returns its figures.
