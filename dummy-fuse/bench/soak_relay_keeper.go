@@ -19,13 +19,20 @@ type RelayKeeperSoakResult struct {
 // KillKinds are the components the relay-keeper soak kills, in the order of its tables.
 var KillKinds = []string{"real server", "relay", "keeper", "plugin"}
 
+// KillInitials are the letters of KillKinds in RelayKeeperSoakServer.Order.
+const KillInitials = "SRKP"
+
 // RelayKeeperSoakServer is what the kills cost and left behind with one real server.
 type RelayKeeperSoakServer struct {
-	Server      string         `json:"server"`
-	Kills       map[string]int `json:"kills"`     // per kind of KillKinds
-	LastKill    string         `json:"last_kill"` // the kind of the last one, which the leftovers come after
-	GoodReads   int            `json:"good_reads"`
-	FailedReads int            `json:"failed_reads"`
+	Server string         `json:"server"`
+	Kills  map[string]int `json:"kills"` // per kind of KillKinds
+	// Order is the kinds of the kills in order, by KillInitials: S real server, R relay, K keeper, P plugin.
+	Order string `json:"order"`
+	// PluginSinceBackend: a plugin kill came after the last kill that made the plugin mount a new backend (of
+	// the real server or the keeper), so the plugin's namespace holds no backend mount (see the README).
+	PluginSinceBackend bool `json:"plugin_restarted_since_last_backend"`
+	GoodReads          int  `json:"good_reads"`
+	FailedReads        int  `json:"failed_reads"`
 	// Stalls is each reader's longest open or read that ended after a kill of a kind and before the next kill.
 	Stalls []ReaderStalls `json:"stalls"`
 	// Leftovers, before the first kill and after the last (the processes still running then).
@@ -69,7 +76,7 @@ func RelayKeeperSoakTable(r *RelayKeeperSoakResult, file string) string {
 	m := r.Machine
 	fmt.Fprintf(&b, "From `dummy-fuse/bench/results/soak-relay-keeper/%s`: csi-plugin %s, %s; %s, %d cores, Linux %s, %s; load average %.2f, %.0f %% of the CPU busy at the start.\n\n",
 		baseName(file), r.Commit, r.Date, m.CPU, m.Cores, m.Kernel, m.Go, r.Load.Avg[0], 100*r.Load.Busy)
-	b.WriteString("| server | kills: " + strings.Join(KillKinds, " / ") + " | good reads | failed reads | last kill | plugin fds | keeper fds | mounts, plugin's namespace | mounts, node | keeper's children | test's children |\n")
+	b.WriteString("| server | kills: " + strings.Join(KillKinds, " / ") + " | good reads | failed reads | plugin restarted since the last new backend | plugin fds | keeper fds | mounts, plugin's namespace | mounts, node | keeper's children | test's children |\n")
 	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, s := range r.Servers {
 		var kills []string
@@ -77,7 +84,7 @@ func RelayKeeperSoakTable(r *RelayKeeperSoakResult, file string) string {
 			kills = append(kills, fmt.Sprint(s.Kills[k]))
 		}
 		fmt.Fprintf(&b, "| %s | %s | %d | %d | %s | %s | %s | %s | %s | %s | %s |\n", s.Server, strings.Join(kills, " / "), s.GoodReads, s.FailedReads,
-			s.LastKill, s.PluginFDs, s.KeeperFDs, s.PluginNSMounts, s.NodeMounts, s.KeeperChildren, s.TestChildren)
+			yesNo(s.PluginSinceBackend), s.PluginFDs, s.KeeperFDs, s.PluginNSMounts, s.NodeMounts, s.KeeperChildren, s.TestChildren)
 	}
 	b.WriteString("\nEach reader's stall per kind of kill, p50 / max over the kills of that kind (a kill's stall: the reader's longest open or read that ended between it and the next kill):\n\n")
 	b.WriteString("| server | reader | " + strings.Join(KillKinds, " | ") + " |\n|---|---|" + strings.Repeat("---|", len(KillKinds)) + "\n")
@@ -106,4 +113,11 @@ func RegenerateCSIPlugin(readme []byte, results string) ([]byte, error) {
 		return nil, fmt.Errorf("%w: run make soak-relay-keeper", err)
 	}
 	return gendoc.Splice(readme, relayKeeperSoakBegin, relayKeeperSoakEnd, RelayKeeperSoakTable(&soak, file))
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
 }
