@@ -80,7 +80,12 @@ func testRelayKeeper(t *testing.T, name string) {
 	})
 	// A double fault: the real server dies while the plugin is down. Nobody can mount a new backend until the
 	// plugin is back, which the keeper tells it at once: the reads wait (within the relay's backend wait).
+	// The plugin's relay directory goes with it, as the chart's emptyDir goes with the plugin's pod: the
+	// restarted plugin makes the new backend's directory again (on a real kubelet it once mounted on a missing one).
 	p.kill()
+	if err := os.RemoveAll(filepath.Join(e.sockDir, driver.RelayDirName)); err != nil {
+		t.Fatal(err)
+	}
 	server = realServerOf(t, k.Children, spec.Path, 0)
 	if err := syscall.Kill(server, syscall.SIGKILL); err != nil {
 		t.Fatal(err)

@@ -125,14 +125,22 @@ const (
 	RelayProcess Component = "relay"
 	// RelayServer is the real FUSE server behind the relay: Kill stops it (SIGSTOP; gcsfuse's fake GCS server
 	// instead) until a read is inside it, then sends SIGKILL; the plugin mounts a new backend and starts the server again, and Start waits until a
-	// new one runs. Upgrade replaces the executable the plugin runs by the next one (new flags), then kills the
-	// running server, and waits until the new one runs.
+	// new one runs. Upgrade gives the server its next build (NextBuildFlag: the local backend replaces the
+	// executable the plugin runs and kills the running server; the kube backend rolls the relay-keeper mode's
+	// keeper with the flag in keeper.relayServerArgs) and waits until a server with the flag runs.
 	RelayServer Component = "relay-server"
-	// RelayServerGone is the real server when it cannot come back: Kill replaces the executable the plugin
-	// runs by one that fails at once and kills the running server; Start puts the real one back and waits
-	// until it runs again.
+	// RelayServerGone is the real server when it cannot come back: Kill gives it a build that fails at once (the
+	// local backend: an executable that exits; the kube backend: a keeper rollout with an argument the server
+	// refuses) and ends the running one; Start puts the real one back and waits until it runs again.
 	RelayServerGone Component = "relay-server-gone"
 )
+
+// nextBuildFlags are the new flags of each real server's next build in the upgrade rows: settings each server
+// accepts that change nothing the workload sees.
+var nextBuildFlags = map[string]string{"dummy-fuse": "--workers=2", "gcsfuse": "--log-severity=warning", "squashfuse": "-s"}
+
+// NextBuildFlag is the flag that tells server's next build from the running one (RelayServer's Upgrade).
+func NextBuildFlag(server string) string { return nextBuildFlags[server] }
 
 // componentText says how the steps, the timeline and the report describe a component.
 type componentText struct {
@@ -221,13 +229,13 @@ var components = map[Component]componentText{
 		noun:    "real FUSE server behind the relay",
 		kill:    "stop the real FUSE server behind the relay (SIGSTOP; for gcsfuse its fake GCS server) until a read is inside it, then SIGKILL it",
 		start:   "wait until the plugin has mounted a new backend and started the server again",
-		upgrade: "replace the server's executable by the next one (new flags), kill the running server, wait until the plugin runs the new one",
+		upgrade: "give the server its next build (a new flag: a new executable, or the relay-keeper mode's keeper rolled with it), wait until the new one runs",
 		ready:   "a new real FUSE server runs behind the relay",
 	},
 	RelayServerGone: {
 		noun:  "real FUSE server behind the relay (cannot start)",
-		kill:  "replace the server's executable by one that fails at once and kill the running server (SIGKILL)",
-		start: "put the real executable back and wait until the plugin runs it again",
+		kill:  "give the server a build that fails at once (an executable that exits, or the keeper rolled with an argument it refuses) and end the running one",
+		start: "put the real server back and wait until it runs again",
 		ready: "a new real FUSE server runs behind the relay",
 	},
 	WorkloadPod: {

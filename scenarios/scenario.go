@@ -107,7 +107,7 @@ type Plugin struct {
 	FuseServer string
 	// Keeper is how the keeper runs in FuseModeKeeper.
 	Keeper Keeper
-	// RelayBackendWait is --relay-backend-wait in FuseModeRelay (0: the plugin's default, 30 s): how long the
+	// RelayBackendWait is --relay-backend-wait in the relay modes (the relay-keeper mode's keeper's; 0: the default, 30 s): how long the
 	// relay lets requests wait for a real server that does not come back.
 	RelayBackendWait time.Duration
 	// SidecarKeepFD passes --sidecar-keep-fd in FuseModeSidecar: the plugin keeps its copy of each pod's FUSE
@@ -205,7 +205,7 @@ func (p Plugin) ChartSets() []string {
 	if d := p.Keeper.ReadLatency; d > 0 {
 		sets = append(sets, "keeper.readLatency="+d.String())
 	}
-	if p.FuseMode == FuseModeRelay && p.RelayBackendWait > 0 {
+	if p.Relays() && p.RelayBackendWait > 0 {
 		sets = append(sets, "relay.backendWait="+p.RelayBackendWait.String())
 	}
 	if r := p.Remediation; r != nil {

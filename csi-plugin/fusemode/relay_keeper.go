@@ -146,10 +146,6 @@ func (rk *RelayKeeper) Recollect(recs Records) (map[string]Server, error) {
 // answering, its root ready to hand over), then the staging connection, handed to the keeper with that root.
 func (rk *RelayKeeper) Start(ctx context.Context, req Request) (Server, error) {
 	v := rk.newVolume(req.VolumeID, nil)
-	if err := os.MkdirAll(v.backend, 0o700); err != nil {
-		rk.drop(v)
-		return nil, fmt.Errorf("relay directory: %w", err)
-	}
 	wctx, cancel := context.WithTimeout(ctx, rk.r.opts.StartTimeout)
 	defer cancel()
 	if err := v.startBackend(wctx); err != nil {
@@ -275,6 +271,12 @@ func (v *keptRelay) rootCopy() *os.File {
 func (v *keptRelay) startBackend(ctx context.Context) error {
 	r := v.rk.r
 	r.detachBackend(v.backend)
+	// Made at every mount, not once at the stage: the relay directory is the plugin pod's emptyDir, and a
+	// restarted plugin's pod has a new, empty one, where the first backend it mounts (its predecessor's real
+	// server died) has no directory yet.
+	if err := os.MkdirAll(v.backend, 0o700); err != nil {
+		return fmt.Errorf("relay directory: %w", err)
+	}
 	s, err := v.rk.k.h.sessionFor(ctx, v.volumeID)
 	if err != nil {
 		return err

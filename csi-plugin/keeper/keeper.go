@@ -379,8 +379,10 @@ func (k *Keeper) take(m handover.Msg, f *os.File) {
 // serve hands cn to a server with room, starting one if needed.
 func (k *Keeper) serve(cn *conn) {
 	if k.cfg.Relay && k.roots[cn.volume] == nil {
-		k.logf("volume %s: waiting for the plugin to hand over its backend's root before a relay serves it", cn.volume)
-		return // backend serves it
+		// Served at once all the same: the relay lets requests wait for the root within its backend wait and
+		// then fails them, where a connection left unserved would queue them until the plugin gives it up
+		// (a keeper rolled to a real server that cannot start would otherwise lose every volume).
+		k.logf("volume %s: no backend root yet; its relay waits for the plugin to hand one over", cn.volume)
 	}
 	var srv *server
 	for _, s := range k.servers {

@@ -48,6 +48,15 @@ func openBackend(path string, roots *Roots, wait time.Duration, logf func(string
 		b.path, b.open = "(root descriptor)", roots.open
 	}
 	fd, err := b.open()
+	if errors.Is(err, errNoRoot) {
+		// The relay-keeper mode's keeper starts the relay of a connection before the plugin has a backend for
+		// it (the real server cannot start yet): the backend counts as dead from now, so that requests wait
+		// for a root within b.wait and then fail, instead of queueing unanswered. The first root handed over
+		// sets the filesystem type a later one must have.
+		b.root, b.down = &rootFD{fd: -1}, time.Now()
+		logf("backend %s: no root handed over yet; requests wait up to %s for one", b.path, wait)
+		return b, nil
+	}
 	if err != nil {
 		return nil, fmt.Errorf("backend %s: %w", b.path, err)
 	}
@@ -120,6 +129,9 @@ func (b *backend) recover(gen uint64, cause error) error {
 		fd, err := b.reopen()
 		if err == nil {
 			old := b.root
+			if old.fd < 0 {
+				b.logf("backend %s: the first root was handed over", b.path)
+			}
 			b.root = &rootFD{fd: fd, gen: old.gen + 1}
 			b.logf("backend %s serves again after %s (try %d of this wait; the one before: %v)", b.path, time.Since(b.down).Round(time.Millisecond), try, last)
 			b.down = time.Time{}
@@ -198,6 +210,8 @@ func (b *backend) reopen() (int, error) {
 	err = unix.Fstatfs(fd, &fs)
 	switch {
 	case err != nil:
+	case b.fsType == 0:
+		b.fsType = fs.Type // the first root (openBackend had none): b.mu is held
 	case fs.Type != b.fsType:
 		err = fmt.Errorf("filesystem type %#x, not %#x as at the start: not mounted yet", fs.Type, b.fsType)
 	case b.mountRoot:

@@ -122,7 +122,10 @@ func (fs *FS) logf(format string, a ...any) {
 func (fs *FS) do(op func(r *rootFD) error) error {
 	for try := 0; ; try++ {
 		r := fs.backend.acquire()
-		err := op(r)
+		err := error(unix.ENOTCONN) // no root handed over yet: as good as a dead one
+		if r.fd >= 0 {
+			err = op(r)
+		}
 		r.release()
 		if !dead(err) || try == maxRetries {
 			return err

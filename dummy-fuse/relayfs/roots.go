@@ -17,6 +17,9 @@ type Roots struct {
 	fd int // the newest root, -1 while none
 }
 
+// errNoRoot is Roots' answer before the first root is handed over.
+var errNoRoot = errors.New("no backend root handed over yet")
+
 // NewRoots returns Roots without a root yet.
 func NewRoots() *Roots { return &Roots{fd: -1} }
 
@@ -36,7 +39,7 @@ func (r *Roots) open() (int, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.fd < 0 {
-		return -1, errors.New("no backend root handed over yet")
+		return -1, errNoRoot
 	}
 	fd, err := unix.FcntlInt(uintptr(r.fd), unix.F_DUPFD_CLOEXEC, 0)
 	if err != nil {

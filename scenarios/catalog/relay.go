@@ -14,10 +14,10 @@ const (
 	relayNoBackendWithin = relayNoBackendWait + 5*time.Second
 )
 
-// relayLocalOnly is why the rows that replace the real server's executable run on the local backend only.
-const relayLocalOnly = "the kube backend cannot put another program where the plugin container runs the real server: the image has " +
-	"no shell for the next build's wrapper or a failing one, and a new image or new flags restart the plugin, which ends every " +
-	"connection (relay-all-holders)"
+// relayLocalOnly is why the rows that give the plugin's real server another build run on the local backend only.
+const relayLocalOnly = "in the relay mode the real server runs in the plugin's container: on a real cluster its next build or one " +
+	"that cannot start comes with a new plugin pod, whose start ends every connection (relay-plugin-restart); the relay-keeper " +
+	"mode runs the real server in the keeper, whose rollout the kube backend runs (relay-keeper-server-upgrade, relay-keeper-no-backend)"
 
 // relayEveryServer is why CI runs the relay rows with each real server on the real kubelet: the relay exists
 // for servers that cannot take a connection over.

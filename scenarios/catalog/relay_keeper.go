@@ -9,13 +9,14 @@ import (
 
 // relayKeeperLocalOnly is why the relay-keeper rows the kube backend has no steps for run on the local backend
 // only.
-const relayKeeperLocalOnly = "the kube backend runs the plugin's restart, the keeper's, and the relay's and the real server's crashes " +
-	"of the relay-keeper mode; the double faults, an upgrade or a failing server, and a read held inside the server are local-only for now"
+const relayKeeperLocalOnly = "the kube backend has no steps for it yet"
 
-// relayKeeperKube are the relay-keeper rows that run on real kubelets too.
+// relayKeeperKube are the relay-keeper rows that run on real kubelets too: all of them. The kube backend rolls the
+// keeper (keeper.relayServerArgs) for the real server's next build and for one that cannot start, as a user does.
 var relayKeeperKube = map[string]bool{
 	"relay-keeper-plugin-restart": true, "relay-keeper-keeper-restart": true, "relay-keeper-server-crash": true, "relay-keeper-crash": true,
-	"relay-keeper-all-holders": true,
+	"relay-keeper-all-holders": true, "relay-keeper-in-flight": true, "relay-keeper-plugin-server": true, "relay-keeper-plugin-relay": true,
+	"relay-keeper-server-upgrade": true, "relay-keeper-no-backend": true,
 }
 
 // relayKeeperScenarios are the rows of the relay-keeper mode: the relay mode's rows that apply (the real

@@ -46,6 +46,7 @@ func partKinds() []struct {
 		{scenarios.RelayProcess, newRelayPart},
 		{scenarios.RelayServer, newKeeperRelayServerPart},
 		{scenarios.RelayProcess, newKeeperRelayPart},
+		{scenarios.RelayServerGone, newKeeperRelayGonePart},
 		{scenarios.WorkloadPod, newPodPart},
 	}
 }

@@ -96,10 +96,6 @@ func (s *relayServerPart) pluginArgs() []string {
 	return []string{"--fuse-server-path=" + s.exe, "--relay-path=" + s.b.opts.FusePath}
 }
 
-// upgradeFlags are the next build's new flags per server: settings each server accepts that change nothing
-// the workload sees.
-var upgradeFlags = map[string]string{"dummy-fuse": "--workers=2", "gcsfuse": "--log-severity=warning", "squashfuse": "-s"}
-
 // server returns the pid of the plugin's real server (the real executable's child that is not a relay), 0 if
 // none runs, and its command line.
 func (s *relayServerPart) server() (int, string) {
@@ -197,7 +193,7 @@ func (s *relayServerPart) start(ctx context.Context) error {
 // upgrade installs the next build (the real executable with the new flag) and kills the running server, which
 // the plugin then replaces by the new one.
 func (s *relayServerPart) upgrade(ctx context.Context) error {
-	flag := upgradeFlags[s.b.sc.Plugin.Server()]
+	flag := scenarios.NextBuildFlag(s.b.sc.Plugin.Server())
 	if err := s.install(fmt.Sprintf("exec %q %s \"$@\"", s.real, flag)); err != nil {
 		return err
 	}
