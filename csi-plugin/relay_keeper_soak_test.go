@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/driver"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/keeper"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/dummy-fuse-workload/workload"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/dummy-fuse/bench"
@@ -123,9 +124,12 @@ func soakRelayKeeper(t *testing.T, name string, kills int) bench.RelayKeeperSoak
 			k = e.startKeeper(rk.keeperArgs...)
 			k.servedBy("vol-1", 0)
 			realServerOf(t, k.Children, spec.Path, 0)
-		default: // the plugin
+		default: // the plugin, and its relay directory with it, as the chart's emptyDir goes with the plugin's pod
 			sk.killed = time.Now()
 			p.kill()
+			if err := os.RemoveAll(filepath.Join(e.sockDir, driver.RelayDirName)); err != nil {
+				t.Fatal(err)
+			}
 			p = e.start(rk.pluginArgs...)
 			pluginWhole(p)
 		}
