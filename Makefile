@@ -36,7 +36,7 @@ lint: ## gofmt, go vet, staticcheck (built into bin/tools) and shellcheck (from 
 bench: build ## dummy-fuse side by side with a C libfuse3 reference through real mounts, ratio per round (root + /dev/fuse)
 	hack/bench.sh
 
-bench-doc: ## regenerate dummy-fuse/README.md's generated tables from the newest dummy-fuse/bench/results files (bench, relay, soak)
+bench-doc: ## regenerate the generated tables of dummy-fuse/README.md and csi-plugin/README.md from the newest dummy-fuse/bench/results files (bench, relay, soak, soak-relay-keeper)
 	go run ./dummy-fuse/bench/cmd/benchdoc
 
 .PHONY: bench-relay soak-relay
@@ -110,7 +110,7 @@ matrix-doc: ## regenerate docs/outage-matrix.md + .svg and the root README's out
 ################################################################################
 # CSI plugin
 ################################################################################
-.PHONY: bench-restore bench-keeper soak-keeper
+.PHONY: bench-restore bench-keeper soak-keeper soak-relay-keeper
 bench-restore: ## csi-plugin --restore-mounts after kill -9: start->ready with 1/100/500 volumes, and RSS (root + /dev/fuse)
 	hack/bench-restore.sh
 
@@ -119,6 +119,9 @@ bench-keeper: ## keeper mode: plugin kill -9 and restart with 1/100/500 volumes 
 
 soak-keeper: ## keeper mode: DFC_SOAK_KILLS (50) random kills of one component under 10 readers: failures, stalls, leaks
 	hack/soak-keeper.sh
+
+soak-relay-keeper: servers ## relay-keeper mode: DFC_SOAK_KILLS (50) kills per real server (mostly it; the relay, keeper, plugin) under 3 readers: failed reads, stalls per kill kind, leaks (root + /dev/fuse)
+	SOAK=relay-keeper hack/soak-relay.sh
 
 ################################################################################
 # Scenarios on a real cluster (scenarios/kube; scenarios/README.md, "Kubernetes backend")

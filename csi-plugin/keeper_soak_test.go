@@ -3,10 +3,8 @@ package main
 import (
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -15,12 +13,10 @@ import (
 
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/keeper"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/dummy-fuse-workload/workload"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/dummy-fuse/bench"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/mounts"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/testenv"
 )
-
-// soakKillsEnv sets how many kills TestKeeperSoak makes; make soak-keeper sets 50.
-const soakKillsEnv = "DFC_SOAK_KILLS"
 
 // soakKill is one kill of the soak and what it cost.
 type soakKill struct {
@@ -38,13 +34,12 @@ type soakKill struct {
 // process, mount or descriptor left over) and logs what each kill cost: the longest open or read after it, and
 // how long reads still waited once the successor had started.
 func TestKeeperSoak(t *testing.T) {
-	kills := 12
-	if s := os.Getenv(soakKillsEnv); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil || n < 1 {
-			t.Fatalf("%s=%q: want a positive number", soakKillsEnv, s)
-		}
-		kills = n
+	kills, err := bench.SoakKills() // make soak-keeper sets 50
+	if err != nil {
+		t.Fatal(err)
+	}
+	if kills == 0 {
+		kills = 12
 	}
 	e := newEnv(t, syscall.MS_PRIVATE)
 	e.allowNobody()
@@ -60,7 +55,7 @@ func TestKeeperSoak(t *testing.T) {
 		readers = append(readers, e.startReaderArgs(target, "--read-interval=2ms", fmt.Sprintf("--keep-open=%t", keepOpen), fmt.Sprintf("--direct-io=%t", direct)))
 	}
 	readsOn(t, "before the first kill", readers...)
-	mountsBefore := countMounts(t, e.root)
+	mountsBefore := countMountsIn(t, 0, e.root)
 	keeperFDs, pluginFDs := testenv.OpenFDs(t, k.PID()), testenv.OpenFDs(t, p.PID())
 
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))
@@ -103,25 +98,7 @@ func TestKeeperSoak(t *testing.T) {
 	total := 0
 	for _, r := range readers {
 		total += r.goodReads()
-		for _, rec := range r.records() {
-			if rec.LatencyUS == nil || (rec.Event != workload.EventRead && rec.Event != workload.EventOpen) {
-				continue
-			}
-			end, took := rec.Time, time.Duration(*rec.LatencyUS)*time.Microsecond
-			for i := range log {
-				next := time.Now()
-				if i+1 < len(log) {
-					next = log[i+1].killed
-				}
-				if end.Before(log[i].killed) || !end.Before(next) {
-					continue
-				}
-				log[i].longest = max(log[i].longest, took)
-				if began := end.Add(-took); end.After(log[i].successor) {
-					log[i].afterSuccessor = max(log[i].afterSuccessor, end.Sub(maxTime(began, log[i].successor)))
-				}
-			}
-		}
+		charge(log, r.records())
 	}
 	var b strings.Builder
 	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', tabwriter.AlignRight)
@@ -138,7 +115,7 @@ func TestKeeperSoak(t *testing.T) {
 
 	// Nothing leaks: the mounts are the two of the volume, the keeper has one server process, and the
 	// descriptors of the processes that outlived kills of the others did not grow with them.
-	if n := countMounts(t, e.root); n != mountsBefore {
+	if n := countMountsIn(t, 0, e.root); n != mountsBefore {
 		t.Errorf("%d mounts under the test's root after the soak, %d before", n, mountsBefore)
 	}
 	if st := k.state(); len(st.Servers) != 1 {
@@ -156,6 +133,30 @@ func TestKeeperSoak(t *testing.T) {
 			t.Logf("open descriptors of the %s: %d before, %v after each", c.what, c.before, c.after)
 			if last := c.after[len(c.after)-1]; len(c.after) > 2 && last > c.before+2 {
 				t.Errorf("the %s leaks descriptors: %d before, %v after each kill", c.what, c.before, c.after)
+			}
+		}
+	}
+}
+
+// charge adds to each kill of log what the opens and reads of recs that ended after it, and before the next
+// kill, cost: the longest of them, and how long any still waited after the successor had started.
+func charge(log []soakKill, recs []workload.Record) {
+	for _, rec := range recs {
+		if rec.LatencyUS == nil || (rec.Event != workload.EventRead && rec.Event != workload.EventOpen) {
+			continue
+		}
+		end, took := rec.Time, time.Duration(*rec.LatencyUS)*time.Microsecond
+		for i := range log {
+			next := time.Now()
+			if i+1 < len(log) {
+				next = log[i+1].killed
+			}
+			if end.Before(log[i].killed) || !end.Before(next) {
+				continue
+			}
+			log[i].longest = max(log[i].longest, took)
+			if began := end.Add(-took); end.After(log[i].successor) {
+				log[i].afterSuccessor = max(log[i].afterSuccessor, end.Sub(maxTime(began, log[i].successor)))
 			}
 		}
 	}
@@ -189,9 +190,10 @@ func (k *keeperProc) lastServerStart(t testing.TB) time.Time {
 	return last
 }
 
-func countMounts(t testing.TB, dir string) int {
+// countMountsIn counts the mounts on dir and below it in the mount namespace of pid (0: this process's).
+func countMountsIn(t testing.TB, pid int, dir string) int {
 	t.Helper()
-	ms, err := mounts.Under(dir)
+	ms, err := mounts.UnderIn(pid, dir)
 	if err != nil {
 		t.Fatal(err)
 	}

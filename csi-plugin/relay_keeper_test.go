@@ -34,43 +34,8 @@ func TestRelayKeeperPlacement(t *testing.T) {
 }
 
 func testRelayKeeper(t *testing.T, name string) {
-	if _, err := exec.LookPath("unshare"); err != nil {
-		testenv.SkipOrFail(t, "unshare(1) is needed to give the plugin a mount namespace: "+err.Error())
-	}
-	e := newEnv(t, unix.MS_SHARED)
-	e.allowNobody()
-	// The chart's layout: the socket directory (and the relay directory beside the socket) private to the
-	// plugin's namespace.
-	e.sockDir, e.ownMountNS = filepath.Join(e.root, "plugins", driver.DefaultDriverName), true
-	if err := os.MkdirAll(e.sockDir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := unix.Mount(e.sockDir, e.sockDir, "", unix.MS_BIND, ""); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = mounts.UnmountLazy(e.sockDir) })
-	if err := unix.Mount("", e.sockDir, "", unix.MS_PRIVATE, ""); err != nil {
-		t.Fatal(err)
-	}
-	for _, d := range []string{filepath.Join(e.root, "plugins")} {
-		if err := os.Chmod(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	spec := relayServerSpec(t, e, name)
-	nodes := filepath.Join(e.root, "keeper-relay")
-	if err := os.Mkdir(nodes, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chown(nodes, nobody, nobody); err != nil {
-		t.Fatal(err)
-	}
-	pluginArgs := append([]string{"--fuse-mode=relay-keeper", "--restore-mounts", "--keeper-uid=65534", "--relay-backend-wait=20s"}, spec.Args()...)
-	keeperArgs := []string{"--fuse-direct-io", "--relay-node-dir=" + nodes, "--relay-backend-wait=20s",
-		"--relay-server=" + spec.Name, "--relay-server-path=" + spec.Path}
-	for k, v := range spec.Opts {
-		keeperArgs = append(keeperArgs, "--relay-server-opt="+k+"="+v)
-	}
+	rk := newRelayKeeper(t, name)
+	e, spec, pluginArgs, keeperArgs := rk.env, rk.spec, rk.pluginArgs, rk.keeperArgs
 	p := e.start(pluginArgs...)
 	k := e.startKeeper(keeperArgs...)
 	e.stagePublish(p, "vol-1", "pod-a")
@@ -154,6 +119,56 @@ func testRelayKeeper(t *testing.T, name string) {
 		_, err := os.Stat(filepath.Join(staging, "dummy-file.txt"))
 		return errors.Is(err, syscall.ENOTCONN)
 	})
+}
+
+// relayKeeper is a test's world set up for the relay-keeper mode with the real server called name: the plugin
+// in a mount namespace of its own, and the arguments of the plugin and the keeper.
+type relayKeeper struct {
+	env                    *env
+	spec                   fuseserver.Spec
+	pluginArgs, keeperArgs []string
+}
+
+func newRelayKeeper(t *testing.T, name string) relayKeeper {
+	if _, err := exec.LookPath("unshare"); err != nil {
+		testenv.SkipOrFail(t, "unshare(1) is needed to give the plugin a mount namespace: "+err.Error())
+	}
+	e := newEnv(t, unix.MS_SHARED)
+	e.allowNobody()
+	// The chart's layout: the socket directory (and the relay directory beside the socket) private to the
+	// plugin's namespace.
+	e.sockDir, e.ownMountNS = filepath.Join(e.root, "plugins", driver.DefaultDriverName), true
+	if err := os.MkdirAll(e.sockDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount(e.sockDir, e.sockDir, "", unix.MS_BIND, ""); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = mounts.UnmountLazy(e.sockDir) })
+	if err := unix.Mount("", e.sockDir, "", unix.MS_PRIVATE, ""); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{filepath.Join(e.root, "plugins")} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	spec := relayServerSpec(t, e, name)
+	nodes := filepath.Join(e.root, "keeper-relay")
+	if err := os.Mkdir(nodes, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(nodes, nobody, nobody); err != nil {
+		t.Fatal(err)
+	}
+	r := relayKeeper{env: e, spec: spec}
+	r.pluginArgs = append([]string{"--fuse-mode=relay-keeper", "--restore-mounts", "--keeper-uid=65534", "--relay-backend-wait=20s"}, spec.Args()...)
+	r.keeperArgs = []string{"--fuse-direct-io", "--relay-node-dir=" + nodes, "--relay-backend-wait=20s",
+		"--relay-server=" + spec.Name, "--relay-server-path=" + spec.Path}
+	for k, v := range spec.Opts {
+		r.keeperArgs = append(r.keeperArgs, "--relay-server-opt="+k+"="+v)
+	}
+	return r
 }
 
 // relayServerSpec is the real server called name with what it reads, its executable copied where the plugin's

@@ -8,19 +8,28 @@ import (
 	"time"
 )
 
-// TestReadmeTableIsGenerated fails when a generated table in dummy-fuse/README.md is not the one the newest
-// result files give: a figure changed by hand, or a new run whose table was not regenerated.
+// TestReadmeTableIsGenerated fails when a generated table in dummy-fuse/README.md or csi-plugin/README.md is not
+// the one the newest result files give: a figure changed by hand, or a new run whose table was not regenerated.
 func TestReadmeTableIsGenerated(t *testing.T) {
-	readme, err := os.ReadFile("../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	want, err := Regenerate(readme, "results")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if string(want) != string(readme) {
-		t.Errorf("dummy-fuse/README.md's generated tables do not match the newest files in bench/results, results/relay and results/soak: run make bench-doc")
+	for _, tc := range []struct {
+		readme     string
+		regenerate func(readme []byte, results string) ([]byte, error)
+		from       string
+	}{
+		{"../README.md", Regenerate, "bench/results, results/relay and results/soak"},
+		{"../../csi-plugin/README.md", RegenerateCSIPlugin, "bench/results/soak-relay-keeper"},
+	} {
+		readme, err := os.ReadFile(tc.readme)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := tc.regenerate(readme, "results")
+		if err != nil {
+			t.Fatalf("%s: %v", tc.readme, err)
+		}
+		if string(want) != string(readme) {
+			t.Errorf("%s: its generated tables do not match the newest files in %s: run make bench-doc", tc.readme, tc.from)
+		}
 	}
 }
 

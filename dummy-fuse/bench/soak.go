@@ -2,18 +2,56 @@ package bench
 
 import (
 	"fmt"
+	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 )
 
+// The soaks' settings, from the environment (hack/soak-relay.sh: make soak-relay, make soak-relay-keeper).
+const (
+	SoakKillsEnv  = "DFC_SOAK_KILLS"  // kills per server; a soak is skipped without it
+	SoakOutEnv    = "DFC_SOAK_OUT"    // directory for the record; none when empty
+	SoakCommitEnv = "DFC_SOAK_COMMIT" // the commit the record names
+)
+
+// SoakKills is the number of kills DFC_SOAK_KILLS asks for: 0 when unset.
+func SoakKills() (int, error) {
+	s := os.Getenv(SoakKillsEnv)
+	if s == "" {
+		return 0, nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 {
+		return 0, fmt.Errorf("%s=%q: want a positive number", SoakKillsEnv, s)
+	}
+	return n, nil
+}
+
+// SoakRun is what every soak record says of its run: the commit (DFC_SOAK_COMMIT), when, where, under what load.
+type SoakRun struct {
+	Commit  string  `json:"commit"`
+	Date    string  `json:"date"`
+	Machine Machine `json:"machine"`
+	Load    Load    `json:"load"`
+}
+
+// StartSoak describes a soak run starting now, measuring the load for a second.
+func StartSoak() (SoakRun, error) {
+	r := SoakRun{Commit: os.Getenv(SoakCommitEnv), Date: time.Now().UTC().Format(time.RFC3339), Machine: ThisMachine()}
+	if r.Commit == "" {
+		r.Commit = "unknown"
+	}
+	var err error
+	r.Load, err = MeasureLoad(time.Second)
+	return r, err
+}
+
 // SoakResult is one run of `make soak-relay` (TestRelaySoak in dummy-fuse/relayfs/soak_test.go): many server
 // kills through the relay under several readers, per real server.
 type SoakResult struct {
-	Commit  string       `json:"commit"`
-	Date    string       `json:"date"`
-	Machine Machine      `json:"machine"`
-	Load    Load         `json:"load"`
+	SoakRun
 	Servers []SoakServer `json:"servers"`
 }
 

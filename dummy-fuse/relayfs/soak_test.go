@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -15,13 +14,6 @@ import (
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/testenv"
 )
 
-// The soak's settings, from the environment (hack/soak-relay.sh, make soak-relay).
-const (
-	soakKillsEnv  = "DFC_SOAK_KILLS"  // server kills per server; the soak is skipped without it
-	soakOutEnv    = "DFC_SOAK_OUT"    // directory for the record (bench.SoakResult); none when empty
-	soakCommitEnv = "DFC_SOAK_COMMIT" // the commit the record names
-)
-
 // TestRelaySoak kills each real server DFC_SOAK_KILLS times through the relay (SIGKILL, detach, start again)
 // under three readers: one keeping an O_DIRECT descriptor, one opening the file for every read, one calling
 // stat in a loop, each checking every answer. It asserts what must hold whatever the timing: not one failed
@@ -29,33 +21,10 @@ const (
 // mounts under the test's directories and the test's child processes are what they were before the kills.
 // It logs, and with DFC_SOAK_OUT records, the stall per kill and reader.
 func TestRelaySoak(t *testing.T) {
-	s := os.Getenv(soakKillsEnv)
-	if s == "" {
-		t.Skipf("a soak of server kills through the relay: set %s (make soak-relay)", soakKillsEnv)
-	}
-	kills, err := strconv.Atoi(s)
-	if err != nil || kills < 1 {
-		t.Fatalf("%s=%q: want a positive number", soakKillsEnv, s)
-	}
-	testenv.RequireFUSE(t)
-	rec := bench.SoakResult{Commit: os.Getenv(soakCommitEnv), Date: time.Now().UTC().Format(time.RFC3339), Machine: bench.ThisMachine()}
-	if rec.Commit == "" {
-		rec.Commit = "unknown"
-	}
-	if rec.Load, err = bench.MeasureLoad(time.Second); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("kernel %s, %s", rec.Machine.Kernel, rec.Load)
-	for _, name := range []string{fuseserver.Gcsfuse, fuseserver.Squashfuse} {
-		t.Run(name, func(t *testing.T) { rec.Servers = append(rec.Servers, soakServer(t, name, kills)) })
-	}
-	if dir := os.Getenv(soakOutEnv); dir != "" && len(rec.Servers) == 2 {
-		path, err := rec.Write(dir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Logf("wrote %s", path)
-	}
+	testenv.Soak(t, "a soak of server kills through the relay", "make soak-relay", []string{fuseserver.Gcsfuse, fuseserver.Squashfuse}, soakServer,
+		func(run bench.SoakRun, servers []bench.SoakServer) testenv.SoakRecord {
+			return &bench.SoakResult{SoakRun: run, Servers: servers}
+		})
 }
 
 // soakServer runs the soak against the server called name and returns its figures.

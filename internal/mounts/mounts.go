@@ -36,7 +36,9 @@ var ErrNotFUSE = errors.New("not a FUSE filesystem")
 // Statfs runs statfs(2) on path but gives up after timeout; see Prober.Statfs. It is for one-off checks: a
 // long-lived caller uses one Prober, which bounds how many calls a stuck mount can hold.
 func Statfs(path string, timeout time.Duration) (unix.Statfs_t, error) {
-	return NewProber(timeout, 1).Statfs(path)
+	p := NewProber(timeout, 1)
+	defer p.Close()
+	return p.Statfs(path)
 }
 
 // Probe asks the filesystem at path to answer one request that is never served from a cache. It returns nil when
@@ -60,7 +62,9 @@ func IsDead(err error) bool {
 
 // Answers is Prober.Answers for a one-off check.
 func Answers(path, file string, timeout time.Duration) error {
-	return NewProber(timeout, 1).Answers(path, file)
+	p := NewProber(timeout, 1)
+	defer p.Close()
+	return p.Answers(path, file)
 }
 
 // WaitAnswering polls Answers(path, file) until it succeeds, ctx ends, or died is closed (the server exited:
@@ -68,6 +72,7 @@ func Answers(path, file string, timeout time.Duration) error {
 func WaitAnswering(ctx context.Context, path, file string, died <-chan struct{}) error {
 	delay := 2 * time.Millisecond
 	p := NewProber(time.Second, 1) // one outstanding check at a time, however long the server takes
+	defer p.Close()
 	for {
 		err := p.Answers(path, file)
 		if err == nil {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/debug"
 	"syscall"
 	"testing"
 	"time"
@@ -48,6 +49,26 @@ func TestAnswersOnPlainDirectory(t *testing.T) {
 	}
 	if n, err := mounts.UnmountAll(filepath.Join(dir, "missing")); err != nil || n != 0 {
 		t.Fatalf("UnmountAll(missing) = %d, %v; want 0, nil", n, err)
+	}
+}
+
+// TestOneOffChecksCloseTheirDescriptor: a one-off check (Statfs, Answers, WaitAnswering) leaves no descriptor
+// behind. The garbage collector is off, as it is in effect in a plugin that allocates little: it would close
+// a forgotten one whenever it ran (the csi-plugin relay-keeper soak saw the plugin's /proc/self/mountinfo
+// descriptors grow by one per real server restart).
+func TestOneOffChecksCloseTheirDescriptor(t *testing.T) {
+	defer debug.SetGCPercent(debug.SetGCPercent(-1))
+	dir := t.TempDir()
+	before := testenv.OpenFDs(t, 0)
+	for range 10 {
+		_, _ = mounts.Statfs(dir, time.Second)
+		_ = mounts.Answers(dir, "", time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+		_ = mounts.WaitAnswering(ctx, dir, "", nil)
+		cancel()
+	}
+	if after := testenv.OpenFDs(t, 0); after > before {
+		t.Errorf("%d open descriptors after 30 one-off checks, %d before", after, before)
 	}
 }
 

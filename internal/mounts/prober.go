@@ -61,6 +61,11 @@ func NewProber(timeout time.Duration, perMount int) *Prober {
 	return &Prober{timeout: timeout, perMount: perMount, calls: map[callKey]*call{}, mnts: map[string]*mountCalls{}}
 }
 
+// Close closes the descriptor of the mount table that the Prober keeps open once it was used (it opens it again
+// if used after). A one-off Prober must be closed: the garbage collector would close it only whenever it runs,
+// and a process that makes few allocations keeps one descriptor per one-off check until then.
+func (p *Prober) Close() error { return p.points.close() }
+
 // Timeout returns how long a call waits.
 func (p *Prober) Timeout() time.Duration { return p.timeout }
 
@@ -172,6 +177,17 @@ func (m *mountPoints) of(path string) (mountPoint, fsys string) {
 		return "/", dev
 	}
 	return "/", "/"
+}
+
+func (m *mountPoints) close() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.f == nil {
+		return nil
+	}
+	err := m.f.Close()
+	m.f, m.valid = nil, false
+	return err
 }
 
 func (m *mountPoints) read() error {
