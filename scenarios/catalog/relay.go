@@ -8,10 +8,11 @@ import (
 
 // relayNoBackendWait is the relay's backend wait in relay-no-backend (csi-plugin --relay-backend-wait; 30 s by
 // default, shortened so the row costs seconds, not half a minute), and relayNoBackendWithin bounds the reader's
-// error: the wait, with room for a loaded machine.
+// error: the wait, with room for a loaded machine and, on a real cluster, for the keeper rollout that makes the
+// server fail (a few seconds).
 const (
 	relayNoBackendWait   = 5 * time.Second
-	relayNoBackendWithin = relayNoBackendWait + 5*time.Second
+	relayNoBackendWithin = relayNoBackendWait + 10*time.Second
 )
 
 // relayLocalOnly is why the rows that give the plugin's real server another build run on the local backend only.

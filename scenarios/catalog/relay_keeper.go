@@ -7,29 +7,16 @@ import (
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
 )
 
-// relayKeeperLocalOnly is why the relay-keeper rows the kube backend has no steps for run on the local backend
-// only.
-const relayKeeperLocalOnly = "the kube backend has no steps for it yet"
-
-// relayKeeperKube are the relay-keeper rows that run on real kubelets too: all of them. The kube backend rolls the
-// keeper (keeper.relayServerArgs) for the real server's next build and for one that cannot start, as a user does.
-var relayKeeperKube = map[string]bool{
-	"relay-keeper-plugin-restart": true, "relay-keeper-keeper-restart": true, "relay-keeper-server-crash": true, "relay-keeper-crash": true,
-	"relay-keeper-all-holders": true, "relay-keeper-in-flight": true, "relay-keeper-plugin-server": true, "relay-keeper-plugin-relay": true,
-	"relay-keeper-server-upgrade": true, "relay-keeper-no-backend": true,
-}
-
 // relayKeeperScenarios are the rows of the relay-keeper mode: the relay mode's rows that apply (the real
 // server killed, upgraded, killed with a read inside it, unable to come back; the relay killed), and the
 // crashes the relay mode could not keep: the plugin's and the keeper's. The keeper holds the staging connection
 // with the plugin and runs the relay and the real server; the plugin mounts the private backend the real server
 // serves.
 func relayKeeperScenarios() []scenarios.Scenario {
+	// Every row runs on real kubelets too: the kube backend rolls the keeper (keeper.relayServerArgs) for the
+	// real server's next build and for one that cannot start, as a user does.
 	onBackends := func(s scenarios.Scenario) scenarios.Scenario {
 		s.Backends, s.BackendsWhy, s.EveryServer = nil, "", relayEveryServer
-		if !relayKeeperKube[s.Name] {
-			s.Backends, s.BackendsWhy, s.EveryServer = []string{scenarios.BackendLocal}, relayKeeperLocalOnly, ""
-		}
 		return s
 	}
 	mode := scenarios.Plugin{FuseMode: scenarios.FuseModeRelayKeeper, RestoreMounts: true, RestoreStrategy: scenarios.StrategyRebind, Keeper: scenarios.Keeper{DirectIO: true}}
@@ -151,6 +138,15 @@ func relayKeeperScenarios() []scenarios.Scenario {
 			"it; the keeper starts another relay, hands it the connection and the backend's root, and it takes the " +
 			"connection over with the node table its predecessor journaled (the kernel resends what the dead relay " +
 			"had read): no read fails.",
+		"relay-server-upgrade": "The real server is given its next build (a new flag) and the running one ends: on a real " +
+			"cluster a rolling update of the keeper alone (keeper.relayServerArgs), whose new pod takes the connection " +
+			"over from the plugin's copy with a new relay and starts the new server on a new backend the plugin mounts. " +
+			"The workloads keep reading; the new server's command line shows the new flag.",
+		"relay-no-backend": "The real server is given a build that fails at once (on a real cluster a keeper rollout with " +
+			"an argument the server refuses) and the running one ends. The keeper keeps trying to start it; its relay " +
+			"(a new keeper's serves the connection before any backend root comes) lets requests wait at most its " +
+			"backend wait (here 5 s) and then answers ENOTCONN, so the reader gets an error and exits instead of " +
+			"hanging. Once the good build is back (the rollout undone), the next try serves again.",
 	}
 	for _, s := range relayScenarios() {
 		suffix, ok := strings.CutPrefix(s.Name, "relay-")
