@@ -210,10 +210,24 @@ func (k *Keeper) dialLoop(ctx context.Context, redial <-chan struct{}) {
 		}
 		waiting := time.AfterFunc(2*time.Second, func() { k.logf("waiting for the plugin at %s", k.cfg.PluginSocket) })
 		c, err := handover.Dial(ctx, k.cfg.PluginSocket, k.cfg.RedialInterval)
-		waiting.Stop()
-		if err != nil {
-			return // ctx ended
+		for err != nil {
+			// Dial waits out a socket not there yet or not listening; anything else (EACCES in the moment
+			// between the plugin's bind and its chown of the socket, seen on a real node as a keeper that never
+			// connected) is tried again too: giving up would leave the keeper serving nothing for good.
+			if ctx.Err() != nil {
+				waiting.Stop()
+				return
+			}
+			k.logf("connecting to the plugin: %v; trying again in %s", err, k.cfg.RedialInterval)
+			select {
+			case <-ctx.Done():
+				waiting.Stop()
+				return
+			case <-time.After(k.cfg.RedialInterval):
+			}
+			c, err = handover.Dial(ctx, k.cfg.PluginSocket, k.cfg.RedialInterval)
 		}
+		waiting.Stop()
 		k.emit(event{kind: pluginConnected, conn: c})
 	}
 }

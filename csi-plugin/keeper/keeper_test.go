@@ -218,3 +218,63 @@ func TestFailedServeIsHandedAgain(t *testing.T) {
 		t.Errorf("the refusals do not say why:\n%s", log.String())
 	}
 }
+
+// TestKeeperDialsOnAfterAnError: an error other than "no socket yet" or "not listening" (here ENOTDIR; on a real
+// node EACCES between the plugin's bind and its chown of the socket) must not end the keeper's dialling: once the
+// plugin listens, the keeper connects and says hello.
+func TestKeeperDialsOnAfterAnError(t *testing.T) {
+	dir := t.TempDir()
+	notDir := filepath.Join(dir, "csi")
+	if err := os.WriteFile(notDir, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(notDir, "keeper.sock")
+	var log testenv.SyncBuffer
+	k, err := New(Config{PluginSocket: sock, DummyFusePath: "/bin/false", VolumesPerServer: 1, RedialInterval: 20 * time.Millisecond}, &log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- k.Run(ctx) }()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	testenv.Eventually(t, 10*time.Second, "the keeper to log its failed dial", func() bool {
+		return strings.Contains(log.String(), "connecting to the plugin")
+	})
+	if err := os.Remove(notDir); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(notDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	l, err := handover.Listen(sock, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	accepted := make(chan *handover.Conn, 1)
+	go func() {
+		c, err := l.Accept()
+		if err == nil {
+			accepted <- c
+		}
+		close(accepted)
+	}()
+	select {
+	case c, ok := <-accepted:
+		if !ok {
+			t.Fatal("accept failed")
+		}
+		defer c.Close()
+		c.SetRecvDeadline(time.Now().Add(10 * time.Second))
+		if m, _, err := c.Recv(); err != nil || m.Kind != handover.Hello {
+			t.Fatalf("first message %+v, %v; want a hello", m, err)
+		}
+	case <-time.After(10 * time.Second):
+		l.Close()
+		t.Fatalf("the keeper did not connect within 10s of the plugin's listen; its log:\n%s", log.String())
+	}
+	l.Close()
+}
