@@ -209,26 +209,31 @@ func (k *Keeper) dialLoop(ctx context.Context, redial <-chan struct{}) {
 		case <-redial:
 		}
 		waiting := time.AfterFunc(2*time.Second, func() { k.logf("waiting for the plugin at %s", k.cfg.PluginSocket) })
-		c, err := handover.Dial(ctx, k.cfg.PluginSocket, k.cfg.RedialInterval)
-		for err != nil {
-			// Dial waits out a socket not there yet or not listening; anything else (EACCES in the moment
-			// between the plugin's bind and its chown of the socket, seen on a real node as a keeper that never
-			// connected) is tried again too: giving up would leave the keeper serving nothing for good.
-			if ctx.Err() != nil {
-				waiting.Stop()
-				return
-			}
-			k.logf("connecting to the plugin: %v; trying again in %s", err, k.cfg.RedialInterval)
-			select {
-			case <-ctx.Done():
-				waiting.Stop()
-				return
-			case <-time.After(k.cfg.RedialInterval):
-			}
-			c, err = handover.Dial(ctx, k.cfg.PluginSocket, k.cfg.RedialInterval)
-		}
+		c, err := k.dial(ctx)
 		waiting.Stop()
+		if err != nil {
+			return // ctx ended
+		}
 		k.emit(event{kind: pluginConnected, conn: c})
+	}
+}
+
+// dial connects to the plugin, until ctx ends. handover.Dial waits out a socket not there yet or not listening;
+// any other error (EACCES in the moment between the plugin's bind and its chown of the socket, seen on a real
+// node as a keeper that never connected) is tried again here, logged: giving up would leave the keeper serving
+// nothing for good.
+func (k *Keeper) dial(ctx context.Context) (*handover.Conn, error) {
+	for {
+		c, err := handover.Dial(ctx, k.cfg.PluginSocket, k.cfg.RedialInterval)
+		if err == nil || ctx.Err() != nil {
+			return c, err
+		}
+		k.logf("connecting to the plugin: %v; trying again in %s", err, k.cfg.RedialInterval)
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(k.cfg.RedialInterval):
+		}
 	}
 }
 

@@ -47,10 +47,8 @@ func fakePlugin(t *testing.T) (string, func() *handover.Conn) {
 	return sock, accept
 }
 
-// runWithConnection runs k until the test ends, accepts its session as the fake plugin and opens a /dev/fuse
-// descriptor for the test to hand it.
-func runWithConnection(t *testing.T, k *Keeper, accept func() *handover.Conn) (*handover.Conn, *os.File) {
-	t.Helper()
+// run runs k until the test ends.
+func run(t *testing.T, k *Keeper) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- k.Run(ctx) }()
@@ -58,6 +56,13 @@ func runWithConnection(t *testing.T, k *Keeper, accept func() *handover.Conn) (*
 		cancel()
 		<-done
 	})
+}
+
+// runWithConnection runs k until the test ends, accepts its session as the fake plugin and opens a /dev/fuse
+// descriptor for the test to hand it.
+func runWithConnection(t *testing.T, k *Keeper, accept func() *handover.Conn) (*handover.Conn, *os.File) {
+	t.Helper()
+	run(t, k)
 	c := accept()
 	dev, err := fuseconn.Open()
 	if err != nil {
@@ -172,13 +177,7 @@ func TestHelloCarriesTheSecret(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- k.Run(ctx) }()
-	defer func() {
-		cancel()
-		<-done
-	}()
+	run(t, k)
 	c, err := l.Accept()
 	if err != nil {
 		t.Fatal(err)
@@ -234,13 +233,7 @@ func TestKeeperDialsOnAfterAnError(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- k.Run(ctx) }()
-	defer func() {
-		cancel()
-		<-done
-	}()
+	run(t, k)
 	testenv.Eventually(t, 10*time.Second, "the keeper to log its failed dial", func() bool {
 		return strings.Contains(log.String(), "connecting to the plugin")
 	})
