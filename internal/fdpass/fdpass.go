@@ -137,6 +137,30 @@ func ReadMsgVia(conn *net.UnixConn, closer *Closer) ([]byte, *os.File, error) {
 	return buf[:n], f, nil
 }
 
+// ErrDroppedRights is the error of ReadMsgDropping for a message that carried descriptors.
+var ErrDroppedRights = errors.New("the message carried descriptors, dropped unopened")
+
+// ReadMsgDropping reads one message from conn within its read deadline with no room for descriptors: the
+// kernel releases any the message carries without ever installing them in this process (scm_recv in
+// net/core/scm.c puts the files when there is no control buffer), so no close(2) of theirs can wait for a FUSE
+// server (see Closer), on any kernel. A message that carried some returns its data and ErrDroppedRights;
+// io.EOF (wrapped) is the end of the connection. For where the protocol has the peer send no descriptor.
+func ReadMsgDropping(conn *net.UnixConn) ([]byte, error) {
+	buf := make([]byte, MaxConfig+1)
+	n, _, flags, _, err := conn.ReadMsgUnix(buf, nil)
+	switch {
+	case errors.Is(err, io.EOF), err == nil && n == 0 && flags&unix.MSG_CTRUNC == 0:
+		return nil, fmt.Errorf("the peer closed the connection: %w", io.EOF)
+	case err != nil:
+		return nil, err
+	case n > MaxConfig || flags&unix.MSG_TRUNC != 0:
+		return nil, fmt.Errorf("message larger than %d bytes", MaxConfig)
+	case flags&unix.MSG_CTRUNC != 0:
+		return buf[:n], ErrDroppedRights
+	}
+	return buf[:n], nil
+}
+
 // rights returns every descriptor in the control messages of oob; anything but SCM_RIGHTS is an error (the
 // descriptors found are returned all the same, for the caller to close).
 func rights(oob []byte) ([]int, error) {

@@ -68,13 +68,15 @@ func Mount(dev *os.File, target string, o MountOptions) error {
 }
 
 // Check makes sure fd is open on /dev/fuse (character device 10:229, Documentation/admin-guide/devices.txt),
-// so that a wrong descriptor gets a clear error instead of garbage.
+// so that a wrong descriptor gets a clear error instead of garbage. It asks no FUSE server anything: statx(2)
+// with AT_STATX_DONT_SYNC answers from what the kernel has even for a file on a FUSE mount, where a plain
+// fstat(2) would send GETATTR to a server that may never answer.
 func Check(fd int) error {
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
+	var st unix.Statx_t
+	if err := unix.Statx(fd, "", unix.AT_EMPTY_PATH|unix.AT_STATX_DONT_SYNC, unix.STATX_TYPE, &st); err != nil {
 		return fmt.Errorf("descriptor %d: %w", fd, err)
 	}
-	if st.Mode&unix.S_IFMT != unix.S_IFCHR || unix.Major(st.Rdev) != 10 || unix.Minor(st.Rdev) != 229 {
+	if st.Mode&unix.S_IFMT != unix.S_IFCHR || st.Rdev_major != 10 || st.Rdev_minor != 229 {
 		return fmt.Errorf("descriptor %d is not /dev/fuse", fd)
 	}
 	return nil
@@ -96,7 +98,21 @@ func ID(fd int) (uint32, error) {
 	if err != nil {
 		return 0, fmt.Errorf("reading the fdinfo of descriptor %d: %w", fd, err)
 	}
-	s := bufio.NewScanner(bytes.NewReader(b))
+	if id, ok, err := connectionIn(b); ok || err != nil {
+		if err != nil {
+			err = fmt.Errorf("descriptor %d: %w", fd, err)
+		}
+		return id, err
+	}
+	if err := Check(fd); err != nil {
+		return 0, err
+	}
+	return 0, ErrNoID
+}
+
+// connectionIn returns the "fuse_connection:" of an fdinfo file's content, if it has one.
+func connectionIn(fdinfo []byte) (uint32, bool, error) {
+	s := bufio.NewScanner(bytes.NewReader(fdinfo))
 	for s.Scan() {
 		key, val, ok := bytes.Cut(s.Bytes(), []byte(":"))
 		if !ok || string(key) != "fuse_connection" {
@@ -104,14 +120,30 @@ func ID(fd int) (uint32, error) {
 		}
 		n, err := strconv.ParseUint(string(bytes.TrimSpace(val)), 10, 32)
 		if err != nil {
-			return 0, fmt.Errorf("descriptor %d: bad fuse_connection %q in its fdinfo", fd, val)
+			return 0, false, fmt.Errorf("bad fuse_connection %q in its fdinfo", val)
 		}
-		return uint32(n), nil
+		return uint32(n), true, nil
 	}
-	if err := Check(fd); err != nil {
-		return 0, err
+	return 0, false, nil
+}
+
+// HeldBySelf reports whether this process holds a /dev/fuse descriptor attached to connection id (see ID): then
+// the connection cannot end while the process lives, whatever its servers do. It reads only /proc/self/fdinfo.
+func HeldBySelf(id uint32) (bool, error) {
+	ents, err := os.ReadDir("/proc/self/fdinfo")
+	if err != nil {
+		return false, err
 	}
-	return 0, ErrNoID
+	for _, e := range ents {
+		b, err := os.ReadFile("/proc/self/fdinfo/" + e.Name())
+		if err != nil {
+			continue // closed meanwhile
+		}
+		if n, ok, _ := connectionIn(b); ok && n == id {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // outHeaderLen is sizeof(struct fuse_out_header) (include/uapi/linux/fuse.h).
@@ -219,7 +251,7 @@ func MountControl() error {
 	if err := unix.Statfs(ControlDir, &st); err != nil {
 		return fmt.Errorf("the FUSE control filesystem: %w", err)
 	}
-	if st.Type == fusectlMagic {
+	if st.Type == ControlMagic {
 		return nil
 	}
 	if err := unix.Mount("fusectl", ControlDir, "fusectl", 0, ""); err != nil && !errors.Is(err, unix.EBUSY) {
@@ -228,8 +260,9 @@ func MountControl() error {
 	return nil
 }
 
-// fusectlMagic is FUSE_CTL_SUPER_MAGIC (include/uapi/linux/magic.h).
-const fusectlMagic = 0x65735543
+// ControlMagic is the control filesystem's type as statfs(2) tells it: FUSE_CTL_SUPER_MAGIC
+// (include/uapi/linux/magic.h).
+const ControlMagic = 0x65735543
 
 // Waiting returns how many requests of connection id wait for an answer: queued, or read by a server that
 // has not answered them (fuse_conn_waiting_read in fs/fuse/control.c).

@@ -166,8 +166,10 @@ type Conn struct {
 	closer *fdpass.Closer
 	// recvBy bounds the next Recv calls (zero: none).
 	recvBy time.Time
-	dl     sync.Mutex // closed, and the read deadline, which Close sets in the past to wake a Recv
-	closed bool
+	// dropping makes Recv read with no room for descriptors (DropDescriptors).
+	dropping bool
+	dl       sync.Mutex // closed, and the read deadline, which Close sets in the past to wake a Recv
+	closed   bool
 }
 
 // SendTimeout bounds a Send: a peer that stops reading gets its session closed instead of blocking the sender.
@@ -311,7 +313,16 @@ func (c *Conn) Recv() (Msg, *os.File, error) {
 	if err != nil {
 		return Msg{}, nil, fmt.Errorf("setting the read deadline: %w", err)
 	}
-	data, f, err := fdpass.ReadMsgVia(c.c, c.closer)
+	var data []byte
+	var f *os.File
+	if c.dropping {
+		data, err = fdpass.ReadMsgDropping(c.c)
+		if errors.Is(err, fdpass.ErrDroppedRights) {
+			return Msg{}, nil, fmt.Errorf("protocol error: %w", err)
+		}
+	} else {
+		data, f, err = fdpass.ReadMsgVia(c.c, c.closer)
+	}
 	if err != nil {
 		return Msg{}, nil, err
 	}
@@ -334,6 +345,24 @@ func (c *Conn) Recv() (Msg, *os.File, error) {
 		return Msg{}, nil, fmt.Errorf("protocol error: %w", err)
 	}
 	return m, f, nil
+}
+
+// CloseVia makes c close what the peer sends and, at the end, its socket through closer (see fdpass.Closer):
+// for the end that does not trust its peer. Accepted sessions of a Listener with CloseVia have it already.
+func (c *Conn) CloseVia(closer *fdpass.Closer) { c.closer = closer }
+
+// DropDescriptors, while drop, makes Recv read with no room for descriptors: what a message carries is
+// released by the kernel unopened (fdpass.ReadMsgDropping), and the message is a protocol error. For the part of
+// a session where the protocol has the peer send none (a hello): a descriptor closed here could make the
+// closing thread wait for a FUSE server.
+func (c *Conn) DropDescriptors(drop bool) { c.dropping = drop }
+
+// RefuseDescriptors drops descriptors for the rest of the session (DropDescriptors) and makes the kernel fail
+// the peer's sends that carry one (fdpass.RefuseRights), so that none even waits in the socket. A kernel
+// without the means (before Linux 6.16) returns fdpass.ErrRightsUnsupported; the drop holds all the same.
+func (c *Conn) RefuseDescriptors() error {
+	c.dropping = true
+	return fdpass.RefuseRights(c.c)
 }
 
 // SetRecvDeadline bounds the Recv calls that follow: past t they fail (zero: no bound).
