@@ -141,7 +141,12 @@ func (p *childProcess) kill() {
 	p.stopping = true
 	p.mu.Unlock()
 	_ = p.cmd.Process.Kill()
-	<-p.done
+	select {
+	case <-p.done:
+	case <-time.After(killWait):
+		// A server whose own thread waits for a FUSE request nobody answers cannot die yet; the plugin goes on.
+		klog.ErrorS(nil, "FUSE server still there after SIGKILL; leaving it", "volumeID", p.volumeID, "pid", p.PID(), "waited", killWait)
+	}
 }
 
 // Stop sends SIGTERM (a server then unmounts and exits) and SIGKILL when ctx ends first.

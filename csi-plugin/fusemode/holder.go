@@ -3,6 +3,7 @@ package fusemode
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"sort"
@@ -47,6 +48,9 @@ type holder struct {
 	// volume exited, and that a session ended (with the volumes it held).
 	backendEnded func(volume string, s *keeperSession)
 	sessionEnded func(s *keeperSession, held []string)
+	// ownsAlso, when set (relay-keeper mode), reports whether a FUSE connection the holder does not keep is the
+	// plugin's all the same (a volume's backend): see owns.
+	ownsAlso func(id uint32) bool
 
 	mu       sync.Mutex
 	ln       *handover.Listener
@@ -64,9 +68,27 @@ type sessionAuth struct {
 }
 
 func newHolder(socket string, auth *sessionAuth, closer *fdpass.Closer, maxSessions int) *holder {
-	return &holder{socket: socket, auth: auth, closer: closer, slots: make(chan struct{}, maxSessions), greeting: helloTimeout,
+	h := &holder{socket: socket, auth: auth, closer: closer, slots: make(chan struct{}, maxSessions), greeting: helloTimeout,
 		resend: func(dev *os.File) { _, _ = fuseconn.Resend(int(dev.Fd())) },
 		conns:  map[string]*keptConn{}, changed: make(chan struct{}), done: make(chan struct{})}
+	closer.Own(h.owns)
+	return h
+}
+
+// owns reports whether FUSE connection id is one the plugin mounted for this holder (a connection it keeps,
+// or ownsAlso's): the closer of what sessions send ends such a connection before closing one of its files
+// (fdpass.Closer), whoever holds it.
+func (h *holder) owns(id uint32) bool {
+	h.mu.Lock()
+	for _, c := range h.conns {
+		if c.id == id {
+			h.mu.Unlock()
+			return true
+		}
+	}
+	also := h.ownsAlso
+	h.mu.Unlock()
+	return also != nil && also(id)
 }
 
 // serve starts taking sessions on ln.
@@ -150,6 +172,29 @@ func (h *holder) close() {
 			_ = s.conn.Close()
 		}
 	}()
+}
+
+// drainWait bounds how long the plugin's exit waits for the closes of what sessions sent (drain): the plugin must
+// be gone within seconds of SIGTERM, whatever a peer sent.
+const drainWait = 3 * time.Second
+
+// drain, at the plugin's exit, ends the closes of descriptors the sessions sent that wait for a FUSE server of a
+// connection the plugin holds (fdpass.Closer.Drain aborts it), and waits for them until ctx ends.
+func (h *holder) drain(ctx context.Context) {
+	if err := h.closer.Drain(ctx); err != nil {
+		klog.ErrorS(err, "Exiting with descriptors a session sent still being closed: the process ends only once those servers answer", "socket", h.socket)
+	}
+}
+
+// drainAll drains every holder of hs at once, within drainWait.
+func drainAll(hs []*holder) {
+	ctx, cancel := context.WithTimeout(context.Background(), drainWait)
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, h := range hs {
+		wg.Go(func() { h.drain(ctx) })
+	}
+	wg.Wait()
 }
 
 // forget drops the plugin's copy of c and tells every session to drop theirs.
@@ -310,6 +355,9 @@ func (h *holder) session(c *handover.Conn) {
 		}
 	}
 	c.SetRecvDeadline(time.Now().Add(h.greeting))
+	// Only the holds that follow an accepted hello carry descriptors: until then, and after them, whatever a
+	// peer attaches is dropped unopened by the kernel (a file it sent, closed here, could wait for a FUSE server).
+	c.DropDescriptors(true)
 	m, f, err := c.Recv()
 	if err != nil || m.Kind != handover.Hello {
 		if f != nil {
@@ -325,6 +373,7 @@ func (h *holder) session(c *handover.Conn) {
 		}
 	}
 	s := &keeperSession{conn: c, role: clip(m.Role), version: clip(m.Version), pid: m.PID, holds: map[string]bool{}, handed: map[string]bool{}}
+	c.DropDescriptors(false)
 	var adopted, refused []string
 	for i := 0; i < m.Holds; i++ {
 		hm, f, err := c.Recv()
@@ -347,6 +396,10 @@ func (h *holder) session(c *handover.Conn) {
 		}
 	}
 	c.SetRecvDeadline(time.Time{})
+	// From now on the protocol has the peer send no descriptor: the kernel refuses any.
+	if err := c.RefuseDescriptors(); err != nil && !errors.Is(err, fdpass.ErrRightsUnsupported) {
+		klog.ErrorS(err, "Making the session refuse descriptors", "role", s.role, "pid", s.pid)
+	}
 	h.mu.Lock()
 	h.sessions = append(h.sessions, s)
 	missing := h.missingLocked(s)

@@ -189,10 +189,11 @@ func logPauseLimit() {
 	}
 }
 
-// Close stops listening and ends every session. The mounts stay: the keepers keep serving them, and the
-// plugin's own copies close with the process.
+// Close stops listening and ends every session, then ends the closes of what sessions sent (holder.drain). The
+// mounts stay: the keepers keep serving them, and the plugin's own copies close with the process.
 func (k *Keeper) Close() error {
 	k.h.close()
+	drainAll([]*holder{k.h})
 	return nil
 }
 

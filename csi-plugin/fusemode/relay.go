@@ -141,10 +141,12 @@ func (r *Relay) Start(ctx context.Context, req Request) (Server, error) {
 	dir := r.volumeDir(req.VolumeID)
 	v := &relayVolume{r: r, volumeID: req.VolumeID, mountpoint: req.Mountpoint, dir: dir, backend: filepath.Join(dir, "backend"),
 		nodes: filepath.Join(dir, "nodes"), init: filepath.Join(dir, "init"), stop: make(chan struct{}), done: make(chan struct{})}
+	// First the mount a predecessor left at this volume's own directory: making the directory stats the path,
+	// which would reach that mount's server (or fail on a dead one).
+	r.detachBackend(v.backend)
 	if err := os.MkdirAll(v.backend, 0o700); err != nil {
 		return nil, fmt.Errorf("relay directory: %w", err)
 	}
-	r.detachBackend(v.backend) // a dead mount a predecessor left at this volume's own directory
 	// A new connection starts with no node table: a predecessor's would give IDs the kernel never handed out.
 	for _, f := range []string{v.nodes, v.init} {
 		if err := os.Remove(f); err != nil && !errors.Is(err, os.ErrNotExist) {

@@ -3,6 +3,7 @@ package fusemode
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -60,7 +61,25 @@ func NewRelayKeeper(opts Options) (*RelayKeeper, error) {
 	rk := &RelayKeeper{k: k, r: r, vols: map[string]*keptRelay{}}
 	k.h.backendOf, k.h.exclusive = rk.backendOf, true
 	k.h.backendEnded, k.h.sessionEnded = rk.backendEnded, rk.sessionEnded
+	k.h.ownsAlso = rk.ownsBackend
 	return rk, nil
+}
+
+// ownsBackend reports whether FUSE connection id is a volume's newest backend: the plugin mounted it, and only
+// the keeper's real server holds it.
+func (rk *RelayKeeper) ownsBackend(id uint32) bool {
+	rk.mu.Lock()
+	vols := slices.Collect(maps.Values(rk.vols))
+	rk.mu.Unlock()
+	for _, v := range vols {
+		v.mu.Lock()
+		own := v.backendID == id
+		v.mu.Unlock()
+		if own {
+			return true
+		}
+	}
+	return false
 }
 
 // Name implements Mode.
@@ -225,10 +244,11 @@ type keptRelay struct {
 	stop              chan struct{}
 	stopOnce          sync.Once
 
-	mu      sync.Mutex
-	root    *os.File       // the newest backend's root (O_PATH), handed to every keeper session holding the volume
-	session *keeperSession // the session whose keeper runs the real server; nil while unknown
-	ended   chan struct{}  // closed once that server is gone
+	mu        sync.Mutex
+	root      *os.File       // the newest backend's root (O_PATH), handed to every keeper session holding the volume
+	backendID uint32         // the newest backend's connection (fuseconn.ID), 0 while unknown
+	session   *keeperSession // the session whose keeper runs the real server; nil while unknown
+	ended     chan struct{}  // closed once that server is gone
 }
 
 func (v *keptRelay) setKept(ks *keptServer) {
@@ -293,7 +313,7 @@ func (v *keptRelay) startBackend(ctx context.Context) error {
 	id, _ := fuseconn.ID(int(dev.Fd())) // to abort it if the keeper never serves it: a probe of it would wait
 	ended := make(chan struct{})
 	v.mu.Lock()
-	v.session, v.ended = s, ended
+	v.session, v.ended, v.backendID = s, ended, id
 	v.mu.Unlock()
 	// The plugin keeps no copy: the server's death must end the backend's connection (ENOTCONN), not leave
 	// its requests queued.

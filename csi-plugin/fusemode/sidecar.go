@@ -107,9 +107,12 @@ func (s *Sidecar) Close() error {
 	for _, t := range targets {
 		s.Release(t)
 	}
+	hs := make([]*holder, 0, len(held))
 	for _, t := range held {
 		t.release(true)
+		hs = append(hs, t.h)
 	}
+	drainAll(hs)
 	return nil
 }
 
@@ -357,10 +360,16 @@ func listenIn(dir *os.File, network, name string, closer *fdpass.Closer) (*net.U
 		return nil, err
 	}
 	addr := fmt.Sprintf("/proc/self/fd/%d/%s", dir.Fd(), name)
-	ln, err := net.ListenUnix(network, &net.UnixAddr{Name: addr, Net: network})
+	var lc net.ListenConfig
+	if network == "unix" {
+		// One message goes out (fdpass.SendOnce) and none is read: the pod may queue no descriptor at all.
+		lc.Control = fdpass.RefuseRightsControl
+	}
+	l, err := lc.Listen(context.Background(), network, addr)
 	if err != nil {
 		return nil, err
 	}
+	ln := l.(*net.UnixListener)
 	ln.SetUnlinkOnClose(false) // the address is only valid while dir is open: removeSocket does it
 	// Any user in the pod may connect (the sidecar runs as non-root): the first one gets the descriptor.
 	if err := chmodSocket(dir, name); err != nil {

@@ -27,9 +27,11 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/contract"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/fdpass"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/fuseconn"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/fuseserver"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/handover"
@@ -76,6 +78,8 @@ type Keeper struct {
 	log    io.Writer
 	spawn  *spawn.Spawner
 	events chan event
+	// closer closes what a peer sends that the keeper does not keep (see fdpass.Closer).
+	closer *fdpass.Closer
 
 	conns map[string]*conn // by volume
 	// roots are the newest backend roots the plugin handed over (relay-keeper mode), by volume: every server
@@ -162,7 +166,7 @@ func New(cfg Config, log io.Writer) (*Keeper, error) {
 			return nil, fmt.Errorf("status file: %w", err)
 		}
 	}
-	return &Keeper{cfg: cfg, log: log, realServer: real, realArgs: realArgs, events: make(chan event, 64), conns: map[string]*conn{}, roots: map[string]*os.File{}, backends: map[string]*backendServer{}, quit: make(chan struct{})}, nil
+	return &Keeper{cfg: cfg, log: log, closer: fdpass.NewCloser(2, 16), realServer: real, realArgs: realArgs, events: make(chan event, 64), conns: map[string]*conn{}, roots: map[string]*os.File{}, backends: map[string]*backendServer{}, quit: make(chan struct{})}, nil
 }
 
 // Run keeps connections until ctx ends; then it stops its servers (SIGTERM: they exit without unmounting
@@ -225,6 +229,9 @@ func (k *Keeper) dialLoop(ctx context.Context, redial <-chan struct{}) {
 func (k *Keeper) dial(ctx context.Context) (*handover.Conn, error) {
 	for {
 		c, err := handover.Dial(ctx, k.cfg.PluginSocket, k.cfg.RedialInterval)
+		if err == nil {
+			c.CloseVia(k.closer)
+		}
 		if err == nil || ctx.Err() != nil {
 			return c, err
 		}
@@ -326,7 +333,7 @@ func (k *Keeper) pluginConnected(c *handover.Conn) bool {
 				return
 			}
 			if !k.emit(event{kind: pluginMsg, conn: c, msg: m, f: f}) && f != nil {
-				f.Close()
+				c.Discard(f)
 			}
 		}
 	}()
@@ -557,9 +564,11 @@ func (k *Keeper) tellPlugin(m handover.Msg) {
 // shutdown stops every server gracefully and lets go of everything.
 func (k *Keeper) shutdown() {
 	k.logf("stopping: %d FUSE server(s) exit without unmounting; the plugin keeps the connections", len(k.servers))
+	var wg sync.WaitGroup
 	for _, s := range k.servers {
-		s.stop(5 * time.Second)
+		wg.Go(func() { s.stop(serverGrace) })
 	}
+	wg.Wait()
 	if k.plugin != nil {
 		k.plugin.Close()
 	}
@@ -571,6 +580,11 @@ func (k *Keeper) shutdown() {
 	}
 	for v := range k.backends {
 		k.stopBackend(v)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := k.closer.Drain(ctx); err != nil {
+		k.logf("exiting with descriptors a peer sent still being closed: %v", err)
 	}
 }
 

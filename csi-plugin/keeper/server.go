@@ -2,12 +2,14 @@ package keeper
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os/exec"
 	"slices"
 	"syscall"
 	"time"
 
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/fdpass"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/handover"
 )
 
@@ -30,6 +32,14 @@ func (k *Keeper) startServer() (*server, error) {
 	if err != nil {
 		return nil, err
 	}
+	// A server sends no descriptor: the kernel refuses any (one the keeper had to close could keep it waiting,
+	// see fdpass.Closer), and what an older kernel lets through goes to the keeper's Closer.
+	if err := session.RefuseDescriptors(); err != nil && !errors.Is(err, fdpass.ErrRightsUnsupported) {
+		session.Close()
+		child.Close()
+		return nil, fmt.Errorf("server session: %w", err)
+	}
+	session.CloseVia(k.closer)
 	cmd := k.serverCmd(child)
 	err = k.spawn.Start(context.Background(), cmd)
 	child.Close()
@@ -48,7 +58,7 @@ func (k *Keeper) startServer() (*server, error) {
 				return // the process exited (or broke the protocol: it is killed below)
 			}
 			if f != nil {
-				f.Close() // servers send no descriptors
+				session.Discard(f) // servers send no descriptors
 			}
 			k.emit(event{kind: serverMsg, srv: s, msg: m})
 		}
@@ -62,7 +72,9 @@ func (k *Keeper) startServer() (*server, error) {
 	return s, nil
 }
 
-// stop sends SIGTERM (a server exits at once, unmounting nothing) and SIGKILL after grace.
+// stop sends SIGTERM (a server exits at once, unmounting nothing) and SIGKILL after grace, and waits for its
+// exit at most killWait more: a server whose thread waits for a FUSE request no one answers (a FLUSH to a
+// stopped real server) cannot die, and the keeper must not wait for it for ever.
 func (s *server) stop(grace time.Duration) {
 	s.stopping = true
 	_ = s.cmd.Process.Signal(syscall.SIGTERM)
@@ -70,9 +82,20 @@ func (s *server) stop(grace time.Duration) {
 	case <-s.done:
 	case <-time.After(grace):
 		s.kill()
-		<-s.done
+		select {
+		case <-s.done:
+		case <-time.After(killWait):
+		}
 	}
 }
+
+// serverGrace is how long a server may take to exit after SIGTERM (it exits at once, unmounting nothing), and
+// killWait how long the keeper waits for its exit after SIGKILL: together well within the 10 s in which the
+// keeper must be gone after SIGTERM.
+const (
+	serverGrace = 3 * time.Second
+	killWait    = 2 * time.Second
+)
 
 // kill ends a server that misbehaves; the keeper sees it exit and hands its connections to another one.
 func (s *server) kill() { _ = s.cmd.Process.Kill() }
