@@ -32,6 +32,8 @@ const (
 // Lab is what one test started: processes, and the directories under which it mounts. Its cleanup, registered
 // when the Lab is made and so run after every cleanup registered later, is the only order that cannot hang:
 //
+//  0. check that every plugin or keeper the test stopped left its FUSE connections served or ended
+//     (checkHolders);
 //  1. abort the FUSE connections of every mount under the Lab's directories (in this process's mount table and
 //     in those of its processes, which may have mount namespaces of their own): a request that nobody answers
 //     keeps its caller in uninterruptible sleep, out of reach of SIGKILL, until its connection ends;
@@ -88,13 +90,19 @@ type Proc struct {
 	t    testing.TB
 	done chan struct{}
 	err  error
+	// holder is set for the plugin and its keeper (a command line that runs csi-plugin): they hold FUSE
+	// connections, and the Lab checks what they leave behind (checkHolders). held are the connections it was
+	// seen holding when the test signalled it.
+	holder bool
+	mu     sync.Mutex
+	held   map[uint32]bool
 }
 
 // Start starts cmd as the process called name (in messages and in its log's file name); the Lab stops it at
 // the end. Output the caller did not direct elsewhere goes to the process's log file.
 func (l *Lab) Start(name string, cmd *exec.Cmd) *Proc {
 	l.t.Helper()
-	p := &Proc{Name: name, Cmd: cmd, t: l.t, done: make(chan struct{})}
+	p := &Proc{Name: name, Cmd: cmd, t: l.t, done: make(chan struct{}), holder: runsPlugin(cmd)}
 	log, err := os.CreateTemp(l.logDir, strings.NewReplacer("/", "-", " ", "-").Replace(name)+"-*.log")
 	if err != nil {
 		l.t.Fatal(err)
@@ -151,9 +159,18 @@ func (p *Proc) Log() string {
 // Tail returns the last lines of the process's log, for a failure message.
 func (p *Proc) Tail() string { return tail(p.LogPath, logTail) }
 
+// runsPlugin reports whether cmd runs csi-plugin (the plugin, its keeper; directly or through a wrapper such
+// as unshare).
+func runsPlugin(cmd *exec.Cmd) bool {
+	return slices.ContainsFunc(cmd.Args, func(a string) bool { return filepath.Base(a) == "csi-plugin" })
+}
+
 // Signal sends sig to the process (by its PID; a no-op once it was reaped).
 func (p *Proc) Signal(sig os.Signal) {
 	p.t.Helper()
+	if p.holder && !p.Exited() {
+		p.noteHeld()
+	}
 	if err := p.Cmd.Process.Signal(sig); err != nil && !errors.Is(err, os.ErrProcessDone) {
 		p.t.Fatalf("signal %v to %s (pid %d): %v", sig, p.Name, p.PID(), err)
 	}
@@ -225,7 +242,131 @@ func procState(pid int) string {
 	if w, err := os.ReadFile(fmt.Sprintf("/proc/%d/wchan", pid)); err == nil && len(w) > 0 && string(w) != "0" {
 		state += " in " + string(w)
 	}
+	if d := dThreads(pid); len(d) > 0 {
+		state += "; threads in D state (uninterruptible, SIGKILL cannot end them): " + strings.Join(d, ", ")
+	}
 	return state
+}
+
+// dThreads describes the threads of process pid in D state: "tid in <kernel function> (<caller> ← …)", from
+// /proc/<pid>/task/<tid>/wchan and, when readable (root), the top of its kernel stack: what it waits for, such
+// as request_wait_answer ← fuse_flush for a close(2) waiting for a FUSE server's answer.
+func dThreads(pid int) []string {
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, task := range tasks {
+		dir := fmt.Sprintf("/proc/%d/task/%s", pid, task.Name())
+		b, err := os.ReadFile(dir + "/stat")
+		if err != nil {
+			continue
+		}
+		i := strings.LastIndexByte(string(b), ')')
+		if i < 0 || i+2 >= len(b) || b[i+2] != 'D' {
+			continue
+		}
+		d := task.Name()
+		if w, err := os.ReadFile(dir + "/wchan"); err == nil && len(w) > 0 && string(w) != "0" {
+			d += " in " + string(w)
+		}
+		if st, err := os.ReadFile(dir + "/stack"); err == nil {
+			var frames []string
+			for _, line := range strings.Split(strings.TrimSpace(string(st)), "\n") {
+				if f := strings.Fields(line); len(f) >= 2 && len(frames) < 4 {
+					frames = append(frames, strings.SplitN(f[1], "+", 2)[0])
+				}
+			}
+			if len(frames) > 0 {
+				d += " (" + strings.Join(frames, " ← ") + ")"
+			}
+		}
+		out = append(out, d)
+	}
+	return out
+}
+
+// noteHeld records the FUSE connections the process holds now (HeldConnections).
+func (p *Proc) noteHeld() {
+	ids := HeldConnections(p.PID())
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.held == nil {
+		p.held = map[uint32]bool{}
+	}
+	for _, id := range ids {
+		p.held[id] = true
+	}
+}
+
+// HeldConnections returns the FUSE connections that process pid holds a /dev/fuse descriptor of, as
+// /proc/<pid>/fdinfo shows them ("fuse_connection:"); none on a kernel that does not show them.
+func HeldConnections(pid int) []uint32 {
+	dir := fmt.Sprintf("/proc/%d/fdinfo", pid)
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil
+	}
+	var ids []uint32
+	for _, e := range ents {
+		b, err := os.ReadFile(dir + "/" + e.Name())
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "fuse_connection:"); ok {
+				if n, err := strconv.ParseUint(strings.TrimSpace(v), 10, 32); err == nil && !slices.Contains(ids, uint32(n)) {
+					ids = append(ids, uint32(n))
+				}
+			}
+		}
+	}
+	return ids
+}
+
+// checkHolders fails the test for every FUSE connection that a plugin or keeper held when the test stopped
+// it and that still has requests waiting, unanswered for a second, at the end: a reader of it hangs, and only
+// the cleanup's abort would end it. A stopped plugin or keeper must leave each connection either served by
+// another holder or ended. (That the process itself is gone, with no thread left in D state, Proc.Wait and the
+// cleanup's wait check.)
+func (l *Lab) checkHolders(procs []*Proc) {
+	type left struct {
+		p  *Proc
+		id uint32
+	}
+	var suspects []left
+	_ = mountFusectl() // without it nothing can be checked (waitingOn fails), and nothing is reported
+	for _, p := range procs {
+		if !p.holder || !p.Exited() {
+			continue
+		}
+		p.mu.Lock()
+		for id := range p.held {
+			if n, err := waitingOn(id); err == nil && n > 0 {
+				suspects = append(suspects, left{p, id})
+			}
+		}
+		p.mu.Unlock()
+	}
+	if len(suspects) == 0 {
+		return
+	}
+	time.Sleep(time.Second) // a successor may be taking the connection over
+	for _, s := range suspects {
+		if n, err := waitingOn(s.id); err == nil && n > 0 {
+			l.t.Errorf("FUSE connection %d, which %s (pid %d) held when the test stopped it, has %d request(s) that nobody answers at the end of the test: its readers hang (a stopped plugin or keeper must leave a connection served or ended)", s.id, s.p.Name, s.p.PID(), n)
+		}
+	}
+}
+
+// waitingOn is the number of requests of FUSE connection id waiting for an answer (its waiting file).
+func waitingOn(id uint32) (int, error) {
+	b, err := os.ReadFile(fmt.Sprintf("%s/%d/waiting", fusectl, id))
+	if err != nil {
+		return 0, err
+	}
+	return strconv.Atoi(strings.TrimSpace(string(b)))
 }
 
 // cleanup is the Lab's end; see Lab.
@@ -234,6 +375,7 @@ func (l *Lab) cleanup() {
 	roots, procs := l.roots, l.procs
 	l.mu.Unlock()
 	t := l.t
+	l.checkHolders(procs)
 
 	var live []int
 	for _, p := range procs {
