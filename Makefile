@@ -2,7 +2,11 @@
 # Each non-trivial target calls a script under hack/.
 
 SHELL := /usr/bin/env bash
+# One set of build flags for every go build, test, vet and run (the binaries, the images, the tests' own builds of
+# the commands): each package compiles once per build cache. A cold cache spends most of its time on client-go and
+# helm; a second set of flags would compile them all again.
 export CGO_ENABLED ?= 0
+export GOFLAGS ?= -trimpath
 BIN ?= $(CURDIR)/bin
 export BIN
 
@@ -95,7 +99,7 @@ export BACKEND
 scenario-%: ## run one scenario (checks the name, then builds): make scenario-restart (BACKEND=local|kube, SCENARIO_FLAGS=--keep)
 	hack/scenario.sh $*
 
-scenarios: ## build, then run every scenario of the catalog (FUSE_SERVER=gcsfuse|squashfuse: with a real server); reports in _output/runs/<time>-<name>/, recorded in scenarios/results
+scenarios: ## build, then run every scenario of the catalog (FUSE_SERVER=gcsfuse|squashfuse: with a real server); reports in _output/runs/<time>-<name>/; RECORD=1 records them in scenarios/results and regenerates the docs
 	hack/scenario.sh all
 
 scenarios-doc: ## regenerate scenarios/README.md's per-version table from the files of scenarios/results
@@ -126,9 +130,13 @@ soak-relay-keeper: servers ## relay-keeper mode: DFC_SOAK_KILLS (50) kills per r
 ################################################################################
 # Scenarios on a real cluster (scenarios/kube; scenarios/README.md, "Kubernetes backend")
 ################################################################################
-.PHONY: test-kube ci-kube
+.PHONY: test-kube ci-kube kube-release
 test-kube: ## the catalog as e2e-framework go tests against $KUBECONFIG's cluster (DFC_SCENARIOS="subpath": only those; DFC_SIDECAR_DELAYS="0s 3s": sidecar-late per delay)
 	DFC_KUBE_E2E=1 go test -count=1 -timeout 60m -v ./scenarios/kube/e2e/
 
-ci-kube: ## CI: the catalog on two kubelet releases (hack/ci-kube.sh), one cluster at a time, always cluster-down
+ci-kube: ## CI: the whole catalog on the newest kubelet, then the every-server rows with gcsfuse (hack/ci-kube.sh), recorded, always cluster-down
 	hack/ci-kube.sh
+
+kube-release: ## a recorded pass of release K8S_VERSION (e.g. v1.36.3): the rows whose outcome depends on the release, then the every-server rows with gcsfuse; brings its cluster up and always down
+	@[ -n "$(K8S_VERSION)" ] || { echo "make kube-release needs K8S_VERSION, e.g. make kube-release K8S_VERSION=v1.36.3" >&2; exit 2; }
+	hack/ci-kube.sh $(K8S_VERSION)

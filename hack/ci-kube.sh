@@ -1,36 +1,41 @@
 #!/usr/bin/env bash
-# `make ci-kube`: the scenario catalog on the real kubelets of two Kubernetes releases, one cluster at a time.
-# The newest release runs every scenario; the newest release before kubelet's subPath repair runs only the
-# scenarios to check on every release: those whose expected outcome depends on the kubelet version, and those
-# whose kubelet code changed between the two (the native sidecar's). For each release: make cluster-build
-# (compiles it from Go module source the first time, cached after), make cluster-up (installs the Debian
-# packages the cluster needs, builds and imports the images), make test-kube with every skip a failure, and
-# make cluster-down, which also runs after a failure or an interrupt. Each release's runs are recorded in a file
-# of scenarios/results, and scenarios/README.md's per-version table is generated again from those files (make
-# scenarios-doc). On the newest release's cluster, after its catalog, each real FUSE server of SERVERS runs the
-# scenarios whose outcome is about the server (dfc-scenario --list --every-server; the local backend runs the
-# others with every server) with the image's build of that server, recorded in a file of its own. Prints each step's duration and the total. Needs root.
+# `make ci-kube` and `make kube-release`: the scenario catalog on the real kubelet of one Kubernetes release built
+# from source on this machine, recorded.
 #
-# Environment: DFC_KUBE_ARTIFACTS (parent of one directory of run dirs and summary per release, and per
-# release-server for the real servers; default _output/kube-e2e/ci-<time>).
+#   hack/ci-kube.sh            CI: the newest release (K8S_DEFAULT_VERSION), every scenario
+#   hack/ci-kube.sh RELEASE    a recorded pass of another release: the scenarios to check on every release (those
+#                              whose expected outcome depends on the kubelet version, and those whose kubelet code
+#                              changed between releases: dfc-scenario --list --every-release)
+#
+# Either way the scenarios whose outcome is about the FUSE server (dfc-scenario --list --every-server) then run with
+# each real server of SERVERS, with the image's build of that server. Steps: make cluster-build (compiles the
+# release from Go module source the first time, cached after), make cluster-up (installs the Debian packages the
+# cluster needs, builds and imports the images), make test-kube with every skip a failure, and make cluster-down,
+# which also runs after a failure or an interrupt. Each pass is recorded in a file of scenarios/results and the
+# docs generated from the records are generated again (make scenarios-doc, make matrix-doc). CI runs the newest release only,
+# to stay within its hour from cold caches; the other releases' records come from recorded passes, which the
+# generated docs and their tests check like CI's. Prints each step's duration and the total. Needs root.
+#
+# Environment: DFC_KUBE_ARTIFACTS (parent of one directory of run dirs and summary per pass; default
+# _output/kube-e2e/ci-<time>).
 set -o errexit -o nounset -o pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=hack/cluster/lib.sh
 source hack/cluster/lib.sh
 
-# The scenarios to check on every release: the catalog says which and why (the kubelet code and PRs behind each
-# version-dependent outcome, the kubelet code that changed under the others).
-EVERY_RELEASE_SCENARIOS=$(go run ./scenarios/cmd/dfc-scenario --list --every-release | xargs)
-[ -n "$EVERY_RELEASE_SCENARIOS" ] || die "the catalog names no scenario to run on every release"
-EVERY_SERVER_SCENARIOS=$(go run ./scenarios/cmd/dfc-scenario --list --every-server | xargs)
+RELEASE=${1:-$K8S_DEFAULT_VERSION}
+BIN=${BIN:-$PWD/bin}
+# One build of the catalog's command, with the flags of every other build (GOFLAGS in the Makefile).
+mkdir -p "$BIN"
+CGO_ENABLED=0 go build -trimpath -o "$BIN/dfc-scenario" ./scenarios/cmd/dfc-scenario
+ONLY= # no scenarios = the whole catalog
+if [ "$RELEASE" != "$K8S_DEFAULT_VERSION" ]; then
+  ONLY=$("$BIN/dfc-scenario" --list --every-release | xargs)
+  [ -n "$ONLY" ] || die "the catalog names no scenario to run on every release"
+fi
+EVERY_SERVER_SCENARIOS=$("$BIN/dfc-scenario" --list --every-server | xargs)
 [ -n "$EVERY_SERVER_SCENARIOS" ] || die "the catalog names no scenario to run with every real server"
-# The newest release without kubelet's subPath repair: v1.37 unmounts and binds again a subPath bind that
-# points at a dead FUSE connection (prepareSubpathTarget in pkg/volume/util/subpath/subpath_linux.go,
-# kubernetes PRs #138856 and #139275).
-OLDER_K8S_VERSION=v1.36.3
-# RELEASE=SCENARIOS, one cluster each, in this order; no scenarios = the whole catalog.
-RUNS=("$K8S_DEFAULT_VERSION=" "$OLDER_K8S_VERSION=$EVERY_RELEASE_SCENARIOS")
-# The real FUSE servers (internal/fuseserver) whose rows run on the newest release, besides dummy-fuse's.
+# The real FUSE servers (internal/fuseserver) whose rows run besides dummy-fuse's.
 SERVERS=(gcsfuse)
 
 # The clusters run with kubelet's volume health on (the alpha CSIVolumeHealth gate, on every component: v1.37's
@@ -44,65 +49,52 @@ ARTIFACTS=${DFC_KUBE_ARTIFACTS:-$PWD/_output/kube-e2e/ci-$(date +%Y%m%d-%H%M%S)}
 export DFC_REQUIRE_PRIVILEGED=1 KUBECONFIG=$KUBECONFIG_PATH
 COMMIT=$(git describe --always --dirty --abbrev=7 2>/dev/null || echo unknown)
 
-# record DIR: the result.json of the run dirs in $ARTIFACTS/DIR (a release's, or a release's with a real FUSE
-# server: the records name it) into scenarios/results, then the README's table.
+# record DIR: the result.json of the run dirs in $ARTIFACTS/DIR (a pass with dummy-fuse, or with a real FUSE
+# server: the records name it) into scenarios/results, then every doc generated from them (make scenarios-doc,
+# make matrix-doc).
 # shellcheck disable=SC2317 # run through timed
 record() {
-  go run ./scenarios/cmd/scenariodoc record -commit "$COMMIT" -command "make ci-kube" "$ARTIFACTS/$1" &&
-    go run ./scenarios/cmd/scenariodoc
+  go run ./scenarios/cmd/scenariodoc record -commit "$COMMIT" -command "$COMMAND" "$ARTIFACTS/$1" &&
+    go run ./scenarios/cmd/scenariodoc && go run ./scenarios/cmd/matrix
 }
+COMMAND="make ci-kube"
+[ "$RELEASE" = "$K8S_DEFAULT_VERSION" ] || COMMAND="make kube-release K8S_VERSION=$RELEASE"
 
-up= # the release whose cluster may be running
+up= # set while the cluster may be running
 # shellcheck disable=SC2317 # run by the EXIT trap
 finish() {
   local rc=$?
   trap - EXIT INT TERM
   if [ -n "$up" ]; then
-    timed "cluster-down $up" "$MAKE" cluster-down || rc=1
+    timed "cluster-down $RELEASE" "$MAKE" cluster-down || rc=1
   fi
-  local run server
-  for run in "${RUNS[@]}"; do
-    for server in dummy-fuse "${SERVERS[@]}"; do
-      local dir=$ARTIFACTS/${run%%=*}
-      [ "$server" = dummy-fuse ] || dir+=-$server
-      [ -f "$dir/summary.txt" ] || continue
-      printf '\n=== ci-kube: kubelet %s, FUSE server %s (%s)\n' "${run%%=*}" "$server" "$dir"
-      cat "$dir/summary.txt"
-    done
+  local server dir
+  for server in dummy-fuse "${SERVERS[@]}"; do
+    dir=$ARTIFACTS/$RELEASE
+    [ "$server" = dummy-fuse ] || dir+=-$server
+    [ -f "$dir/summary.txt" ] || continue
+    printf '\n=== kubelet %s, FUSE server %s (%s)\n' "$RELEASE" "$server" "$dir"
+    cat "$dir/summary.txt"
   done
-  print_times ci-kube
+  print_times "$COMMAND"
   exit "$rc"
 }
 trap finish EXIT
 trap 'exit 130' INT TERM
 
 # A cluster an interrupted earlier run left would be reused by cluster-up (same settings) or refused (others):
-# CI starts from none. A no-op when nothing is there.
+# start from none. A no-op when nothing is there.
 timed "cluster-down (whatever an earlier run left)" "$MAKE" cluster-down || exit 1
 failed=0
-for run in "${RUNS[@]}"; do
-  version=${run%%=*} only=${run#*=}
-  if ! timed "cluster-build $version" "$MAKE" cluster-build K8S_VERSION="$version"; then
-    failed=1
-    continue
-  fi
-  up=$version
-  if timed "cluster-up $version" "$MAKE" cluster-up K8S_VERSION="$version"; then
-    timed "test-kube $version: ${only:-all}" env DFC_KUBE_ARTIFACTS="$ARTIFACTS/$version" DFC_SCENARIOS="$only" \
-      "$MAKE" test-kube || failed=1
-    timed "record $version" record "$version" || failed=1
-    if [ "$version" = "$K8S_DEFAULT_VERSION" ]; then
-      for server in "${SERVERS[@]}"; do
-        timed "test-kube $version: FUSE server $server: $EVERY_SERVER_SCENARIOS" env DFC_KUBE_ARTIFACTS="$ARTIFACTS/$version-$server" \
-          DFC_FUSE_SERVER="$server" DFC_SCENARIOS="$EVERY_SERVER_SCENARIOS" "$MAKE" test-kube || failed=1
-        timed "record $version, FUSE server $server" record "$version-$server" || failed=1
-      done
-    fi
-  else
-    failed=1
-  fi
-  up=
-  # A cluster that did not come down leaves the machine unfit for the next one: stop here.
-  timed "cluster-down $version" "$MAKE" cluster-down || exit 1
+timed "cluster-build $RELEASE" "$MAKE" cluster-build K8S_VERSION="$RELEASE" || exit 1
+up=1
+timed "cluster-up $RELEASE" "$MAKE" cluster-up K8S_VERSION="$RELEASE" || exit 1
+timed "test-kube $RELEASE: ${ONLY:-all}" env DFC_KUBE_ARTIFACTS="$ARTIFACTS/$RELEASE" DFC_SCENARIOS="$ONLY" \
+  "$MAKE" test-kube || failed=1
+timed "record $RELEASE" record "$RELEASE" || failed=1
+for server in "${SERVERS[@]}"; do
+  timed "test-kube $RELEASE: FUSE server $server: $EVERY_SERVER_SCENARIOS" env DFC_KUBE_ARTIFACTS="$ARTIFACTS/$RELEASE-$server" \
+    DFC_FUSE_SERVER="$server" DFC_SCENARIOS="$EVERY_SERVER_SCENARIOS" "$MAKE" test-kube || failed=1
+  timed "record $RELEASE, FUSE server $server" record "$RELEASE-$server" || failed=1
 done
 exit "$failed"

@@ -6,9 +6,10 @@
 # SCENARIO_FLAGS adds dfc-scenario flags, e.g. SCENARIO_FLAGS="--keep" or "--backoff-base=10s".
 # FUSE_SERVER=gcsfuse|squashfuse runs the scenarios that hold for every server with that real server (make
 # servers first) instead of dummy-fuse.
-# A run of the whole catalog (all) is recorded: the result.json of its run dirs (_output/runs) go into a file
-# of $RESULTS (default scenarios/results; RESULTS= records nothing), and scenarios/README.md's per-version table
-# is generated again from those files (make scenarios-doc). An interrupted run is not recorded.
+# A run of the whole catalog (all) is recorded only when asked (RECORD=1, or RESULTS=DIR): the result.json of its
+# run dirs (_output/runs) go into a file of $RESULTS (default scenarios/results), and every doc generated from
+# those files is generated again (make scenarios-doc, make matrix-doc), so that the project's tests, which
+# check them, still pass. A user's own runs change no tracked file. An interrupted run is not recorded.
 set -o errexit -o nounset -o pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=hack/lib.sh
@@ -26,7 +27,7 @@ if [ "$BACKEND" = local ] && [ "$1" != list ]; then
 fi
 # dfc-scenario first, alone: it knows the catalog, so a misspelt name or flag is refused (with a "did you
 # mean") before the other binaries are built; hack/build.sh then builds them all, stamped with the version.
-CGO_ENABLED=0 go build -o "$BIN/dfc-scenario" ./scenarios/cmd/dfc-scenario
+CGO_ENABLED=0 go build -trimpath -o "$BIN/dfc-scenario" ./scenarios/cmd/dfc-scenario # hack/build.sh's flags: one compile
 if [ "$1" = list ]; then
   exec "$BIN/dfc-scenario" --list
 fi
@@ -37,8 +38,10 @@ args=(--backend="$BACKEND" --bin-dir="$BIN" --fuse-server="$FUSE_SERVER" "${flag
 # and RECORD_COMMAND are make matrix's: its passes are recorded under the commit it started from.
 commit=${COMMIT:-$(git describe --always --dirty --abbrev=7 2>/dev/null || echo unknown)}
 BIN=$BIN hack/build.sh
-RESULTS=${RESULTS-scenarios/results}
+RESULTS=${RESULTS:-}
+[ "${RECORD:-}" != 1 ] || RESULTS=${RESULTS:-scenarios/results}
 if [ "$*" != all ] || [ -z "$RESULTS" ]; then
+  [ "$*" != all ] || step "not recorded (RECORD=1 records the runs into scenarios/results and regenerates the docs that read them)"
   exec "$BIN/dfc-scenario" "${args[@]}"
 fi
 since=$(date -u +%FT%TZ) interrupted='' rc=0
@@ -47,6 +50,6 @@ trap 'interrupted=1' INT TERM # dfc-scenario gets the signal too, and cleans up 
 trap - INT TERM
 [ -z "$interrupted" ] || exit "$rc"
 go run ./scenarios/cmd/scenariodoc record -out "$RESULTS" -commit "$commit" -since "$since" \
-  -command "${RECORD_COMMAND:-make scenarios BACKEND=$BACKEND FUSE_SERVER=$FUSE_SERVER${SCENARIO_FLAGS:+ SCENARIO_FLAGS=\"$SCENARIO_FLAGS\"}}" _output/runs &&
-  go run ./scenarios/cmd/scenariodoc || rc=1
+  -command "${RECORD_COMMAND:-make scenarios RECORD=1 BACKEND=$BACKEND FUSE_SERVER=$FUSE_SERVER${SCENARIO_FLAGS:+ SCENARIO_FLAGS=\"$SCENARIO_FLAGS\"}}" _output/runs &&
+  go run ./scenarios/cmd/scenariodoc && go run ./scenarios/cmd/matrix || rc=1
 exit "$rc"

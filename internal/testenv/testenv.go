@@ -85,7 +85,9 @@ func Build(t testing.TB, pkgDir string) string {
 // build compiles the command at pkgDir into dir.
 func build(dir, pkgDir string) (string, error) {
 	out := filepath.Join(dir, filepath.Base(pkgDir))
-	cmd := exec.Command("go", "build", "-o", out, Module+"/"+strings.TrimPrefix(pkgDir, "./"))
+	// The flags of hack/build.sh and the Makefile (CGO_ENABLED=0, -trimpath): the packages compiled for make build
+	// serve the tests too.
+	cmd := exec.Command("go", "build", "-trimpath", "-o", out, Module+"/"+strings.TrimPrefix(pkgDir, "./"))
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("go build %s: %v\n%s", pkgDir, err, b)
