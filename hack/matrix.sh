@@ -24,7 +24,7 @@ failed=()
 for s in "${servers[@]}"; do
   for v in "${kubelets[@]}"; do
     step "catalog with FUSE server $s on the local model of kubelet $v"
-    COMMIT=$commit FUSE_SERVER=$s SCENARIO_FLAGS="--kubelet-version=$v" \
+    RECORD=1 COMMIT=$commit FUSE_SERVER=$s SCENARIO_FLAGS="--kubelet-version=$v" \
       RECORD_COMMAND="make matrix (FUSE_SERVER=$s, --kubelet-version=$v)" hack/scenario.sh all || failed+=("$s/$v")
   done
 done

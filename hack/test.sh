@@ -27,6 +27,7 @@ else
   step "go test: every test (privileged ones mount FUSE filesystems and run the binaries)"
 fi
 # A test that still hangs despite its Lab's bounded cleanup (internal/testenv) ends at -timeout with a
-# goroutine dump; gotestsum prints each package as it ends and the failures again at the end.
-"$TOOLS/gotestsum" --format "${GOTESTSUM_FORMAT:-pkgname-and-test-fails}" --format-hide-empty-pkg --hide-summary=skipped -- \
+# goroutine dump; gotestsum prints each test as it ends (a package such as scenarios/local runs for minutes:
+# one line per package would leave the terminal silent that long) and the failures again at the end.
+"$TOOLS/gotestsum" --format "${GOTESTSUM_FORMAT:-testname}" --format-hide-empty-pkg --hide-summary=skipped -- \
   -timeout "${GOTEST_TIMEOUT:-30m}" "${flags[@]}" ./...
