@@ -108,7 +108,7 @@ scenarios-doc: ## regenerate scenarios/README.md's per-version table from the fi
 matrix: ## the local catalog over every FUSE server × modelled kubelet (MATRIX_SERVERS, MATRIX_KUBELETS narrow it), each recorded, then matrix-doc
 	hack/matrix.sh
 
-matrix-doc: ## regenerate docs/outage-matrix.md + .svg and the root README's outcome table from every file of scenarios/results
+matrix-doc: ## regenerate docs/outage-matrix.md + .svg and docs/outcomes.md's table from every file of scenarios/results
 	go run ./scenarios/cmd/matrix
 
 ################################################################################

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `make matrix`: the local backend's whole catalog once per FUSE server × kubelet version the local backend
 # models (scenarios/local), each pass recorded into scenarios/results as `make scenarios` records it, then
-# docs/outage-matrix.md, its heatmap and the root README's outcome table generated from every record (make
+# docs/outage-matrix.md, its heatmap and docs/outcomes.md's table generated from every record (make
 # matrix-doc). MATRIX_SERVERS and MATRIX_KUBELETS narrow it ("gcsfuse", "v1.36.3").
 # Every pass is recorded under the commit the matrix started from: the passes only add result files and
 # regenerate docs, which the binaries do not depend on. Start it from a clean tree.

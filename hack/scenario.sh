@@ -27,6 +27,7 @@ if [ "$BACKEND" = local ] && [ "$1" != list ]; then
 fi
 # dfc-scenario first, alone: it knows the catalog, so a misspelt name or flag is refused (with a "did you
 # mean") before the other binaries are built; hack/build.sh then builds them all, stamped with the version.
+step "building $BIN/dfc-scenario (the first build on a machine compiles client-go and helm: minutes on 2 cores)"
 CGO_ENABLED=0 go build -trimpath -o "$BIN/dfc-scenario" ./scenarios/cmd/dfc-scenario # hack/build.sh's flags: one compile
 if [ "$1" = list ]; then
   exec "$BIN/dfc-scenario" --list

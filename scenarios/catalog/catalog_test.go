@@ -2,7 +2,6 @@ package catalog
 
 import (
 	"os"
-	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -226,52 +225,6 @@ func TestReadmeCILists(t *testing.T) {
 	}
 }
 
-// TestRootReadmeFixes: the root README's answer to "which fix should I use" names scenarios of the catalog
-// only, and each row cites at least one.
-func TestRootReadmeFixes(t *testing.T) {
-	readme, err := os.ReadFile("../../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, section, ok := strings.Cut(string(readme), "### Which fix should I use\n")
-	if !ok {
-		t.Fatal("README.md has no section \"Which fix should I use\"")
-	}
-	if i := strings.Index(section, "\n#"); i >= 0 { // up to the next heading of any level
-		section = section[:i]
-	}
-	known := map[string]bool{}
-	for _, n := range Names() {
-		known[n] = true
-	}
-	quoted := regexp.MustCompile("`([^`]+)`")
-	rows := 0
-	for _, line := range strings.Split(section, "\n") {
-		cells := strings.Split(line, "|")
-		if len(cells) < 5 || strings.HasPrefix(line, "|---") || strings.HasPrefix(line, "| your workload") {
-			continue
-		}
-		rows++
-		shown := quoted.FindAllStringSubmatch(cells[3], -1)
-		if len(shown) == 0 {
-			t.Errorf("row %q cites no scenario in its \"shown by\" cell", strings.TrimSpace(cells[1]))
-		}
-		for _, m := range shown {
-			if !known[m[1]] {
-				t.Errorf("row %q: %s is not in the catalog", strings.TrimSpace(cells[1]), m[1])
-			}
-		}
-	}
-	if rows == 0 {
-		t.Fatal("no table rows under \"Which fix should I use\"")
-	}
-	// Elsewhere in the section, a hyphenated name in backquotes is a scenario's.
-	for _, m := range regexp.MustCompile("`([a-z]+(?:-[a-z]+)+)`").FindAllStringSubmatch(section, -1) {
-		if !known[m[1]] {
-			t.Errorf("README.md's \"Which fix should I use\" names %s, which is not in the catalog", m[1])
-		}
-	}
-}
 
 // TestRestartAllWithSidecar: a RestartAllContainers rule in a pod with a FUSE sidecar restarts the native
 // sidecar too (kubelet resets the init containers with the others; the local model does the same, as measured

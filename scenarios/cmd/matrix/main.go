@@ -1,5 +1,5 @@
-// Command matrix keeps docs/outage-matrix.md, its heatmap docs/outage-matrix.svg and the root README's outcome
-// table tied to the recorded runs of scenarios/results. Run from the repository root.
+// Command matrix keeps docs/outage-matrix.md, its heatmap docs/outage-matrix.svg and docs/outcomes.md's
+// per-scenario table tied to the recorded runs of scenarios/results. Run from the repository root.
 //
 //	matrix           regenerate them from every results file (make matrix-doc)
 //	matrix servers   print the FUSE servers the local catalog runs with (make matrix's default)
@@ -23,7 +23,7 @@ func main() {
 	case len(os.Args) == 2 && os.Args[1] == "kubelets":
 		fmt.Println(strings.Join(local.KubeletVersions, " "))
 	case len(os.Args) == 1:
-		err = render(paths{results: resultsDir, doc: matrixDoc, svg: matrixSVG, readme: rootReadme})
+		err = render(paths{results: resultsDir, doc: matrixDoc, svg: matrixSVG, outcomes: outcomeDoc})
 	default:
 		err = fmt.Errorf("unknown arguments %q (none, servers or kubelets)", os.Args[1:])
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -14,10 +15,13 @@ import (
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios/report"
 )
 
-var repo = paths{results: "../../results", doc: "../../../docs/outage-matrix.md", svg: "../../../docs/outage-matrix.svg", readme: "../../../README.md"}
+var repo = paths{results: "../../results", doc: "../../../docs/outage-matrix.md", svg: "../../../docs/outage-matrix.svg", outcomes: "../../../docs/outcomes.md"}
 
-// TestDocsAreGenerated fails when docs/outage-matrix.md, its heatmap or the root README's outcome table is not
-// what the files of scenarios/results give.
+// rootReadme holds the "Which fix should I use" table that TestReadmeFixTable checks.
+const rootReadme = "../../../README.md"
+
+// TestDocsAreGenerated fails when docs/outage-matrix.md, its heatmap or docs/outcomes.md's table is not what the
+// files of scenarios/results give.
 func TestDocsAreGenerated(t *testing.T) {
 	g, err := generate(repo)
 	if err != nil {
@@ -26,7 +30,7 @@ func TestDocsAreGenerated(t *testing.T) {
 	for _, f := range []struct {
 		path string
 		want []byte
-	}{{repo.doc, g.doc}, {repo.svg, g.svg}, {repo.readme, g.readme}} {
+	}{{repo.doc, g.doc}, {repo.svg, g.svg}, {repo.outcomes, g.outcomes}} {
 		got, err := os.ReadFile(f.path)
 		if err != nil {
 			t.Fatal(err)
@@ -37,11 +41,11 @@ func TestDocsAreGenerated(t *testing.T) {
 	}
 }
 
-// TestReadmeFixTable ties the README's "Which fix should I use" table to the records: every scenario its
-// "shown by" column names is in the catalog, recorded, and its newest record on every backend, kubelet and
-// server passed.
+// TestReadmeFixTable ties the README's "Which fix should I use" table to the records: every row cites a scenario in
+// its "shown by" columns, and every scenario they name is in the catalog, recorded, and its newest record on every
+// backend, kubelet and server passed.
 func TestReadmeFixTable(t *testing.T) {
-	readme, err := os.ReadFile(repo.readme)
+	readme, err := os.ReadFile(rootReadme)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,7 +61,7 @@ func TestReadmeFixTable(t *testing.T) {
 // TestFixTableProblems: the check above fails on a scenario that is unknown, unrecorded, or whose newest
 // record failed, and passes once a newer record passes.
 func TestFixTableProblems(t *testing.T) {
-	doc := "intro\n\n" + fixTableHead + " what does not help |\n|---|---|---|---|\n" +
+	doc := "intro\n\n" + fixTableHead + " what keeps it reading | shown by | what does not help |\n|---|---|---|---|\n" +
 		"| a | b | `restart`, `no-such-row` | `subpath` |\n| c | d | `subpath` | x |\n\nafter\n"
 	rec := func(sc, result string) report.Record {
 		return report.Record{Scenario: sc, Backend: scenarios.BackendLocal, Kubelet: "v1.37.2", Result: result}
@@ -78,8 +82,8 @@ func TestFixTableProblems(t *testing.T) {
 	}
 }
 
-// fixTableHead begins the README's fix table.
-const fixTableHead = "| your workload | what keeps it reading | shown by |"
+// fixTableHead begins the README's fix table; the scenarios its "shown by" columns name are checked.
+const fixTableHead = "| your workload |"
 
 // fixTableProblems says what in readme's fix table the records do not support.
 func fixTableProblems(readme string, results []*report.Results) []string {
@@ -97,16 +101,33 @@ func fixTableProblems(readme string, results []*report.Results) []string {
 			newest[[4]string{r.Scenario, r.Backend, r.Kubelet, r.Server}] = r
 		}
 	}
+	lines := strings.Split(sec, "\n")
+	var shownBy []int
+	for i, h := range strings.Split(lines[0], "|") {
+		if strings.TrimSpace(h) == "shown by" {
+			shownBy = append(shownBy, i)
+		}
+	}
+	if len(shownBy) == 0 {
+		return []string{"the fix table has no \"shown by\" column"}
+	}
 	name := regexp.MustCompile("`([a-z0-9-]+)`")
 	var problems []string
 	n := 0
-	for _, line := range strings.Split(sec, "\n")[2:] {
+	for _, line := range lines[2:] {
 		cols := strings.Split(line, "|")
-		if len(cols) < 5 {
+		if len(cols) <= slices.Max(shownBy) {
 			problems = append(problems, fmt.Sprintf("a row of the fix table has %d columns: %q", len(cols), line))
 			continue
 		}
-		for _, m := range name.FindAllStringSubmatch(cols[3], -1) {
+		var shown [][]string
+		for _, c := range shownBy {
+			shown = append(shown, name.FindAllStringSubmatch(cols[c], -1)...)
+		}
+		if len(shown) == 0 {
+			problems = append(problems, fmt.Sprintf("the row %q cites no scenario in its \"shown by\" cells", strings.TrimSpace(cols[1])))
+		}
+		for _, m := range shown {
 			n++
 			if _, i := findScenario(catalog.All(), m[1]); i < 0 {
 				problems = append(problems, fmt.Sprintf("the fix table shows %q, which is not in the catalog", m[1]))
@@ -201,7 +222,7 @@ func TestBuild(t *testing.T) {
 	if !strings.Contains(svg, "NOTCONN→1.5s¹") || !strings.HasSuffix(svg, "</svg>\n") {
 		t.Errorf("the heatmap lacks restart's cell or its end:\n%s", svg)
 	}
-	if tbl := m.readmeTable(); strings.Contains(tbl, "gcsfuse.csi") || strings.Contains(tbl, "`restart`") {
+	if tbl := m.outcomeTable(); strings.Contains(tbl, "gcsfuse.csi") || strings.Contains(tbl, "`restart`") {
 		t.Errorf("the README table shows a foreign driver or an older record:\n%s", tbl)
 	}
 }

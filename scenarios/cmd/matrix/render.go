@@ -13,16 +13,17 @@ const (
 	resultsDir = "scenarios/results"
 	matrixDoc  = "docs/outage-matrix.md"
 	matrixSVG  = "docs/outage-matrix.svg"
-	rootReadme = "README.md"
+	outcomeDoc = "docs/outcomes.md"
 )
 
-// paths are the generator's input directory and output files.
-type paths struct{ results, doc, svg, readme string }
+// paths are the generator's input directory and output files: the matrix doc, its heatmap, and the doc with the
+// per-scenario outcome table.
+type paths struct{ results, doc, svg, outcomes string }
 
-// generated is what the records give: the matrix doc, its heatmap and the README with its table.
-type generated struct{ doc, svg, readme []byte }
+// generated is what the records give: the matrix doc, its heatmap and the outcome doc with its table.
+type generated struct{ doc, svg, outcomes []byte }
 
-// generate reads every results file and the README and returns what they should be.
+// generate reads every results file and the outcome doc and returns what they should be.
 func generate(p paths) (generated, error) {
 	results, files, err := report.LoadResults(p.results)
 	if err != nil {
@@ -32,15 +33,15 @@ func generate(p paths) (generated, error) {
 		return generated{}, fmt.Errorf("no results files in %s", p.results)
 	}
 	m := build(catalog.All(), results, files)
-	readme, err := os.ReadFile(p.readme)
+	outcomes, err := os.ReadFile(p.outcomes)
 	if err != nil {
 		return generated{}, err
 	}
-	readme, err = spliceReadme(readme, m.readmeTable())
+	outcomes, err = spliceOutcomes(outcomes, m.outcomeTable())
 	if err != nil {
-		return generated{}, fmt.Errorf("%s: %w", p.readme, err)
+		return generated{}, fmt.Errorf("%s: %w", p.outcomes, err)
 	}
-	return generated{doc: []byte(m.markdown()), svg: m.heatmap(), readme: readme}, nil
+	return generated{doc: []byte(m.markdown()), svg: m.heatmap(), outcomes: outcomes}, nil
 }
 
 // render writes what generate gives.
@@ -52,7 +53,7 @@ func render(p paths) error {
 	for _, f := range []struct {
 		path string
 		b    []byte
-	}{{p.doc, g.doc}, {p.svg, g.svg}, {p.readme, g.readme}} {
+	}{{p.doc, g.doc}, {p.svg, g.svg}, {p.outcomes, g.outcomes}} {
 		if err := atomicfile.Write(f.path, f.b, 0o644); err != nil {
 			return err
 		}
