@@ -14,7 +14,7 @@ import (
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/driver"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/keeper"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/dummy-fuse-workload/workload"
-	"github.com/dummy-fuse-csi/dummy-fuse-csi/dummy-fuse/bench"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/bench"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/fuseserver"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/mounts"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/testenv"

@@ -17,7 +17,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/dummy-fuse-csi/dummy-fuse-csi/dummy-fuse/bench"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/bench"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/testenv"
 )
 

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dummy-fuse-csi/dummy-fuse-csi/dummy-fuse/bench"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/bench"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/fuseserver"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/mounts"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/testenv"

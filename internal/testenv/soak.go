@@ -4,7 +4,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/dummy-fuse-csi/dummy-fuse-csi/dummy-fuse/bench"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/bench"
 )
 
 // SoakRecord is a soak's record (bench.SoakResult, bench.RelayKeeperSoakResult).

@@ -10,7 +10,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/dummy-fuse-csi/dummy-fuse-csi/dummy-fuse/bench"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/bench"
 )
 
 func main() {

@@ -16,14 +16,14 @@ func TestReadmeTableIsGenerated(t *testing.T) {
 		regenerate func(readme []byte, results string) ([]byte, error)
 		from       string
 	}{
-		{"../README.md", Regenerate, "bench/results, results/relay and results/soak"},
-		{"../../csi-plugin/README.md", RegenerateCSIPlugin, "bench/results/soak-relay-keeper"},
+		{"../../dummy-fuse/README.md", Regenerate, "dummy-fuse/bench/results, results/relay and results/soak"},
+		{"../../csi-plugin/README.md", RegenerateCSIPlugin, "dummy-fuse/bench/results/soak-relay-keeper"},
 	} {
 		readme, err := os.ReadFile(tc.readme)
 		if err != nil {
 			t.Fatal(err)
 		}
-		want, err := tc.regenerate(readme, "results")
+		want, err := tc.regenerate(readme, "../../dummy-fuse/bench/results")
 		if err != nil {
 			t.Fatalf("%s: %v", tc.readme, err)
 		}
