@@ -120,7 +120,7 @@ func (d *Driver) Run(ctx context.Context) error {
 		}
 	}()
 	defer func() {
-		stopGRPC(srv, 10*time.Second)
+		stopGRPC(srv, grpcStopWait)
 		_ = os.Remove(d.socket)
 	}()
 	klog.InfoS("Serving CSI", "endpoint", d.socket, "driver", d.cfg.DriverName, "nodeID", d.cfg.NodeID,
@@ -172,6 +172,11 @@ func (d *Driver) Run(ctx context.Context) error {
 		return err
 	}
 }
+
+// grpcStopWait bounds how long the plugin's exit lets running CSI calls finish: with the registration server's
+// stop and the mode's Close (what peers sent: fusemode's drain), the plugin is gone within 10 s of SIGTERM. A
+// call cut short is retried by kubelet.
+const grpcStopWait = 4 * time.Second
 
 // stopGRPC lets running calls finish, but not forever.
 func stopGRPC(srv *grpc.Server, timeout time.Duration) {

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"time"
 
 	"google.golang.org/grpc"
 	"k8s.io/klog/v2"
@@ -71,8 +72,15 @@ func (s *Server) Serve(ctx context.Context, socketPath string) error {
 	go func() { served <- srv.Serve(l) }()
 	klog.InfoS("Serving kubelet plugin registration", "socket", socketPath, "driver", s.driverName, "endpoint", s.endpoint)
 	defer func() {
-		// Graceful: the NotifyRegistrationStatus call that reported a rejection still gets its answer.
-		srv.GracefulStop()
+		// Graceful: the NotifyRegistrationStatus call that reported a rejection still gets its answer; but a
+		// kubelet that keeps a call open must not hold the plugin's exit.
+		stopped := make(chan struct{})
+		go func() { srv.GracefulStop(); close(stopped) }()
+		select {
+		case <-stopped:
+		case <-time.After(time.Second):
+			srv.Stop()
+		}
 		if err := os.Remove(socketPath); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			klog.ErrorS(err, "Removing the registration socket")
 		}

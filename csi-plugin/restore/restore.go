@@ -93,11 +93,23 @@ func Run(ctx context.Context, stages []state.Stage, publishes []state.Publish, w
 		workers = 1
 	}
 	sem := make(chan struct{}, workers)
+	left := 0 // volumes not started because ctx ended (the plugin stops): the next start restores them
 	for _, s := range stages {
 		pubs := byVolume[s.VolumeID]
 		delete(byVolume, s.VolumeID)
+		select {
+		case sem <- struct{}{}:
+			if ctx.Err() != nil {
+				<-sem // both were ready: the stop wins
+			}
+		case <-ctx.Done():
+		}
+		if ctx.Err() != nil {
+			left++
+			count(0, 0, 1+len(pubs), 0)
+			continue
+		}
 		wg.Add(1)
-		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
 			start := time.Now()
@@ -136,6 +148,9 @@ func Run(ctx context.Context, stages []state.Stage, publishes []state.Publish, w
 		}()
 	}
 	wg.Wait()
+	if left > 0 {
+		klog.InfoS("Stopped restoring: the plugin stops; the next start restores the rest", "volumes", left)
+	}
 	for id, pubs := range byVolume {
 		for _, p := range pubs {
 			klog.ErrorS(nil, "Not restoring target: its volume has no stage record", "volumeID", id, "targetPath", p.TargetPath)

@@ -124,3 +124,41 @@ func TestParseStrategy(t *testing.T) {
 		t.Error("ParseStrategy accepted a wrong case")
 	}
 }
+
+// TestRunStopsStartingWhenItsContextEnds: once the plugin stops (ctx ends), the volumes under way finish and no
+// other is started; they count as skipped, for the next start to restore. The plugin's exit never waits for a
+// whole restore.
+func TestRunStopsStartingWhenItsContextEnds(t *testing.T) {
+	const volumes, workers = 10, 2
+	var stages []state.Stage
+	var pubs []state.Publish
+	for i := range volumes {
+		id := fmt.Sprintf("vol-%02d", i)
+		stages = append(stages, state.Stage{VolumeID: id, StagingPath: "/s/" + id})
+		pubs = append(pubs, state.Publish{VolumeID: id, StagingPath: "/s/" + id, TargetPath: "/p/a/" + id})
+	}
+	f := &fakeRestorer{staged: map[string]bool{}, release: make(chan struct{})}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan Result)
+	go func() { done <- Run(ctx, stages, pubs, workers, f) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		f.mu.Lock()
+		n := f.inFlight
+		f.mu.Unlock()
+		if n == workers {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("only %d stages in flight, want %d", n, workers)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	cancel()
+	close(f.release)
+	res := <-done
+	want := Result{OK: 2 * workers, Skipped: 2 * (volumes - workers)}
+	if res != want {
+		t.Errorf("Run after its context ended = %+v, want %+v (the volumes under way restored, no other started)", res, want)
+	}
+}
