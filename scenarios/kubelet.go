@@ -2,6 +2,7 @@ package scenarios
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/util/version"
@@ -159,3 +160,37 @@ const RestartAllContainersIn = "v1.36"
 
 // RestartAllContainersFeature is the name of the feature in node.status.declaredFeatures (and of its gate).
 const RestartAllContainersFeature = "RestartAllContainersOnContainerExits"
+
+// Need is a kubelet feature a scenario cannot run without, and the first release that has it on by default: on
+// an older kubelet the row is NOT RUNNABLE, as expected (an earlier release may have it behind a gate).
+type Need struct {
+	Feature string         // as node.status.declaredFeatures names it
+	From    KubeletVersion // the first release that has it by default
+}
+
+func (n Need) String() string { return n.Feature + " (kubelet " + n.From.MinorString() + "+)" }
+
+// Needs returns what the scenario needs of the kubelet beyond what every release the catalog runs on has: a pod
+// with a RestartAllContainers rule needs the feature that honours it.
+func (s *Scenario) Needs() []Need {
+	var out []Need
+	if slices.ContainsFunc(s.Pod.Containers, func(c Container) bool { return c.RestartAllContainers }) {
+		out = append(out, Need{Feature: RestartAllContainersFeature, From: MustKubeletVersion(RestartAllContainersIn)})
+	}
+	return out
+}
+
+// NotRunnableExpected reports whether the outcome is NOT RUNNABLE as the scenario's needs foretell: the kubelet
+// it ran on is older than the first release of something the scenario needs. A pass that runs such a row there
+// did not expect it to run; one NOT RUNNABLE on a release that has what it needs (a gate turned off) did.
+func (o *Outcome) NotRunnableExpected() bool {
+	if o.NotRunnable() == nil || !o.Kubelet.Known() {
+		return false
+	}
+	for _, n := range o.Scenario.Needs() {
+		if !o.Kubelet.AtLeast(n.From) {
+			return true
+		}
+	}
+	return false
+}

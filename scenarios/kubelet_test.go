@@ -130,3 +130,36 @@ func TestEvidenceKubeletJSON(t *testing.T) {
 		t.Errorf("an unknown version round-trips as unknown: %s, %v", js, err)
 	}
 }
+
+// TestNotRunnableExpected: a row with a RestartAllContainers rule needs the feature from v1.36; refused on an
+// older kubelet it is NOT RUNNABLE as foretold, refused on one that has it (a gate turned off) it is not; a row
+// that needs nothing special is never expected to be refused.
+func TestNotRunnableExpected(t *testing.T) {
+	restartAll := Scenario{Name: "restart-all", Pod: Pod{Containers: []Container{{Name: "reader", RestartAllContainers: true}}}}
+	plain := Scenario{Name: "plain", Pod: Pod{Containers: []Container{{Name: "reader"}}}}
+	refused := &NotRunnableError{Why: "no feature", Fix: "newer"}
+	for _, c := range []struct {
+		sc      Scenario
+		kubelet string
+		err     error
+		want    bool
+	}{
+		{restartAll, "v1.34.4", refused, true},
+		{restartAll, "v1.35.4", refused, true},
+		{restartAll, "v1.36.3", refused, false},
+		{restartAll, "", refused, false}, // the node's version unknown: nothing foretold
+		{restartAll, "v1.34.4", nil, false},
+		{plain, "v1.34.4", refused, false},
+	} {
+		o := &Outcome{Scenario: c.sc, Err: c.err}
+		if c.kubelet != "" {
+			o.Kubelet = MustKubeletVersion(c.kubelet)
+		}
+		if got := o.NotRunnableExpected(); got != c.want {
+			t.Errorf("%s on %q (err %v): NotRunnableExpected = %t, want %t", c.sc.Name, c.kubelet, c.err, got, c.want)
+		}
+	}
+	if got := restartAll.Needs(); len(got) != 1 || got[0].String() != RestartAllContainersFeature+" (kubelet v1.36+)" {
+		t.Errorf("Needs = %v", got)
+	}
+}

@@ -201,7 +201,8 @@ func (r *Runner) steps(ctx context.Context) error {
 	return nil
 }
 
-// judge evaluates the expectations against what was observed up to now, before teardown adds its own events.
+// judge evaluates the expectations against what was observed up to now, before teardown adds its own events;
+// a run the backend found not runnable has none judged (its report says NOT RUNNABLE and why, nothing else).
 func (r *Runner) judge() {
 	if r.judged {
 		return
@@ -210,6 +211,9 @@ func (r *Runner) judge() {
 	r.o.Evidence = r.snapshot()
 	r.narr.Update(r.o.Evidence)
 	r.o.Kubelet = r.o.Evidence.Kubelet
+	if r.o.NotRunnable() != nil {
+		return // the backend refused the run before any step: no expected outcome is judged, none is a FAIL
+	}
 	r.o.Verdicts = Evaluate(&r.o.Scenario, r.o.Evidence, r.o.Timing)
 	if cs := r.o.Scenario.Pod.Containers; len(cs) > 0 {
 		r.o.Measures = r.o.Evidence.Measure(cs[0].Name)

@@ -128,6 +128,28 @@ func TestRunStopsAfterFailedStart(t *testing.T) {
 	}
 }
 
+// TestNotRunnableJudgesNothing: a run the backend refuses as not runnable (a kubelet without a feature the row
+// needs) is NOT RUNNABLE, and no expected outcome is judged: a report of it lists no FAIL for steps that never
+// ran, only why and what makes it runnable.
+func TestNotRunnableJudgesNothing(t *testing.T) {
+	f := &scenariotest.Backend{StartErr: &scenarios.NotRunnableError{Why: "kubelet v1.34.4 does not declare the feature", Fix: "a newer cluster"}}
+	o := scenarios.Run(context.Background(), f, restartScenario(t), scenarios.RunOptions{Dir: t.TempDir(), Poll: time.Millisecond})
+	if got := o.Result(); got != "NOT RUNNABLE" {
+		t.Fatalf("Result = %s, want NOT RUNNABLE (err %v)", got, o.Err)
+	}
+	if len(o.Verdicts) != 0 {
+		t.Errorf("%d expected outcomes judged for a run that never started", len(o.Verdicts))
+	}
+	var b bytes.Buffer
+	report.PrintVerdicts(&b, o)
+	md := report.Markdown(o)
+	for _, r := range []string{b.String(), md[strings.Index(md, "## Verdicts"):strings.Index(md, "## Measured")]} {
+		if strings.Contains(r, "FAIL") || !strings.Contains(r, "NOT RUNNABLE") {
+			t.Errorf("the report of a not runnable run:\n%s", r)
+		}
+	}
+}
+
 func TestRunCleanupErrorFails(t *testing.T) {
 	f := &scenariotest.Backend{RestartRecovers: true, StopErr: errors.New("1 mount left")}
 	o := scenarios.Run(context.Background(), f, restartScenario(t), scenarios.RunOptions{Dir: t.TempDir(), Poll: time.Millisecond})
