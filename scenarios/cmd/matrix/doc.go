@@ -71,6 +71,9 @@ container's outcome and whether ` + "`stat`" + ` failed (not its errno); its oth
 }
 
 func (c cell) mdCell(kind string) string {
+	if c.notRunnable {
+		return notRunnableText
+	}
 	o, ok := c.outcome(kind)
 	switch {
 	case !ok && c.legacy: // an older record holds only its first container and stat: the rest is unknown

@@ -245,3 +245,33 @@ func TestSummarize(t *testing.T) {
 		t.Errorf("no runs: %q", got)
 	}
 }
+
+// TestNotRunnableCells: a run the backend refused (a kubelet without the feature the row needs) is a cell of its
+// own, NOT RUNNABLE in the matrix, its heatmap and the outcome table, never a FAIL or a missing cell; a run of
+// the same row elsewhere keeps its outcome beside it.
+func TestNotRunnableCells(t *testing.T) {
+	const sc = "restart-all-containers"
+	rs := &report.Results{Backend: scenarios.BackendKube, Runs: []report.Record{
+		{Scenario: sc, Backend: scenarios.BackendKube, Kubelet: "v1.34.4", Result: notRunnableText, Start: "2026-11-29T01:00:00Z"},
+		{Scenario: sc, Backend: scenarios.BackendKube, Kubelet: "v1.37.2", Result: "PASS", Start: "2026-11-29T02:00:00Z",
+			Measured: report.Measured{Kills: true, IO: []report.IOOutcome{{Kind: report.IOKeptFD, FirstError: "ENOTCONN", KillToFirstError: 0.8, KillToGood: 17}}}},
+	}}
+	m := build(catalog.All(), []*report.Results{rs}, []string{"a.json"})
+	if len(m.rows) != 1 || len(m.columns) != 2 {
+		t.Fatalf("rows %+v, columns %+v: want 1 and 2", m.rows, m.columns)
+	}
+	c := m.cells[m.rows[0]][column{"v1.34.4", scenarios.BackendKube}]
+	if !c.notRunnable || c.mdCell(report.IOKeptFD) != notRunnableText {
+		t.Errorf("the refused run's cell: %+v, %q", c, c.mdCell(report.IOKeptFD))
+	}
+	if svg := string(m.heatmap()); !strings.Contains(svg, ">n/r<") {
+		t.Error("the heatmap does not show the refused run")
+	}
+	tbl := m.outcomeTable()
+	if !strings.Contains(tbl, "NOT RUNNABLE (1 run: v1.34.4 real)") || !strings.Contains(tbl, "ENOTCONN, ok again after") {
+		t.Errorf("the outcome table:\n%s", tbl)
+	}
+	if strings.Contains(tbl, "FAIL") {
+		t.Errorf("the outcome table calls a refused run a failure:\n%s", tbl)
+	}
+}

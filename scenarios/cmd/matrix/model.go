@@ -54,7 +54,12 @@ type cell struct {
 	io   []report.IOOutcome
 	// legacy: the record predates per-I/O outcomes; io was derived from its first container's measures.
 	legacy bool
+	// notRunnable: the backend refused the run (the kubelet lacks what the row needs); nothing was measured.
+	notRunnable bool
 }
+
+// notRunnableText is how every view shows a cell whose run was not runnable: a verdict of its own, never a FAIL.
+const notRunnableText = "NOT RUNNABLE"
 
 // outcome is the cell's outcome for an I/O kind, false when the run had no I/O of that kind.
 func (c cell) outcome(kind string) (report.IOOutcome, bool) {
@@ -102,7 +107,8 @@ func build(cat []scenarios.Scenario, results []*report.Results, files []string) 
 				p.add(r, rs)
 			}
 			sc, known := findScenario(cat, r.Scenario)
-			if !r.Measured.Kills {
+			notRunnable := r.Result == notRunnableText && known >= 0 && report.Disruption(sc) != ""
+			if !r.Measured.Kills && !notRunnable {
 				quiet[r.Scenario] = true
 				continue
 			}
@@ -112,11 +118,11 @@ func build(cat []scenarios.Scenario, results []*report.Results, files []string) 
 				rw.Killed, rw.Placement, rw.order = cmp.Or(r.Killed, report.Disruption(sc)), cmp.Or(r.Placement, report.Placement(sc)), known
 			}
 			col := column{Kubelet: r.Kubelet, Backend: r.Backend}
-			c := cell{rec: r, file: files[i], io: r.Measured.IO}
+			c := cell{rec: r, file: files[i], io: r.Measured.IO, notRunnable: notRunnable}
 			if c.io == nil && r.Profile != nil {
 				c.io = r.Profile.Outcomes() // a driver-agnostic run recorded before the per-I/O outcomes
 			}
-			if c.io == nil {
+			if c.io == nil && !notRunnable {
 				c.io, c.legacy = legacyIO(r.Measured, sc, known >= 0), true
 			}
 			if m.cells[rw] == nil {
@@ -216,6 +222,7 @@ const (
 	classOK
 	classRecovered
 	classLost
+	classNotRunnable // the run was refused: the kubelet lacks what the row needs
 )
 
 func classOf(o report.IOOutcome) class {

@@ -79,14 +79,22 @@ func summarize(members []member, kind string) string {
 	var groups []*group
 	for _, mb := range members {
 		o, ok := mb.c.outcome(kind)
-		if !ok {
+		if mb.c.notRunnable {
+			// Shown where the row's runs have this kind of I/O, or when no run of it ran at all.
+			if !slices.ContainsFunc(members, func(x member) bool { _, has := x.c.outcome(kind); return has }) &&
+				slices.ContainsFunc(members, func(x member) bool { return !x.c.notRunnable }) {
+				continue
+			}
+		} else if !ok {
 			continue
 		}
 		key, v := "no error, stall", o.Stall
-		switch classOf(o) {
-		case classRecovered:
+		switch {
+		case mb.c.notRunnable:
+			key, v = notRunnableText, 0
+		case classOf(o) == classRecovered:
 			key, v = o.FirstError+", ok again after", o.KillToGood
-		case classLost:
+		case classOf(o) == classLost:
 			key, v = o.FirstError+", never ok again", 0
 		}
 		i := slices.IndexFunc(groups, func(g *group) bool { return g.key == key })

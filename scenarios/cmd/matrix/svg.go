@@ -19,7 +19,7 @@ const (
 )
 
 // hmFill is the colour of each class of outcome.
-var hmFill = map[class]string{classNone: "#eeeeee", classOK: "#9ed99e", classRecovered: "#f5d36b", classLost: "#e8807a"}
+var hmFill = map[class]string{classNone: "#eeeeee", classOK: "#9ed99e", classRecovered: "#f5d36b", classLost: "#e8807a", classNotRunnable: "#b8c4d6"}
 
 // heatmap renders docs/outage-matrix.svg: a row per matrix row, a column per I/O kind × kubelet; each cell
 // coloured by its outcome with the first error and the time to ok in it, the full text in its tooltip.
@@ -57,7 +57,10 @@ func (m *matrix) heatmap() []byte {
 					continue
 				}
 				cl, short, long := classNone, "–", "no I/O of this kind"
-				if ok {
+				switch {
+				case c.notRunnable:
+					cl, short, long = classNotRunnable, "n/r", notRunnableText+": the kubelet lacks what the row needs (its report says what)"
+				case ok:
 					cl, short, long = classOf(o), shortText(o), text(o)
 				}
 				if c.legacy && ok {
@@ -75,7 +78,7 @@ func (m *matrix) heatmap() []byte {
 	for _, it := range []struct {
 		cl   class
 		name string
-	}{{classOK, "no error"}, {classRecovered, "error, then ok again (→ seconds after the kill)"}, {classLost, "error, never ok again"}, {classNone, "no I/O of this kind"}} {
+	}{{classOK, "no error"}, {classRecovered, "error, then ok again (→ seconds after the kill)"}, {classLost, "error, never ok again"}, {classNone, "no I/O of this kind"}, {classNotRunnable, "n/r: not runnable there"}} {
 		f(`<rect x="%d" y="%d" width="12" height="12" fill="%s"/><text x="%d" y="%d">%s</text>`+"\n", lx, ly-10, hmFill[it.cl], lx+16, ly, html.EscapeString(it.name))
 		lx += 24 + 6*len(it.name)
 	}
