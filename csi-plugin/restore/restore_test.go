@@ -62,6 +62,24 @@ func (f *fakeRestorer) RestorePublish(_ context.Context, _ *mounts.Table, rec st
 	return "stacked", nil
 }
 
+// waitInFlight waits until n stages are in flight, all waiting on f.release.
+func (f *fakeRestorer) waitInFlight(t *testing.T, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		f.mu.Lock()
+		got := f.inFlight
+		f.mu.Unlock()
+		if got == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("only %d stages in flight, want %d", got, n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 func TestRunOrdersAndBoundsWork(t *testing.T) {
 	const volumes, workers = 40, 4
 	var stages []state.Stage
@@ -78,20 +96,7 @@ func TestRunOrdersAndBoundsWork(t *testing.T) {
 
 	done := make(chan Result)
 	go func() { done <- Run(context.Background(), stages, pubs, workers, f) }()
-	// Let the workers fill up, then let everything through.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		f.mu.Lock()
-		n := f.inFlight
-		f.mu.Unlock()
-		if n == workers {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("only %d stages in flight, want %d", n, workers)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	f.waitInFlight(t, workers) // let the workers fill up, then let everything through
 	close(f.release)
 	res := <-done
 
@@ -141,19 +146,7 @@ func TestRunStopsStartingWhenItsContextEnds(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan Result)
 	go func() { done <- Run(ctx, stages, pubs, workers, f) }()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		f.mu.Lock()
-		n := f.inFlight
-		f.mu.Unlock()
-		if n == workers {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("only %d stages in flight, want %d", n, workers)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	f.waitInFlight(t, workers)
 	cancel()
 	close(f.release)
 	res := <-done
