@@ -225,7 +225,6 @@ func TestReadmeCILists(t *testing.T) {
 	}
 }
 
-
 // TestRestartAllWithSidecar: a RestartAllContainers rule in a pod with a FUSE sidecar restarts the native
 // sidecar too (kubelet resets the init containers with the others; the local model does the same, as measured
 // on the real kubelets by restart-all-sidecar), and how kubelet starts a sidecar changes between releases
