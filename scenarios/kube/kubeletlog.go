@@ -109,17 +109,9 @@ func (k *kubeletLog) cause(ctx context.Context, c, uid string, t time.Time) (str
 
 // defaultKubeletLogFile is the from-source cluster's kubelet log (hack/cluster), when it exists.
 func defaultKubeletLogFile() string {
-	dir := os.Getenv("DFC_CLUSTER_DIR")
+	dir := clusterDir()
 	if dir == "" {
-		cache := os.Getenv("DFC_CACHE_DIR")
-		if cache == "" {
-			home, err := os.UserHomeDir()
-			if err != nil {
-				return ""
-			}
-			cache = filepath.Join(home, ".cache", "dummy-fuse-csi")
-		}
-		dir = filepath.Join(cache, "cluster")
+		return ""
 	}
 	p := filepath.Join(dir, "logs", "kubelet.log")
 	if fileExists(p) {
