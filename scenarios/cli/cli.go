@@ -32,9 +32,10 @@ Runs FUSE mount-loss scenarios: kills a component of the FUSE storage stack unde
 CSI plugin container, a FUSE server, the keeper, the pod's FUSE sidecar) and checks, from the workload's log,
 the container runtime and stat of the volume paths, what happens.
 Scenarios: %s
-Exit code: 0 when every expected outcome of every scenario held, 1 otherwise, 2 on a usage error, 3 when
-none failed but some could not run on this cluster (NOT RUNNABLE: it lacks what they need; the run says how to
-get it); 1 then too under DFC_REQUIRE_PRIVILEGED=1 (CI).
+Exit code: 0 when every expected outcome of every scenario held, 1 otherwise, 2 on a usage error or when the
+backend lacks what it needs (local: root, /dev/fuse and the binaries; kube: a cluster that answers), checked
+before any scenario runs, 3 when none failed but some could not run on this cluster (NOT RUNNABLE: it lacks
+what they need; the run says how to get it); 1 then too under DFC_REQUIRE_PRIVILEGED=1 (CI).
 
 Flags:
 `
@@ -84,14 +85,23 @@ func (l *stringList) String() string     { return strings.Join(*l, ",") }
 func (l *stringList) Set(v string) error { *l = append(*l, v); return nil }
 
 // Run is the dfc-scenario command: it runs the named scenarios one after the other and returns an error when
-// any failed (exit 1), a *command.UsageError for bad arguments (exit 2).
+// any failed (exit 1), a *command.UsageError for bad arguments (exit 2), an exit 2 when the backend lacks what
+// it needs.
 func Run(ctx context.Context, args []string, streams command.Streams) error {
+	return run(ctx, args, streams, thisMachine())
+}
+
+// run is Run on machine m.
+func run(ctx context.Context, args []string, streams command.Streams, m machine) error {
 	cfg, err := parse(args, streams.Out)
 	if err != nil {
 		return err
 	}
 	if cfg.list {
 		return list(streams.Out, cfg.listFilter())
+	}
+	if err := preflight(ctx, cfg, m, args); err != nil {
+		return err
 	}
 	if cfg.check {
 		return nil
@@ -138,7 +148,7 @@ func parse(args []string, stdout io.Writer) (config, error) {
 	fl.StringVar(&cfg.driver.FuseProcess, "fuse-process", "", "with --driver: the process in the node plugin pod that driver-process-kill kills (its /proc comm, e.g. gcsfuse)")
 	fl.StringVar(&cfg.driver.Placement, "placement", "", "with --driver: where the driver keeps its FUSE servers (e.g. child, sidecar, keeper, mount-pod), as you know it: recorded, so that the matrix tells the runs apart (default unknown)")
 	fl.StringVar(&cfg.driver.MountPodSelector, "mount-pod-selector", "", "with --driver: label selector of the mount pod on the node that driver-mount-pod-delete deletes")
-	fl.BoolVar(&cfg.check, "check", false, "only check the flags and scenario names, then exit (hack/scenario.sh does, before it builds the binaries)")
+	fl.BoolVar(&cfg.check, "check", false, "only check the flags, the scenario names and what the backend needs (local: root and /dev/fuse; kube: a cluster that answers), then exit (hack/scenario.sh does, before it builds the binaries)")
 	fl.Usage = func() {}
 	if err := fl.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -293,9 +303,6 @@ func kubeletRanges(s *scenarios.Scenario) []string {
 
 // runAll runs the configured scenarios one after the other; it returns an error when any failed.
 func runAll(ctx context.Context, cfg config, out io.Writer) error {
-	if cfg.backend == "local" && os.Geteuid() != 0 {
-		return errors.New("the local backend needs root (it mounts FUSE filesystems and creates mount namespaces)")
-	}
 	for _, why := range cfg.leftOut {
 		fmt.Fprintf(out, "left out: %s\n", why)
 	}

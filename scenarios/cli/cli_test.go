@@ -52,7 +52,7 @@ func TestParse(t *testing.T) {
 	for _, tc := range cases {
 		var stdout, stderr bytes.Buffer
 		if tc.code >= 0 {
-			err := Run(context.Background(), tc.args, command.Streams{Out: &stdout, Err: &stderr})
+			err := run(context.Background(), tc.args, command.Streams{Out: &stdout, Err: &stderr}, okMachine())
 			if code := command.Code("dfc-scenario", err, &stderr); code != tc.code {
 				t.Errorf("%q: exit code %d, want %d (stderr %s)", tc.args, code, tc.code, stderr.String())
 			}
