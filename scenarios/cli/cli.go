@@ -221,6 +221,9 @@ func selectFor(backend, server string, names []string) (run []scenarios.Scenario
 	for _, n := range names {
 		sel, err := catalog.Select([]string{n})
 		if err != nil {
+			if err := flagOnlyRow(n); err != nil {
+				return nil, nil, err
+			}
 			return nil, nil, unknownName(n)
 		}
 		r, l, err := runnable(backend, server, sel, n == "all")
@@ -387,7 +390,7 @@ func newBackend(cfg config, out io.Writer) scenarios.Backend {
 func unknownName(n string) error {
 	var best []string
 	bestDist := len(n)/3 + 2 // a typo or two, not another word
-	for _, c := range append(catalog.Names(), "all") {
+	for _, c := range slices.Concat(catalog.Names(), catalog.DriverNames(), []string{"all"}) {
 		d := distance(n, c)
 		if strings.Contains(c, n) && len(n) >= 3 {
 			d = min(d, 1)

@@ -56,6 +56,9 @@ func selectDrivers(t kube.DriverTarget, names []string) (run []scenarios.Scenari
 	for _, n := range names {
 		sel, err := catalog.SelectDrivers([]string{n})
 		if err != nil {
+			if err := chartRowUnderDriver(n); err != nil {
+				return nil, nil, err
+			}
 			return nil, nil, err
 		}
 		for _, s := range sel {
