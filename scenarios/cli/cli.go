@@ -14,7 +14,6 @@ import (
 	"slices"
 	"strings"
 	"syscall"
-	"text/tabwriter"
 	"time"
 
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/command"
@@ -253,55 +252,6 @@ func runnable(backend, server string, scs []scenarios.Scenario, all bool) (run [
 		}
 	}
 	return run, leftOut, nil
-}
-
-// list prints the catalog: name, title and, for a scenario whose outcome depends on the kubelet version, the
-// kubelet ranges it distinguishes; with versionDependent or everyRelease only the names of those scenarios
-// (or of those to run on every release), one per line.
-// listFilter is the selection --list prints the names of, one per line; nil: every scenario, described.
-func (cfg config) listFilter() func(*scenarios.Scenario) bool {
-	if !cfg.versionDependent && !cfg.everyRelease && !cfg.everyServer {
-		return nil
-	}
-	return func(s *scenarios.Scenario) bool {
-		return (cfg.versionDependent && s.VersionDependent()) || (cfg.everyRelease && s.OnEveryRelease()) ||
-			(cfg.everyServer && s.OnEveryServer())
-	}
-}
-
-func list(w io.Writer, only func(*scenarios.Scenario) bool) error {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	for _, s := range catalog.All() {
-		switch {
-		case only != nil:
-			if only(&s) {
-				fmt.Fprintln(tw, s.Name)
-			}
-		case s.VersionDependent():
-			fmt.Fprintf(tw, "%s\t%s\t(outcome depends on the kubelet version: %s)\n", s.Name, s.Title, strings.Join(kubeletRanges(&s), ", "))
-		case s.EveryRelease != "":
-			fmt.Fprintf(tw, "%s\t%s\t(run on every kubelet release: %s)\n", s.Name, s.Title, s.EveryRelease)
-		default:
-			fmt.Fprintf(tw, "%s\t%s\n", s.Name, s.Title)
-		}
-	}
-	if only == nil {
-		for _, s := range catalog.Drivers() {
-			fmt.Fprintf(tw, "%s\t%s\t(with --driver: against any installed CSI driver; measured, nothing expected)\n", s.Name, s.Title)
-		}
-	}
-	return tw.Flush()
-}
-
-// kubeletRanges lists the distinct kubelet ranges of a scenario's expectations.
-func kubeletRanges(s *scenarios.Scenario) []string {
-	var out []string
-	for _, e := range s.Expect {
-		if r := e.Kubelet.String(); !e.Kubelet.All() && !slices.Contains(out, r) {
-			out = append(out, r)
-		}
-	}
-	return out
 }
 
 // runAll runs the configured scenarios one after the other; it returns an error when any failed.
