@@ -144,6 +144,9 @@ func (r *Runner) Outcome() *Outcome { return r.o }
 func (r *Runner) Setup(ctx context.Context) error {
 	if err := r.setup(ctx); err != nil {
 		r.o.Err = err
+		if r.o.NotRunnable() != nil {
+			r.judge() // nothing to judge, but the kubelet it was refused on is known now (NotRunnableExpected)
+		}
 		return err
 	}
 	return nil

@@ -168,7 +168,8 @@ func TestUsageOutput(t *testing.T) {
 }
 
 // TestJudge: a scenario that is not runnable on the cluster is neither a pass nor silently counted as one:
-// exit 3 alone, exit 1 beside a failure or under DFC_REQUIRE_PRIVILEGED=1.
+// exit 3 alone, exit 1 beside a failure or under DFC_REQUIRE_PRIVILEGED=1, unless the row's needs foretell it
+// (an older kubelet release than the first with what it needs).
 func TestJudge(t *testing.T) {
 	notRunnable := &scenarios.Outcome{Err: &scenarios.NotRunnableError{Why: "no gate", Fix: "make cluster-up"}}
 	failed := &scenarios.Outcome{Err: errors.New("setup failed")}
@@ -185,6 +186,19 @@ func TestJudge(t *testing.T) {
 	t.Setenv(requireEnv, "1")
 	if c := code(notRunnable); c != 1 {
 		t.Errorf("not runnable under %s=1: exit %d, want 1", requireEnv, c)
+	}
+	// A row that needs RestartAllContainers (v1.36+), refused on v1.34: foretold, not a failure of the pass.
+	restartAll, err := catalog.Lookup("restart-all-containers")
+	if err != nil {
+		t.Fatal(err)
+	}
+	foretold := &scenarios.Outcome{Scenario: restartAll, Kubelet: scenarios.MustKubeletVersion("v1.34.4"), Err: notRunnable.Err}
+	if c := code(foretold); c != 3 {
+		t.Errorf("a row refused on a release older than what it needs, under %s=1: exit %d, want 3", requireEnv, c)
+	}
+	gateOff := &scenarios.Outcome{Scenario: restartAll, Kubelet: scenarios.MustKubeletVersion("v1.37.2"), Err: notRunnable.Err}
+	if c := code(gateOff); c != 1 {
+		t.Errorf("a row refused on a release that has what it needs, under %s=1: exit %d, want 1", requireEnv, c)
 	}
 }
 

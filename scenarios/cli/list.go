@@ -109,6 +109,9 @@ func describe(s *scenarios.Scenario, driver bool) listRow {
 	if s.EveryRelease != "" {
 		r.notes = append(r.notes, "run on every kubelet release: "+s.EveryRelease)
 	}
+	for _, n := range s.Needs() {
+		r.notes = append(r.notes, "needs "+n.String()+": NOT RUNNABLE on an older kubelet, as expected there")
+	}
 	return r
 }
 
