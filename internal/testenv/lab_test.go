@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -93,4 +94,68 @@ func (r *recorder) Helper() {}
 func (r *recorder) Fatalf(format string, a ...any) {
 	r.msg = strings.TrimSpace(fmt.Sprintf(format, a...))
 	runtime.Goexit()
+}
+
+// errorsOf is a testing.TB that keeps what Errorf reports instead of failing the test: a Lab's own failures,
+// checked by the test that made the Lab.
+type errorsOf struct {
+	testing.TB
+	mu  sync.Mutex
+	got []string
+}
+
+func (e *errorsOf) Errorf(format string, args ...any) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.got = append(e.got, fmt.Sprintf(format, args...))
+}
+
+// TestStoppedHolderLeavingAHangFails: a process that runs csi-plugin (here a stand-in holding a copy of the
+// connection's /dev/fuse) is stopped by the test while another holder keeps the connection and nobody serves
+// it; a reader's request then waits for ever. The Lab's check reports it, naming the connection and the holder.
+func TestStoppedHolderLeavingAHangFails(t *testing.T) {
+	testenv.RequireFUSE(t)
+	e := &errorsOf{TB: t}
+	var dev *os.File // the other holder, kept until the Lab's check has run
+	t.Cleanup(func() { // runs after the Lab's cleanup, which is registered after it
+		if dev != nil {
+			dev.Close()
+		}
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		if len(e.got) != 1 || !strings.Contains(e.got[0], "held when the test stopped it") {
+			t.Errorf("the Lab reported %q, want one unanswered connection of the stopped holder", e.got)
+		}
+	})
+	lab := testenv.NewLab(e)
+	dir := lab.Dir()
+	mnt := filepath.Join(dir, "mnt")
+	if err := os.Mkdir(mnt, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var err error
+	dev, err = fuseconn.Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fuseconn.Mount(dev, mnt, fuseconn.MountOptions{Name: "lab-test", Source: "lab-test", ReadOnly: true}); err != nil {
+		t.Fatal(err)
+	}
+	sleep, err := exec.LookPath("sleep")
+	if err != nil {
+		t.Fatal(err)
+	}
+	standIn := filepath.Join(dir, "csi-plugin")
+	if err := os.Symlink(sleep, standIn); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(standIn, "60")
+	cmd.ExtraFiles = []*os.File{dev}
+	holder := lab.Start("csi-plugin stand-in", cmd)
+	lab.Start("cat", exec.Command("cat", filepath.Join(mnt, "file"))) // waits: nobody answers
+	testenv.Eventually(t, 10*time.Second, "the stand-in to hold the connection", func() bool {
+		return len(testenv.HeldConnections(holder.PID())) == 1
+	})
+	holder.Signal(syscall.SIGKILL)
+	holder.Wait(testenv.ExitWait)
 }
