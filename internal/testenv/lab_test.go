@@ -116,7 +116,7 @@ func (e *errorsOf) Errorf(format string, args ...any) {
 func TestStoppedHolderLeavingAHangFails(t *testing.T) {
 	testenv.RequireFUSE(t)
 	e := &errorsOf{TB: t}
-	var dev *os.File // the other holder, kept until the Lab's check has run
+	var dev *os.File   // the other holder, kept until the Lab's check has run
 	t.Cleanup(func() { // runs after the Lab's cleanup, which is registered after it
 		if dev != nil {
 			dev.Close()
