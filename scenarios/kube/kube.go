@@ -504,7 +504,7 @@ func (b *Backend) createWorkload(ctx context.Context) (types.UID, error) {
 	if b.sc.Pod.Controller == "" {
 		created, err := b.cs.CoreV1().Pods(b.n.namespace).Create(ctx, b.podSpec.DeepCopy(), metav1.CreateOptions{})
 		if err != nil {
-			return "", fmt.Errorf("create pod: %w", err)
+			return "", b.refusedRule(ctx, fmt.Errorf("create pod: %w", err))
 		}
 		b.progress("pod %s/%s created (uid %s, PV %s, PVC %s)", b.n.namespace, b.n.pod, shortUID(string(created.UID)), b.n.pv, b.n.pvc)
 		return created.UID, nil
@@ -512,7 +512,7 @@ func (b *Backend) createWorkload(ctx context.Context) (types.UID, error) {
 	d := workloadDeployment(b.podSpec)
 	writeYAML(filepath.Join(b.dir, "workload-deployment.yaml"), d)
 	if _, err := b.cs.AppsV1().Deployments(b.n.namespace).Create(ctx, d, metav1.CreateOptions{}); err != nil {
-		return "", fmt.Errorf("create Deployment: %w", err)
+		return "", b.refusedRule(ctx, fmt.Errorf("create Deployment: %w", err))
 	}
 	p, err := b.workload.await(ctx, b.opts.SetupTimeout, func(p *corev1.Pod, deleted bool) bool { return p != nil && !deleted })
 	if err != nil {

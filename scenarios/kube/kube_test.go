@@ -2,14 +2,19 @@ package kube
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/contract"
@@ -377,6 +382,59 @@ func TestUnstageWatchReset(t *testing.T) {
 	unstage("2")
 	if err := u.wait(context.Background(), time.Second); err != nil {
 		t.Fatalf("the second unstage: %v", err)
+	}
+}
+
+// TestUnstageWatchStaged: only a volume whose NodeStageVolume succeeded is waited for at teardown; a run whose
+// pod the API server refused never staged it (a v1.35 API server refused a RestartAllContainers rule, and the
+// teardown waited two minutes for an unstage that could not come, then called the node unclean).
+func TestUnstageWatchStaged(t *testing.T) {
+	u := newUnstageWatch()
+	u.observe("plugin#0", "[ID:1] GRPC call: /csi.v1.Node/NodeStageVolume", "vol")
+	u.observe("plugin#0", `[ID:1] GRPC request: {"volume_id":"other"}`, "vol")
+	u.observe("plugin#0", "[ID:1] GRPC response: {}", "vol")
+	if u.stagedSeen() {
+		t.Fatal("another volume's stage counted as the run's")
+	}
+	u.observe("plugin#0", "[ID:2] GRPC call: /csi.v1.Node/NodeStageVolume", "vol")
+	u.observe("plugin#0", `[ID:2] GRPC request: {"volume_id":"vol"}`, "vol")
+	if u.stagedSeen() {
+		t.Fatal("a stage without its response counted")
+	}
+	u.observe("plugin#0", "[ID:2] GRPC response: {}", "vol")
+	if !u.stagedSeen() {
+		t.Fatal("the run's volume's stage was not seen")
+	}
+	u.reset()
+	if u.stagedSeen() {
+		t.Fatal("after an unstage and reset, the old stage still counts")
+	}
+}
+
+// TestRefusedRuleIsNotRunnable: the API server's refusal of a RestartAllContainers rule at the pod's creation
+// makes the run NOT RUNNABLE, with the nodes' kubelet recorded (so that a v1.35 refusal is foretold by the row's
+// needs); any other refusal, or one of a row without the rule, stays the error it is.
+func TestRefusedRuleIsNotRunnable(t *testing.T) {
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "vm"}, Status: corev1.NodeStatus{NodeInfo: corev1.NodeSystemInfo{KubeletVersion: "v1.35.4"}}}
+	withRule := &scenarios.Scenario{Pod: scenarios.Pod{Containers: []scenarios.Container{{Name: "reader", RestartAllContainers: true}}}}
+	refusal := apierrors.NewInvalid(schema.GroupKind{Kind: "Pod"}, "workload", field.ErrorList{field.NotSupported(
+		field.NewPath("spec", "containers").Index(0).Child("restartPolicyRules").Index(0).Child("action"), "RestartAllContainers", []string{"Restart"})})
+	b := &Backend{cs: fake.NewClientset(node), sc: withRule, rec: &scenarios.Recorder{}}
+	err := b.refusedRule(t.Context(), fmt.Errorf("create pod: %w", refusal))
+	var nr *scenarios.NotRunnableError
+	if !errors.As(err, &nr) {
+		t.Fatalf("refusedRule = %v, want NOT RUNNABLE", err)
+	}
+	if got := b.rec.Snapshot().Kubelet; got.String() != "v1.35.4" {
+		t.Errorf("kubelet recorded %q, want v1.35.4", got)
+	}
+	other := apierrors.NewInvalid(schema.GroupKind{Kind: "Pod"}, "workload", field.ErrorList{field.Required(field.NewPath("spec"), "x")})
+	if err := b.refusedRule(t.Context(), other); errors.As(err, &nr) {
+		t.Errorf("another refusal became NOT RUNNABLE: %v", err)
+	}
+	b.sc = &scenarios.Scenario{Pod: scenarios.Pod{Containers: []scenarios.Container{{Name: "reader"}}}}
+	if err := b.refusedRule(t.Context(), refusal); errors.As(err, &nr) {
+		t.Errorf("a row without the rule: %v became NOT RUNNABLE", err)
 	}
 }
 

@@ -151,10 +151,22 @@ type unstageWatch struct {
 	done    chan struct{}
 	closed  bool
 	lastErr string
+	// stageCalls, stages and staged track NodeStageVolume the same way: only a volume that was staged is ever
+	// unstaged, and a run whose pod never existed (the API server refused it) must not wait for that.
+	stageCalls, stages map[string]bool
+	staged             bool
 }
 
 func newUnstageWatch() *unstageWatch {
-	return &unstageWatch{calls: map[string]bool{}, ours: map[string]bool{}, done: make(chan struct{})}
+	return &unstageWatch{calls: map[string]bool{}, ours: map[string]bool{}, stageCalls: map[string]bool{}, stages: map[string]bool{},
+		done: make(chan struct{})}
+}
+
+// stagedSeen reports whether a NodeStageVolume of the run's volume succeeded since the last reset.
+func (u *unstageWatch) stagedSeen() bool {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.staged
 }
 
 var grpcLine = regexp.MustCompile(`^(\[ID:\d+\]) GRPC (call|request|response|error): (.*)$`)
@@ -172,11 +184,20 @@ func (u *unstageWatch) observe(who, msg, handle string) {
 		if strings.HasSuffix(m[3], "/NodeUnstageVolume") {
 			u.calls[key] = true
 		}
+		if strings.HasSuffix(m[3], "/NodeStageVolume") {
+			u.stageCalls[key] = true
+		}
 	case "request":
 		if u.calls[key] && strings.Contains(m[3], `"volume_id":"`+handle+`"`) {
 			u.ours[key] = true
 		}
+		if u.stageCalls[key] && strings.Contains(m[3], `"volume_id":"`+handle+`"`) {
+			u.stages[key] = true
+		}
 	case "response":
+		if u.stages[key] {
+			u.staged = true
+		}
 		if u.ours[key] && !u.closed {
 			u.closed = true
 			close(u.done)
@@ -193,6 +214,7 @@ func (u *unstageWatch) reset() {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	u.calls, u.ours, u.lastErr = map[string]bool{}, map[string]bool{}, ""
+	u.stageCalls, u.stages, u.staged = map[string]bool{}, map[string]bool{}, false
 	if u.closed {
 		u.done, u.closed = make(chan struct{}), false
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
@@ -63,6 +64,40 @@ func (b *Backend) checkRestartAllFeature(ctx context.Context) error {
 		b.podLogsDir = c.KubeletConfig.PodLogsDir
 	}
 	return nil
+}
+
+// refusedRule turns the API server's refusal of a pod with a RestartAllContainers rule into NOT RUNNABLE: an API
+// server without the feature enabled (v1.35, where it is alpha and off) rejects the action as an unsupported
+// value when the pod is created, before any node runs it, so checkRestartAllFeature never gets to see the node.
+// The nodes' kubelet version is recorded (when they agree), so that the verdict can tell whether the row's
+// needs foretold the refusal. Any other error is returned as it is.
+func (b *Backend) refusedRule(ctx context.Context, err error) error {
+	if !usesRestartAll(b.sc) || !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), string(corev1.ContainerRestartRuleActionRestartAllContainers)) {
+		return err
+	}
+	if nodes, lerr := b.cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{}); lerr == nil {
+		if v, ok := oneKubeletVersion(nodes.Items); ok {
+			b.rec.SetKubelet(v)
+		}
+	}
+	return &scenarios.NotRunnableError{
+		Why: fmt.Sprintf("the API server refuses the pod's RestartAllContainers rule (%v): the feature is off in this cluster", err),
+		Fix: fmt.Sprintf("a cluster of Kubernetes %s or newer (the gate is on by default), or FEATURE_GATES=%s=true on v1.35 (alpha)",
+			scenarios.RestartAllContainersIn, scenarios.RestartAllContainersFeature),
+	}
+}
+
+// oneKubeletVersion is the kubelet version every node reports, if they agree.
+func oneKubeletVersion(nodes []corev1.Node) (scenarios.KubeletVersion, bool) {
+	var v scenarios.KubeletVersion
+	for i, n := range nodes {
+		nv, err := scenarios.ParseKubeletVersion(n.Status.NodeInfo.KubeletVersion)
+		if err != nil || (i > 0 && !nv.Equal(v)) {
+			return scenarios.KubeletVersion{}, false
+		}
+		v = nv
+	}
+	return v, len(nodes) > 0
 }
 
 // restartAllRunnable is checkRestartAllFeature's judgement of a node.

@@ -136,7 +136,11 @@ func (b *Backend) teardown(ctx context.Context, n names, unstage *unstageWatch) 
 			errs = append(errs, fmt.Errorf("staging dir %s still mounted: %w", staging, err))
 		}
 	}
-	if unstage != nil {
+	switch {
+	case unstage != nil && !unstage.stagedSeen():
+		// The volume was never staged (the pod was refused, or never scheduled): no unstage will come.
+		b.logf("teardown: %s was never staged (no NodeStageVolume in the plugin's log): no unstage to wait for", n.volumeHandle)
+	case unstage != nil:
 		// NodeUnstageVolume: kubelet unmounts the staging dir once no pod uses the volume; the plugin must
 		// still serve then, so the release goes only after it.
 		if err := unstage.wait(ctx, 2*time.Minute); err != nil {
