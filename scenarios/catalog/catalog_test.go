@@ -115,8 +115,8 @@ func TestCatalogVersions(t *testing.T) {
 }
 
 // TestReadmeVersions keeps scenarios/README.md's per-version table in step with the catalog: a row per
-// scenario and kubelet minor on either side of the subPath fix (the generated table has a row per recorded
-// release).
+// scenario and kubelet minor on either side of the subPath fix, and any other row (the generated table has a row
+// per recorded release) of a scenario of the catalog.
 func TestReadmeVersions(t *testing.T) {
 	rows := map[string]bool{}
 	for _, cells := range readmeTable(t, "## Outcomes per kubelet version") {
@@ -141,8 +141,11 @@ func TestReadmeVersions(t *testing.T) {
 			delete(rows, n+" "+v)
 		}
 	}
+	// Rows of other recorded releases (make kube-release) are fine, as long as their scenario is in the catalog.
 	for r := range rows {
-		t.Errorf("README.md's table of outcomes per kubelet version has a row %q that is not in the catalog", r)
+		if name, _, _ := strings.Cut(r, " "); !slices.Contains(Names(), name) {
+			t.Errorf("README.md's table of outcomes per kubelet version has a row %q that is not in the catalog", r)
+		}
 	}
 }
 
