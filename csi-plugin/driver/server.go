@@ -22,6 +22,7 @@ import (
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/registration"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/volumecondition"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/fdpass"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/grpcstop"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/version"
 )
 
@@ -120,7 +121,7 @@ func (d *Driver) Run(ctx context.Context) error {
 		}
 	}()
 	defer func() {
-		stopGRPC(srv, grpcStopWait)
+		grpcstop.Stop(srv, grpcStopWait)
 		_ = os.Remove(d.socket)
 	}()
 	klog.InfoS("Serving CSI", "endpoint", d.socket, "driver", d.cfg.DriverName, "nodeID", d.cfg.NodeID,
@@ -177,17 +178,3 @@ func (d *Driver) Run(ctx context.Context) error {
 // stop and the mode's Close (what peers sent: fusemode's drain), the plugin is gone within 10 s of SIGTERM. A
 // call cut short is retried by kubelet.
 const grpcStopWait = 4 * time.Second
-
-// stopGRPC lets running calls finish, but not forever.
-func stopGRPC(srv *grpc.Server, timeout time.Duration) {
-	done := make(chan struct{})
-	go func() {
-		srv.GracefulStop()
-		close(done)
-	}()
-	select {
-	case <-done:
-	case <-time.After(timeout):
-		srv.Stop()
-	}
-}

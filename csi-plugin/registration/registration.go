@@ -16,6 +16,7 @@ import (
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/fdpass"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/grpcstop"
 )
 
 // SupportedVersions are the CSI versions announced to kubelet.
@@ -72,15 +73,8 @@ func (s *Server) Serve(ctx context.Context, socketPath string) error {
 	go func() { served <- srv.Serve(l) }()
 	klog.InfoS("Serving kubelet plugin registration", "socket", socketPath, "driver", s.driverName, "endpoint", s.endpoint)
 	defer func() {
-		// Graceful: the NotifyRegistrationStatus call that reported a rejection still gets its answer; but a
-		// kubelet that keeps a call open must not hold the plugin's exit.
-		stopped := make(chan struct{})
-		go func() { srv.GracefulStop(); close(stopped) }()
-		select {
-		case <-stopped:
-		case <-time.After(time.Second):
-			srv.Stop()
-		}
+		// Graceful: the NotifyRegistrationStatus call that reported a rejection still gets its answer.
+		grpcstop.Stop(srv, time.Second)
 		if err := os.Remove(socketPath); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			klog.ErrorS(err, "Removing the registration socket")
 		}
