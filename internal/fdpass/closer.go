@@ -189,7 +189,7 @@ func FUSEConnection(f *os.File) (uint32, bool) {
 	if _, err := os.Stat(fuseconn.ControlDir + "/" + strconv.FormatUint(uint64(st.Dev_minor), 10)); err == nil {
 		return st.Dev_minor, true
 	}
-	if _, err := os.Stat(fuseconn.ControlDir + "/"); err == nil && controlMounted() {
+	if controlMounted() {
 		return 0, false // the control filesystem is there and lists no such connection
 	}
 	return 0, true

@@ -104,19 +104,29 @@ func ReadMsg(conn *net.UnixConn, deadline time.Time) ([]byte, *os.File, error) {
 // ReadMsgVia is ReadMsg within conn's own read deadline, closing the descriptors of a refused message through
 // closer (nil: at once), for a receiver that does not trust the sender (see Closer).
 func ReadMsgVia(conn *net.UnixConn, closer *Closer) ([]byte, *os.File, error) {
+	return readMsg(conn, maxFDs, closer)
+}
+
+// readMsg reads one message with room for room descriptors (0: none, see ReadMsgDropping).
+func readMsg(conn *net.UnixConn, room int, closer *Closer) ([]byte, *os.File, error) {
 	buf := make([]byte, MaxConfig+1)
-	oob := make([]byte, unix.CmsgSpace(maxFDs*4))
+	var oob []byte
+	if room > 0 {
+		oob = make([]byte, unix.CmsgSpace(room*4))
+	}
 	n, oobn, flags, _, err := conn.ReadMsgUnix(buf, oob)
 	fds, perr := rights(oob[:oobn])
 	if err == nil {
 		err = perr
 	}
 	switch {
-	case errors.Is(err, io.EOF), err == nil && n == 0 && len(fds) == 0:
+	case errors.Is(err, io.EOF), err == nil && n == 0 && len(fds) == 0 && flags&unix.MSG_CTRUNC == 0:
 		err = fmt.Errorf("the peer closed the connection: %w", io.EOF)
 	case err != nil:
+	case flags&unix.MSG_CTRUNC != 0 && room == 0:
+		err = ErrDroppedRights
 	case flags&unix.MSG_CTRUNC != 0:
-		err = fmt.Errorf("more than %d descriptors or other control data in one message", maxFDs)
+		err = fmt.Errorf("more than %d descriptors or other control data in one message", room)
 	case n > MaxConfig || flags&unix.MSG_TRUNC != 0:
 		err = fmt.Errorf("message larger than %d bytes", MaxConfig)
 	case len(fds) > 1:
@@ -143,22 +153,11 @@ var ErrDroppedRights = errors.New("the message carried descriptors, dropped unop
 // ReadMsgDropping reads one message from conn within its read deadline with no room for descriptors: the
 // kernel releases any the message carries without ever installing them in this process (scm_recv in
 // net/core/scm.c puts the files when there is no control buffer), so no close(2) of theirs can wait for a FUSE
-// server (see Closer), on any kernel. A message that carried some returns its data and ErrDroppedRights;
-// io.EOF (wrapped) is the end of the connection. For where the protocol has the peer send no descriptor.
+// server (see Closer), on any kernel. A message that carried some is ErrDroppedRights; io.EOF (wrapped) is the
+// end of the connection. For where the protocol has the peer send no descriptor.
 func ReadMsgDropping(conn *net.UnixConn) ([]byte, error) {
-	buf := make([]byte, MaxConfig+1)
-	n, _, flags, _, err := conn.ReadMsgUnix(buf, nil)
-	switch {
-	case errors.Is(err, io.EOF), err == nil && n == 0 && flags&unix.MSG_CTRUNC == 0:
-		return nil, fmt.Errorf("the peer closed the connection: %w", io.EOF)
-	case err != nil:
-		return nil, err
-	case n > MaxConfig || flags&unix.MSG_TRUNC != 0:
-		return nil, fmt.Errorf("message larger than %d bytes", MaxConfig)
-	case flags&unix.MSG_CTRUNC != 0:
-		return buf[:n], ErrDroppedRights
-	}
-	return buf[:n], nil
+	data, _, err := readMsg(conn, 0, nil)
+	return data, err
 }
 
 // rights returns every descriptor in the control messages of oob; anything but SCM_RIGHTS is an error (the
