@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -130,20 +131,29 @@ func connectionIn(fdinfo []byte) (uint32, bool, error) {
 // HeldBySelf reports whether this process holds a /dev/fuse descriptor attached to connection id (see ID): then
 // the connection cannot end while the process lives, whatever its servers do. It reads only /proc/self/fdinfo.
 func HeldBySelf(id uint32) (bool, error) {
-	ents, err := os.ReadDir("/proc/self/fdinfo")
+	held, err := HeldBy("self")
+	return slices.Contains(held, id), err
+}
+
+// HeldBy returns the connections process pid ("self", or a number) holds a /dev/fuse descriptor of, as its
+// /proc/<pid>/fdinfo shows them (see ID); none on a kernel that does not show them.
+func HeldBy(pid string) ([]uint32, error) {
+	dir := "/proc/" + pid + "/fdinfo"
+	ents, err := os.ReadDir(dir)
 	if err != nil {
-		return false, err
+		return nil, err
 	}
+	var ids []uint32
 	for _, e := range ents {
-		b, err := os.ReadFile("/proc/self/fdinfo/" + e.Name())
+		b, err := os.ReadFile(dir + "/" + e.Name())
 		if err != nil {
 			continue // closed meanwhile
 		}
-		if n, ok, _ := connectionIn(b); ok && n == id {
-			return true, nil
+		if n, ok, _ := connectionIn(b); ok && !slices.Contains(ids, n) {
+			ids = append(ids, n)
 		}
 	}
-	return false, nil
+	return ids, nil
 }
 
 // outHeaderLen is sizeof(struct fuse_out_header) (include/uapi/linux/fuse.h).

@@ -1,4 +1,4 @@
-package fuseconn
+package fuseconn_test
 
 import (
 	"errors"
@@ -7,11 +7,11 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
 
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/fuseconn"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/testenv"
 )
 
@@ -24,11 +24,11 @@ func mountFresh(t *testing.T) (*os.File, string) {
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	dev, err := Open()
+	dev, err := fuseconn.Open()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := Mount(dev, dir, MountOptions{Name: "fuseconn-test", Source: "test", ReadOnly: true}); err != nil {
+	if err := fuseconn.Mount(dev, dir, fuseconn.MountOptions{Name: "fuseconn-test", Source: "test", ReadOnly: true}); err != nil {
 		dev.Close()
 		t.Fatal(err)
 	}
@@ -45,8 +45,8 @@ func mountFresh(t *testing.T) (*os.File, string) {
 // shows for its mount, and a dup of the descriptor has the same.
 func TestIDIsTheMountsDevice(t *testing.T) {
 	dev, dir := mountFresh(t)
-	id, err := ID(int(dev.Fd()))
-	if errors.Is(err, ErrNoID) {
+	id, err := fuseconn.ID(int(dev.Fd()))
+	if errors.Is(err, fuseconn.ErrNoID) {
 		t.Skipf("%v (kernel %s)", err, uname())
 	}
 	if err != nil {
@@ -67,7 +67,7 @@ func TestIDIsTheMountsDevice(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer unix.Close(dup)
-	if id2, err := ID(dup); err != nil || id2 != id {
+	if id2, err := fuseconn.ID(dup); err != nil || id2 != id {
 		t.Errorf("ID of a dup = %d, %v; want %d", id2, err, id)
 	}
 }
@@ -75,27 +75,27 @@ func TestIDIsTheMountsDevice(t *testing.T) {
 // TestIDOfOtherDescriptors: a /dev/fuse descriptor of no connection has no ID, and anything else is refused.
 func TestIDOfOtherDescriptors(t *testing.T) {
 	testenv.RequireFUSE(t)
-	dev, err := Open()
+	dev, err := fuseconn.Open()
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer dev.Close()
-	if _, err := ID(int(dev.Fd())); !errors.Is(err, ErrNoID) {
-		t.Errorf("ID of an unmounted /dev/fuse = %v, want ErrNoID", err)
+	if _, err := fuseconn.ID(int(dev.Fd())); !errors.Is(err, fuseconn.ErrNoID) {
+		t.Errorf("ID of an unmounted /dev/fuse = %v, want fuseconn.ErrNoID", err)
 	}
 	null, err := os.Open(os.DevNull)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer null.Close()
-	if _, err := ID(int(null.Fd())); err == nil || errors.Is(err, ErrNoID) {
+	if _, err := fuseconn.ID(int(null.Fd())); err == nil || errors.Is(err, fuseconn.ErrNoID) {
 		t.Errorf("ID of %s = %v, want 'not /dev/fuse'", os.DevNull, err)
 	}
-	if err := Check(int(null.Fd())); err == nil {
-		t.Errorf("Check(%s) = nil", os.DevNull)
+	if err := fuseconn.Check(int(null.Fd())); err == nil {
+		t.Errorf("fuseconn.Check(%s) = nil", os.DevNull)
 	}
-	if err := Check(int(dev.Fd())); err != nil {
-		t.Errorf("Check(/dev/fuse) = %v", err)
+	if err := fuseconn.Check(int(dev.Fd())); err != nil {
+		t.Errorf("fuseconn.Check(/dev/fuse) = %v", err)
 	}
 }
 
@@ -103,19 +103,19 @@ func TestIDOfOtherDescriptors(t *testing.T) {
 // unless it is older than 6.9) and refuses it on a descriptor that is not mounted.
 func TestResend(t *testing.T) {
 	dev, _ := mountFresh(t)
-	ok, err := Resend(int(dev.Fd()))
+	ok, err := fuseconn.Resend(int(dev.Fd()))
 	if err != nil {
 		t.Fatalf("Resend on a mounted connection: %v", err)
 	}
 	if !ok {
 		t.Logf("kernel %s has no FUSE_NOTIFY_RESEND", uname())
 	}
-	other, err := Open()
+	other, err := fuseconn.Open()
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer other.Close()
-	if ok, err := Resend(int(other.Fd())); err == nil || ok {
+	if ok, err := fuseconn.Resend(int(other.Fd())); err == nil || ok {
 		t.Errorf("Resend on an unmounted /dev/fuse = %v, %v; want an error", ok, err)
 	}
 }
@@ -126,27 +126,4 @@ func uname() string {
 	var u unix.Utsname
 	_ = unix.Uname(&u)
 	return unix.ByteSliceToString(u.Release[:])
-}
-
-// TestEffectiveTimeout: the default applies, capped by the maximum, which also applies alone; never below the
-// kernel's check period.
-func TestEffectiveTimeout(t *testing.T) {
-	for _, c := range []struct{ def, max, want time.Duration }{
-		{0, 0, 0},
-		{30 * time.Second, 0, 30 * time.Second},
-		{0, time.Minute, time.Minute},
-		{30 * time.Second, time.Minute, 30 * time.Second},
-		{2 * time.Minute, time.Minute, time.Minute},
-		{time.Second, 0, timeoutCheck},
-		{0, 5 * time.Second, timeoutCheck},
-	} {
-		if got := effectiveTimeout(c.def, c.max); got != c.want {
-			t.Errorf("default %s, max %s: %s, want %s", c.def, c.max, got, c.want)
-		}
-	}
-	def, max, err := RequestTimeouts()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("kernel %s: default_request_timeout %s, max_request_timeout %s", uname(), def, max)
 }

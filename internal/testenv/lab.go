@@ -18,6 +18,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/fuseconn"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/mounts"
 )
 
@@ -215,8 +216,11 @@ func (p *Proc) describe() string {
 }
 
 // StateLetter is the state letter of process pid (R, S, D, T, Z…) from /proc/<pid>/stat; "" once it is gone.
-func StateLetter(pid int) string {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+func StateLetter(pid int) string { return stateIn(fmt.Sprintf("/proc/%d/stat", pid)) }
+
+// stateIn is the state letter of a stat file of /proc (a process's or a thread's), "" if unreadable.
+func stateIn(path string) string {
+	b, err := os.ReadFile(path)
 	if err != nil {
 		return ""
 	}
@@ -259,12 +263,7 @@ func dThreads(pid int) []string {
 	var out []string
 	for _, task := range tasks {
 		dir := fmt.Sprintf("/proc/%d/task/%s", pid, task.Name())
-		b, err := os.ReadFile(dir + "/stat")
-		if err != nil {
-			continue
-		}
-		i := strings.LastIndexByte(string(b), ')')
-		if i < 0 || i+2 >= len(b) || b[i+2] != 'D' {
+		if stateIn(dir+"/stat") != "D" {
 			continue
 		}
 		d := task.Name()
@@ -300,28 +299,10 @@ func (p *Proc) noteHeld() {
 	}
 }
 
-// HeldConnections returns the FUSE connections that process pid holds a /dev/fuse descriptor of, as
-// /proc/<pid>/fdinfo shows them ("fuse_connection:"); none on a kernel that does not show them.
+// HeldConnections returns the FUSE connections that process pid holds a /dev/fuse descriptor of
+// (fuseconn.HeldBy); none once it is gone.
 func HeldConnections(pid int) []uint32 {
-	dir := fmt.Sprintf("/proc/%d/fdinfo", pid)
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		return nil
-	}
-	var ids []uint32
-	for _, e := range ents {
-		b, err := os.ReadFile(dir + "/" + e.Name())
-		if err != nil {
-			continue
-		}
-		for _, line := range strings.Split(string(b), "\n") {
-			if v, ok := strings.CutPrefix(line, "fuse_connection:"); ok {
-				if n, err := strconv.ParseUint(strings.TrimSpace(v), 10, 32); err == nil && !slices.Contains(ids, uint32(n)) {
-					ids = append(ids, uint32(n))
-				}
-			}
-		}
-	}
+	ids, _ := fuseconn.HeldBy(strconv.Itoa(pid))
 	return ids
 }
 
@@ -337,7 +318,7 @@ func (l *Lab) checkHolders(procs []*Proc) {
 		id uint32
 	}
 	var suspects []left
-	_ = mountFusectl() // without it nothing can be checked (waitingOn fails), and nothing is reported
+	_ = fuseconn.MountControl() // without it nothing can be checked (fuseconn.Waiting fails), and nothing is reported
 	for _, p := range procs {
 		if !p.holder || !p.Exited() {
 			continue
@@ -352,27 +333,18 @@ func (l *Lab) checkHolders(procs []*Proc) {
 	}
 	for deadline := time.Now().Add(unansweredFor); len(suspects) > 0 && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
 		suspects = slices.DeleteFunc(suspects, func(s left) bool {
-			n, err := waitingOn(s.id)
+			n, err := fuseconn.Waiting(s.id)
 			return err != nil || n == 0 // ended, or every request answered at this moment
 		})
 	}
 	for _, s := range suspects {
-		n, _ := waitingOn(s.id)
+		n, _ := fuseconn.Waiting(s.id)
 		l.t.Errorf("FUSE connection %d, which %s (pid %d) held when the test stopped it, still has %d request(s) waiting: none was answered for %s at the end of the test, so its readers hang (a stopped plugin or keeper must leave a connection served or ended)", s.id, s.p.Name, s.p.PID(), n, unansweredFor)
 	}
 }
 
 // unansweredFor is how long checkHolders watches a connection for a moment with no request waiting.
 const unansweredFor = 2 * time.Second
-
-// waitingOn is the number of requests of FUSE connection id waiting for an answer (its waiting file).
-func waitingOn(id uint32) (int, error) {
-	b, err := os.ReadFile(fmt.Sprintf("%s/%d/waiting", fusectl, id))
-	if err != nil {
-		return 0, err
-	}
-	return strconv.Atoi(strings.TrimSpace(string(b)))
-}
 
 // cleanup is the Lab's end; see Lab.
 func (l *Lab) cleanup() {
@@ -446,10 +418,6 @@ func tail(path string, n int) string {
 	return strings.Join(lines, "")
 }
 
-// fusectl is where the kernel's FUSE control filesystem lists every connection (Documentation/filesystems/fuse.rst,
-// "Control filesystem"): writing anything to <dir>/<N>/abort ends connection N as if its last holder had died.
-const fusectl = "/sys/fs/fuse/connections"
-
 // AbortFUSEUnder aborts the FUSE connection of every FUSE mount on one of roots or below them, in this process's
 // mount table and in those of the processes pids, and returns how many connections it aborted. It mounts the
 // control filesystem first when nobody has (as systemd does at boot).
@@ -475,7 +443,7 @@ func AbortFUSEUnder(roots []string, pids []int) (int, error) {
 	if len(conns) == 0 {
 		return 0, nil
 	}
-	if err := mountFusectl(); err != nil {
+	if err := fuseconn.MountControl(); err != nil {
 		return 0, err
 	}
 	ids := make([]int, 0, len(conns))
@@ -486,7 +454,7 @@ func AbortFUSEUnder(roots []string, pids []int) (int, error) {
 	var errs []error
 	n := 0
 	for _, id := range ids {
-		err := os.WriteFile(fmt.Sprintf("%s/%d/abort", fusectl, id), []byte("1"), 0)
+		err := fuseconn.Abort(uint32(id))
 		switch {
 		case err == nil:
 			n++
@@ -496,23 +464,6 @@ func AbortFUSEUnder(roots []string, pids []int) (int, error) {
 		}
 	}
 	return n, errors.Join(errs...)
-}
-
-// mountFusectl mounts the FUSE control filesystem unless it is mounted.
-func mountFusectl() error {
-	infos, err := mounts.MountsAt(fusectl)
-	if err != nil {
-		return err
-	}
-	for _, in := range infos {
-		if in.FSType == "fusectl" {
-			return nil
-		}
-	}
-	if err := unix.Mount("fusectl", fusectl, "fusectl", 0, ""); err != nil && !errors.Is(err, unix.EBUSY) {
-		return fmt.Errorf("mounting the FUSE control filesystem on %s: %w", fusectl, err)
-	}
-	return nil
 }
 
 // Eventually calls cond every few milliseconds until it reports true, for at most within; then it fails the
