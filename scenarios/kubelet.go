@@ -184,13 +184,11 @@ func (s *Scenario) Needs() []Need {
 // it ran on is older than the first release of something the scenario needs. A pass that runs such a row there
 // did not expect it to run; one NOT RUNNABLE on a release that has what it needs (a gate turned off) did.
 func (o *Outcome) NotRunnableExpected() bool {
-	if o.NotRunnable() == nil || !o.Kubelet.Known() {
-		return false
-	}
-	for _, n := range o.Scenario.Needs() {
-		if !o.Kubelet.AtLeast(n.From) {
-			return true
-		}
-	}
-	return false
+	return o.NotRunnable() != nil && o.Scenario.Predates(o.Kubelet)
+}
+
+// Predates reports whether kubelet release v is older than the first release of something the scenario needs
+// (false when v is unknown): a refusal there is what its needs foretell.
+func (s *Scenario) Predates(v KubeletVersion) bool {
+	return v.Known() && slices.ContainsFunc(s.Needs(), func(n Need) bool { return !v.AtLeast(n.From) })
 }
