@@ -50,6 +50,33 @@ func (k *keeperProc) reportedServing(vol string, pid int) {
 	})
 }
 
+// runFor lets the stopped plugin run for about d, then stops it again and waits until every thread of it has.
+func (p *plugin) runFor(d time.Duration) {
+	p.t.Helper()
+	p.Signal(syscall.SIGCONT)
+	for start := time.Now(); time.Since(start) < d; {
+		// spin: a sleep this short oversleeps by more than a whole step
+	}
+	p.Signal(syscall.SIGSTOP)
+	for deadline := time.Now().Add(waitTimeout); !testenv.Stopped(p.PID()); time.Sleep(20 * time.Microsecond) {
+		if time.Now().After(deadline) {
+			p.t.Fatalf("the plugin (pid %d) did not stop within %s of SIGSTOP:\n%s", p.PID(), waitTimeout, p.Tail())
+		}
+	}
+}
+
+// connectedLines counts the keeper's lines saying it greeted a plugin and handed it every copy it holds.
+func (k *keeperProc) connectedLines() int {
+	n := 0
+	s := bufio.NewScanner(strings.NewReader(k.Log()))
+	for s.Scan() {
+		if contract.ParseKeeperLine(s.Bytes()).Kind == contract.KeeperLineConnected {
+			n++
+		}
+	}
+	return n
+}
+
 // connectionOf returns the FUSE connection number of the mount at path.
 func connectionOf(t testing.TB, path string) uint32 {
 	t.Helper()
@@ -108,9 +135,13 @@ func TestKeeperDoubleFault(t *testing.T) {
 }
 
 // TestKeeperPluginKilledDuringRecollection: the plugin is killed again and again while the keeper hands it back
-// its copies of eight connections, at growing delays after it starts listening for keepers; the keeper serves
-// on throughout, and the plugin that finally stays re-collects every copy, which the loss of the keeper right
-// after proves.
+// its copies of eight connections; the keeper serves on throughout, and the plugin that finally stays
+// re-collects every copy, which the loss of the keeper right after proves.
+//
+// The re-collection takes well under a millisecond on an idle machine: a kill aimed at a log line lands after
+// it. So each round lines it up with SIGSTOP: the keeper stays stopped while the plugin restarts, the plugin
+// while the keeper queues its hello and every copy in the socket. Then the plugin runs in short steps, stopped
+// after each, until its log shows a copy taken and the session not yet connected: it is killed right there.
 func TestKeeperPluginKilledDuringRecollection(t *testing.T) {
 	e := newEnv(t, syscall.MS_PRIVATE)
 	e.allowNobody()
@@ -127,26 +158,33 @@ func TestKeeperPluginKilledDuringRecollection(t *testing.T) {
 		readers = append(readers, e.startReaderArgs(filepath.Join(e.targetPath(v, "pod-a"), "dummy-file.txt"), "--read-interval=10ms", "--keep-open=true", "--direct-io"))
 	}
 	readsOn(t, "before the plugin dies", readers...)
+	step := 50 * time.Microsecond // halved after a step that took every copy at once
 	during, kills := 0, 0
 	for ; during < 3 && kills < 20; kills++ {
-		delay := time.Duration(kills%3) * time.Millisecond
+		k.Signal(syscall.SIGSTOP)
 		p.kill()
-		p = e.launch(args...)
-		// Killed once it has taken back its first copy (and delay more): the keeper is still handing it the rest.
-		deadline := time.Now().Add(waitTimeout)
-		for !strings.Contains(p.Log(), "Re-collected a FUSE connection") {
+		p = e.start(args...)
+		p.Signal(syscall.SIGSTOP)
+		greeted := k.connectedLines()
+		k.Signal(syscall.SIGCONT)
+		testenv.Eventually(t, waitTimeout, "the keeper to queue its copies for the stopped plugin", func() bool {
+			return k.connectedLines() > greeted
+		})
+		n, connected, steps := 0, false, 0
+		for deadline := time.Now().Add(waitTimeout); n == 0 && !connected; steps++ {
 			if time.Now().After(deadline) {
-				t.Fatalf("the restarted plugin re-collected nothing within %s:\n%s", waitTimeout, p.Tail())
+				t.Fatalf("the plugin, run in steps of %s, took no copy within %s:\n%s", step, waitTimeout, p.Tail())
 			}
-			time.Sleep(200 * time.Microsecond)
+			p.runFor(step)
+			n, connected = strings.Count(p.Log(), "Re-collected a FUSE connection"), strings.Contains(p.Log(), "Session connected")
 		}
-		time.Sleep(delay)
-		p.kill()
-		n := strings.Count(p.Log(), "Re-collected a FUSE connection")
-		if !strings.Contains(p.Log(), "Session connected") {
+		p.kill() // still stopped: the kill lands in the state just read
+		t.Logf("plugin killed after %d step(s) of %s: it had taken %d of %d copies, session connected: %t", steps, step, n, len(vols), connected)
+		if connected {
+			step /= 2
+		} else {
 			during++
 		}
-		t.Logf("plugin killed %s after its first re-collected copy: it had taken %d of %d", delay, n, len(vols))
 	}
 	if during == 0 {
 		t.Fatalf("none of %d kills landed inside the re-collection: the window was not tested", kills)

@@ -252,6 +252,21 @@ func procState(pid int) string {
 	return state
 }
 
+// Stopped reports whether every thread of process pid is stopped by a signal (state T): after SIGSTOP, a test
+// reads the process's state knowing it does not move.
+func Stopped(pid int) bool {
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil || len(tasks) == 0 {
+		return false
+	}
+	for _, task := range tasks {
+		if stateIn(fmt.Sprintf("/proc/%d/task/%s/stat", pid, task.Name())) != "T" {
+			return false
+		}
+	}
+	return true
+}
+
 // dThreads describes the threads of process pid in D state: "tid in <kernel function> (<caller> ← …)", from
 // /proc/<pid>/task/<tid>/wchan and, when readable (root), the top of its kernel stack: what it waits for, such
 // as request_wait_answer ← fuse_flush for a close(2) waiting for a FUSE server's answer.
