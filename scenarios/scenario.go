@@ -469,8 +469,8 @@ type Scenario struct {
 // AllServers are the FUSE servers a server-independent scenario runs with.
 var AllServers = fuseserver.Names()
 
-// ForServer returns the scenario set up for the FUSE server called server (empty: dummy-fuse), or an error
-// saying why it does not hold for it.
+// ForServer returns the scenario set up for the FUSE server called server (empty: dummy-fuse; or the path of a
+// server spec file), or an error saying why it does not hold for it.
 func (s Scenario) ForServer(server string) (Scenario, error) {
 	if server == "" || server == fuseserver.DummyFuse {
 		return s, nil
@@ -478,7 +478,8 @@ func (s Scenario) ForServer(server string) (Scenario, error) {
 	if _, err := fuseserver.Lookup(server); err != nil {
 		return s, err
 	}
-	if !slices.Contains(s.Servers, server) {
+	// A server described in a spec file runs the rows that hold for every server.
+	if !slices.Contains(s.Servers, server) && (!fuseserver.IsSpecFile(server) || len(s.Servers) == 0) {
 		return s, fmt.Errorf("scenario %s runs with dummy-fuse only, not %s: its outcome depends on the server (runs with: %s)", s.Name, server, strings.Join(append([]string{fuseserver.DummyFuse}, s.Servers...), ", "))
 	}
 	s.Plugin.FuseServer = server

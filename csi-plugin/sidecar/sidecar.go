@@ -78,7 +78,7 @@ func Run(ctx context.Context, args []string, streams command.Streams) error {
 	if err != nil {
 		return err
 	}
-	kind, _ := fuseserver.Lookup(server.Name())
+	kind := server.Kind()
 	// The first line says when the container started (the sidecar's own clock, see logf).
 	if c.Delay > 0 {
 		logf(streams.Err, "started: connecting to %s in %s", socket, c.Delay)

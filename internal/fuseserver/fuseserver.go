@@ -1,8 +1,9 @@
-// Package fuseserver describes the FUSE server programs the testbed runs: dummy-fuse, its own, and real ones
-// users run (gcsfuse against a fake GCS, squashfuse, a libfuse3 server). Each server is one file that registers
-// itself; a FUSE mode asks a Server for the command line that mounts a directory itself (child placement) or that
-// serves a connection already mounted and passed as descriptor 3 (sidecar placement: /dev/fd/3), and whether it can
-// take over a connection another process initialised (keeper placement). Nothing else knows a server's flags.
+// Package fuseserver runs the FUSE server programs the testbed uses: dummy-fuse, its own, real ones users run
+// (gcsfuse against a fake GCS, squashfuse) and any other a user describes in a server spec file (Definition).
+// Every server is such a spec, the built-in ones too (specs/*.yaml): a FUSE mode asks a Server for the command
+// line that mounts a directory itself (child placement) or that serves a connection already mounted and passed
+// as descriptor 3 (/dev/fd/3), and whether it can take over a connection another process initialised (keeper
+// placement). Nothing else knows a server's flags.
 package fuseserver
 
 import (
@@ -10,6 +11,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,8 +20,15 @@ import (
 	"strings"
 )
 
-// DummyFuse is the testbed's own server and the default.
-const DummyFuse = "dummy-fuse"
+// The built-in servers' names (specs/*.yaml). DummyFuse, the testbed's own, is the default.
+const (
+	DummyFuse  = "dummy-fuse"
+	Gcsfuse    = "gcsfuse"
+	Squashfuse = "squashfuse"
+)
+
+// DefaultBucket is the bucket gcsfuse mounts unless its bucket setting names another (specs/gcsfuse.yaml).
+const DefaultBucket = "dummy-fuse-csi"
 
 // Every server serves the same tree: ServedFile holding Content (what dummy-fuse serves, and what the bucket
 // and image of the real servers hold, package backing), so that a workload reads the same from each.
@@ -37,9 +46,10 @@ var FDPath = fmt.Sprintf("/dev/fd/%d", FD)
 
 // Spec names a server and its settings, as the command line gives them.
 type Spec struct {
-	// Name is the server (--fuse-server); empty means DummyFuse.
+	// Name is the server (--fuse-server): a built-in server's name or the path of a server spec file (see
+	// Definition); empty means DummyFuse. A path is passed on as it is to the processes the plugin starts.
 	Name string
-	// Path is its executable; empty: the server's name beside the running executable, else in $PATH.
+	// Path is its executable; empty: the spec's executable (a name beside the running executable, else in $PATH).
 	Path string
 	// Opts are the server's own settings (--fuse-server-opt key=value), e.g. gcsfuse's endpoint.
 	Opts map[string]string
@@ -52,8 +62,10 @@ type Spec struct {
 
 // Server is one configured FUSE server program.
 type Server interface {
-	// Name is the server's registered name; it is also the name its mounts carry (fuse.<name>).
+	// Name is the server's name (its spec's).
 	Name() string
+	// Kind is what its spec says it can do.
+	Kind() Kind
 	// Path is the executable.
 	Path() string
 	// MountArgs are the arguments (without the executable) that mount dir and serve it in the foreground until
@@ -66,7 +78,7 @@ type Server interface {
 	Env() []string
 }
 
-// Kind is what is known of a server before it is configured.
+// Kind is what is known of a server before it is configured: its spec.
 type Kind struct {
 	Name string
 	// TakesOver says whether the server can take over a connection another process initialised (INIT replay),
@@ -75,33 +87,52 @@ type Kind struct {
 	WhyNot    string
 	// Settings describes its --fuse-server-opt keys.
 	Settings string
-	new      func(Spec) (Server, error)
+	def      *Definition
 }
 
-// kinds are the servers by name; each server's file registers its Kind from an init function.
-var kinds = map[string]Kind{}
+func kindOf(d *Definition) Kind {
+	return Kind{Name: d.Name, TakesOver: d.TakesOver, WhyNot: d.WhyNot, Settings: d.settingsHelp(), def: d}
+}
 
-// register makes a server known; it panics when the name is taken (a programming error).
-func register(k Kind) {
-	if _, dup := kinds[k.Name]; dup || k.Name == "" || k.new == nil {
-		panic(fmt.Sprintf("fuseserver: server %q registered twice, without a name or without a constructor", k.Name))
+// kinds are the built-in servers by name (specs/*.yaml, part of this binary).
+var kinds = func() map[string]Kind {
+	defs, err := builtins()
+	if err != nil {
+		panic(fmt.Sprintf("fuseserver: %v", err)) // a defect of this binary, caught by every test
 	}
-	kinds[k.Name] = k
+	ks := map[string]Kind{}
+	for n, d := range defs {
+		ks[n] = kindOf(d)
+	}
+	return ks
+}()
+
+// IsSpecFile reports whether a --fuse-server value names a spec file rather than a built-in server: a path
+// (with a '/') or a name ending in .yaml, .yml or .json.
+func IsSpecFile(name string) bool {
+	return strings.Contains(name, "/") || strings.HasSuffix(name, ".yaml") || strings.HasSuffix(name, ".yml") || strings.HasSuffix(name, ".json")
 }
 
-// Lookup returns the Kind of the server called name (empty: DummyFuse).
+// Lookup returns the Kind of the server called name (empty: DummyFuse), or read from the spec file name.
 func Lookup(name string) (Kind, error) {
 	if name == "" {
 		name = DummyFuse
 	}
+	if IsSpecFile(name) {
+		d, err := LoadDefinition(name)
+		if err != nil {
+			return Kind{}, err
+		}
+		return kindOf(d), nil
+	}
 	k, ok := kinds[name]
 	if !ok {
-		return Kind{}, fmt.Errorf("unknown FUSE server %q (known: %s)", name, strings.Join(Names(), ", "))
+		return Kind{}, fmt.Errorf("unknown FUSE server %q (known: %s; or the path of a server spec file)", name, strings.Join(Names(), ", "))
 	}
 	return k, nil
 }
 
-// Names lists the known servers, sorted.
+// Names lists the built-in servers, sorted.
 func Names() []string {
 	var names []string
 	for n := range kinds {
@@ -117,43 +148,68 @@ func New(spec Spec) (Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	spec.Name = k.Name
+	d := k.def
 	if spec.Path == "" {
-		if spec.Path = Find(spec.Name); spec.Path == "" {
-			return nil, fmt.Errorf("FUSE server %s: no executable %q beside this executable nor in $PATH (give its path with --fuse-server-path)", spec.Name, spec.Name)
+		if spec.Path = d.Executable; !filepath.IsAbs(spec.Path) {
+			if spec.Path = Find(d.Executable); spec.Path == "" {
+				return nil, fmt.Errorf("FUSE server %s: no executable %q beside this executable nor in $PATH (give its path with --fuse-server-path)", d.Name, d.Executable)
+			}
 		}
 	}
 	if err := checkExecutable(spec.Path); err != nil {
-		return nil, fmt.Errorf("FUSE server %s: %w", spec.Name, err)
+		return nil, fmt.Errorf("FUSE server %s: %w", d.Name, err)
 	}
-	s, err := k.new(spec)
+	vals, err := d.values(spec.Opts)
 	if err != nil {
-		return nil, fmt.Errorf("FUSE server %s: %w", spec.Name, err)
+		return nil, fmt.Errorf("FUSE server %s: %w", d.Name, err)
 	}
-	if len(spec.Extra) > 0 {
-		return withExtra{Server: s, extra: spec.Extra}, nil
+	if spec.DirectIO && len(d.DirectIOArgs) == 0 {
+		return nil, fmt.Errorf("FUSE server %s: it has no direct-I/O mode (its spec gives no directIOArgs)", d.Name)
+	}
+	s := &specServer{kind: k, spec: spec, vals: vals}
+	if d.ServesFD {
+		// A libfuse2 binary takes /dev/fd/N for a directory; a binary that is not ELF (a script) is not inspected.
+		if s.libfuse2, err = linksLibfuse2(spec.Path); err != nil && !errors.Is(err, errNotELF) {
+			return nil, fmt.Errorf("FUSE server %s: %w", d.Name, err)
+		}
 	}
 	return s, nil
 }
 
-// withExtra is a server whose command lines start with the operator's extra arguments (Spec.Extra): in one
-// place, so that no server's file needs to know of them. First, not last: every server here takes its options
-// before its operands (dummy-fuse's Go flags stop at the first operand).
-type withExtra struct {
-	Server
-	extra []string
+// specServer is a server run as its spec says.
+type specServer struct {
+	kind     Kind
+	spec     Spec
+	vals     map[string]string
+	libfuse2 bool
 }
 
-func (w withExtra) MountArgs(dir string) []string {
-	return append(slices.Clone(w.extra), w.Server.MountArgs(dir)...)
-}
+func (s *specServer) Name() string  { return s.kind.Name }
+func (s *specServer) Kind() Kind    { return s.kind }
+func (s *specServer) Path() string  { return s.spec.Path }
+func (s *specServer) Env() []string { return s.kind.def.Env }
 
-func (w withExtra) FDArgs() ([]string, error) {
-	args, err := w.Server.FDArgs()
-	if err != nil {
-		return nil, err
+// args renders the command line for mountpoint: the operator's extra arguments first, not last (every server
+// here takes its options before its operands; dummy-fuse's Go flags stop at the first operand), then the
+// direct-I/O ones, then the spec's.
+func (s *specServer) args(mountpoint string) []string {
+	args := slices.Clone(s.spec.Extra)
+	if s.spec.DirectIO {
+		args = append(args, s.kind.def.DirectIOArgs...)
 	}
-	return append(slices.Clone(w.extra), args...), nil
+	return append(args, expand(s.kind.def.Args, mountpoint, s.vals)...)
+}
+
+func (s *specServer) MountArgs(dir string) []string { return s.args(dir) }
+
+func (s *specServer) FDArgs() ([]string, error) {
+	switch {
+	case !s.kind.def.ServesFD:
+		return nil, errors.New("its spec says it cannot serve a connection it did not mount (servesFD: false); it can only mount a directory itself (child placement)")
+	case s.libfuse2:
+		return nil, errLibfuse2
+	}
+	return s.args(FDPath), nil
 }
 
 // Find returns the executable called name to use when none is configured: the first in dirs (empty ones are
@@ -200,10 +256,17 @@ func Command(s Server, args []string) *exec.Cmd {
 // path and mounts a new FUSE filesystem on top of /dev/fuse (seen with Debian 12's bindfs).
 var errLibfuse2 = errors.New("it is linked against libfuse2 (libfuse.so.2), which would take /dev/fd/3 for a directory and mount a new filesystem over /dev/fuse; it can only mount a directory itself (child placement)")
 
+// errNotELF is a server executable that is not an ELF binary (a script): which library it runs is not known.
+var errNotELF = errors.New("not an ELF executable")
+
 // linksLibfuse2 reports whether the ELF executable at path needs libfuse.so.2. A static binary (gcsfuse) needs
 // no shared library and is not libfuse2.
 func linksLibfuse2(path string) (bool, error) {
 	f, err := elf.Open(path)
+	var fe *elf.FormatError
+	if errors.As(err, &fe) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return false, fmt.Errorf("%s: %w", path, errNotELF)
+	}
 	if err != nil {
 		return false, fmt.Errorf("reading %s as an ELF executable: %w", path, err)
 	}
@@ -223,7 +286,7 @@ func linksLibfuse2(path string) (bool, error) {
 // Flags registers the server flags on fl, filling spec: --fuse-server, --fuse-server-path (alias
 // --dummy-fuse-path, its name before there was more than one server) and --fuse-server-opt (repeatable).
 func (spec *Spec) Flags(fl *flag.FlagSet) {
-	fl.StringVar(&spec.Name, "fuse-server", DummyFuse, "FUSE server program: "+strings.Join(Names(), ", "))
+	fl.StringVar(&spec.Name, "fuse-server", DummyFuse, "FUSE server program: "+strings.Join(Names(), ", ")+", or the path of a server spec file (docs/server-spec.md)")
 	fl.StringVar(&spec.Path, "fuse-server-path", "", "the FUSE server's executable (default: its name beside this executable, else in $PATH)")
 	fl.StringVar(&spec.Path, "dummy-fuse-path", "", "the same as --fuse-server-path (kept for earlier command lines)")
 	fl.Func("fuse-server-opt", "a setting of the FUSE server as key=value, repeatable: "+OptsHelp(), spec.SetOpt)
@@ -275,7 +338,7 @@ func (spec Spec) Args() []string {
 	return args
 }
 
-// OptsHelp describes every server's settings.
+// OptsHelp describes every built-in server's settings.
 func OptsHelp() string {
 	var parts []string
 	for _, n := range Names() {
@@ -287,24 +350,4 @@ func OptsHelp() string {
 		return "none"
 	}
 	return strings.Join(parts, "; ")
-}
-
-// options checks that opts has only the keys known (a typo is an error, not a silent default) and every one
-// of required.
-func options(opts map[string]string, known []string, required ...string) error {
-	for k := range opts {
-		found := false
-		for _, kk := range known {
-			found = found || k == kk
-		}
-		if !found {
-			return fmt.Errorf("unknown setting %q (known: %s)", k, strings.Join(known, ", "))
-		}
-	}
-	for _, r := range required {
-		if opts[r] == "" {
-			return fmt.Errorf("needs its setting %s (--fuse-server-opt=%s=<value>)", r, r)
-		}
-	}
-	return nil
 }

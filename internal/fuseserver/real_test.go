@@ -88,7 +88,7 @@ func TestRealServersLoseTheirMountsAsUsersSee(t *testing.T) {
 				defer func() { p.Kill(); f.Close() }()
 				p.Signal(syscall.SIGSTOP)
 				// The signal is delivered on the way: a read sent before every thread stopped would be answered.
-				testenv.Eventually(t, 5*time.Second, name+" stopped in every thread", func() bool { return allStopped(p.PID()) })
+				testenv.Eventually(t, 5*time.Second, name+" stopped in every thread", func() bool { return testenv.Stopped(p.PID()) })
 				result := make(chan error, 1)
 				go func() {
 					_, err := f.ReadAt(make([]byte, 64), 0)
@@ -162,23 +162,6 @@ func vmRSS(pid int) string {
 		}
 	}
 	return "unknown"
-}
-
-// allStopped reports whether every thread of pid is stopped (state T in /proc/<pid>/task/*/stat).
-func allStopped(pid int) bool {
-	stats, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/stat", pid))
-	for _, st := range stats {
-		b, err := os.ReadFile(st)
-		if err != nil {
-			return false
-		}
-		// The state follows the command name, which is in parentheses and may hold spaces.
-		i := strings.LastIndexByte(string(b), ')')
-		if i < 0 || i+2 >= len(b) || b[i+2] != 'T' {
-			return false
-		}
-	}
-	return len(stats) > 0
 }
 
 // copyExecutable copies the executable src into dir (mode 0755), for a user who cannot reach src.

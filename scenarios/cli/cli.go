@@ -61,6 +61,8 @@ type config struct {
 	kubeletVersion string
 	// fuseServer is the FUSE server every scenario runs with (those that hold for it).
 	fuseServer string
+	// serverOpts are the settings of a server given as a spec file (--fuse-server-opt).
+	serverOpts map[string]string
 	// sidecarDelays: run the scenarios that hold their sidecar back once per delay.
 	sidecarDelays string
 	scenarios     []scenarios.Scenario
@@ -137,7 +139,18 @@ func parse(args []string, stdout io.Writer) (config, error) {
 	fl.StringVar(&cfg.kube.KubeletDir, "kubelet-dir", kube.DefaultKubeletDir, "kube: kubelet's root dir on the node (the chart's kubeletDir)")
 	fl.StringVar(&cfg.kube.KubeletLog, "kubelet-log", "", "kube: file with kubelet's log, for causes kubelet only logs (default: the from-source cluster's; on kind: journalctl in the node; - for none)")
 	fl.StringVar(&cfg.kube.Probe, "probe", "auto", "kube: how the volume paths are stat'ed: host (this machine is the node), pod (a probe pod), auto")
-	fl.StringVar(&cfg.fuseServer, "fuse-server", fuseserver.DummyFuse, "the FUSE server the plugin runs: "+strings.Join(fuseserver.Names(), ", ")+" (the real ones need make servers; scenarios whose outcome depends on the server run with dummy-fuse only)")
+	fl.StringVar(&cfg.fuseServer, "fuse-server", fuseserver.DummyFuse, "the FUSE server the plugin runs: "+strings.Join(fuseserver.Names(), ", ")+", or the path of a server spec file (docs/server-spec.md) (the real ones need make servers; scenarios whose outcome depends on the server run with dummy-fuse only)")
+	fl.Func("fuse-server-opt", "local: a setting of the server given as a spec file, key=value (repeatable)", func(v string) error {
+		k, val, ok := strings.Cut(v, "=")
+		if !ok || k == "" {
+			return fmt.Errorf("want key=value, got %q", v)
+		}
+		if cfg.serverOpts == nil {
+			cfg.serverOpts = map[string]string{}
+		}
+		cfg.serverOpts[k] = val
+		return nil
+	})
 	fl.StringVar(&cfg.driver.Name, "driver", "", "kube: run the driver-agnostic scenarios ("+strings.Join(catalog.DriverNames(), ", ")+") against the installed CSI driver of this name, instead of this project's chart")
 	fl.StringVar(&cfg.driver.StorageClass, "storage-class", "", "with --driver: the volume is a claim of this StorageClass")
 	fl.StringVar(&cfg.driver.PVFile, "pv", "", "with --driver: the volume is a copy of the static PersistentVolume in this YAML file")
@@ -179,6 +192,16 @@ func parse(args []string, stdout io.Writer) (config, error) {
 	var err error
 	if _, err := fuseserver.Lookup(cfg.fuseServer); err != nil {
 		return cfg, command.Usagef("--fuse-server: %v", err)
+	}
+	switch {
+	case fuseserver.IsSpecFile(cfg.fuseServer) && cfg.backend == scenarios.BackendKube:
+		return cfg, command.Usagef("--fuse-server=%s: a server spec file runs on the local backend only so far (the chart runs the built-in servers)", cfg.fuseServer)
+	case fuseserver.IsSpecFile(cfg.fuseServer):
+		if _, err := fuseserver.New(fuseserver.Spec{Name: cfg.fuseServer, Opts: cfg.serverOpts}); err != nil {
+			return cfg, command.Usagef("--fuse-server: %v", err)
+		}
+	case len(cfg.serverOpts) > 0:
+		return cfg, command.Usagef("--fuse-server-opt goes with a server spec file (--fuse-server=FILE); the built-in servers get their settings from the backend")
 	}
 	if err := parseDriver(&cfg, fl); err != nil {
 		return cfg, err
@@ -335,7 +358,7 @@ func newBackend(cfg config, out io.Writer) scenarios.Backend {
 		return kube.New(opts)
 	}
 	opts := local.Options{ReadInterval: cfg.readInterval, BackoffBase: cfg.backoffBase, BackoffMax: cfg.backoffMax,
-		Keep: cfg.keep, KubeletVersion: cfg.kubeletVersion}
+		Keep: cfg.keep, KubeletVersion: cfg.kubeletVersion, ServerOpts: cfg.serverOpts}
 	opts.BinariesIn(cfg.binDir)
 	return local.New(opts)
 }

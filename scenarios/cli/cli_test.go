@@ -5,7 +5,9 @@ import (
 	"context"
 	"errors"
 	"io"
+	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -211,5 +213,56 @@ func TestRelativeBinDir(t *testing.T) {
 	}
 	if !filepath.IsAbs(cfg.binDir) || filepath.Base(cfg.binDir) != "bin" {
 		t.Errorf("--bin-dir=bin gave %q, want an absolute path ending in bin", cfg.binDir)
+	}
+}
+
+// TestServerSpecFlags: a server described in a spec file runs the rows that hold for every server, with the
+// settings the user gives; every misuse is a usage error that says what to do.
+func TestServerSpecFlags(t *testing.T) {
+	spec := filepath.Join(t.TempDir(), "myfs.yaml")
+	body := "name: myfs\nexecutable: /bin/true\nargs: [\"--remote={remote}\", \"{mountpoint}\"]\nservesFD: true\nwhyNot: EIO\nsettings: [{name: remote, required: true}]\n"
+	if err := os.WriteFile(spec, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	file, opt := "--fuse-server="+spec, "--fuse-server-opt=remote=r"
+	cfg, err := parse([]string{file, opt, "all"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []string
+	for _, sc := range catalog.All() {
+		if len(sc.Servers) > 0 && sc.RunsOn(scenarios.BackendLocal) == nil {
+			want = append(want, sc.Name)
+		}
+	}
+	var got []string
+	for _, sc := range cfg.scenarios {
+		got = append(got, sc.Name)
+		if sc.Plugin.FuseServer != spec {
+			t.Errorf("%s runs with server %q, want the spec file", sc.Name, sc.Plugin.FuseServer)
+		}
+	}
+	if len(want) == 0 || !slices.Equal(got, want) {
+		t.Errorf("all with a spec file runs %v, want the rows that hold for every server %v", got, want)
+	}
+	if cfg.serverOpts["remote"] != "r" {
+		t.Errorf("settings %v, want remote=r", cfg.serverOpts)
+	}
+	for _, tc := range []struct {
+		args []string
+		out  string
+	}{
+		{[]string{file, opt, "keeper-restart"}, "runs with dummy-fuse only"},
+		{[]string{file, "restart"}, "needs its setting remote (--fuse-server-opt=remote=<value>)"},
+		{[]string{file, opt, "--backend=kube", "restart"}, "local backend only"},
+		{[]string{opt, "restart"}, "goes with a server spec file"},
+		{[]string{file, "--fuse-server-opt=remote", "restart"}, "want key=value"},
+		{[]string{"--fuse-server=" + spec + ".missing", "restart"}, "no such file"},
+	} {
+		var stderr bytes.Buffer
+		err := run(context.Background(), tc.args, command.Streams{Out: io.Discard, Err: &stderr}, okMachine())
+		if code := command.Code("dfc-scenario", err, &stderr); code != 2 || !strings.Contains(stderr.String(), tc.out) {
+			t.Errorf("%q: exit code %d, stderr %q; want 2 and %q", tc.args, code, stderr.String(), tc.out)
+		}
 	}
 }

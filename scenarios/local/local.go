@@ -69,6 +69,9 @@ type Options struct {
 	// ServersDir holds the real FUSE servers and what they need (make servers: bin/servers); an executable not
 	// there is looked for in $PATH.
 	ServersDir string
+	// ServerOpts are the settings of a server described in a spec file (--fuse-server-opt); the built-in real
+	// servers get theirs from what the backend prepares for them to read (package backing).
+	ServerOpts map[string]string
 	// KubeletVersion is the kubelet whose behaviour the backend reproduces: one of KubeletVersions or its
 	// minor (default: the newest). Start fails on any other.
 	KubeletVersion string

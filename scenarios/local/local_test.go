@@ -18,6 +18,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/fuseserver/backing"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/testenv"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios/catalog"
@@ -422,6 +423,52 @@ func TestDeepRunDirectory(t *testing.T) {
 			}
 			if _, err := os.Stat(b.sockDir); !errors.Is(err, os.ErrNotExist) {
 				t.Errorf("the sockets' directory %s is still there after the run (%v)", b.sockDir, err)
+			}
+		})
+	}
+}
+
+// TestServerFromASpecFile: a FUSE server this project has no Go code or name for, described by a user in a spec
+// file (Debian's squashfuse under a name of the user's), runs the rows that hold for every server: its crash
+// behind the relay costs the workload no read, in the relay and the relay-keeper placements, and the plain
+// restart row shows the loss and the recovery as with any server.
+func TestServerFromASpecFile(t *testing.T) {
+	exe := testenv.RealServer(t, "squashfuse")
+	// The relay placements run the server as nobody: its image must be readable by anyone.
+	dir, err := os.MkdirTemp("", "dfc-spec-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	image := filepath.Join(dir, "data.sqfs")
+	if err := backing.SquashfsImage(context.Background(), image); err != nil {
+		t.Fatal(err)
+	}
+	spec := filepath.Join(dir, "mysquash.yaml")
+	body := "name: mysquash\nexecutable: " + exe + "\nargs: [\"-f\", \"-o\", \"allow_other\", \"{image}\", \"{mountpoint}\"]\n" +
+		"servesFD: true\nwhyNot: it answers a connection it did not initialise with EIO\nsettings: [{name: image, required: true, file: true}]\n"
+	if err := os.WriteFile(spec, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"relay-server-crash", "relay-keeper-server-crash", "restart"} {
+		t.Run(name, func(t *testing.T) {
+			sc, err := catalog.Lookup(name)
+			if err == nil {
+				sc, err = sc.ForServer(spec)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, dir := newBackend(t, Options{ServerOpts: map[string]string{"image": image}})
+			if o := run(t, context.Background(), b, sc, dir); !o.Passed() {
+				t.Errorf("%s with the server of %s failed (see the log above); report in %s", name, spec, dir)
+			}
+			plugin, err := os.ReadFile(filepath.Join(dir, "plugin.log"))
+			if err != nil || !strings.Contains(string(plugin), "--fuse-server="+spec) {
+				t.Errorf("the plugin was not given the spec file (%v): its server is not the user's", err)
 			}
 		})
 	}

@@ -51,7 +51,8 @@ func newRelayServerPart(b *Backend, _ *scenarios.Env) (part, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.dir, s.real, s.exe = dir, filepath.Join(dir, "real-"+b.sc.Plugin.Server()), filepath.Join(dir, b.sc.Plugin.Server())
+	name := filepath.Base(sp.path) // the server's executable: its built-in name, or what a user's spec runs
+	s.dir, s.real, s.exe = dir, filepath.Join(dir, "real-"+name), filepath.Join(dir, name)
 	if err := os.Chmod(dir, 0o755); err != nil {
 		return s, err
 	}
@@ -127,7 +128,7 @@ func (s *relayServerPart) killServer(ctx context.Context, c scenarios.Component,
 	if pid == 0 {
 		return 0, errors.New("kill: the plugin runs no real FUSE server")
 	}
-	msg := fmt.Sprintf("SIGKILL %s pid %d", b.sc.Plugin.Server(), pid)
+	msg := fmt.Sprintf("SIGKILL %s pid %d", filepath.Base(s.exe), pid)
 	if inFlight {
 		stopped, what := pid, "it"
 		if fake := s.fakeGCS(); fake != 0 {

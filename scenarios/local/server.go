@@ -34,6 +34,16 @@ func newServerPart(b *Backend, env *scenarios.Env) (part, error) {
 	if name == fuseserver.DummyFuse {
 		return &serverPart{b: b, path: b.opts.FusePath, backing: &backing.Backing{}}, nil
 	}
+	if fuseserver.IsSpecFile(name) {
+		// A user's server: its spec says where its executable is, and the user gives its settings; what it
+		// reads is theirs to provide.
+		s, err := fuseserver.New(fuseserver.Spec{Name: name, Opts: b.opts.ServerOpts})
+		if err != nil {
+			return nil, err
+		}
+		b.logf("FUSE server %s (spec %s): %s, settings %v", s.Name(), name, s.Path(), b.opts.ServerOpts)
+		return &serverPart{b: b, path: s.Path(), backing: &backing.Backing{Opts: b.opts.ServerOpts}}, nil
+	}
 	path := b.opts.findServer(name)
 	if path == "" {
 		return nil, fmt.Errorf("FUSE server %s: no executable in %s nor in $PATH (make servers builds the real servers)", name, b.opts.ServersDir)
@@ -77,7 +87,7 @@ func (s *serverPart) kill(ctx context.Context) error {
 	if len(pids) != 1 {
 		return fmt.Errorf("kill FUSE server: the plugin (pid %d) runs %d processes of %s, want 1", b.plugin.pid(), len(pids), s.path)
 	}
-	pid, name := pids[0], b.sc.Plugin.Server()
+	pid, name := pids[0], filepath.Base(s.path)
 	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
 		return fmt.Errorf("stop FUSE server %s pid %d: %w", name, pid, err)
 	}
@@ -102,7 +112,7 @@ func (s *serverPart) teardown() error {
 // from the project's build, or the scenario's real server.
 func (b *Backend) sidecarSpec(dir string) (fuseserver.Spec, initMount) {
 	s := b.parts[scenarios.FuseServer].(*serverPart) // every scenario with a sidecar has one (not the keeper mode)
-	target := filepath.Join(dir, b.sc.Plugin.Server())
+	target := filepath.Join(dir, filepath.Base(s.path))
 	return s.spec(target), initMount{Source: s.path, Target: target, Propagation: "rprivate"}
 }
 
