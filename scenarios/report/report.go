@@ -46,6 +46,10 @@ func (m Measured) recovery(s float64, failed bool) string {
 	return m.kill(s)
 }
 
+// stallWords name the stall wherever the report or the picture states it (Measured.stall gives its figure):
+// one fact, in the same words, with the same figure.
+const stallWords = "longest open/read after the kill (stall)"
+
 // stall formats the longest open or read after the kill, in milliseconds: a stall is short.
 func (m Measured) stall() string {
 	if !m.Kills {
@@ -73,7 +77,7 @@ func measuredLine(o *scenarios.Outcome) string {
 	var parts []string
 	if m.Kills {
 		parts = append(parts, "kill → first ENOTCONN "+m.kill(m.KillToError), "kill → volume dir restored "+m.recovery(m.KillToRestore, m.VolumeDied),
-			"kill → first good read again "+m.recovery(m.KillToRecovery, m.Failed), "longest open/read after the kill "+m.stall())
+			"kill → first good read again "+m.recovery(m.KillToRecovery, m.Failed), stallWords+" "+m.stall())
 	} else {
 		parts = append(parts, "no step kills anything")
 	}
@@ -229,7 +233,7 @@ func Markdown(o *scenarios.Outcome) string {
 
 	m := measuredOf(o)
 	profileMarkdown(&b, ProfileOf(o))
-	b.WriteString("\n## Measured\n\n| kill → first ENOTCONN | kill → volume dir restored | kill → first good read again | longest open/read after the kill (stall) | sidecar start → served | sidecar start → first good read | wall time of the run |\n|---|---|---|---|---|---|---|\n")
+	b.WriteString("\n## Measured\n\n| kill → first ENOTCONN | kill → volume dir restored | kill → first good read again | " + stallWords + " | sidecar start → served | sidecar start → first good read | wall time of the run |\n|---|---|---|---|---|---|---|\n")
 	fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s |\n\n", m.kill(m.KillToError), m.recovery(m.KillToRestore, m.VolumeDied),
 		m.recovery(m.KillToRecovery, m.Failed), m.stall(), m.sidecar(m.SidecarToServe), m.sidecar(m.SidecarToRead), m.wall())
 	if len(sc.Pod.Containers) > 0 {

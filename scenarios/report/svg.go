@@ -77,13 +77,21 @@ func textBox(x, y float64, anchor, s string, px float64) box {
 	return box{x, y - 0.8*px, x + w, y + 0.2*px}
 }
 
-// placer keeps labels clear of each other and of the step lines that cross every lane: a label goes where it
-// overlaps nothing placed, or is left out (its mark keeps the full text as a tooltip).
+// placer keeps labels clear of each other, of the step lines that cross every lane and of the marks of
+// events: a label goes where it overlaps nothing placed, or is left out (its mark keeps the full text as a
+// tooltip). Every text of the picture goes through it: those whose place is fixed (titles, lane labels, axes)
+// are drawn with fixed, which reserves their room, so that no label is placed over them.
 type placer struct {
 	b      *svgBuf
 	width  float64 // of the picture: a label must fit inside
 	placed []box
-	lines  []box // vertical lines, as thin boxes
+	marks  []box // lines (as thin boxes) and marks that labels keep clear of
+}
+
+// fixed draws s where it belongs, anchored at x, and reserves its room.
+func (p *placer) fixed(x, y, px float64, anchor, attrs, s string) {
+	p.placed = append(p.placed, textBox(x, y, anchor, s, px))
+	p.b.text(x, y, fmt.Sprintf(`text-anchor="%s" font-size="%g" %s`, anchor, px, attrs), s)
 }
 
 // label draws s at the first of the candidate positions (x, anchor) on baseline y that is free; false if none.
@@ -108,9 +116,9 @@ func (p *placer) free(bx box) bool {
 			return false
 		}
 	}
-	// textWidth is an estimate: keep 3 px from a line.
+	// textWidth is an estimate: keep 3 px from a line or mark.
 	wide := box{bx.x1 - 3, bx.y1, bx.x2 + 3, bx.y2}
-	for _, o := range p.lines {
+	for _, o := range p.marks {
 		if wide.overlaps(o) {
 			return false
 		}
@@ -123,8 +131,24 @@ type candidate struct {
 	anchor string
 }
 
-func right(x float64) candidate { return candidate{x, "start"} }
-func left(x float64) candidate  { return candidate{x, "end"} }
+func right(x float64) candidate  { return candidate{x, "start"} }
+func left(x float64) candidate   { return candidate{x, "end"} }
+func middle(x float64) candidate { return candidate{x, "middle"} }
+
+// The picture's width and left margin when every lane label fits in that margin. A longer lane label widens
+// both by what it needs, so that the plot keeps its width and no label is cut at the picture's left edge.
+const (
+	baseWidth = 1100.0
+	baseLeft  = 170.0
+	laneGap   = 10.0 // from a lane's label to the plot
+)
+
+// The kill and start labels go above the lanes in up to stepRows rows, stepRowH apart, all of them below the
+// title and the subtitle.
+const (
+	stepRows = 4
+	stepRowH = 13.0
+)
 
 // TimelineSVG draws the run: the life of each component the steps kill and start, stat of the host volume and staging dirs, and for each
 // container its instances with every read (good / failed), starts, exits and failed starts, against the
@@ -138,12 +162,6 @@ func TimelineSVG(o *scenarios.Outcome) []byte {
 	if span < 1 {
 		span = 1
 	}
-	l := svgLayout{width: 1100, left: 170, right: 30, t0: ev.Start, span: span}
-	const laneH = 40.0
-	const stepsH = 26.0
-	stepsTop := 82.0
-	top := stepsTop + stepsH
-
 	comps := o.Scenario.Components()
 	var lanes []string
 	for _, c := range comps {
@@ -153,6 +171,16 @@ func TimelineSVG(o *scenarios.Outcome) []byte {
 	for _, c := range o.Scenario.Pod.Containers {
 		lanes = append(lanes, "container "+c.Name)
 	}
+	margin := baseLeft
+	for _, name := range lanes {
+		margin = max(margin, 16+textWidth(name, 12)+laneGap)
+	}
+	l := svgLayout{width: baseWidth - baseLeft + margin, left: margin, right: 30, t0: ev.Start, span: span}
+	const laneH = 40.0
+	const stepsH = 26.0
+	// The subtitle's baseline is at 42: the highest row of step labels starts below it.
+	stepsTop := 50 + stepRows*stepRowH
+	top := stepsTop + stepsH
 	measures := measureArrows(o)
 	plotBottom := top + float64(len(lanes))*laneH
 	axisY := plotBottom + 8
@@ -172,7 +200,7 @@ func TimelineSVG(o *scenarios.Outcome) []byte {
 	b.f(`<rect x="0" y="0" width="%.0f" height="%.0f" fill="#ffffff"/>`+"\n", l.width, height)
 	p := &placer{b: &b, width: l.width}
 	for _, x := range stepLineXs(l, o) {
-		p.lines = append(p.lines, box{x - 1.5, stepsTop - 4, x + 1.5, plotBottom})
+		p.marks = append(p.marks, box{x - 1.5, stepsTop - 4, x + 1.5, plotBottom})
 	}
 
 	// Title.
@@ -183,6 +211,9 @@ func TimelineSVG(o *scenarios.Outcome) []byte {
 	b.f(`<text x="16" y="24" font-size="16" font-weight="bold" fill="%s">scenario `, colText)
 	_ = xml.EscapeText(&b.Buffer, []byte(o.Scenario.Name))
 	b.f(`<tspan dx="10" fill="%s">%s</tspan></text>`+"\n", resCol, result)
+	tb := textBox(16, 24, "start", "scenario "+o.Scenario.Name+result, 16)
+	tb.x2 += 10 // the tspan's dx
+	p.placed = append(p.placed, tb)
 	facts := fmt.Sprintf(" · kubelet %s · backend %s · read interval %s · restart back-off %s", o.Kubelet, o.Backend, o.Timing.ReadInterval, o.Timing.BackoffBase)
 	title := []rune(o.Scenario.Title)
 	for len(title) > 0 && textWidth(string(title)+"…"+facts, 12) > l.width-32 {
@@ -191,7 +222,7 @@ func TimelineSVG(o *scenarios.Outcome) []byte {
 	if len(title) < len([]rune(o.Scenario.Title)) {
 		title = append(title, '…') // the report's heading has it whole
 	}
-	b.text(16, 42, `fill="`+colSubtle+`"`, string(title)+facts)
+	p.fixed(16, 42, 12, "start", `fill="`+colSubtle+`"`, string(title)+facts)
 
 	// Lanes: labels and zebra background.
 	for i, name := range lanes {
@@ -199,7 +230,7 @@ func TimelineSVG(o *scenarios.Outcome) []byte {
 		if i%2 == 0 {
 			b.f(`<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="#fafafa"/>`+"\n", l.left, y, l.width-l.left-l.right, laneH)
 		}
-		b.text(l.left-10, y+laneH/2+4, `text-anchor="end" fill="`+colText+`"`, name)
+		p.fixed(l.left-laneGap, y+laneH/2+4, 12, "end", `fill="`+colText+`"`, name)
 	}
 	b.f(`<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#bbbbbb"/>`+"\n", l.left, top, l.left, plotBottom)
 
@@ -209,10 +240,10 @@ func TimelineSVG(o *scenarios.Outcome) []byte {
 		x := l.left + s/span*(l.width-l.left-l.right)
 		b.f(`<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s"/>`+"\n", x, top, x, plotBottom, colGrid)
 		b.f(`<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#888888"/>`+"\n", x, axisY, x, axisY+5)
-		b.text(x, axisY+18, `text-anchor="middle" fill="`+colSubtle+`"`, trimFloat(s)+"s")
+		p.fixed(x, axisY+18, 12, "middle", `fill="`+colSubtle+`"`, trimFloat(s)+"s")
 	}
 	b.f(`<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#888888"/>`+"\n", l.left, axisY, l.width-l.right, axisY)
-	b.text(l.left-22, axisY+18, `text-anchor="end" fill="`+colSubtle+`"`, "seconds since start")
+	p.fixed(l.left-22, axisY+18, 12, "end", `fill="`+colSubtle+`"`, "seconds since start")
 
 	for i, c := range comps {
 		drawComponent(&b, p, l, ev, c, top+float64(i)*laneH, laneH)
@@ -225,24 +256,25 @@ func TimelineSVG(o *scenarios.Outcome) []byte {
 	}
 	drawSteps(&b, p, l, o, stepsTop, stepsH, plotBottom)
 
-	// Measured intervals as arrows below the axis.
+	// Measured intervals as arrows below the axis, each labelled after its head, else before its tail, else
+	// above its middle (an arrow too wide for either is wider than its label).
 	for i, m := range measures {
 		y := measY + float64(i)*22
 		x1, x2 := l.x(m.from), l.x(m.to)
 		b.f(`<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s" stroke-width="1.5"/>`+"\n", x1, y, x2, y, m.color)
 		b.f(`<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s" stroke-width="1.5"/>`+"\n", x1, y-5, x1, y+5, m.color)
 		b.f(`<path d="M%.1f %.1f l-7 -4 v8 z" fill="%s"/>`+"\n", x2, y, m.color)
-		if x2+8+textWidth(m.label, 12) < l.width-4 {
-			b.text(x2+8, y+4, `fill="`+m.color+`"`, m.label)
-		} else {
-			b.text(x1-8, y+4, `text-anchor="end" fill="`+m.color+`"`, m.label)
+		p.marks = append(p.marks, box{x1, y - 1, x2, y + 1}, box{x1 - 1, y - 5, x1 + 1, y + 5}, box{x2 - 7, y - 4, x2, y + 4})
+		attrs := `fill="` + m.color + `"`
+		if !p.label(y+4, 12, attrs, m.label, right(x2+8), left(x1-8)) {
+			p.label(y-5, 12, attrs, m.label, middle((x1+x2)/2))
 		}
 	}
 
 	if zoomed {
-		drawZoom(&b, l, o, zoom, zoomY)
+		drawZoom(p, l, o, zoom, zoomY)
 	}
-	drawLegend(&b, l, legendY)
+	drawLegend(p, legendY)
 	b.f("</svg>\n")
 	return b.Bytes()
 }
@@ -365,7 +397,18 @@ func drawProbe(b *svgBuf, p *placer, l svgLayout, ev *scenarios.Evidence, label 
 
 func drawContainer(b *svgBuf, p *placer, l svgLayout, ev *scenarios.Evidence, name string, y, h float64) {
 	mid := y + h/2
+	// The labels are placed once every mark of the lane is drawn and kept clear of: a label placed as its
+	// event comes would be overprinted by the marks of the events after it (the next failed start, the next
+	// exit). Each label starts more than the placer's 3 px from its own mark. Reads (dots, error bars) sit on
+	// the middle line, which no label reaches.
+	var labels []func()
+	mark := func(bx box) { p.marks = append(p.marks, bx) }
 	// Instance bars: started → exited.
+	bar := func(from, to time.Time, inst int) {
+		if x1, x2 := instanceBar(b, l, ev, from, to, inst, mid); x2-x1 > 30 {
+			labels = append(labels, func() { p.label(mid-10, 10, `fill="`+colStart+`"`, fmt.Sprintf("#%d", inst), right(x1+13)) })
+		}
+	}
 	var startT *time.Time
 	inst := 0
 	for _, e := range ev.Events {
@@ -378,15 +421,21 @@ func drawContainer(b *svgBuf, p *placer, l svgLayout, ev *scenarios.Evidence, na
 			startT, inst = &t, e.Instance
 		case scenarios.KContainerExited:
 			if startT != nil {
-				instanceBar(b, p, l, ev, *startT, e.Time, inst, mid)
+				bar(*startT, e.Time, inst)
 				startT = nil
 			}
 		}
 	}
 	if startT != nil {
-		instanceBar(b, p, l, ev, *startT, ev.Until, inst, mid)
+		bar(*startT, ev.Until, inst)
 	}
-	lastFailure := ""
+	// Failed starts in a row of the same kind: their kind is named once, beside the first of them that has
+	// room for it.
+	type failures struct {
+		class string
+		xs    []float64
+	}
+	var runs []failures
 	for _, e := range ev.Events {
 		if e.Container != name {
 			continue
@@ -405,6 +454,7 @@ func drawContainer(b *svgBuf, p *placer, l svgLayout, ev *scenarios.Evidence, na
 			b.f(`<path d="M%.1f %.1f l9 6 l-9 6 z" fill="%s">`, x, y+2, colStart)
 			b.title(fmt.Sprintf("%s started at %s", e.Who(), ev.Since(e.Time)))
 			b.f("</path>\n")
+			mark(box{x, y + 2, x + 9, y + 14})
 		case e.Kind == scenarios.KContainerExited:
 			code := 0
 			if e.ExitCode != nil {
@@ -413,28 +463,40 @@ func drawContainer(b *svgBuf, p *placer, l svgLayout, ev *scenarios.Evidence, na
 			b.f(`<rect x="%.1f" y="%.1f" width="9" height="9" fill="%s">`, x-4.5, y+h-11, colExit)
 			b.title(fmt.Sprintf("%s exited with code %d at %s", e.Who(), code, ev.Since(e.Time)))
 			b.f("</rect>\n")
-			p.label(y+h-3, 10, `fill="`+colExit+`"`, fmt.Sprintf("exit %d", code), right(x+7), left(x-7))
+			mark(box{x - 4.5, y + h - 11, x + 4.5, y + h - 2})
+			labels = append(labels, func() {
+				p.label(y+h-3, 10, `fill="`+colExit+`"`, fmt.Sprintf("exit %d", code), right(x+8), left(x-8))
+			})
 		case e.Kind == scenarios.KStartFailed:
 			b.f(`<path d="M%.1f %.1f l6 6 l-6 6 l-6 -6 z" fill="%s" stroke="#ffffff" stroke-width="0.8">`, x, y+2, colFail)
 			b.title(fmt.Sprintf("start of %s failed at %s: %s", name, ev.Since(e.Time), scenarios.Shorten(ev, e.Message)))
 			b.f("</path>\n")
-			// Name the kind of failure where it changes.
-			if cls := failureClass(e.Message); cls != lastFailure {
-				lastFailure = cls
-				p.label(y+11, 10, `fill="#a35f0c"`, cls, right(x+8), left(x-8))
+			mark(box{x - 6, y + 2, x + 6, y + 14})
+			if cls := failureClass(e.Message); len(runs) == 0 || runs[len(runs)-1].class != cls {
+				runs = append(runs, failures{class: cls})
+			}
+			runs[len(runs)-1].xs = append(runs[len(runs)-1].xs, x)
+		}
+	}
+	for _, f := range labels {
+		f()
+	}
+	for _, r := range runs {
+		for _, x := range r.xs {
+			if p.label(y+11, 10, `fill="#a35f0c"`, r.class, right(x+10), left(x-10)) {
+				break
 			}
 		}
 	}
 }
 
-func instanceBar(b *svgBuf, p *placer, l svgLayout, ev *scenarios.Evidence, from, to time.Time, inst int, mid float64) {
-	x1, x2 := l.x(from), l.x(to)
+// instanceBar draws the bar of a container instance and returns where it begins and ends.
+func instanceBar(b *svgBuf, l svgLayout, ev *scenarios.Evidence, from, to time.Time, inst int, mid float64) (x1, x2 float64) {
+	x1, x2 = l.x(from), l.x(to)
 	b.f(`<rect x="%.1f" y="%.1f" width="%.1f" height="16" fill="%s" rx="3">`, x1, mid-8, math.Max(x2-x1, 1), colRun)
 	b.title(fmt.Sprintf("instance #%d running %s → %s", inst, ev.Since(from), ev.Since(to)))
 	b.f("</rect>\n")
-	if x2-x1 > 30 {
-		p.label(mid-10, 10, `fill="`+colStart+`"`, fmt.Sprintf("#%d", inst), right(x1+12))
-	}
+	return x1, x2
 }
 
 // minStepWidth is the least width of a step in the steps lane: a step that took no time stays visible.
@@ -459,7 +521,7 @@ func isLineStep(st scenarios.Step) bool {
 // wide, labelled when there is room, with the full description as tooltip) and the kills, starts and
 // upgrades as bold dashed lines across every lane, labelled above the picture in as many rows as they need.
 func drawSteps(b *svgBuf, p *placer, l svgLayout, o *scenarios.Outcome, y, h, bottom float64) {
-	b.text(l.left-10, y+h/2+4, `text-anchor="end" fill="`+colSubtle+`"`, "scenario steps")
+	p.fixed(l.left-laneGap, y+h/2+4, 12, "end", `fill="`+colSubtle+`"`, "scenario steps")
 	type label struct {
 		x     float64
 		text  string
@@ -503,18 +565,22 @@ func drawSteps(b *svgBuf, p *placer, l svgLayout, o *scenarios.Outcome, y, h, bo
 			p.label(y+h/2+3.5, 10, `fill="#555555"`, text, right(x1+3))
 		}
 	}
-	// Kill/start labels above the lanes, in the first row where they overlap no other label.
+	// Kill/start labels above the lanes, in the first row where they overlap no other label: after their
+	// line, else before it.
 	for _, lb := range labels {
-		for row := 0; row < 4; row++ {
-			if p.label(y-8-float64(row)*13, 11, `font-weight="bold" fill="`+lb.color+`"`, lb.text, right(lb.x+3)) {
-				break
+	cands:
+		for _, c := range []candidate{right(lb.x + 3), left(lb.x - 3)} {
+			for row := range stepRows {
+				if p.label(y-8-float64(row)*stepRowH, 11, `font-weight="bold" fill="`+lb.color+`"`, lb.text, c) {
+					break cands
+				}
 			}
 		}
 	}
 }
 
-// zoomH is the height of the zoomed strip.
-const zoomH = 96.0
+// zoomH is the height of the zoomed strip: its heading, three rows of step labels, the strip and its axis.
+const zoomH = 122.0
 
 // zoomSpan is the window of a zoomed takeover: what happens within it is too fast for the main time axis.
 const zoomSpan = 100 * time.Millisecond
@@ -537,7 +603,7 @@ func zoomWindow(o *scenarios.Outcome) (win [2]time.Time, ok bool) {
 		if i+1 < len(o.Steps) && isLineStep(o.Steps[i+1].Step) && o.Steps[i+1].Start.Sub(r.Start) < zoomSpan {
 			end = o.Steps[i+1].Start
 		}
-		if _, to, ok := stall(o.Evidence, r.Start, end.Add(time.Millisecond)); ok && to.Sub(r.Start) < zoomSpan && to.After(end) {
+		if _, to, ok := longestRead(o.Evidence, r.Start, end.Add(time.Millisecond)); ok && to.Sub(r.Start) < zoomSpan && to.After(end) {
 			end = to
 		}
 		if end.Equal(r.Start) {
@@ -550,9 +616,9 @@ func zoomWindow(o *scenarios.Outcome) (win [2]time.Time, ok bool) {
 	return win, false
 }
 
-// stall returns the longest open or read that ended after t (and, if until is set, began before it): the
-// time a workload waited for a server.
-func stall(ev *scenarios.Evidence, t time.Time, until ...time.Time) (from, to time.Time, ok bool) {
+// longestRead returns the longest open or read that ended after t (and, if until is set, began before it): in
+// the zoomed strip, the read that waited longest across the takeover. The report's stall is stallRead.
+func longestRead(ev *scenarios.Evidence, t time.Time, until ...time.Time) (from, to time.Time, ok bool) {
 	var longest time.Duration
 	for _, e := range ev.Events {
 		if len(until) > 0 && !e.Time.Add(-e.Latency).Before(until[0]) {
@@ -565,23 +631,41 @@ func stall(ev *scenarios.Evidence, t time.Time, until ...time.Time) (from, to ti
 	return from, to, ok
 }
 
-// drawZoom draws the window win enlarged: the step lines in it, the reads (good or failed) of every container
-// and the stall, with an axis in milliseconds from the kill.
-func drawZoom(b *svgBuf, l svgLayout, o *scenarios.Outcome, win [2]time.Time, y float64) {
-	ev := o.Evidence
+// stallRead returns the open or read behind the report's stall: Measures.Stall is computed once, by
+// Evidence.Measure, and the picture only looks up the first open or read after the kill that took that long,
+// to mark it.
+func stallRead(o *scenarios.Outcome) (from, to time.Time, ok bool) {
+	k, killed := o.Evidence.KillTime()
+	if !killed || o.Measures.Stall <= 0 {
+		return from, to, false
+	}
+	for _, e := range o.Evidence.Events {
+		if e.Source == scenarios.SrcWorkload && !e.Time.Before(k) && e.Latency == o.Measures.Stall {
+			return e.Time.Add(-e.Latency), e.Time, true
+		}
+	}
+	return from, to, false
+}
+
+// drawZoom draws the window win enlarged: the step lines in it, the reads (good or failed) of every container,
+// the stall as the report states it, and the longest read across the takeover when that is another read, with
+// an axis in milliseconds from the kill.
+func drawZoom(p *placer, l svgLayout, o *scenarios.Outcome, win [2]time.Time, y float64) {
+	b, ev := p.b, o.Evidence
 	z := svgLayout{width: l.width, left: l.left, right: l.right, t0: win[0], span: win[1].Sub(win[0]).Seconds()}
-	top, bottom := y+26, y+zoomH-30
-	b.text(16, y+8, `font-weight="bold" fill="`+colText+`"`, fmt.Sprintf("zoomed: %s around the kill", win[1].Sub(win[0]).Round(time.Millisecond)))
+	// The heading, then three rows of step labels (12 px apart) above the strip.
+	top, bottom := y+52, y+zoomH-30
+	heading := fmt.Sprintf("zoomed: %s around the kill", win[1].Sub(win[0]).Round(time.Millisecond))
+	p.fixed(16, y+8, 12, "start", `font-weight="bold" fill="`+colText+`"`, heading)
 	b.f(`<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="#fafafa" stroke="#cccccc"/>`+"\n", z.left, top, z.width-z.left-z.right, bottom-top)
 	var kill time.Time
-	p := &placer{b: b, width: l.width}
 	inWindow := func(r scenarios.StepRecord) bool {
 		return isLineStep(r.Step) && !r.Start.Before(win[0]) && !r.Start.After(win[1])
 	}
 	for _, r := range o.Steps {
 		if inWindow(r) {
 			x := z.x(r.Start)
-			p.lines = append(p.lines, box{x - 1.5, top - 4, x + 1.5, bottom})
+			p.marks = append(p.marks, box{x - 1.5, top - 4, x + 1.5, bottom})
 		}
 	}
 	for i, r := range o.Steps {
@@ -603,13 +687,32 @@ func drawZoom(b *svgBuf, l svgLayout, o *scenarios.Outcome, win [2]time.Time, y 
 			}
 		}
 	}
-	if from, to, ok := stall(ev, kill, win[1]); ok && !kill.IsZero() {
+	// The stall in the report's words and with its figure, beside the heading where no label can take its
+	// place; its read is marked when it lies in the window.
+	stall := stallWords + " " + measuredOf(o).stall()
+	from, to, stalled := stallRead(o)
+	marked := stalled && to.After(win[0]) && from.Before(win[1])
+	switch {
+	case marked:
 		x1, x2 := z.x(from), z.x(to)
 		b.f(`<rect x="%.1f" y="%.1f" width="%.1f" height="10" fill="%s" opacity="0.8">`, x1, top+8, math.Max(x2-x1, 2), colFail)
-		b.title(fmt.Sprintf("the longest open or read after the kill took %s", to.Sub(from)))
+		b.title(fmt.Sprintf("the stall: the longest open or read after the kill took %s", to.Sub(from)))
 		b.f("</rect>\n")
-		lbl := fmt.Sprintf("stall %.1f ms: the longest read in the takeover", float64(to.Sub(from).Microseconds())/1000)
-		p.label(top+17, 10, `fill="#a35f0c"`, lbl, right(x2+4), left(x1-4))
+		p.marks = append(p.marks, box{x1, top + 8, x1 + math.Max(x2-x1, 2), top + 18})
+		stall += ": the orange bar"
+	case stalled:
+		stall += fmt.Sprintf(", at %s: outside this window", ev.Since(to))
+	}
+	p.fixed(16+textWidth(heading, 12)+16, y+8, 12, "start", `fill="#a35f0c"`, stall)
+	// Else the read that waited longest across the takeover, named so that it is not taken for the stall.
+	if from, to, ok := longestRead(ev, kill, win[1]); ok && !marked && !kill.IsZero() {
+		x1, x2 := z.x(from), z.x(to)
+		b.f(`<rect x="%.1f" y="%.1f" width="%.1f" height="10" fill="%s" opacity="0.6">`, x1, top+8, math.Max(x2-x1, 2), colSubtle)
+		b.title(fmt.Sprintf("the longest open or read in this window took %s", to.Sub(from)))
+		b.f("</rect>\n")
+		p.marks = append(p.marks, box{x1, top + 8, x1 + math.Max(x2-x1, 2), top + 18})
+		lbl := fmt.Sprintf("longest read in this window %.1fms", float64(to.Sub(from).Microseconds())/1000)
+		p.label(top+17, 10, `fill="`+colSubtle+`"`, lbl, right(x2+5), left(x1-5))
 	}
 	for _, e := range ev.Events {
 		if e.Source != scenarios.SrcWorkload || e.Time.Before(win[0]) || e.Time.After(win[1]) {
@@ -627,9 +730,9 @@ func drawZoom(b *svgBuf, l svgLayout, o *scenarios.Outcome, win [2]time.Time, y 
 	for ms := math.Ceil((win[0].Sub(kill).Seconds()*1000)/step) * step; ms <= win[1].Sub(kill).Seconds()*1000+1e-9; ms += step {
 		x := z.x(kill.Add(time.Duration(ms * float64(time.Millisecond))))
 		b.f(`<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#888888"/>`+"\n", x, bottom, x, bottom+5)
-		b.text(x, bottom+17, `text-anchor="middle" font-size="10" fill="`+colSubtle+`"`, trimFloat(ms)+"ms")
+		p.fixed(x, bottom+17, 10, "middle", `fill="`+colSubtle+`"`, trimFloat(ms)+"ms")
 	}
-	b.text(l.left-22, bottom+17, `text-anchor="end" font-size="10" fill="`+colSubtle+`"`, "ms since the kill")
+	p.fixed(l.left-22, bottom+17, 10, "end", `fill="`+colSubtle+`"`, "ms since the kill")
 }
 
 // textWidth estimates the width of s in pixels at font size px (DejaVu Sans averages ~0.6 em).
@@ -637,11 +740,12 @@ func textWidth(s string, px float64) float64 {
 	return float64(len([]rune(s))) * px * 0.6
 }
 
-func drawLegend(b *svgBuf, l svgLayout, y float64) {
+func drawLegend(p *placer, y float64) {
+	b := p.b
 	x := 16.0
 	item := func(draw func(x float64), text string) {
 		draw(x)
-		b.text(x+15, y+4, `font-size="11" fill="`+colText+`"`, text)
+		p.fixed(x+15, y+4, 11, "start", `fill="`+colText+`"`, text)
 		x += 15 + textWidth(text, 11) + 18
 	}
 	item(func(x float64) { b.f(`<circle cx="%.1f" cy="%.1f" r="4" fill="%s"/>`, x+4, y, colGood) }, "good read")
