@@ -89,12 +89,14 @@ failed=0
 timed "cluster-build $RELEASE" "$MAKE" cluster-build K8S_VERSION="$RELEASE" || exit 1
 up=1
 timed "cluster-up $RELEASE" "$MAKE" cluster-up K8S_VERSION="$RELEASE" || exit 1
-timed "test-kube $RELEASE: ${ONLY:-all}" env DFC_KUBE_ARTIFACTS="$ARTIFACTS/$RELEASE" DFC_SCENARIOS="$ONLY" \
-  "$MAKE" test-kube || failed=1
+# Each pass's directory goes on make's command line, not in its environment: a DFC_KUBE_ARTIFACTS given to the
+# outer make's command line reaches every sub-make that way and would win over an environment variable, putting
+# both passes' run dirs in one directory, where the second overwrites the first.
+timed "test-kube $RELEASE: ${ONLY:-all}" "$MAKE" test-kube DFC_KUBE_ARTIFACTS="$ARTIFACTS/$RELEASE" DFC_SCENARIOS="$ONLY" || failed=1
 timed "record $RELEASE" record "$RELEASE" || failed=1
 for server in "${SERVERS[@]}"; do
-  timed "test-kube $RELEASE: FUSE server $server: $EVERY_SERVER_SCENARIOS" env DFC_KUBE_ARTIFACTS="$ARTIFACTS/$RELEASE-$server" \
-    DFC_FUSE_SERVER="$server" DFC_SCENARIOS="$EVERY_SERVER_SCENARIOS" "$MAKE" test-kube || failed=1
+  timed "test-kube $RELEASE: FUSE server $server: $EVERY_SERVER_SCENARIOS" "$MAKE" test-kube DFC_KUBE_ARTIFACTS="$ARTIFACTS/$RELEASE-$server" \
+    DFC_FUSE_SERVER="$server" DFC_SCENARIOS="$EVERY_SERVER_SCENARIOS" || failed=1
   timed "record $RELEASE, FUSE server $server" record "$RELEASE-$server" || failed=1
 done
 exit "$failed"
