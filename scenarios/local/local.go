@@ -77,6 +77,8 @@ type Options struct {
 	KubeletVersion string
 	// Keep leaves everything running and mounted at Stop; KeepNote then says how to inspect and clean up.
 	Keep bool
+	// FirstStartWait bounds how long the pod's containers take to make their first start attempt (default 60s).
+	FirstStartWait time.Duration
 }
 
 // BinariesIn sets the binary paths to the project's binaries in dir, and the next build to those in dir/next
@@ -314,14 +316,12 @@ func (b *Backend) Stop(ctx context.Context) error {
 	if b.cancel != nil {
 		b.cancel()
 	}
-	b.bg.Wait()
-	b.wg.Wait()
+	errs := []error{b.waitLoops(&b.bg, &b.wg)}
 	if b.opts.Keep && b.sc != nil {
 		b.printKeep()
 		b.closeLogs()
-		return nil
+		return errors.Join(errs...)
 	}
-	var errs []error
 
 	// Delete the pod: SIGTERM, a grace period, SIGKILL (kubelet's order).
 	if !b.podDeleted {
@@ -360,6 +360,36 @@ func (b *Backend) Stop(ctx context.Context) error {
 	}
 	b.closeLogs()
 	return errors.Join(errs...)
+}
+
+// loopsWait bounds how long the kubelet loops and the probe take to end once cancelled.
+const loopsWait = 10 * time.Second
+
+// waitLoops waits for the loops of wgs to end, once cancelled. A loop inside a stat of a FUSE mount that no
+// server answers (a connection never initialised, or with no server left) waits in D state, as kubelet's would,
+// until the connection ends: after loopsWait, the run's own FUSE connections are aborted, which ends those stats
+// (ECONNABORTED), and the error says so. It gives up after a second loopsWait.
+func (b *Backend) waitLoops(wgs ...*sync.WaitGroup) error {
+	done := make(chan struct{})
+	go func() {
+		for _, wg := range wgs {
+			wg.Wait()
+		}
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-time.After(loopsWait):
+	}
+	ids, err := abortFUSEUnder(b.dir)
+	b.logf("teardown: the kubelet loops or the probe still wait %s after they were stopped (a stat of a FUSE mount no server answers): aborted FUSE connections %v (%v)", loopsWait, ids, err)
+	select {
+	case <-done:
+		return fmt.Errorf("the kubelet loops or the probe waited more than %s on a FUSE mount no server answered; the run's FUSE connections %v were aborted to end them", loopsWait, ids)
+	case <-time.After(loopsWait):
+		return fmt.Errorf("the kubelet loops or the probe still wait %s after the run's FUSE connections %v were aborted (%v): left behind", loopsWait, ids, err)
+	}
 }
 
 // KeepNote says, after Stop with Keep, what was left running and the commands that clean it up.

@@ -473,3 +473,47 @@ func TestServerFromASpecFile(t *testing.T) {
 		})
 	}
 }
+
+// TestUnservedVolumeDoesNotHangTheRun: a sidecar that fails before it takes the connection (it cannot read the
+// server's spec, which only root may) leaves the volume mounted and never initialised, held by the plugin, where
+// every stat waits in D state: kubelet's start of the pod's containers and the host probe's alike. The run must still end, within its bounds: setup fails naming the
+// stuck start, and teardown aborts the run's own FUSE connection to end the waiting stats, leaving no mount and
+// no process behind (newBackend's cleanup checks).
+func TestUnservedVolumeDoesNotHangTheRun(t *testing.T) {
+	dir, err := os.MkdirTemp("", "dfc-spec-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	spec := filepath.Join(dir, "broken.yaml")
+	body := "name: broken\nexecutable: /bin/true\nargs: [\"{mountpoint}\"]\nservesFD: true\nwhyNot: it never serves\n"
+	if err := os.WriteFile(spec, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sc, err := catalog.Lookup("restart-all-sidecar")
+	if err == nil {
+		sc, err = sc.ForServer(spec)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, runDir := newBackend(t, Options{FirstStartWait: 3 * time.Second})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	start := time.Now()
+	o := run(t, ctx, b, sc, runDir)
+	if ctx.Err() != nil {
+		t.Fatalf("the run only ended with its context (%s): a wait was not bounded", time.Since(start).Round(time.Second))
+	}
+	if o.Err == nil || !strings.Contains(o.Err.Error(), "made no start attempt within 3s") {
+		t.Errorf("the run's error is %v, want setup to fail naming the stuck start", o.Err)
+	}
+	kubelet, err := os.ReadFile(filepath.Join(runDir, "kubelet.log"))
+	if err != nil || !strings.Contains(string(kubelet), "aborted FUSE connections") {
+		t.Errorf("kubelet.log does not say the run's FUSE connection was aborted to end the waiting stats (%v)", err)
+	}
+	t.Logf("the run ended %s after it started", time.Since(start).Round(time.Second))
+}

@@ -1,11 +1,15 @@
 package local
 
 import (
+	"errors"
 	"fmt"
+	"slices"
+	"strings"
 
 	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
 
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/fuseconn"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/mounts"
 )
 
@@ -29,6 +33,24 @@ func makeRShared(dir string) error {
 
 // mountsUnder lists the mounts at or below dir, in the order they can be unmounted.
 func mountsUnder(dir string) ([]*mountinfo.Info, error) { return mounts.Under(dir) }
+
+// abortFUSEUnder aborts the FUSE connections mounted at or below dir (fuseconn.Abort): every request waiting on
+// them fails with ECONNABORTED and the connection ends. It returns the connections it aborted.
+func abortFUSEUnder(dir string) ([]uint32, error) {
+	ms, err := mountsUnder(dir)
+	if err != nil {
+		return nil, err
+	}
+	var ids []uint32
+	var errs []error
+	for _, m := range ms {
+		if id := uint32(m.Minor); m.Major == 0 && strings.HasPrefix(m.FSType, "fuse") && !slices.Contains(ids, id) {
+			ids = append(ids, id)
+			errs = append(errs, fuseconn.Abort(id))
+		}
+	}
+	return ids, errors.Join(errs...)
+}
 
 // unmountAll unmounts everything at or below dir, deepest first; a mount that is busy (e.g. a dead FUSE mount
 // with an open fd, EBUSY) is detached lazily. It returns what it did, one line per mount, and an error if

@@ -1,6 +1,7 @@
 package local
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -125,9 +126,15 @@ func (b *Backend) podUp(ctx context.Context) error {
 		b.wg.Add(1)
 		go c.loop(podCtx)
 	}
+	// A start stats the volume dir (kubelet's makeMounts): on a FUSE mount no server answers yet, that stat
+	// waits until one does, so the wait for the first attempts is bounded.
+	wait := cmp.Or(b.opts.FirstStartWait, 60*time.Second)
+	deadline := time.After(wait)
 	for _, c := range b.containers {
 		select {
 		case <-c.firstAttempt:
+		case <-deadline:
+			return fmt.Errorf("container %s made no start attempt within %s: its start is stuck (see kubelet.log; a stat of the volume dir waits while no FUSE server answers the mount)", c.spec.Name, wait)
 		case <-ctx.Done():
 			return ctx.Err()
 		}
@@ -169,8 +176,7 @@ func (b *Backend) podDown(ctx context.Context) error {
 	if b.podCancel != nil {
 		b.podCancel()
 	}
-	b.wg.Wait()
-	errs := []error{b.stopPod("pod deletion: ")}
+	errs := []error{b.waitLoops(&b.wg), b.stopPod("pod deletion: ")}
 	if b.plugin != nil && !b.plugin.exited() && b.csi != nil {
 		if err := b.csi.unpublishAndUnstage(ctx, b.vol, b.logf); err != nil {
 			errs = append(errs, err)
