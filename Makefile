@@ -22,7 +22,7 @@ help: ## show the targets
 build: ## build static binaries into bin/ (version from git)
 	hack/build.sh
 
-servers: ## the real FUSE servers (gcsfuse + a fake GCS from the Go module proxy, squashfuse from Debian) into bin/servers
+servers: ## the real FUSE servers (gcsfuse + a fake GCS from the Go module proxy, squashfuse from Debian; WITH_RCLONE=1: rclone too) into bin/servers
 	hack/servers.sh
 
 ################################################################################

@@ -4,6 +4,8 @@
 #   gcsfuse          github.com/googlecloudplatform/gcsfuse/v3, static, from the Go module proxy
 #   fake-gcs-server  github.com/fsouza/fake-gcs-server, static: the bucket gcsfuse reads, in memory
 #   squashfuse       Debian's (libfuse3), with mksquashfs to make its image
+#   rclone           github.com/rclone/rclone, static, from the Go module proxy: only with WITH_RCLONE=1 (a server
+#                    users run, described in a spec file, docs/servers/rclone.yaml, not built into the testbed)
 # The Go builds are cached per version in $CACHE (a cold build downloads ~1.8 GB of modules and takes minutes;
 # later runs copy the cached binaries). Tests and scenarios find the servers in $BIN/servers or $PATH.
 set -o errexit -o nounset -o pipefail
@@ -16,6 +18,7 @@ CACHE=${CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/dummy-fuse-csi/servers}
 # gcsfuse v3.11.4 is the newest that the project's Go (1.26) builds; v3.13 needs Go 1.27.
 GCSFUSE_VERSION=${GCSFUSE_VERSION:-v3.11.4}
 FAKE_GCS_VERSION=${FAKE_GCS_VERSION:-v1.56.1}
+RCLONE_VERSION=${RCLONE_VERSION:-v1.76.0}
 
 ensure_packages squashfuse:squashfuse mksquashfs:squashfs-tools
 
@@ -38,4 +41,5 @@ go_server() {
 
 go_server gcsfuse github.com/googlecloudplatform/gcsfuse/v3 "$GCSFUSE_VERSION"
 go_server fake-gcs-server github.com/fsouza/fake-gcs-server "$FAKE_GCS_VERSION"
+[ "${WITH_RCLONE:-}" != 1 ] || go_server rclone github.com/rclone/rclone "$RCLONE_VERSION"
 echo "squashfuse: $(command -v squashfuse) ($(dpkg-query -W -f '${Version}' squashfuse 2>/dev/null))"

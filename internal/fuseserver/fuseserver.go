@@ -90,6 +90,9 @@ type Kind struct {
 	def      *Definition
 }
 
+// Executable is the spec's executable: a name to look up, or an absolute path.
+func (k Kind) Executable() string { return k.def.Executable }
+
 func kindOf(d *Definition) Kind {
 	return Kind{Name: d.Name, TakesOver: d.TakesOver, WhyNot: d.WhyNot, Settings: d.settingsHelp(), def: d}
 }

@@ -193,14 +193,16 @@ func parse(args []string, stdout io.Writer) (config, error) {
 	if _, err := fuseserver.Lookup(cfg.fuseServer); err != nil {
 		return cfg, command.Usagef("--fuse-server: %v", err)
 	}
+	if fuseserver.IsSpecFile(cfg.fuseServer) {
+		// The plugin, the keeper and the sidecars read it from directories of their own.
+		if cfg.fuseServer, err = filepath.Abs(cfg.fuseServer); err != nil {
+			return cfg, fmt.Errorf("--fuse-server: %w", err)
+		}
+	}
 	switch {
 	case fuseserver.IsSpecFile(cfg.fuseServer) && cfg.backend == scenarios.BackendKube:
 		return cfg, command.Usagef("--fuse-server=%s: a server spec file runs on the local backend only so far (the chart runs the built-in servers)", cfg.fuseServer)
-	case fuseserver.IsSpecFile(cfg.fuseServer):
-		if _, err := fuseserver.New(fuseserver.Spec{Name: cfg.fuseServer, Opts: cfg.serverOpts}); err != nil {
-			return cfg, command.Usagef("--fuse-server: %v", err)
-		}
-	case len(cfg.serverOpts) > 0:
+	case len(cfg.serverOpts) > 0 && !fuseserver.IsSpecFile(cfg.fuseServer):
 		return cfg, command.Usagef("--fuse-server-opt goes with a server spec file (--fuse-server=FILE); the built-in servers get their settings from the backend")
 	}
 	if err := parseDriver(&cfg, fl); err != nil {
@@ -233,7 +235,29 @@ func parse(args []string, stdout io.Writer) (config, error) {
 	if cfg.binDir, err = filepath.Abs(cfg.binDir); err != nil {
 		return cfg, fmt.Errorf("--bin-dir: %w", err)
 	}
+	if err := checkSpecServer(cfg); err != nil {
+		return cfg, command.Usagef("--fuse-server: %v", err)
+	}
 	return cfg, nil
+}
+
+// checkSpecServer checks a server given as a spec file as the local backend will run it (local.Options'
+// ServersDir: make servers' builds first, then $PATH), so that a missing executable or setting stops the run
+// before it starts.
+func checkSpecServer(cfg config) error {
+	if !fuseserver.IsSpecFile(cfg.fuseServer) {
+		return nil
+	}
+	k, err := fuseserver.Lookup(cfg.fuseServer)
+	if err != nil {
+		return err
+	}
+	spec := fuseserver.Spec{Name: cfg.fuseServer, Opts: cfg.serverOpts}
+	if !filepath.IsAbs(k.Executable()) {
+		spec.Path = fuseserver.Find(k.Executable(), filepath.Join(cfg.binDir, "servers"))
+	}
+	_, err = fuseserver.New(spec)
+	return err
 }
 
 // selectFor returns the scenarios names selects (see catalog.Select) that backend can run with the FUSE server

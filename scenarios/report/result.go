@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/atomicfile"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/fuseserver"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
 )
 
@@ -87,10 +88,21 @@ func measuredOf(o *scenarios.Outcome) Measured {
 	}
 }
 
+// serverOf is the FUSE server a record names: a server of a spec file by the spec's name, since the file's path
+// is only this machine's.
+func serverOf(p scenarios.Plugin) string {
+	if fuseserver.IsSpecFile(p.FuseServer) {
+		if k, err := fuseserver.Lookup(p.FuseServer); err == nil {
+			return k.Name
+		}
+	}
+	return p.FuseServer
+}
+
 // RecordOf is the record of an outcome.
 func RecordOf(o *scenarios.Outcome) Record {
 	r := Record{Scenario: o.Scenario.Name, Backend: o.Backend, Kubelet: o.Kubelet.String(), Result: o.Result(),
-		Server: o.Scenario.Plugin.FuseServer, Killed: Disruption(o.Scenario), Placement: Placement(o.Scenario),
+		Server: serverOf(o.Scenario.Plugin), Killed: Disruption(o.Scenario), Placement: Placement(o.Scenario),
 		Driver: o.Scenario.Driver, Profile: ProfileOf(o),
 		Start: o.Start.UTC().Format(time.RFC3339), ReadInterval: o.Timing.ReadInterval.Seconds(), Kernel: kernel(),
 		Measured: measuredOf(o), Expected: len(o.Verdicts)}
