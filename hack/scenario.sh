@@ -10,6 +10,7 @@
 # run dirs (_output/runs) go into a file of $RESULTS (default scenarios/results), and every doc generated from
 # those files is generated again (make scenarios-doc, make matrix-doc), so that the project's tests, which
 # check them, still pass. A user's own runs change no tracked file. An interrupted run is not recorded.
+# DFC_SCENARIOS="a b" narrows all to those scenarios, unrecorded (the test of the README's commands runs a few).
 set -o errexit -o nounset -o pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=hack/lib.sh
@@ -21,6 +22,10 @@ FUSE_SERVER=${FUSE_SERVER:-dummy-fuse}
 if [ $# -eq 0 ]; then
   echo "usage: $0 SCENARIO... | all | list" >&2
   exit 2
+fi
+if [ "$*" = all ] && [ -n "${DFC_SCENARIOS:-}" ]; then
+  read -r -a only <<<"$DFC_SCENARIOS"
+  set -- "${only[@]}"
 fi
 if [ "$BACKEND" = local ] && [ "$1" != list ]; then
   need_root "the local backend makes FUSE mounts, mount and PID namespaces: sudo make scenario-$1"
