@@ -1,6 +1,10 @@
 package scenarios
 
-import "context"
+import (
+	"context"
+
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/fuseserver"
+)
 
 // Backend deploys a scenario's setup on some platform and kills and starts its components when the steps say
 // so; the runner (Run) owns the run directory and the evidence, sequences the steps and judges the outcome
@@ -135,12 +139,15 @@ const (
 	RelayServerGone Component = "relay-server-gone"
 )
 
-// nextBuildFlags are the new flags of each real server's next build in the upgrade rows: settings each server
-// accepts that change nothing the workload sees.
-var nextBuildFlags = map[string]string{"dummy-fuse": "--workers=2", "gcsfuse": "--log-severity=warning", "squashfuse": "-s"}
-
-// NextBuildFlag is the flag that tells server's next build from the running one (RelayServer's Upgrade).
-func NextBuildFlag(server string) string { return nextBuildFlags[server] }
+// NextBuildFlag is the flag that tells server's next build from the running one (RelayServer's Upgrade): its
+// spec's upgradeArg, an argument that changes nothing the workload sees ("" when it has none).
+func NextBuildFlag(server string) string {
+	k, err := fuseserver.Lookup(server)
+	if err != nil {
+		return ""
+	}
+	return k.UpgradeArg()
+}
 
 // componentText says how the steps, the timeline and the report describe a component.
 type componentText struct {

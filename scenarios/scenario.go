@@ -482,8 +482,16 @@ func (s Scenario) ForServer(server string) (Scenario, error) {
 	if !slices.Contains(s.Servers, server) && (!fuseserver.IsSpecFile(server) || len(s.Servers) == 0) {
 		return s, fmt.Errorf("scenario %s runs with dummy-fuse only, not %s: its outcome depends on the server (runs with: %s)", s.Name, server, strings.Join(append([]string{fuseserver.DummyFuse}, s.Servers...), ", "))
 	}
+	if s.upgradesServer() && NextBuildFlag(server) == "" {
+		return s, fmt.Errorf("scenario %s gives the server a next build, which needs the upgradeArg of its spec, and %s has none", s.Name, server)
+	}
 	s.Plugin.FuseServer = server
 	return s, nil
+}
+
+// upgradesServer reports whether a step upgrades the real server behind the relay.
+func (s Scenario) upgradesServer() bool {
+	return slices.ContainsFunc(s.Steps, func(st Step) bool { return st.Action == ActUpgrade && st.Component == RelayServer })
 }
 
 // RunsOn returns nil when the backend called backend can deploy the scenario, else an error saying why not.

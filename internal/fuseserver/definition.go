@@ -38,6 +38,9 @@ type Definition struct {
 	DirectIOArgs []string `json:"directIOArgs"`
 	// Env is added to the server's environment (NAME=value).
 	Env []string `json:"env"`
+	// UpgradeArg is an argument the server accepts that changes nothing a workload sees: the upgrade rows give it
+	// to the server's "next build" to tell the new process from the old one. Without it they do not run.
+	UpgradeArg string `json:"upgradeArg"`
 	// Settings are the values Args and Env name, set with --fuse-server-opt name=value.
 	Settings []Setting `json:"settings"`
 }

@@ -93,6 +93,10 @@ type Kind struct {
 // Executable is the spec's executable: a name to look up, or an absolute path.
 func (k Kind) Executable() string { return k.def.Executable }
 
+// UpgradeArg is the argument that tells the server's next build from the running one in the upgrade rows ("":
+// its spec gives none).
+func (k Kind) UpgradeArg() string { return k.def.UpgradeArg }
+
 func kindOf(d *Definition) Kind {
 	return Kind{Name: d.Name, TakesOver: d.TakesOver, WhyNot: d.WhyNot, Settings: d.settingsHelp(), def: d}
 }
