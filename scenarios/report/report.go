@@ -75,6 +75,9 @@ func (m Measured) wall() string {
 func measuredLine(o *scenarios.Outcome) string {
 	m := measuredOf(o)
 	var parts []string
+	if o.NotRunnable() != nil {
+		return "nothing: the run did not start (NOT RUNNABLE) · wall " + m.wall()
+	}
 	if m.Kills {
 		parts = append(parts, "kill → first ENOTCONN "+m.kill(m.KillToError), "kill → volume dir restored "+m.recovery(m.KillToRestore, m.VolumeDied),
 			"kill → first good read again "+m.recovery(m.KillToRecovery, m.Failed), stallWords+" "+m.stall())

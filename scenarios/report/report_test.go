@@ -121,4 +121,12 @@ func TestNoFailureIsNotNever(t *testing.T) {
 	if !strings.Contains(b.String(), "NOT RUNNABLE  no gate\n        to make it runnable: make cluster-up") || strings.Contains(b.String(), "FAIL") {
 		t.Errorf("verdicts of a run that is not runnable:\n%s", b.String())
 	}
+	// Its steps never ran: it measured nothing, and says neither "no failure" nor "never".
+	b.Reset()
+	PrintSummary(&b, []*scenarios.Outcome{o})
+	for _, text := range []string{b.String(), measuredLine(o)} {
+		if strings.Contains(text, "no failure") || strings.Contains(text, "never") || strings.Contains(text, "0.0ms") {
+			t.Errorf("a run that never started reports measures:\n%s", text)
+		}
+	}
 }

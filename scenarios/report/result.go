@@ -78,8 +78,9 @@ type Measured struct {
 // measuredOf converts an outcome's measures.
 func measuredOf(o *scenarios.Outcome) Measured {
 	m := o.Measures
+	ran := o.NotRunnable() == nil // a NOT RUNNABLE row's steps never ran: it measured nothing ("–")
 	return Measured{
-		Kills: o.Scenario.Kills(), Sidecar: o.Scenario.Pod.Sidecar != nil, Failed: m.Failed, VolumeDied: m.VolumeDied,
+		Kills: o.Scenario.Kills() && ran, Sidecar: o.Scenario.Pod.Sidecar != nil && ran, Failed: m.Failed, VolumeDied: m.VolumeDied,
 		KillToError: m.KillToError.Seconds(), KillToRestore: m.KillToRestore.Seconds(), KillToRecovery: m.KillToRecovery.Seconds(),
 		FirstErrno: m.FirstErrno, KillToFirstError: m.KillToFirstError.Seconds(),
 		Stall:          float64(m.Stall.Microseconds()) / 1000,
