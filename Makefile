@@ -105,7 +105,7 @@ scenarios: ## build, then run every scenario of the catalog (FUSE_SERVER=gcsfuse
 scenarios-doc: ## regenerate scenarios/README.md's per-version table from the files of scenarios/results
 	go run ./scenarios/cmd/scenariodoc
 
-matrix: ## the local catalog over every FUSE server × modelled kubelet (MATRIX_SERVERS, MATRIX_KUBELETS narrow it), each recorded, then matrix-doc
+matrix: ## the local catalog over every FUSE server × modelled kubelet (MATRIX_SERVERS, MATRIX_KUBELETS narrow it; a server may be a spec file), each recorded, then matrix-doc
 	hack/matrix.sh
 
 matrix-doc: ## regenerate docs/outage-matrix.md + .svg and docs/outcomes.md's table from every file of scenarios/results

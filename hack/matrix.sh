@@ -2,7 +2,8 @@
 # `make matrix`: the local backend's whole catalog once per FUSE server × kubelet version the local backend
 # models (scenarios/local), each pass recorded into scenarios/results as `make scenarios` records it, then
 # docs/outage-matrix.md, its heatmap and docs/outcomes.md's table generated from every record (make
-# matrix-doc). MATRIX_SERVERS and MATRIX_KUBELETS narrow it ("gcsfuse", "v1.36.3").
+# matrix-doc). MATRIX_SERVERS and MATRIX_KUBELETS narrow it ("gcsfuse", "v1.36.3"); a server may be a spec file
+# (docs/server-spec.md), whose settings SCENARIO_FLAGS gives ("--fuse-server-opt=remote=/srv/dfc").
 # Every pass is recorded under the commit the matrix started from: the passes only add result files and
 # regenerate docs, which the binaries do not depend on. Start it from a clean tree.
 set -o errexit -o nounset -o pipefail
@@ -24,7 +25,7 @@ failed=()
 for s in "${servers[@]}"; do
   for v in "${kubelets[@]}"; do
     step "catalog with FUSE server $s on the local model of kubelet $v"
-    RECORD=1 COMMIT=$commit FUSE_SERVER=$s SCENARIO_FLAGS="--kubelet-version=$v" \
+    RECORD=1 COMMIT=$commit FUSE_SERVER=$s SCENARIO_FLAGS="--kubelet-version=$v ${SCENARIO_FLAGS:-}" \
       RECORD_COMMAND="make matrix (FUSE_SERVER=$s, --kubelet-version=$v)" hack/scenario.sh all || failed+=("$s/$v")
   done
 done
