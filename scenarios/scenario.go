@@ -475,12 +475,16 @@ func (s Scenario) ForServer(server string) (Scenario, error) {
 	if server == "" || server == fuseserver.DummyFuse {
 		return s, nil
 	}
-	if _, err := fuseserver.Lookup(server); err != nil {
+	k, err := fuseserver.Lookup(server)
+	if err != nil {
 		return s, err
 	}
 	// A server described in a spec file runs the rows that hold for every server.
 	if !slices.Contains(s.Servers, server) && (!fuseserver.IsSpecFile(server) || len(s.Servers) == 0) {
 		return s, fmt.Errorf("scenario %s runs with dummy-fuse only, not %s: its outcome depends on the server (runs with: %s)", s.Name, server, strings.Join(append([]string{fuseserver.DummyFuse}, s.Servers...), ", "))
+	}
+	if !k.ServesFD() && (s.Plugin.FuseMode == FuseModeSidecar || s.Plugin.Relays()) {
+		return s, fmt.Errorf("scenario %s has the server serve a connection the plugin mounted (%s mode), and the spec of %s says it cannot (servesFD: false): it runs where the server mounts its directory itself", s.Name, s.Plugin.FuseMode, server)
 	}
 	if s.upgradesServer() && NextBuildFlag(server) == "" {
 		return s, fmt.Errorf("scenario %s gives the server a next build, which needs the upgradeArg of its spec, and %s has none", s.Name, server)

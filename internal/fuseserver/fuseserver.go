@@ -93,6 +93,9 @@ type Kind struct {
 // Executable is the spec's executable: a name to look up, or an absolute path.
 func (k Kind) Executable() string { return k.def.Executable }
 
+// ServesFD reports whether the spec says the server serves a connection someone else mounted (/dev/fd/N).
+func (k Kind) ServesFD() bool { return k.def.ServesFD }
+
 // UpgradeArg is the argument that tells the server's next build from the running one in the upgrade rows ("":
 // its spec gives none).
 func (k Kind) UpgradeArg() string { return k.def.UpgradeArg }

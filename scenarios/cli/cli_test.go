@@ -225,6 +225,10 @@ func TestServerSpecFlags(t *testing.T) {
 		t.Fatal(err)
 	}
 	file, opt := "--fuse-server="+spec, "--fuse-server-opt=remote=r"
+	childOnly := filepath.Join(t.TempDir(), "child.yaml")
+	if err := os.WriteFile(childOnly, []byte("name: c\nexecutable: /bin/true\nargs: [\"{mountpoint}\"]\nwhyNot: EIO\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	cfg, err := parse([]string{file, opt, "all"}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
@@ -254,6 +258,8 @@ func TestServerSpecFlags(t *testing.T) {
 	}{
 		{[]string{file, opt, "keeper-restart"}, "runs with dummy-fuse only"},
 		{[]string{file, opt, "relay-server-upgrade"}, "needs the upgradeArg of its spec"},
+		{[]string{"--fuse-server=" + childOnly, "relay-server-crash"}, "says it cannot (servesFD: false)"},
+		{[]string{"--fuse-server=" + childOnly, "sidecar-killed"}, "says it cannot (servesFD: false)"},
 		{[]string{file, "restart"}, "needs its setting remote (--fuse-server-opt=remote=<value>)"},
 		{[]string{file, opt, "--backend=kube", "restart"}, "local backend only"},
 		{[]string{opt, "restart"}, "goes with a server spec file"},
