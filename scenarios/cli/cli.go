@@ -140,17 +140,8 @@ func parse(args []string, stdout io.Writer) (config, error) {
 	fl.StringVar(&cfg.kube.KubeletLog, "kubelet-log", "", "kube: file with kubelet's log, for causes kubelet only logs (default: the from-source cluster's; on kind: journalctl in the node; - for none)")
 	fl.StringVar(&cfg.kube.Probe, "probe", "auto", "kube: how the volume paths are stat'ed: host (this machine is the node), pod (a probe pod), auto")
 	fl.StringVar(&cfg.fuseServer, "fuse-server", fuseserver.DummyFuse, "the FUSE server the plugin runs: "+strings.Join(fuseserver.Names(), ", ")+", or the path of a server spec file (docs/server-spec.md) (the real ones need make servers; scenarios whose outcome depends on the server run with dummy-fuse only)")
-	fl.Func("fuse-server-opt", "local: a setting of the server given as a spec file, key=value (repeatable)", func(v string) error {
-		k, val, ok := strings.Cut(v, "=")
-		if !ok || k == "" {
-			return fmt.Errorf("want key=value, got %q", v)
-		}
-		if cfg.serverOpts == nil {
-			cfg.serverOpts = map[string]string{}
-		}
-		cfg.serverOpts[k] = val
-		return nil
-	})
+	opts := fuseserver.Spec{}
+	fl.Func("fuse-server-opt", "local: a setting of the server given as a spec file, key=value (repeatable)", opts.SetOpt)
 	fl.StringVar(&cfg.driver.Name, "driver", "", "kube: run the driver-agnostic scenarios ("+strings.Join(catalog.DriverNames(), ", ")+") against the installed CSI driver of this name, instead of this project's chart")
 	fl.StringVar(&cfg.driver.StorageClass, "storage-class", "", "with --driver: the volume is a claim of this StorageClass")
 	fl.StringVar(&cfg.driver.PVFile, "pv", "", "with --driver: the volume is a copy of the static PersistentVolume in this YAML file")
@@ -171,6 +162,7 @@ func parse(args []string, stdout io.Writer) (config, error) {
 		}
 		return cfg, &command.UsageError{Err: err}
 	}
+	cfg.serverOpts = opts.Opts
 	if cfg.list {
 		return cfg, nil
 	}

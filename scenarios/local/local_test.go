@@ -434,15 +434,7 @@ func TestDeepRunDirectory(t *testing.T) {
 // restart row shows the loss and the recovery as with any server.
 func TestServerFromASpecFile(t *testing.T) {
 	exe := testenv.RealServer(t, "squashfuse")
-	// The relay placements run the server as nobody: its image must be readable by anyone.
-	dir, err := os.MkdirTemp("", "dfc-spec-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	dir := publicTempDir(t) // the relay placements run the server as nobody: its image must be readable by anyone
 	image := filepath.Join(dir, "data.sqfs")
 	if err := backing.SquashfsImage(context.Background(), image); err != nil {
 		t.Fatal(err)
@@ -480,14 +472,7 @@ func TestServerFromASpecFile(t *testing.T) {
 // stuck start, and teardown aborts the run's own FUSE connection to end the waiting stats, leaving no mount and
 // no process behind (newBackend's cleanup checks).
 func TestUnservedVolumeDoesNotHangTheRun(t *testing.T) {
-	dir, err := os.MkdirTemp("", "dfc-spec-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	dir := publicTempDir(t)
 	spec := filepath.Join(dir, "broken.yaml")
 	body := "name: broken\nexecutable: /bin/true\nargs: [\"{mountpoint}\"]\nservesFD: true\nwhyNot: it never serves\n"
 	if err := os.WriteFile(spec, []byte(body), 0o600); err != nil {
@@ -516,4 +501,19 @@ func TestUnservedVolumeDoesNotHangTheRun(t *testing.T) {
 		t.Errorf("kubelet.log does not say the run's FUSE connection was aborted to end the waiting stats (%v)", err)
 	}
 	t.Logf("the run ended %s after it started", time.Since(start).Round(time.Second))
+}
+
+// publicTempDir is a temporary directory anyone may enter (t.TempDir's parent is not): for a server spec and
+// what the server reads, which processes running as nobody must reach.
+func publicTempDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "dfc-spec-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }
