@@ -486,7 +486,7 @@ func (s Scenario) ForServer(server string) (Scenario, error) {
 	if !k.ServesFD() && (s.Plugin.FuseMode == FuseModeSidecar || s.Plugin.Relays()) {
 		return s, fmt.Errorf("scenario %s has the server serve a connection the plugin mounted (%s mode), and the spec of %s says it cannot (servesFD: false): it runs where the server mounts its directory itself", s.Name, s.Plugin.FuseMode, server)
 	}
-	if s.upgradesServer() && NextBuildFlag(server) == "" {
+	if s.upgradesServer() && k.UpgradeArg() == "" {
 		return s, fmt.Errorf("scenario %s gives the server a next build, which needs the upgradeArg of its spec, and %s has none", s.Name, server)
 	}
 	s.Plugin.FuseServer = server

@@ -49,8 +49,11 @@ type Spec struct {
 	// Name is the server (--fuse-server): a built-in server's name or the path of a server spec file (see
 	// Definition); empty means DummyFuse. A path is passed on as it is to the processes the plugin starts.
 	Name string
-	// Path is its executable; empty: the spec's executable (a name beside the running executable, else in $PATH).
+	// Path is its executable; empty: the spec's executable (a name looked up in Dirs, beside the running
+	// executable, else in $PATH).
 	Path string
+	// Dirs are searched first for an executable the spec names without a path (e.g. make servers' bin/servers).
+	Dirs []string
 	// Opts are the server's own settings (--fuse-server-opt key=value), e.g. gcsfuse's endpoint.
 	Opts map[string]string
 	// DirectIO asks for reads that bypass the page cache (dummy-fuse --direct-io); a server that cannot is refused.
@@ -89,9 +92,6 @@ type Kind struct {
 	Settings string
 	def      *Definition
 }
-
-// Executable is the spec's executable: a name to look up, or an absolute path.
-func (k Kind) Executable() string { return k.def.Executable }
 
 // ServesFD reports whether the spec says the server serves a connection someone else mounted (/dev/fd/N).
 func (k Kind) ServesFD() bool { return k.def.ServesFD }
@@ -161,7 +161,7 @@ func New(spec Spec) (Server, error) {
 	d := k.def
 	if spec.Path == "" {
 		if spec.Path = d.Executable; !filepath.IsAbs(spec.Path) {
-			if spec.Path = Find(d.Executable); spec.Path == "" {
+			if spec.Path = Find(d.Executable, spec.Dirs...); spec.Path == "" {
 				return nil, fmt.Errorf("FUSE server %s: no executable %q beside this executable nor in $PATH (give its path with --fuse-server-path)", d.Name, d.Executable)
 			}
 		}

@@ -240,15 +240,7 @@ func checkSpecServer(cfg config) error {
 	if !fuseserver.IsSpecFile(cfg.fuseServer) {
 		return nil
 	}
-	k, err := fuseserver.Lookup(cfg.fuseServer)
-	if err != nil {
-		return err
-	}
-	spec := fuseserver.Spec{Name: cfg.fuseServer, Opts: cfg.serverOpts}
-	if !filepath.IsAbs(k.Executable()) {
-		spec.Path = fuseserver.Find(k.Executable(), filepath.Join(cfg.binDir, "servers"))
-	}
-	_, err = fuseserver.New(spec)
+	_, err := fuseserver.New(fuseserver.Spec{Name: cfg.fuseServer, Opts: cfg.serverOpts, Dirs: []string{filepath.Join(cfg.binDir, "servers")}})
 	return err
 }
 

@@ -37,15 +37,7 @@ func newServerPart(b *Backend, env *scenarios.Env) (part, error) {
 	if fuseserver.IsSpecFile(name) {
 		// A user's server: its spec says where its executable is, and the user gives its settings; what it
 		// reads is theirs to provide.
-		k, err := fuseserver.Lookup(name)
-		if err != nil {
-			return nil, err
-		}
-		spec := fuseserver.Spec{Name: name, Opts: b.opts.ServerOpts}
-		if !filepath.IsAbs(k.Executable()) {
-			spec.Path = b.opts.findServer(k.Executable()) // make servers' builds first, then $PATH
-		}
-		s, err := fuseserver.New(spec)
+		s, err := fuseserver.New(fuseserver.Spec{Name: name, Opts: b.opts.ServerOpts, Dirs: []string{b.opts.ServersDir}})
 		if err != nil {
 			return nil, err
 		}

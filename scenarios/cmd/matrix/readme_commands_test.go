@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -49,7 +50,7 @@ func TestReadmeCommandsInOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	cmds := readmeCommands(readme)
-	if len(cmds) < 3 || cmds[0] != "make scenario-restart" || cmds[len(cmds)-1] != "make test" || !containsPrefix(cmds, "make scenarios") {
+	if len(cmds) < 3 || cmds[0] != "make scenario-restart" || cmds[len(cmds)-1] != "make test" || !slices.ContainsFunc(cmds, func(c string) bool { return strings.HasPrefix(c, "make scenarios") }) {
 		t.Fatalf("the README's quick start is %q: want make scenario-restart first, make scenarios, and make test last", cmds)
 	}
 	root, err := filepath.Abs("../../..")
@@ -74,15 +75,6 @@ func TestReadmeCommandsInOrder(t *testing.T) {
 			t.Fatalf("README command %q changed tracked files, which breaks make test after it:\nbefore:\n%s\nafter:\n%s", c, before, after)
 		}
 	}
-}
-
-func containsPrefix(cmds []string, prefix string) bool {
-	for _, c := range cmds {
-		if strings.HasPrefix(c, prefix) {
-			return true
-		}
-	}
-	return false
 }
 
 // trackedState is what git says of the tracked files: which differ from HEAD, and a digest of how (the diff), so
