@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios/topology"
 )
 
 // Check is a statement about the evidence of a run. A wait-for step polls it until it holds; an expectation
@@ -658,10 +660,10 @@ func (c SidecarNeverServes) Eval(ev *Evidence, t Timing) Result {
 	if why != "" {
 		return Result{Why: why}
 	}
-	if e, ok := ev.First(from, func(e Event) bool { return e.Component == SidecarContainer && e.Kind == KReady }); ok {
+	if e, ok := ev.First(from, func(e Event) bool { return e.Component == topology.SidecarContainer && e.Kind == KReady }); ok {
 		return Result{Why: "it served: " + cite(ev, e)}
 	}
-	if _, ok := ev.First(from, func(e Event) bool { return e.Component == SidecarContainer && e.Kind == KStarted }); !ok {
+	if _, ok := ev.First(from, func(e Event) bool { return e.Component == topology.SidecarContainer && e.Kind == KStarted }); !ok {
 		return Result{Why: "no start of the sidecar " + c.After.phrase()}
 	}
 	watched := ev.Until.Sub(from)
@@ -675,7 +677,7 @@ func (c SidecarNeverServes) Eval(ev *Evidence, t Timing) Result {
 // no more until Component is killed (e.g. the pod deleted): nothing short of that brought it back.
 type NoGoodReadUntil struct {
 	C         string
-	Component Component
+	Component topology.Component
 }
 
 func (c NoGoodReadUntil) Describe() string {

@@ -4,14 +4,16 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios/topology"
 )
 
 // healthStory: the plugin is killed at 1 s and serves again at 2 s; kubelet reports at reportAt ms (0: never)
 // through an event (status false) or the pod's status; the remediator records reason at 3 s ("": nothing).
 func healthStory(status bool, reportAt int, reason string) *Evidence {
 	s := newStory()
-	s.at(1000, Event{Source: SrcComponent, Component: PluginContainer, Kind: KKilled})
-	s.at(2000, Event{Source: SrcComponent, Component: PluginContainer, Kind: KReady})
+	s.at(1000, Event{Source: SrcComponent, Component: topology.PluginContainer, Kind: KKilled})
+	s.at(2000, Event{Source: SrcComponent, Component: topology.PluginContainer, Kind: KReady})
 	report := Event{Source: SrcKubelet, Kind: KPodEvent, Detail: ReasonVolumeConditionAbnormal, Message: "Warning VolumeConditionAbnormal: Volume v: dead"}
 	if status {
 		report = Event{Source: SrcKubelet, Kind: KVolumeHealth, Message: "INACCESSIBLE FuseServerGone: dead"}

@@ -3,6 +3,8 @@ package scenarios
 import (
 	"fmt"
 	"time"
+
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios/topology"
 )
 
 // The checks of the keeper placement: a read inside a FUSE server when it dies, and a new build taking over.
@@ -89,17 +91,17 @@ func (NewVersionServes) Label() string { return "until the new build serves" }
 func (NewVersionServes) Containers() []string { return nil }
 
 func (NewVersionServes) Eval(ev *Evidence, _ Timing) Result {
-	up, ok := ev.First(time.Time{}, func(e Event) bool { return e.Kind == KUpgraded && e.Component == KeeperContainer })
+	up, ok := ev.First(time.Time{}, func(e Event) bool { return e.Kind == KUpgraded && e.Component == topology.KeeperContainer })
 	if !ok {
 		return Result{Why: "no upgrade of the keeper in the evidence"}
 	}
 	served, ok := ev.First(up.Time, func(e Event) bool {
-		return e.Kind == KReady && e.Component == FuseServer && e.Detail == up.Detail
+		return e.Kind == KReady && e.Component == topology.FuseServer && e.Detail == up.Detail
 	})
 	if !ok {
 		return Result{Why: fmt.Sprintf("no FUSE server of the new build %s served the volume after the upgrade", up.Detail)}
 	}
-	gone, ok := ev.First(up.Time, func(e Event) bool { return e.Kind == KExited && e.Component == KeeperContainer })
+	gone, ok := ev.First(up.Time, func(e Event) bool { return e.Kind == KExited && e.Component == topology.KeeperContainer })
 	if !ok {
 		return Result{Why: "the old keeper did not exit after the upgrade"}
 	}

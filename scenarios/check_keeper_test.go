@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios/topology"
 )
 
 // keeperStory: a reader reads every 200 ms through a keeper-mode mount (each read takes 100 ms: read_start,
@@ -24,8 +26,8 @@ func keeperStory(resent bool) *Evidence {
 		}
 		s.at(end, Event{Source: SrcWorkload, Kind: KRead, Container: reader, Content: Content, Latency: time.Duration(end-ms) * time.Millisecond})
 	}
-	s.at(1050, Event{Source: SrcComponent, Component: FuseServer, Kind: KKilled})
-	s.at(1200, Event{Source: SrcComponent, Component: FuseServer, Kind: KReady, Detail: "v1"})
+	s.at(1050, Event{Source: SrcComponent, Component: topology.FuseServer, Kind: KKilled})
+	s.at(1200, Event{Source: SrcComponent, Component: topology.FuseServer, Kind: KReady, Detail: "v1"})
 	return s.until(2200).ev
 }
 
@@ -33,14 +35,14 @@ func keeperStory(resent bool) *Evidence {
 // the old keeper exits at 1.2 s.
 func upgradeStory(served, exited bool) *Evidence {
 	s := newStory()
-	s.at(0, Event{Source: SrcComponent, Component: FuseServer, Kind: KReady, Detail: "v1"})
-	s.at(1000, Event{Source: SrcComponent, Component: KeeperContainer, Kind: KUpgraded, Detail: "v2"})
-	s.at(1050, Event{Source: SrcComponent, Component: FuseServer, Kind: KReady, Detail: "v1"}) // an old server, again
+	s.at(0, Event{Source: SrcComponent, Component: topology.FuseServer, Kind: KReady, Detail: "v1"})
+	s.at(1000, Event{Source: SrcComponent, Component: topology.KeeperContainer, Kind: KUpgraded, Detail: "v2"})
+	s.at(1050, Event{Source: SrcComponent, Component: topology.FuseServer, Kind: KReady, Detail: "v1"}) // an old server, again
 	if served {
-		s.at(1100, Event{Source: SrcComponent, Component: FuseServer, Kind: KReady, Detail: "v2"})
+		s.at(1100, Event{Source: SrcComponent, Component: topology.FuseServer, Kind: KReady, Detail: "v2"})
 	}
 	if exited {
-		s.at(1200, Event{Source: SrcComponent, Component: KeeperContainer, Kind: KExited, Message: "exit status 0"})
+		s.at(1200, Event{Source: SrcComponent, Component: topology.KeeperContainer, Kind: KExited, Message: "exit status 0"})
 	}
 	return s.until(2000).ev
 }
@@ -104,7 +106,7 @@ func TestStall(t *testing.T) {
 func TestFailsWithin(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	ev := &Evidence{Events: []Event{
-		{Time: t0, Source: SrcComponent, Component: FuseServer, Kind: KKilled},
+		{Time: t0, Source: SrcComponent, Component: topology.FuseServer, Kind: KKilled},
 		{Time: t0.Add(20 * time.Second), Source: SrcWorkload, Container: "reader", Kind: KReadError, Errno: "EIO"},
 	}}
 	if r := (FailsWithin{C: "reader", Within: Dur{Fixed: 30 * time.Second}}).Eval(ev, Timing{}); !r.OK {

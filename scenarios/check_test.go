@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios/topology"
 )
 
 // The start failures the checks look for: containerd's stat of a dead volume dir and kubelet's failed subPath.
@@ -26,17 +28,17 @@ func restartStory() *Evidence {
 	r(100, 0)
 	r(300, 0)
 	r(500, 0)
-	s.at(1000, Event{Source: SrcComponent, Component: PluginContainer, Kind: KKilled})
-	s.at(1010, Event{Source: SrcComponent, Component: PluginContainer, Kind: KExited})
+	s.at(1000, Event{Source: SrcComponent, Component: topology.PluginContainer, Kind: KKilled})
+	s.at(1010, Event{Source: SrcComponent, Component: topology.PluginContainer, Kind: KExited})
 	r(1200, 0) // still served from the page cache
 	s.at(1500, Event{Source: SrcWorkload, Kind: KReadError, Container: reader, Errno: "ENOTCONN"})
 	s.at(1510, Event{Source: SrcWorkload, Kind: KWorkloadExit, Container: reader, ExitCode: IntPtr(1)})
 	s.at(1520, Event{Source: SrcKubelet, Kind: KContainerExited, Container: reader, ExitCode: IntPtr(1)})
 	s.at(1600, Event{Source: SrcProbe, Kind: KProbe, Path: PathVolume, Errno: "ENOTCONN"})
 	s.at(1700, Event{Source: SrcKubelet, Kind: KStartFailed, Container: reader, Instance: 1, Errno: "ENOTCONN", Message: statMsg})
-	s.at(2000, Event{Source: SrcComponent, Component: PluginContainer, Kind: KStarted})
+	s.at(2000, Event{Source: SrcComponent, Component: topology.PluginContainer, Kind: KStarted})
 	s.at(2250, Event{Source: SrcProbe, Kind: KProbe, Path: PathVolume})
-	s.at(2300, Event{Source: SrcComponent, Component: PluginContainer, Kind: KReady})
+	s.at(2300, Event{Source: SrcComponent, Component: topology.PluginContainer, Kind: KReady})
 	s.at(2700, Event{Source: SrcKubelet, Kind: KContainerStarted, Container: reader, Instance: 1})
 	r(2710, 1)
 	return s.until(3500).ev
@@ -47,12 +49,12 @@ func brokenStory() *Evidence {
 	s := newStory()
 	s.at(0, Event{Source: SrcKubelet, Kind: KContainerStarted, Container: reader})
 	s.at(100, Event{Source: SrcWorkload, Kind: KRead, Container: reader, Content: Content})
-	s.at(1000, Event{Source: SrcComponent, Component: PluginContainer, Kind: KKilled})
+	s.at(1000, Event{Source: SrcComponent, Component: topology.PluginContainer, Kind: KKilled})
 	for ms := 1500; ms <= 5000; ms += 200 {
 		s.at(ms, Event{Source: SrcWorkload, Kind: KReadError, Container: reader, Errno: "ENOTCONN"})
 	}
 	s.at(1600, Event{Source: SrcProbe, Kind: KProbe, Path: PathVolume, Errno: "ENOTCONN"})
-	s.at(2000, Event{Source: SrcComponent, Component: PluginContainer, Kind: KReady})
+	s.at(2000, Event{Source: SrcComponent, Component: topology.PluginContainer, Kind: KReady})
 	return s.until(5000).ev
 }
 
@@ -60,32 +62,32 @@ func brokenStory() *Evidence {
 // container starts then and reads; the plugin is killed at 2s and back at 3s; the reader never fails.
 func sidecarStory() *Evidence {
 	s := newStory()
-	s.at(0, Event{Source: SrcComponent, Component: SidecarContainer, Kind: KStarted})
+	s.at(0, Event{Source: SrcComponent, Component: topology.SidecarContainer, Kind: KStarted})
 	s.at(1000, Event{Source: SrcProbe, Kind: KProbe, Path: PathVolume})
-	s.at(1000, Event{Source: SrcComponent, Component: SidecarContainer, Kind: KReady})
+	s.at(1000, Event{Source: SrcComponent, Component: topology.SidecarContainer, Kind: KReady})
 	s.at(1005, Event{Source: SrcKubelet, Kind: KContainerStarted, Container: reader})
 	for ms := 1010; ms <= 4000; ms += 200 {
 		s.at(ms, Event{Source: SrcWorkload, Kind: KRead, Container: reader, Content: Content})
 	}
-	s.at(2000, Event{Source: SrcComponent, Component: PluginContainer, Kind: KKilled})
-	s.at(3000, Event{Source: SrcComponent, Component: PluginContainer, Kind: KReady})
+	s.at(2000, Event{Source: SrcComponent, Component: topology.PluginContainer, Kind: KKilled})
+	s.at(3000, Event{Source: SrcComponent, Component: topology.PluginContainer, Kind: KReady})
 	return s.until(4000).ev
 }
 
 // sidecarKilledStory: the sidecar serves, is killed at 1s, the reader fails, the sidecar restarts at 1.5s.
 func sidecarKilledStory(served bool) *Evidence {
 	s := newStory()
-	s.at(0, Event{Source: SrcComponent, Component: SidecarContainer, Kind: KStarted})
-	s.at(10, Event{Source: SrcComponent, Component: SidecarContainer, Kind: KReady})
+	s.at(0, Event{Source: SrcComponent, Component: topology.SidecarContainer, Kind: KStarted})
+	s.at(10, Event{Source: SrcComponent, Component: topology.SidecarContainer, Kind: KReady})
 	s.at(20, Event{Source: SrcKubelet, Kind: KContainerStarted, Container: reader})
 	s.at(50, Event{Source: SrcProbe, Kind: KProbe, Path: PathVolume})
 	s.at(100, Event{Source: SrcWorkload, Kind: KRead, Container: reader, Content: Content})
-	s.at(1000, Event{Source: SrcComponent, Component: SidecarContainer, Kind: KKilled})
+	s.at(1000, Event{Source: SrcComponent, Component: topology.SidecarContainer, Kind: KKilled})
 	s.at(1100, Event{Source: SrcWorkload, Kind: KOpenError, Container: reader, Errno: "ENOTCONN"})
 	s.at(1200, Event{Source: SrcProbe, Kind: KProbe, Path: PathVolume, Errno: "ENOTCONN"})
-	s.at(1500, Event{Source: SrcComponent, Component: SidecarContainer, Kind: KStarted})
+	s.at(1500, Event{Source: SrcComponent, Component: topology.SidecarContainer, Kind: KStarted})
 	if served {
-		s.at(1600, Event{Source: SrcComponent, Component: SidecarContainer, Kind: KReady})
+		s.at(1600, Event{Source: SrcComponent, Component: topology.SidecarContainer, Kind: KReady})
 	}
 	return s.until(4000).ev
 }
@@ -96,13 +98,13 @@ func newPodStory(readBefore bool) *Evidence {
 	s := newStory()
 	s.at(0, Event{Source: SrcKubelet, Kind: KContainerStarted, Container: reader})
 	s.at(100, Event{Source: SrcWorkload, Kind: KRead, Container: reader, Content: Content})
-	s.at(1000, Event{Source: SrcComponent, Component: SidecarContainer, Kind: KKilled})
+	s.at(1000, Event{Source: SrcComponent, Component: topology.SidecarContainer, Kind: KKilled})
 	s.at(1100, Event{Source: SrcWorkload, Kind: KOpenError, Container: reader, Errno: "ENOTCONN"})
 	s.at(1300, Event{Source: SrcWorkload, Kind: KOpenError, Container: reader, Errno: "ENOTCONN"})
 	if readBefore {
 		s.at(1500, Event{Source: SrcWorkload, Kind: KRead, Container: reader, Content: Content})
 	}
-	s.at(2000, Event{Source: SrcComponent, Component: WorkloadPod, Kind: KKilled})
+	s.at(2000, Event{Source: SrcComponent, Component: topology.WorkloadPod, Kind: KKilled})
 	s.at(2100, Event{Source: SrcKubelet, Kind: KContainerStarted, Container: reader, Instance: 1})
 	s.at(2200, Event{Source: SrcWorkload, Kind: KRead, Container: reader, Instance: 1, Content: Content})
 	return s.until(3000).ev
@@ -159,7 +161,7 @@ func TestChecks(t *testing.T) {
 		{"volume restored", restart, VolumeDir{After: AfterPluginBack}, true, "ok since"},
 		{"volume still dead: wrong", restart, VolumeDir{Errno: "ENOTCONN", After: AfterPluginBack}, false, "ok since"},
 		{"volume still dead", broken, VolumeDir{Errno: "ENOTCONN", After: AfterPluginBack}, true, "ENOTCONN since"},
-		{"no probes", &Evidence{Events: []Event{{Kind: KKilled, Component: PluginContainer}, {Kind: KReady, Component: PluginContainer}}}, VolumeDir{After: AfterPluginBack}, false, "no stat"},
+		{"no probes", &Evidence{Events: []Event{{Kind: KKilled, Component: topology.PluginContainer}, {Kind: KReady, Component: topology.PluginContainer}}}, VolumeDir{After: AfterPluginBack}, false, "no stat"},
 
 		{"never fails", sidecarStory(), NeverFails{C: reader, After: AfterPluginBack, Reads: 5}, true, "5 after the plugin is back"},
 		{"never fails: too few reads", sidecarStory(), NeverFails{C: reader, After: AfterPluginBack, Reads: 6}, false, "5 after"},
@@ -179,9 +181,9 @@ func TestChecks(t *testing.T) {
 		{"sidecar served again", sidecarKilledStory(true), SidecarNeverServes{After: AfterRestart}, false, "it served"},
 		{"sidecar: not watched long enough", sidecarKilledStory(false), SidecarNeverServes{After: AfterRestart, For: Dur{Fixed: 3 * time.Second}}, false, "watched only"},
 		{"sidecar: no restart", sidecarStory(), SidecarNeverServes{After: AfterRestart}, false, "no evidence"},
-		{"no good read until the pod's deletion", newPodStory(false), NoGoodReadUntil{C: reader, Component: WorkloadPod}, true, "2 failed reads or opens and no good read"},
-		{"a good read before the pod's deletion", newPodStory(true), NoGoodReadUntil{C: reader, Component: WorkloadPod}, false, "it read again before"},
-		{"no pod deletion", sidecarKilledStory(false), NoGoodReadUntil{C: reader, Component: WorkloadPod}, false, "was not killed"},
+		{"no good read until the pod's deletion", newPodStory(false), NoGoodReadUntil{C: reader, Component: topology.WorkloadPod}, true, "2 failed reads or opens and no good read"},
+		{"a good read before the pod's deletion", newPodStory(true), NoGoodReadUntil{C: reader, Component: topology.WorkloadPod}, false, "it read again before"},
+		{"no pod deletion", sidecarKilledStory(false), NoGoodReadUntil{C: reader, Component: topology.WorkloadPod}, false, "was not killed"},
 		{"recovers in the new pod", newPodStory(false), Recovers{C: reader, Instance: NewInstance}, true, "reader#1"},
 		{"keeps failing after the restart", sidecarKilledStory(false), KeepsFailing{C: reader, Errno: "ENOTCONN", After: AfterRestart}, false, "no ENOTCONN"},
 	}

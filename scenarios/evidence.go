@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/contract"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios/topology"
 )
 
 // Source is who observed an event.
@@ -82,7 +83,7 @@ type Event struct {
 	Source Source    `json:"source"`
 	Kind   Kind      `json:"kind"`
 	// Component is the component of a lifecycle event (KStarted, KReady, KKilled, KExited).
-	Component Component `json:"component,omitempty"`
+	Component topology.Component `json:"component,omitempty"`
 	// Container and Instance identify a workload container; Instance counts its starts from 0 (a restart
 	// count), so "reader#1" is the first restart.
 	Container string `json:"container,omitempty"`
@@ -333,7 +334,7 @@ func (ev *Evidence) Measure(primary string) Measures {
 // that, and container c's first good read in the run; a zero time for what did not happen.
 func (ev *Evidence) SidecarServes(c string) (started, served, read time.Time) {
 	isSidecar := func(k Kind) func(Event) bool {
-		return func(e Event) bool { return e.Component == SidecarContainer && e.Kind == k }
+		return func(e Event) bool { return e.Component == topology.SidecarContainer && e.Kind == k }
 	}
 	s, ok := ev.First(time.Time{}, isSidecar(KStarted))
 	if !ok {

@@ -3,6 +3,8 @@ package scenarios
 import (
 	"testing"
 	"time"
+
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios/topology"
 )
 
 func TestParseWorkloadLine(t *testing.T) {
@@ -85,7 +87,7 @@ func TestParseWorkloadLine(t *testing.T) {
 func TestMeasure(t *testing.T) {
 	s := newStory()
 	s.at(0, Event{Source: SrcWorkload, Kind: KRead, Container: "reader", Content: Content})
-	s.at(1000, Event{Source: SrcComponent, Component: PluginContainer, Kind: KKilled})
+	s.at(1000, Event{Source: SrcComponent, Component: topology.PluginContainer, Kind: KKilled})
 	s.at(1200, Event{Source: SrcWorkload, Kind: KRead, Container: "reader", Content: Content}) // from the page cache
 	s.at(1500, Event{Source: SrcProbe, Kind: KProbe, Path: PathVolume, Errno: "ENOTCONN"})
 	s.at(1600, Event{Source: SrcWorkload, Kind: KReadError, Container: "reader", Errno: "ENOTCONN"})

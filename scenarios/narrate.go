@@ -178,8 +178,8 @@ func EventText(e Event) string {
 	case KStarted:
 		return e.Component.Noun() + " started" + suffix(e.Message)
 	case KReady:
-		if t, ok := components[e.Component]; ok {
-			return t.ready + suffix(e.Message)
+		if r := e.Component.Ready(); r != "" {
+			return r + suffix(e.Message)
 		}
 		return string(e.Component) + " serves again" + suffix(e.Message)
 	case KKilled:

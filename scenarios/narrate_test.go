@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios/topology"
 )
 
 // TestNarratorExplains: $ROOT is defined where it is first printed, a long kubelet error repeated at every
@@ -18,8 +20,8 @@ func TestNarratorExplains(t *testing.T) {
 	}
 	ev := &Evidence{Start: start, Paths: map[string]string{PathRoot: root}, Events: []Event{
 		{Time: at(0.1), Source: SrcWorkload, Kind: KRead, Container: "reader", Content: "Hello world!\n"},
-		{Time: at(1), Source: SrcRunner, Kind: KStep, Message: "kill plugin", Component: PluginContainer},
-		{Time: at(1), Source: SrcComponent, Kind: KKilled, Component: PluginContainer},
+		{Time: at(1), Source: SrcRunner, Kind: KStep, Message: "kill plugin", Component: topology.PluginContainer},
+		{Time: at(1), Source: SrcComponent, Kind: KKilled, Component: topology.PluginContainer},
 		{Time: at(1.2), Source: SrcWorkload, Kind: KRead, Container: "reader", Content: "Hello world!\n"},
 		{Time: at(1.4), Source: SrcWorkload, Kind: KRead, Container: "reader", Content: "Hello world!\n"},
 		{Time: at(1.5), Source: SrcWorkload, Kind: KReadError, Container: "reader", Errno: "ENOTCONN", Message: "read /mnt/f: transport endpoint is not connected"},

@@ -6,6 +6,8 @@ import (
 	"maps"
 	"sync"
 	"time"
+
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios/topology"
 )
 
 // Recorder collects a backend's evidence of a run; its methods are safe for concurrent use.
@@ -66,17 +68,17 @@ func (r *Recorder) Count(f func(Event) bool) int {
 // AwaitRestart waits until component c has started again after its last kill (a KStarted after its last
 // KKilled), at most timeout: for a component that its platform starts again by itself, as kubelet does a native
 // sidecar.
-func (r *Recorder) AwaitRestart(ctx context.Context, c Component, timeout time.Duration) error {
+func (r *Recorder) AwaitRestart(ctx context.Context, c topology.Component, timeout time.Duration) error {
 	return r.awaitAfterKill(ctx, c, KStarted, "start", timeout)
 }
 
 // AwaitReady waits until component c serves again after its last kill (a KReady after its last KKilled), at
 // most timeout: for a component that another one starts again, as the keeper does its FUSE servers.
-func (r *Recorder) AwaitReady(ctx context.Context, c Component, timeout time.Duration) error {
+func (r *Recorder) AwaitReady(ctx context.Context, c topology.Component, timeout time.Duration) error {
 	return r.awaitAfterKill(ctx, c, KReady, "serve", timeout)
 }
 
-func (r *Recorder) awaitAfterKill(ctx context.Context, c Component, kind Kind, verb string, timeout time.Duration) error {
+func (r *Recorder) awaitAfterKill(ctx context.Context, c topology.Component, kind Kind, verb string, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for {
 		var killed, after time.Time

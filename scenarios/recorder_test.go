@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios/topology"
 )
 
 // TestAwaitAfterKill: only an event of the awaited kind after the component's last kill ends the wait.
@@ -12,21 +14,21 @@ func TestAwaitAfterKill(t *testing.T) {
 	ctx := context.Background()
 	t0 := time.Now()
 	var r Recorder
-	if err := r.AwaitReady(ctx, FuseServer, time.Millisecond); err == nil || !strings.Contains(err.Error(), "not killed") {
+	if err := r.AwaitReady(ctx, topology.FuseServer, time.Millisecond); err == nil || !strings.Contains(err.Error(), "not killed") {
 		t.Fatalf("before any kill: %v, want \"not killed\"", err)
 	}
-	r.Add(Event{Time: t0, Component: FuseServer, Kind: KReady})
-	r.Add(Event{Time: t0.Add(time.Second), Component: FuseServer, Kind: KKilled})
-	r.Add(Event{Time: t0.Add(2 * time.Second), Component: FuseServer, Kind: KStarted})    // not the awaited kind
-	r.Add(Event{Time: t0.Add(2 * time.Second), Component: KeeperContainer, Kind: KReady}) // another component
-	if err := r.AwaitReady(ctx, FuseServer, 30*time.Millisecond); err == nil || !strings.Contains(err.Error(), "did not serve again") {
+	r.Add(Event{Time: t0, Component: topology.FuseServer, Kind: KReady})
+	r.Add(Event{Time: t0.Add(time.Second), Component: topology.FuseServer, Kind: KKilled})
+	r.Add(Event{Time: t0.Add(2 * time.Second), Component: topology.FuseServer, Kind: KStarted})    // not the awaited kind
+	r.Add(Event{Time: t0.Add(2 * time.Second), Component: topology.KeeperContainer, Kind: KReady}) // another component
+	if err := r.AwaitReady(ctx, topology.FuseServer, 30*time.Millisecond); err == nil || !strings.Contains(err.Error(), "did not serve again") {
 		t.Fatalf("no KReady after the kill: %v, want a timeout", err)
 	}
-	if err := r.AwaitRestart(ctx, FuseServer, time.Millisecond); err != nil {
+	if err := r.AwaitRestart(ctx, topology.FuseServer, time.Millisecond); err != nil {
 		t.Fatalf("AwaitRestart with a KStarted after the kill: %v", err)
 	}
-	go r.Add(Event{Time: t0.Add(3 * time.Second), Component: FuseServer, Kind: KReady})
-	if err := r.AwaitReady(ctx, FuseServer, 5*time.Second); err != nil {
+	go r.Add(Event{Time: t0.Add(3 * time.Second), Component: topology.FuseServer, Kind: KReady})
+	if err := r.AwaitReady(ctx, topology.FuseServer, 5*time.Second); err != nil {
 		t.Fatalf("KReady after the kill: %v", err)
 	}
 }

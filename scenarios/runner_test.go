@@ -14,6 +14,7 @@ import (
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios/catalog"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios/report"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios/scenariotest"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios/topology"
 
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
 )
@@ -177,10 +178,19 @@ func TestValidateRejects(t *testing.T) {
 		"unknown container in check": func(s *scenarios.Scenario) { s.Expect[0].Check = scenarios.Exits{C: "ghost"} },
 		"no steps":                   func(s *scenarios.Scenario) { s.Steps = nil },
 		"sidecar without the mode":   func(s *scenarios.Scenario) { s.Pod.Sidecar = &scenarios.Sidecar{} },
-		"mode without the sidecar":   func(s *scenarios.Scenario) { s.Plugin.FuseMode = scenarios.FuseModeSidecar },
-		"unknown FUSE mode":          func(s *scenarios.Scenario) { s.Plugin.FuseMode = "remote" },
+		"mode without the sidecar":   func(s *scenarios.Scenario) { s.Plugin.Mode = topology.Sidecar },
+		"a keeper step, no keeper": func(s *scenarios.Scenario) {
+			s.Steps = append([]scenarios.Step{scenarios.Kill(topology.KeeperContainer)}, s.Steps...)
+		},
+		"an upgrade the plugin cannot take": func(s *scenarios.Scenario) {
+			s.Steps = append([]scenarios.Step{scenarios.Upgrade(topology.PluginContainer)}, s.Steps...)
+		},
+		"a driver's component in a mode": func(s *scenarios.Scenario) {
+			s.Steps = append([]scenarios.Step{scenarios.Kill(topology.DriverPod)}, s.Steps...)
+		},
+		"measured without a foreign driver": func(s *scenarios.Scenario) { s.Measured = true },
 		"sidecar step, no sidecar": func(s *scenarios.Scenario) {
-			s.Steps = append([]scenarios.Step{scenarios.Kill(scenarios.SidecarContainer)}, s.Steps...)
+			s.Steps = append([]scenarios.Step{scenarios.Kill(topology.SidecarContainer)}, s.Steps...)
 		},
 		"backends without why": func(s *scenarios.Scenario) { s.Backends = []string{scenarios.BackendLocal} },
 		"bad policy":           func(s *scenarios.Scenario) { s.Pod.RestartPolicy = "Sometimes" },
@@ -262,10 +272,10 @@ func TestEvaluateKeepsOrder(t *testing.T) {
 func TestValidateRejectsUnknownComponent(t *testing.T) {
 	sc := restartScenario(t)
 	for step, want := range map[string]scenarios.Step{
-		`unknown component "kernel"`:                    scenarios.Kill("kernel"),
-		"a FUSE server can only be killed":              scenarios.Start(scenarios.FuseServer),
-		"keeper container without the keeper FUSE mode": scenarios.Start(scenarios.KeeperContainer),
-		"the plugin container cannot be upgraded":       scenarios.Upgrade(scenarios.PluginContainer),
+		`unknown component "kernel"`:                                              scenarios.Kill("kernel"),
+		"the child mode's FUSE server cannot be started":                          scenarios.Start(topology.FuseServer),
+		"the child mode has no keeper container (it is in: keeper, relay-keeper)": scenarios.Start(topology.KeeperContainer),
+		"the child mode's plugin container cannot be upgraded":                    scenarios.Upgrade(topology.PluginContainer),
 	} {
 		sc := sc
 		sc.Steps = append(slices.Clone(sc.Steps), want)

@@ -19,8 +19,8 @@ import (
 
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/restore"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/dummy-fuse/dummyfs"
-	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/contract"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/fuseserver"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios/topology"
 )
 
 // RestartPolicy is a pod's restartPolicy.
@@ -59,32 +59,12 @@ const (
 	StrategyStack  = string(restore.Stack)
 )
 
-// The plugin's FUSE placements (--fuse-mode), as the catalog names them.
-const (
-	// FuseModeChild runs each FUSE server as a child of the plugin (the plugin's default).
-	FuseModeChild = contract.ModeChild
-	// FuseModeSidecar mounts each pod's volume dir with a /dev/fuse descriptor that an unprivileged sidecar
-	// container of the pod serves (the GCS FUSE CSI driver's design); the pod needs Pod.Sidecar.
-	FuseModeSidecar = contract.ModeSidecar
-	// FuseModeKeeper keeps every connection alive across the death of any one of the plugin, the keeper (an
-	// unprivileged container of its own that runs the FUSE servers) and a FUSE server: Plugin.Keeper.
-	FuseModeKeeper = contract.ModeKeeper
-	// FuseModeRelay serves each staging path with a relay in front of the real server's private mount; the
-	// plugin restarts the server and the relay when they die.
-	FuseModeRelay = contract.ModeRelay
-	// FuseModeRelayKeeper is the relay mode held by the keeper: the keeper holds the staging connection and
-	// runs the relay and the real server; the plugin mounts each backend and hands the keeper its descriptors.
-	FuseModeRelayKeeper = contract.ModeRelayKeeper
-)
-
-// Relays reports whether the plugin serves staging paths through a relay (FuseModeRelay, FuseModeRelayKeeper).
-func (p Plugin) Relays() bool {
-	return p.FuseMode == FuseModeRelay || p.FuseMode == FuseModeRelayKeeper
-}
-
-// HasKeeper reports whether the plugin's mode has a keeper (FuseModeKeeper, FuseModeRelayKeeper).
-func (p Plugin) HasKeeper() bool {
-	return p.FuseMode == FuseModeKeeper || p.FuseMode == FuseModeRelayKeeper
+// Topology is the plugin's FUSE mode, as the topology of the deployment it makes (Child when Mode is nil).
+func (p Plugin) Topology() *topology.Topology {
+	if p.Mode == nil {
+		return topology.Child
+	}
+	return p.Mode
 }
 
 // FileName is the file the dummy-fuse filesystem serves at its root, and Content what it holds.
@@ -99,18 +79,18 @@ type Plugin struct {
 	RestoreMounts bool
 	// RestoreStrategy is --restore-strategy (StrategyRebind or StrategyStack); empty means the plugin's default.
 	RestoreStrategy string
-	// FuseMode is --fuse-mode (FuseModeChild, FuseModeSidecar, FuseModeKeeper); empty means the plugin's
-	// default (child).
-	FuseMode string
+	// Mode is the plugin's FUSE mode (--fuse-mode), as the topology of what it deploys; nil means the plugin's
+	// default (topology.Child).
+	Mode *topology.Topology
 	// FuseServer is --fuse-server: the FUSE server program (internal/fuseserver: dummy-fuse, gcsfuse,
 	// squashfuse); empty means dummy-fuse. A run sets it (ForServer) for the scenarios that hold for it.
 	FuseServer string
-	// Keeper is how the keeper runs in FuseModeKeeper.
+	// Keeper is how the keeper runs in the modes that have one.
 	Keeper Keeper
 	// RelayBackendWait is --relay-backend-wait in the relay modes (the relay-keeper mode's keeper's; 0: the default, 30 s): how long the
 	// relay lets requests wait for a real server that does not come back.
 	RelayBackendWait time.Duration
-	// SidecarKeepFD passes --sidecar-keep-fd in FuseModeSidecar: the plugin keeps its copy of each pod's FUSE
+	// SidecarKeepFD passes --sidecar-keep-fd in the sidecar mode: the plugin keeps its copy of each pod's FUSE
 	// descriptor, so that a restarted sidecar takes the connection over (the pod's sidecar notices by itself).
 	SidecarKeepFD bool
 	// Remediation deploys the opt-in remediator (csi-remediate; chart remediation.enabled) beside the plugin;
@@ -156,8 +136,8 @@ func (p Plugin) Args() []string {
 	if p.RestoreStrategy != "" {
 		args = append(args, "--restore-strategy="+p.RestoreStrategy)
 	}
-	if p.FuseMode != "" {
-		args = append(args, "--fuse-mode="+p.FuseMode)
+	if p.Mode != nil {
+		args = append(args, "--fuse-mode="+p.Mode.Mode)
 	}
 	if p.SidecarKeepFD {
 		args = append(args, "--sidecar-keep-fd")
@@ -190,8 +170,8 @@ func (p Plugin) ChartSets() []string {
 	if p.RestoreStrategy != "" && p.RestoreStrategy != StrategyRebind {
 		sets = append(sets, "csi.plugin.restoreStrategy="+p.RestoreStrategy)
 	}
-	if p.FuseMode != "" && p.FuseMode != FuseModeChild {
-		sets = append(sets, "csi.plugin.fuseMode="+p.FuseMode)
+	if p.Mode != nil && p.Mode != topology.Child {
+		sets = append(sets, "csi.plugin.fuseMode="+p.Mode.Mode)
 	}
 	if p.SidecarKeepFD {
 		sets = append(sets, "sidecar.keepFd=true")
@@ -205,7 +185,7 @@ func (p Plugin) ChartSets() []string {
 	if d := p.Keeper.ReadLatency; d > 0 {
 		sets = append(sets, "keeper.readLatency="+d.String())
 	}
-	if p.Relays() && p.RelayBackendWait > 0 {
+	if p.Topology().Has(topology.RelayProcess) && p.RelayBackendWait > 0 {
 		sets = append(sets, "relay.backendWait="+p.RelayBackendWait.String())
 	}
 	if r := p.Remediation; r != nil {
@@ -342,26 +322,26 @@ const (
 // Step is one step of a scenario.
 type Step struct {
 	Action    Action
-	Component Component // ActKill, ActStart
-	Until     Check     // ActWaitFor
-	Timeout   Dur       // ActWaitFor
-	For       Dur       // ActObserve
+	Component topology.Component // ActKill, ActStart
+	Until     Check              // ActWaitFor
+	Timeout   Dur                // ActWaitFor
+	For       Dur                // ActObserve
 }
 
 // Kill returns a step that kills component c.
-func Kill(c Component) Step { return Step{Action: ActKill, Component: c} }
+func Kill(c topology.Component) Step { return Step{Action: ActKill, Component: c} }
 
 // Start returns a step that starts component c again.
-func Start(c Component) Step { return Step{Action: ActStart, Component: c} }
+func Start(c topology.Component) Step { return Step{Action: ActStart, Component: c} }
 
 // Upgrade returns a step that replaces component c by a new build of it.
-func Upgrade(c Component) Step { return Step{Action: ActUpgrade, Component: c} }
+func Upgrade(c topology.Component) Step { return Step{Action: ActUpgrade, Component: c} }
 
 // KillPlugin returns a step that kills the plugin container.
-func KillPlugin() Step { return Kill(PluginContainer) }
+func KillPlugin() Step { return Kill(topology.PluginContainer) }
 
 // StartPlugin returns a step that starts the plugin container again.
-func StartPlugin() Step { return Start(PluginContainer) }
+func StartPlugin() Step { return Start(topology.PluginContainer) }
 
 // WaitFor returns a step that waits until c holds, at most timeout.
 func WaitFor(c Check, timeout Dur) Step {
@@ -374,12 +354,8 @@ func Observe(d Dur) Step { return Step{Action: ActObserve, For: d} }
 // Describe says what the step does, resolved with t.
 func (s Step) Describe(t Timing) string {
 	switch s.Action {
-	case ActKill:
-		return components[s.Component].kill
-	case ActStart:
-		return components[s.Component].start
-	case ActUpgrade:
-		return components[s.Component].upgrade
+	case ActKill, ActStart, ActUpgrade:
+		return s.Component.Says(topology.Verb(s.Action))
 	case ActWaitFor:
 		return fmt.Sprintf("wait until %s (at most %s)", s.Until.Describe(), s.Timeout.Explain(t))
 	case ActObserve:
@@ -483,8 +459,8 @@ func (s Scenario) ForServer(server string) (Scenario, error) {
 	if !slices.Contains(s.Servers, server) && (!fuseserver.IsSpecFile(server) || len(s.Servers) == 0) {
 		return s, fmt.Errorf("scenario %s runs with dummy-fuse only, not %s: its outcome depends on the server (runs with: %s)", s.Name, server, strings.Join(append([]string{fuseserver.DummyFuse}, s.Servers...), ", "))
 	}
-	if !k.ServesFD() && (s.Plugin.FuseMode == FuseModeSidecar || s.Plugin.Relays()) {
-		return s, fmt.Errorf("scenario %s has the server serve a connection the plugin mounted (%s mode), and the spec of %s says it cannot (servesFD: false): it runs where the server mounts its directory itself", s.Name, s.Plugin.FuseMode, server)
+	if !k.ServesFD() && s.Plugin.Topology().ServerGetsFD {
+		return s, fmt.Errorf("scenario %s has the server serve a connection the plugin mounted (%s mode), and the spec of %s says it cannot (servesFD: false): it runs where the server mounts its directory itself", s.Name, s.Plugin.Topology(), server)
 	}
 	if s.upgradesServer() && k.UpgradeArg() == "" {
 		return s, fmt.Errorf("scenario %s gives the server a next build, which needs the upgradeArg of its spec, and %s has none", s.Name, server)
@@ -495,7 +471,7 @@ func (s Scenario) ForServer(server string) (Scenario, error) {
 
 // upgradesServer reports whether a step upgrades the real server behind the relay.
 func (s Scenario) upgradesServer() bool {
-	return slices.ContainsFunc(s.Steps, func(st Step) bool { return st.Action == ActUpgrade && st.Component == RelayServer })
+	return slices.ContainsFunc(s.Steps, func(st Step) bool { return st.Action == ActUpgrade && st.Component == topology.RelayServer })
 }
 
 // RunsOn returns nil when the backend called backend can deploy the scenario, else an error saying why not.
@@ -555,8 +531,8 @@ func (s *Scenario) Kills() bool {
 }
 
 // Components lists the components the steps kill or start, in the order the steps first name them.
-func (s *Scenario) Components() []Component {
-	var out []Component
+func (s *Scenario) Components() []topology.Component {
+	var out []topology.Component
 	for _, st := range s.Steps {
 		if (st.Action == ActKill || st.Action == ActStart || st.Action == ActUpgrade) && !slices.Contains(out, st.Component) {
 			out = append(out, st.Component)
@@ -575,33 +551,24 @@ func (s *Scenario) Validate() error {
 	default:
 		return fmt.Errorf("scenario %s: unknown restore strategy %q", s.Name, s.Plugin.RestoreStrategy)
 	}
-	switch s.Plugin.FuseMode {
-	case "", FuseModeChild, FuseModeRelay, FuseModeRelayKeeper:
-		if s.Pod.Sidecar != nil {
-			return fmt.Errorf("scenario %s: the pod has a FUSE sidecar, but the plugin's FUSE mode is not %s", s.Name, FuseModeSidecar)
-		}
-	case FuseModeSidecar:
-		if s.Pod.Sidecar == nil {
-			return fmt.Errorf("scenario %s: the plugin's FUSE mode is %s, but the pod has no sidecar", s.Name, FuseModeSidecar)
-		}
-		if s.Pod.Sidecar.Delay < 0 {
-			return fmt.Errorf("scenario %s: negative sidecar delay %s", s.Name, s.Pod.Sidecar.Delay)
-		}
-	case FuseModeKeeper:
-		if s.Pod.Sidecar != nil {
-			return fmt.Errorf("scenario %s: the pod has a FUSE sidecar, but the plugin's FUSE mode is not %s", s.Name, FuseModeSidecar)
-		}
-		if s.Plugin.Keeper.ReadLatency < 0 {
-			return fmt.Errorf("scenario %s: negative keeper read latency %s", s.Name, s.Plugin.Keeper.ReadLatency)
-		}
-	default:
-		return fmt.Errorf("scenario %s: unknown FUSE mode %q", s.Name, s.Plugin.FuseMode)
+	t := s.Plugin.Topology()
+	if t.Has(topology.SidecarContainer) != (s.Pod.Sidecar != nil) {
+		return fmt.Errorf("scenario %s: the plugin's FUSE mode is %s: a pod sidecar goes with the %s mode and only with it", s.Name, t, topology.Sidecar)
 	}
-	if s.Plugin.SidecarKeepFD && s.Plugin.FuseMode != FuseModeSidecar {
+	if s.Pod.Sidecar != nil && s.Pod.Sidecar.Delay < 0 {
+		return fmt.Errorf("scenario %s: negative sidecar delay %s", s.Name, s.Pod.Sidecar.Delay)
+	}
+	if s.Plugin.Keeper.ReadLatency < 0 {
+		return fmt.Errorf("scenario %s: negative keeper read latency %s", s.Name, s.Plugin.Keeper.ReadLatency)
+	}
+	if s.Plugin.SidecarKeepFD && !t.Has(topology.SidecarContainer) {
 		return fmt.Errorf("scenario %s: keeping the sidecar's descriptor without the sidecar FUSE mode", s.Name)
 	}
-	if !s.Plugin.HasKeeper() && s.Plugin.Keeper != (Keeper{}) {
-		return fmt.Errorf("scenario %s: keeper settings without the keeper FUSE mode", s.Name)
+	if !t.Has(topology.KeeperContainer) && s.Plugin.Keeper != (Keeper{}) {
+		return fmt.Errorf("scenario %s: keeper settings without a keeper (the %s mode has none)", s.Name, t)
+	}
+	if s.Measured != (t == topology.ForeignDriver) {
+		return fmt.Errorf("scenario %s: a measured row runs against a foreign driver (topology.ForeignDriver), and only it", s.Name)
 	}
 	if s.EveryServer != "" && (len(s.Servers) == 0 || s.RunsOn(BackendKube) != nil) {
 		return fmt.Errorf("scenario %s: run with every real server on the kube backend, but it holds for no real server or cannot run there", s.Name)
@@ -641,28 +608,8 @@ func (s *Scenario) Validate() error {
 	for i, st := range s.Steps {
 		switch st.Action {
 		case ActKill, ActStart, ActUpgrade:
-			if !st.Component.Known() {
-				return fmt.Errorf("scenario %s: step %d: unknown component %q", s.Name, i+1, st.Component)
-			}
-			if st.Component == SidecarContainer && s.Pod.Sidecar == nil {
-				return fmt.Errorf("scenario %s: step %d: the pod has no sidecar", s.Name, i+1)
-			}
-			// Outside the keeper mode nobody starts a FUSE server again but the plugin's restore, and in the
-			// sidecar mode the sidecar container is what dies.
-			if st.Component == FuseServer && s.Plugin.FuseMode != FuseModeKeeper && (st.Action != ActKill || s.Plugin.FuseMode == FuseModeSidecar) {
-				return fmt.Errorf("scenario %s: step %d: outside the keeper FUSE mode a FUSE server can only be killed, and only in the child mode", s.Name, i+1)
-			}
-			if st.Component == KeeperContainer && !s.Plugin.HasKeeper() {
-				return fmt.Errorf("scenario %s: step %d: %s without the keeper FUSE mode (or relay-keeper)", s.Name, i+1, st.Component.Noun())
-			}
-			if (st.Component == FuseSuccessor || st.Component == FuseCrashLoop || st.Component == PluginRecollecting) && s.Plugin.FuseMode != FuseModeKeeper {
-				return fmt.Errorf("scenario %s: step %d: %s without the keeper FUSE mode", s.Name, i+1, st.Component.Noun())
-			}
-			if (st.Component == RelayProcess || st.Component == RelayServer || st.Component == RelayServerGone) && !s.Plugin.Relays() {
-				return fmt.Errorf("scenario %s: step %d: %s without the relay FUSE mode", s.Name, i+1, st.Component.Noun())
-			}
-			if st.Action == ActUpgrade && components[st.Component].upgrade == "" {
-				return fmt.Errorf("scenario %s: step %d: the %s cannot be upgraded", s.Name, i+1, st.Component.Noun())
+			if err := t.Check(st.Component, topology.Verb(st.Action)); err != nil {
+				return fmt.Errorf("scenario %s: step %d: %w", s.Name, i+1, err)
 			}
 		case ActObserve:
 		case ActWaitFor:

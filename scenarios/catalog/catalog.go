@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios/topology"
 )
 
 // Container names used by the catalog.
@@ -99,7 +100,7 @@ func childScenarios() []scenarios.Scenario {
 			Pod: scenarios.Pod{RestartPolicy: scenarios.RestartAlways, Containers: []scenarios.Container{
 				{Name: reader, KeepOpen: true, DirectIO: true},
 			}},
-			Steps: []scenarios.Step{warmUp, scenarios.Kill(scenarios.FuseServer), untilENOTCONN, scenarios.Observe(scenarios.Dur{Reads: 3})},
+			Steps: []scenarios.Step{warmUp, scenarios.Kill(topology.FuseServer), untilENOTCONN, scenarios.Observe(scenarios.Dur{Reads: 3})},
 			Expect: []scenarios.Expectation{
 				{Check: scenarios.FailsWith{C: reader, Errno: "ECONNABORTED", Within: scenarios.Dur{Fixed: 5 * time.Second, Reads: 2}}},
 				{Check: scenarios.FailsWith{C: reader, Errno: "ENOTCONN", Within: scenarios.Dur{Fixed: 5 * time.Second, Reads: 4}}},

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios/topology"
 )
 
 // The workload containers of a driver-agnostic row, one per I/O kind: the same for every driver, so that what
@@ -52,6 +53,7 @@ func Drivers() []scenarios.Scenario {
 	row := func(name, title, shows string, steps ...scenarios.Step) scenarios.Scenario {
 		return scenarios.Scenario{
 			Name: name, Title: title, Shows: shows, Pod: pod, Measured: true,
+			Plugin:   scenarios.Plugin{Mode: topology.ForeignDriver},
 			Steps:    slices.Concat([]scenarios.Step{warm}, steps, []scenarios.Step{watch}),
 			Expect:   []scenarios.Expectation{{Check: warmed, Source: "the evidence was collected: each I/O kind read before the fault"}},
 			Backends: []string{scenarios.BackendKube}, BackendsWhy: "it runs against a CSI driver installed in a cluster",
@@ -61,16 +63,16 @@ func Drivers() []scenarios.Scenario {
 	return []scenarios.Scenario{
 		row(DriverPodDelete, "the driver's node plugin pod deleted under a running workload",
 			"what a crash or a `kubectl delete pod` of the node plugin costs the workloads on its node",
-			scenarios.Kill(scenarios.DriverPod), scenarios.Start(scenarios.DriverPod)),
+			scenarios.Kill(topology.DriverPod), scenarios.Start(topology.DriverPod)),
 		row(DriverRollout, "the driver's node plugin DaemonSet rolled (rollout restart)",
 			"what an upgrade of the driver costs the workloads: the DaemonSet replaces the node's pod",
-			scenarios.Upgrade(scenarios.DriverDaemonSet)),
+			scenarios.Upgrade(topology.DriverDaemonSet)),
 		row(DriverProcessKill, "a named process in the driver's node plugin pod killed (--fuse-process)",
 			"what a crash of the driver's FUSE server costs when it runs in the node plugin pod",
-			scenarios.Kill(scenarios.DriverProcess), scenarios.Start(scenarios.DriverProcess)),
+			scenarios.Kill(topology.DriverProcess), scenarios.Start(topology.DriverProcess)),
 		row(DriverMountPod, "the driver's mount pod deleted (--mount-pod-selector)",
 			"what the loss of a mount pod costs, for drivers that run FUSE in a pod of its own",
-			scenarios.Kill(scenarios.MountPod), scenarios.Start(scenarios.MountPod)),
+			scenarios.Kill(topology.MountPod), scenarios.Start(topology.MountPod)),
 	}
 }
 

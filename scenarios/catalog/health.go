@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/contract"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios/topology"
 
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
 )
@@ -78,7 +79,7 @@ func healthScenarios() []scenarios.Scenario {
 			Steps: []scenarios.Step{
 				warmUp,
 				scenarios.Observe(scenarios.Dur{Fixed: 2 * scenarios.HealthPeriod}),
-				scenarios.Kill(scenarios.FuseServer),
+				scenarios.Kill(topology.FuseServer),
 				untilENOTCONN,
 				hostDead,
 				scenarios.Observe(scenarios.Dur{Fixed: 2*scenarios.HealthPeriod + time.Second}),
@@ -104,7 +105,7 @@ func healthScenarios() []scenarios.Scenario {
 			Expect: []scenarios.Expectation{
 				failsFirst,
 				deleted,
-				{Check: scenarios.NoGoodReadUntil{C: reader, Component: scenarios.WorkloadPod}},
+				{Check: scenarios.NoGoodReadUntil{C: reader, Component: topology.WorkloadPod}},
 				{Check: scenarios.Recovers{C: reader, Instance: scenarios.NewInstance}},
 			},
 			EveryRelease: remediatorReleases,

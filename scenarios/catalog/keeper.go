@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios/topology"
 )
 
 // Containers of the keeper rows besides reader and reopen: one that reads the volume through a subPath.
@@ -29,7 +30,7 @@ const keeperInFlightLatency = time.Second
 // plugin, the keeper and a server can die while the workloads only wait. Every row reads with direct I/O, so
 // that every read reaches a server and a gap between servers shows as the read's latency.
 func keeperScenarios() []scenarios.Scenario {
-	mode := scenarios.Plugin{FuseMode: scenarios.FuseModeKeeper, RestoreMounts: true, RestoreStrategy: scenarios.StrategyRebind, Keeper: scenarios.Keeper{DirectIO: true}}
+	mode := scenarios.Plugin{Mode: topology.Keeper, RestoreMounts: true, RestoreStrategy: scenarios.StrategyRebind, Keeper: scenarios.Keeper{DirectIO: true}}
 	readers := keeperReaders()
 	neverFail := func(cs ...string) []scenarios.Expectation {
 		var out []scenarios.Expectation
@@ -68,8 +69,8 @@ func keeperScenarios() []scenarios.Scenario {
 			Pod:    scenarios.Pod{RestartPolicy: scenarios.RestartAlways, Containers: readers},
 			Steps: []scenarios.Step{
 				warmUp,
-				scenarios.Kill(scenarios.FuseServer),
-				scenarios.Start(scenarios.FuseServer),
+				scenarios.Kill(topology.FuseServer),
+				scenarios.Start(topology.FuseServer),
 				scenarios.Observe(watchReads),
 			},
 			Expect:       neverFail(reader, reopen, sub),
@@ -81,15 +82,15 @@ func keeperScenarios() []scenarios.Scenario {
 			Shows: "Every read takes 1 s inside the server (a slow backend). The server is killed in the middle of one: " +
 				"its successor asks the kernel to resend the requests it had read (FUSE_NOTIFY_RESEND), and the reader " +
 				"gets \"Hello world!\" late instead of EINTR, EIO or ECONNABORTED.",
-			Plugin: scenarios.Plugin{FuseMode: scenarios.FuseModeKeeper, Keeper: scenarios.Keeper{DirectIO: true, ReadLatency: keeperInFlightLatency}},
+			Plugin: scenarios.Plugin{Mode: topology.Keeper, Keeper: scenarios.Keeper{DirectIO: true, ReadLatency: keeperInFlightLatency}},
 			Pod: scenarios.Pod{RestartPolicy: scenarios.RestartAlways, Containers: []scenarios.Container{
 				{Name: reader, ExitOnError: true, KeepOpen: true},
 			}},
 			Steps: []scenarios.Step{
 				warmUp,
 				scenarios.WaitFor(scenarios.ReadInFlight{C: reader}, scenarios.Dur{Fixed: 10 * time.Second}),
-				scenarios.Kill(scenarios.FuseServer),
-				scenarios.Start(scenarios.FuseServer),
+				scenarios.Kill(topology.FuseServer),
+				scenarios.Start(topology.FuseServer),
 				scenarios.Observe(scenarios.Dur{Fixed: 3 * keeperInFlightLatency, Reads: 3}),
 			},
 			Expect: []scenarios.Expectation{
@@ -107,8 +108,8 @@ func keeperScenarios() []scenarios.Scenario {
 			Pod:    scenarios.Pod{RestartPolicy: scenarios.RestartAlways, Containers: readers},
 			Steps: []scenarios.Step{
 				warmUp,
-				scenarios.Kill(scenarios.KeeperContainer),
-				scenarios.Start(scenarios.KeeperContainer),
+				scenarios.Kill(topology.KeeperContainer),
+				scenarios.Start(topology.KeeperContainer),
 				scenarios.Observe(watchReads),
 			},
 			Expect:       neverFail(reader, reopen, sub),
@@ -124,7 +125,7 @@ func keeperScenarios() []scenarios.Scenario {
 			Pod:    scenarios.Pod{RestartPolicy: scenarios.RestartAlways, Containers: readers},
 			Steps: []scenarios.Step{
 				warmUp,
-				scenarios.Upgrade(scenarios.KeeperContainer),
+				scenarios.Upgrade(topology.KeeperContainer),
 				scenarios.Observe(watchReads),
 			},
 			Expect: append(neverFail(reader, reopen, sub),
@@ -136,18 +137,18 @@ func keeperScenarios() []scenarios.Scenario {
 			Title: "Keeper mode: the plugin and the keeper die together",
 			Shows: "The limit: with every holder of a connection gone at once, the kernel ends it, exactly as in " +
 				"restart-no-restore. The plugin and the keeper come back, but no process has the connection to hand on.",
-			Plugin: scenarios.Plugin{FuseMode: scenarios.FuseModeKeeper, Keeper: scenarios.Keeper{DirectIO: true}},
+			Plugin: scenarios.Plugin{Mode: topology.Keeper, Keeper: scenarios.Keeper{DirectIO: true}},
 			Pod: scenarios.Pod{RestartPolicy: scenarios.RestartAlways, Containers: []scenarios.Container{
 				{Name: reader, KeepOpen: true},
 			}},
 			Steps: []scenarios.Step{
 				warmUp,
 				scenarios.KillPlugin(),
-				scenarios.Kill(scenarios.KeeperContainer),
+				scenarios.Kill(topology.KeeperContainer),
 				untilENOTCONN,
 				hostDead,
 				scenarios.StartPlugin(),
-				scenarios.Start(scenarios.KeeperContainer),
+				scenarios.Start(topology.KeeperContainer),
 				scenarios.Observe(watchReads),
 			},
 			Expect: []scenarios.Expectation{

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios/topology"
 )
 
 // keeperNoSuccessorWithin bounds the reader's error in keeper-no-successor: the plugin's default limit
@@ -14,8 +15,8 @@ const keeperNoSuccessorWithin = 35 * time.Second
 // the middle of the recovery, the plugin killed while the keeper hands its copies back, and FUSE servers that
 // cannot start at all, where the plugin ends the wait with an error instead of leaving the callers hanging.
 func keeperFaultScenarios() []scenarios.Scenario {
-	slow := scenarios.Plugin{FuseMode: scenarios.FuseModeKeeper, Keeper: scenarios.Keeper{DirectIO: true, ReadLatency: keeperInFlightLatency}}
-	mode := scenarios.Plugin{FuseMode: scenarios.FuseModeKeeper, RestoreMounts: true, RestoreStrategy: scenarios.StrategyRebind, Keeper: scenarios.Keeper{DirectIO: true}}
+	slow := scenarios.Plugin{Mode: topology.Keeper, Keeper: scenarios.Keeper{DirectIO: true, ReadLatency: keeperInFlightLatency}}
+	mode := scenarios.Plugin{Mode: topology.Keeper, RestoreMounts: true, RestoreStrategy: scenarios.StrategyRebind, Keeper: scenarios.Keeper{DirectIO: true}}
 	readers := keeperReaders()
 	return []scenarios.Scenario{
 		{
@@ -33,10 +34,10 @@ func keeperFaultScenarios() []scenarios.Scenario {
 			Steps: []scenarios.Step{
 				warmUp,
 				scenarios.WaitFor(scenarios.ReadInFlight{C: reader}, scenarios.Dur{Fixed: 10 * time.Second}),
-				scenarios.Kill(scenarios.FuseSuccessor),
-				scenarios.Start(scenarios.FuseSuccessor),
-				scenarios.Kill(scenarios.FuseServer),
-				scenarios.Start(scenarios.FuseServer),
+				scenarios.Kill(topology.FuseSuccessor),
+				scenarios.Start(topology.FuseSuccessor),
+				scenarios.Kill(topology.FuseServer),
+				scenarios.Start(topology.FuseServer),
 				scenarios.Observe(scenarios.Dur{Fixed: 3 * keeperInFlightLatency, Reads: 3}),
 			},
 			Expect: []scenarios.Expectation{
@@ -57,11 +58,11 @@ func keeperFaultScenarios() []scenarios.Scenario {
 			Steps: []scenarios.Step{
 				warmUp,
 				scenarios.KillPlugin(),
-				scenarios.Kill(scenarios.PluginRecollecting),
+				scenarios.Kill(topology.PluginRecollecting),
 				scenarios.StartPlugin(),
 				scenarios.Observe(watchReads),
-				scenarios.Kill(scenarios.KeeperContainer),
-				scenarios.Start(scenarios.KeeperContainer),
+				scenarios.Kill(topology.KeeperContainer),
+				scenarios.Start(topology.KeeperContainer),
 				scenarios.Observe(watchReads),
 			},
 			Expect: []scenarios.Expectation{
@@ -86,9 +87,9 @@ func keeperFaultScenarios() []scenarios.Scenario {
 			Steps: []scenarios.Step{
 				warmUp,
 				scenarios.WaitFor(scenarios.ReadInFlight{C: reader}, scenarios.Dur{Fixed: 10 * time.Second}),
-				scenarios.Kill(scenarios.FuseCrashLoop),
+				scenarios.Kill(topology.FuseCrashLoop),
 				scenarios.WaitFor(scenarios.Exits{C: reader, Code: 1}, scenarios.Dur{Fixed: keeperNoSuccessorWithin + 10*time.Second}),
-				scenarios.Kill(scenarios.WorkloadPod),
+				scenarios.Kill(topology.WorkloadPod),
 			},
 			Expect: []scenarios.Expectation{
 				{Check: scenarios.FailsWithin{C: reader, Within: scenarios.Dur{Fixed: keeperNoSuccessorWithin}}},

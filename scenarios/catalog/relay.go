@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios/topology"
 )
 
 // relayNoBackendWait is the relay's backend wait in relay-no-backend (csi-plugin --relay-backend-wait; 30 s by
@@ -29,7 +30,7 @@ const relayEveryServer = "the relay is for real servers, which cannot take a con
 // server dies. They hold for every server (the relay never needs the server to take over anything), and every
 // reader opens the file with O_DIRECT so that every read reaches the relay and, through it, the real server.
 func relayScenarios() []scenarios.Scenario {
-	mode := scenarios.Plugin{FuseMode: scenarios.FuseModeRelay}
+	mode := scenarios.Plugin{Mode: topology.Relay}
 	readers := relayReaders()
 	neverFail := func(cs ...string) []scenarios.Expectation {
 		var out []scenarios.Expectation
@@ -59,8 +60,8 @@ func relayScenarios() []scenarios.Scenario {
 			Pod:    scenarios.Pod{RestartPolicy: scenarios.RestartAlways, Containers: readers},
 			Steps: []scenarios.Step{
 				warmUp,
-				scenarios.Kill(scenarios.RelayServer),
-				scenarios.Start(scenarios.RelayServer),
+				scenarios.Kill(topology.RelayServer),
+				scenarios.Start(topology.RelayServer),
 				scenarios.Observe(watchReads),
 			},
 			Expect: neverFail(reader, reopen, sub),
@@ -75,7 +76,7 @@ func relayScenarios() []scenarios.Scenario {
 			Pod:    scenarios.Pod{RestartPolicy: scenarios.RestartAlways, Containers: readers},
 			Steps: []scenarios.Step{
 				warmUp,
-				scenarios.Upgrade(scenarios.RelayServer),
+				scenarios.Upgrade(topology.RelayServer),
 				scenarios.Observe(watchReads),
 			},
 			Expect: neverFail(reader, reopen, sub),
@@ -90,8 +91,8 @@ func relayScenarios() []scenarios.Scenario {
 			Pod:    scenarios.Pod{RestartPolicy: scenarios.RestartAlways, Containers: readers},
 			Steps: []scenarios.Step{
 				warmUp,
-				scenarios.Kill(scenarios.RelayProcess),
-				scenarios.Start(scenarios.RelayProcess),
+				scenarios.Kill(topology.RelayProcess),
+				scenarios.Start(topology.RelayProcess),
 				scenarios.Observe(watchReads),
 			},
 			Expect: neverFail(reader, reopen, sub),
@@ -108,8 +109,8 @@ func relayScenarios() []scenarios.Scenario {
 			}},
 			Steps: []scenarios.Step{
 				warmUp,
-				scenarios.Kill(scenarios.RelayServer),
-				scenarios.Start(scenarios.RelayServer),
+				scenarios.Kill(topology.RelayServer),
+				scenarios.Start(topology.RelayServer),
 				scenarios.Observe(scenarios.Dur{Fixed: time.Second, Reads: 3}),
 			},
 			Expect: []scenarios.Expectation{
@@ -124,16 +125,16 @@ func relayScenarios() []scenarios.Scenario {
 				"keeps trying to start it (the pause between tries doubling up to a second); the relay lets requests wait at most its " +
 				"backend wait (--relay-backend-wait, here 5 s) and then answers with the backend's error (ENOTCONN), so the reader gets an error " +
 				"and exits instead of hanging. Once the real executable is back, the plugin's next try serves again.",
-			Plugin: scenarios.Plugin{FuseMode: scenarios.FuseModeRelay, RelayBackendWait: relayNoBackendWait},
+			Plugin: scenarios.Plugin{Mode: topology.Relay, RelayBackendWait: relayNoBackendWait},
 			Pod: scenarios.Pod{RestartPolicy: scenarios.RestartAlways, Containers: []scenarios.Container{
 				{Name: reader, ExitOnError: true, KeepOpen: true, DirectIO: true},
 			}},
 			Steps: []scenarios.Step{
 				warmUp,
-				scenarios.Kill(scenarios.RelayServerGone),
+				scenarios.Kill(topology.RelayServerGone),
 				scenarios.WaitFor(scenarios.Exits{C: reader, Code: 1}, scenarios.Dur{Fixed: relayNoBackendWithin + 10*time.Second}),
-				scenarios.Start(scenarios.RelayServerGone),
-				scenarios.Kill(scenarios.WorkloadPod),
+				scenarios.Start(topology.RelayServerGone),
+				scenarios.Kill(topology.WorkloadPod),
 			},
 			Expect: []scenarios.Expectation{
 				{Check: scenarios.FailsWithin{C: reader, Within: scenarios.Dur{Fixed: relayNoBackendWithin}}},
@@ -147,7 +148,7 @@ func relayScenarios() []scenarios.Scenario {
 				"the workload gets ENOTCONN and exits, and the restarted plugin stages the volume again (a new backend " +
 				"mount, server, relay and node table; nothing of the dead ones is adopted), so the restarted container " +
 				"reads again, exactly as in restart.",
-			Plugin: scenarios.Plugin{FuseMode: scenarios.FuseModeRelay, RestoreMounts: true, RestoreStrategy: scenarios.StrategyRebind},
+			Plugin: scenarios.Plugin{Mode: topology.Relay, RestoreMounts: true, RestoreStrategy: scenarios.StrategyRebind},
 			Pod: scenarios.Pod{RestartPolicy: scenarios.RestartAlways, Containers: []scenarios.Container{
 				{Name: reader, ExitOnError: true, KeepOpen: true, DirectIO: true},
 			}},

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios/topology"
 )
 
 // relayKeeperScenarios are the rows of the relay-keeper mode: the relay mode's rows that apply (the real
@@ -19,7 +20,7 @@ func relayKeeperScenarios() []scenarios.Scenario {
 		s.Backends, s.BackendsWhy, s.EveryServer = nil, "", relayEveryServer
 		return s
 	}
-	mode := scenarios.Plugin{FuseMode: scenarios.FuseModeRelayKeeper, RestoreMounts: true, RestoreStrategy: scenarios.StrategyRebind, Keeper: scenarios.Keeper{DirectIO: true}}
+	mode := scenarios.Plugin{Mode: topology.RelayKeeper, RestoreMounts: true, RestoreStrategy: scenarios.StrategyRebind, Keeper: scenarios.Keeper{DirectIO: true}}
 	readers := relayReaders()
 	neverFail := func(cs ...string) []scenarios.Expectation {
 		var out []scenarios.Expectation
@@ -62,8 +63,8 @@ func relayKeeperScenarios() []scenarios.Scenario {
 			Pod:    scenarios.Pod{RestartPolicy: scenarios.RestartAlways, Containers: readers},
 			Steps: []scenarios.Step{
 				warmUp,
-				scenarios.Kill(scenarios.KeeperContainer),
-				scenarios.Start(scenarios.KeeperContainer),
+				scenarios.Kill(topology.KeeperContainer),
+				scenarios.Start(topology.KeeperContainer),
 				scenarios.Observe(watchReads),
 			},
 			Expect: neverFail(reader, reopen, sub),
@@ -79,9 +80,9 @@ func relayKeeperScenarios() []scenarios.Scenario {
 			Steps: []scenarios.Step{
 				warmUp,
 				scenarios.KillPlugin(),
-				scenarios.Kill(scenarios.RelayServer),
+				scenarios.Kill(topology.RelayServer),
 				scenarios.StartPlugin(),
-				scenarios.Start(scenarios.RelayServer),
+				scenarios.Start(topology.RelayServer),
 				scenarios.Observe(watchReads),
 			},
 			Expect: neverFail(reader, reopen, sub),
@@ -96,8 +97,8 @@ func relayKeeperScenarios() []scenarios.Scenario {
 			Steps: []scenarios.Step{
 				warmUp,
 				scenarios.KillPlugin(),
-				scenarios.Kill(scenarios.RelayProcess),
-				scenarios.Start(scenarios.RelayProcess),
+				scenarios.Kill(topology.RelayProcess),
+				scenarios.Start(topology.RelayProcess),
 				scenarios.StartPlugin(),
 				scenarios.Observe(watchReads),
 			},
@@ -108,18 +109,18 @@ func relayKeeperScenarios() []scenarios.Scenario {
 			Title: "Relay-keeper mode: the plugin and the keeper die together",
 			Shows: "The limit: the plugin's copy and the keeper's (with its relay) go at once, and the kernel ends the " +
 				"staging connection, exactly as in keeper-all-holders.",
-			Plugin: scenarios.Plugin{FuseMode: scenarios.FuseModeRelayKeeper, Keeper: scenarios.Keeper{DirectIO: true}},
+			Plugin: scenarios.Plugin{Mode: topology.RelayKeeper, Keeper: scenarios.Keeper{DirectIO: true}},
 			Pod: scenarios.Pod{RestartPolicy: scenarios.RestartAlways, Containers: []scenarios.Container{
 				{Name: reader, KeepOpen: true, DirectIO: true},
 			}},
 			Steps: []scenarios.Step{
 				warmUp,
 				scenarios.KillPlugin(),
-				scenarios.Kill(scenarios.KeeperContainer),
+				scenarios.Kill(topology.KeeperContainer),
 				untilENOTCONN,
 				hostDead,
 				scenarios.StartPlugin(),
-				scenarios.Start(scenarios.KeeperContainer),
+				scenarios.Start(topology.KeeperContainer),
 				scenarios.Observe(watchReads),
 			},
 			Expect: []scenarios.Expectation{

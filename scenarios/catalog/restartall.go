@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios/topology"
 )
 
 // restartAllReleases is why the restart-all rows run on every kubelet release: the feature is young (beta and on
@@ -88,14 +89,14 @@ func restartAllScenarios() []scenarios.Scenario {
 				"the same pod; but nothing is published again, so the plugin sends the new sidecar no descriptor: it " +
 				"serves nothing, the volume dir stays dead, and every start of the reader and the holder fails on it. " +
 				"Restarting the sidecar in place does not bring the volume back: only a new pod does (sidecar-new-pod).",
-			Plugin: scenarios.Plugin{FuseMode: scenarios.FuseModeSidecar},
+			Plugin: scenarios.Plugin{Mode: topology.Sidecar},
 			Pod: scenarios.Pod{RestartPolicy: scenarios.RestartAlways, Sidecar: &scenarios.Sidecar{}, Containers: []scenarios.Container{
 				{Name: reader, ExitOnError: true, KeepOpen: false, RestartAllContainers: true},
 				{Name: holder, KeepOpen: true},
 			}},
 			Steps: []scenarios.Step{
 				warmUp,
-				scenarios.Kill(scenarios.SidecarContainer),
+				scenarios.Kill(topology.SidecarContainer),
 				scenarios.WaitFor(scenarios.Exits{C: reader, Code: scenarios.RestartAllExitCode}, scenarios.Dur{Fixed: 10 * time.Second}),
 				hostDead,
 				scenarios.WaitFor(scenarios.StartFails{C: reader, Contains: failedToStatVolume}, scenarios.Dur{Fixed: 10 * time.Second, Backoffs: 4}),
@@ -119,15 +120,15 @@ func restartAllScenarios() []scenarios.Scenario {
 				"connection while the sidecar is down, and kubelet's own restart of the native sidecar takes it over. " +
 				"Reads stall and never fail, so the reader never exits and its rule never restarts the pod: with a kept " +
 				"descriptor the in-place restart is not needed, the sidecar's own restart brings the volume back.",
-			Plugin: scenarios.Plugin{FuseMode: scenarios.FuseModeSidecar, SidecarKeepFD: true},
+			Plugin: scenarios.Plugin{Mode: topology.Sidecar, SidecarKeepFD: true},
 			Pod: scenarios.Pod{RestartPolicy: scenarios.RestartAlways, Sidecar: &scenarios.Sidecar{}, Containers: []scenarios.Container{
 				{Name: reader, ExitOnError: true, KeepOpen: true, ReadInterval: keeperReadInterval, DirectIO: true, RestartAllContainers: true},
 				{Name: holder, KeepOpen: true, ReadInterval: keeperReadInterval, DirectIO: true},
 			}},
 			Steps: []scenarios.Step{
 				warmUp,
-				scenarios.Kill(scenarios.SidecarContainer),
-				scenarios.Start(scenarios.SidecarContainer),
+				scenarios.Kill(topology.SidecarContainer),
+				scenarios.Start(topology.SidecarContainer),
 				scenarios.Observe(watchReads),
 			},
 			Expect: []scenarios.Expectation{

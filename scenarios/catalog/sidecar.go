@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios/topology"
 )
 
 // sidecarReleases is why the sidecar scenarios run on every kubelet release: the sidecar's start before the
@@ -33,7 +34,7 @@ func sidecarScenarios() []scenarios.Scenario {
 				"changes nothing for the workload: its descriptor, opened before the kill, keeps reading, and the " +
 				"host volume dir never dies, so nothing is mounted again.",
 			EveryRelease: sidecarReleases,
-			Plugin:       scenarios.Plugin{RestoreMounts: true, RestoreStrategy: scenarios.StrategyRebind, FuseMode: scenarios.FuseModeSidecar},
+			Plugin:       scenarios.Plugin{RestoreMounts: true, RestoreStrategy: scenarios.StrategyRebind, Mode: topology.Sidecar},
 			Pod: scenarios.Pod{RestartPolicy: scenarios.RestartAlways, Sidecar: &scenarios.Sidecar{}, Containers: []scenarios.Container{
 				{Name: reader, ExitOnError: true, KeepOpen: true},
 			}},
@@ -58,7 +59,7 @@ func sidecarScenarios() []scenarios.Scenario {
 				"blocks, stat included: the container runtime's stat of the volume dir before the workload's " +
 				"container starts waits for the sidecar, then the workload reads without ever seeing an error.",
 			EveryRelease: sidecarReleases,
-			Plugin:       scenarios.Plugin{FuseMode: scenarios.FuseModeSidecar},
+			Plugin:       scenarios.Plugin{Mode: topology.Sidecar},
 			Pod: scenarios.Pod{RestartPolicy: scenarios.RestartAlways, Sidecar: &scenarios.Sidecar{Delay: SidecarDelay}, Containers: []scenarios.Container{
 				{Name: reader, ExitOnError: true, KeepOpen: false},
 			}},
@@ -80,16 +81,16 @@ func sidecarScenarios() []scenarios.Scenario {
 				"it dies, the mount dies (ENOTCONN). Kubelet restarts the native sidecar, but it finds no socket and " +
 				"nothing to serve; the mount stays dead for the running container, which only a new pod would fix.",
 			EveryRelease: sidecarReleases,
-			Plugin:       scenarios.Plugin{FuseMode: scenarios.FuseModeSidecar},
+			Plugin:       scenarios.Plugin{Mode: topology.Sidecar},
 			Pod: scenarios.Pod{RestartPolicy: scenarios.RestartAlways, Sidecar: &scenarios.Sidecar{}, Containers: []scenarios.Container{
 				{Name: reader, KeepOpen: false},
 			}},
 			Steps: []scenarios.Step{
 				warmUp,
-				scenarios.Kill(scenarios.SidecarContainer),
+				scenarios.Kill(topology.SidecarContainer),
 				untilENOTCONN,
 				hostDead,
-				scenarios.Start(scenarios.SidecarContainer),
+				scenarios.Start(topology.SidecarContainer),
 				scenarios.Observe(watchReads),
 			},
 			Expect: []scenarios.Expectation{
@@ -109,24 +110,24 @@ func sidecarScenarios() []scenarios.Scenario {
 				"creating it again (a new pod UID, a new NodePublishVolume, a new descriptor for its new sidecar). " +
 				"The new pod's container reads again; the sidecar's restart before that did not help.",
 			EveryRelease: sidecarReleases,
-			Plugin:       scenarios.Plugin{FuseMode: scenarios.FuseModeSidecar},
+			Plugin:       scenarios.Plugin{Mode: topology.Sidecar},
 			Pod: scenarios.Pod{RestartPolicy: scenarios.RestartAlways, Sidecar: &scenarios.Sidecar{}, Containers: []scenarios.Container{
 				{Name: reader, KeepOpen: false},
 			}},
 			Steps: []scenarios.Step{
 				warmUp,
-				scenarios.Kill(scenarios.SidecarContainer),
+				scenarios.Kill(topology.SidecarContainer),
 				untilENOTCONN,
-				scenarios.Start(scenarios.SidecarContainer),
+				scenarios.Start(topology.SidecarContainer),
 				scenarios.Observe(scenarios.Dur{Reads: 5}),
-				scenarios.Kill(scenarios.WorkloadPod),
-				scenarios.Start(scenarios.WorkloadPod),
+				scenarios.Kill(topology.WorkloadPod),
+				scenarios.Start(topology.WorkloadPod),
 				scenarios.WaitFor(scenarios.Recovers{C: reader}, scenarios.Dur{Fixed: 10 * time.Second, Reads: 5}),
 				scenarios.Observe(scenarios.Dur{Reads: 3}),
 			},
 			Expect: []scenarios.Expectation{
 				{Check: scenarios.FailsWith{C: reader, Errno: "ENOTCONN", Within: scenarios.Dur{Fixed: 5 * time.Second, Reads: 2}}},
-				{Check: scenarios.NoGoodReadUntil{C: reader, Component: scenarios.WorkloadPod}},
+				{Check: scenarios.NoGoodReadUntil{C: reader, Component: topology.WorkloadPod}},
 				{Check: scenarios.Recovers{C: reader, Instance: scenarios.NewInstance}},
 			},
 		},
@@ -138,14 +139,14 @@ func sidecarScenarios() []scenarios.Scenario {
 				"connection outlives it; kubelet restarts the native sidecar, which takes the connection over " +
 				"(INIT replayed, the requests its predecessor had read resent): a stall, where sidecar-killed " +
 				"gets ENOTCONN for good.",
-			Plugin: scenarios.Plugin{FuseMode: scenarios.FuseModeSidecar, SidecarKeepFD: true},
+			Plugin: scenarios.Plugin{Mode: topology.Sidecar, SidecarKeepFD: true},
 			Pod: scenarios.Pod{RestartPolicy: scenarios.RestartAlways, Sidecar: &scenarios.Sidecar{}, Containers: []scenarios.Container{
 				{Name: reader, ExitOnError: true, KeepOpen: true, ReadInterval: keeperReadInterval, DirectIO: true},
 			}},
 			Steps: []scenarios.Step{
 				warmUp,
-				scenarios.Kill(scenarios.SidecarContainer),
-				scenarios.Start(scenarios.SidecarContainer),
+				scenarios.Kill(topology.SidecarContainer),
+				scenarios.Start(topology.SidecarContainer),
 				scenarios.Observe(watchReads),
 			},
 			Expect: []scenarios.Expectation{

@@ -14,6 +14,7 @@ import (
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/command"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios/catalog"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios/topology"
 )
 
 func TestParse(t *testing.T) {
@@ -278,6 +279,6 @@ func TestServerSpecFlags(t *testing.T) {
 // has none).
 func upgradesServer(sc scenarios.Scenario) bool {
 	return slices.ContainsFunc(sc.Steps, func(st scenarios.Step) bool {
-		return st.Action == scenarios.ActUpgrade && st.Component == scenarios.RelayServer
+		return st.Action == scenarios.ActUpgrade && st.Component == topology.RelayServer
 	})
 }

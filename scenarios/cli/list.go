@@ -73,10 +73,7 @@ type listRow struct {
 
 // describe is the --list row of s (driver: a driver-agnostic row).
 func describe(s *scenarios.Scenario, driver bool) listRow {
-	r := listRow{name: s.Name, mode: s.Plugin.FuseMode, title: s.Title}
-	if r.mode == "" {
-		r.mode = scenarios.FuseModeChild
-	}
+	r := listRow{name: s.Name, mode: s.Plugin.Topology().String(), title: s.Title}
 	if driver {
 		r.mode = "any driver"
 		r.notes = append(r.notes, driverNote)

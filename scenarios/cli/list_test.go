@@ -9,6 +9,7 @@ import (
 
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios/catalog"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios/topology"
 )
 
 // TestListFits: --list fits a 100-column terminal, a row per line (name, mode, what it kills, a summary), and
@@ -41,7 +42,11 @@ func TestListFits(t *testing.T) {
 			t.Errorf("row %d is %q, want %s with its mode, kills and summary", i, l, s.Name)
 			continue
 		}
-		if mode := s.Plugin.FuseMode; mode != "" && f[1] != mode {
+		mode := s.Plugin.Topology().String()
+		if s.Measured {
+			mode = "any" // "any driver"
+		}
+		if f[1] != mode {
 			t.Errorf("%s: mode %q, want %q", s.Name, f[1], mode)
 		}
 		if m := ref.FindStringSubmatch(l); m != nil {
@@ -77,8 +82,8 @@ func TestListFits(t *testing.T) {
 // TestDescribe: what a row's line says of it.
 func TestDescribe(t *testing.T) {
 	s := scenarios.Scenario{Name: "k", Title: "Keeper mode: the plugin and the keeper die together",
-		Plugin: scenarios.Plugin{FuseMode: scenarios.FuseModeKeeper},
-		Steps:  []scenarios.Step{scenarios.KillPlugin(), scenarios.Kill(scenarios.KeeperContainer), scenarios.StartPlugin(), scenarios.Upgrade(scenarios.KeeperContainer), scenarios.KillPlugin()}}
+		Plugin: scenarios.Plugin{Mode: topology.Keeper},
+		Steps:  []scenarios.Step{scenarios.KillPlugin(), scenarios.Kill(topology.KeeperContainer), scenarios.StartPlugin(), scenarios.Upgrade(topology.KeeperContainer), scenarios.KillPlugin()}}
 	r := describe(&s, false)
 	if got := fmt.Sprintf("%s|%s|%s", r.mode, r.kills, r.title); got != "keeper|plugin+keeper+new keeper|the plugin and the keeper die together" {
 		t.Errorf("describe = %s", got)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios/topology"
 )
 
 // serverCrash is the command that signals the FUSE servers of the container it runs in, whose PID 1 is
@@ -22,11 +23,6 @@ type childServerPart struct {
 }
 
 func newChildServerPart(b *Backend, _ *scenarios.Env) (part, error) {
-	switch {
-	case b.sc == nil, b.sc.Plugin.FuseMode == scenarios.FuseModeKeeper, b.sc.Plugin.FuseMode == scenarios.FuseModeSidecar,
-		b.sc.Plugin.FuseMode == scenarios.FuseModeRelay, b.sc.Plugin.FuseMode == scenarios.FuseModeRelayKeeper:
-		return nil, nil // the keeper's servers are keeperServerPart's; a sidecar's die with it; the relay mode's are relay.go's
-	}
 	return &childServerPart{b: b}, nil
 }
 
@@ -44,7 +40,7 @@ func (p *childServerPart) kill(ctx context.Context) error {
 	if err := scenarios.Sleep(ctx, wait); err != nil {
 		return err
 	}
-	b.rec.Add(scenarios.Event{Source: scenarios.SrcComponent, Component: scenarios.FuseServer, Kind: scenarios.KKilled,
+	b.rec.Add(scenarios.Event{Source: scenarios.SrcComponent, Component: topology.FuseServer, Kind: scenarios.KKilled,
 		Message: fmt.Sprintf("exec csi-plugin %s in pod %s: SIGKILL of the plugin's FUSE server, stopped for %s with a read inside it", serverCrash, pp.name, wait)})
 	return b.serverCrash(ctx, pp.name)
 }

@@ -27,6 +27,7 @@ import (
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/kubeletpath"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios/catalog"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios/topology"
 )
 
 // DriverTarget is the foreign CSI driver a driver-agnostic run measures, and how to get a volume of it.
@@ -122,13 +123,12 @@ func (b *Backend) setupDriver(ctx context.Context, sc *scenarios.Scenario, env *
 	if why := t.Runnable(sc.Name); why != "" {
 		return errors.New(why)
 	}
-	b.parts = map[scenarios.Component]part{}
-	for _, c := range []scenarios.Component{scenarios.DriverPod, scenarios.DriverDaemonSet, scenarios.DriverProcess, scenarios.MountPod} {
-		p := &driverPart{b: b, c: c}
-		b.parts[c] = p
-		b.order = append(b.order, p)
-	}
 	var err error
+	if b.parts, err = topology.Build("kube", sc.Plugin.Topology(), driverKinds, func(c topology.Component) (part, error) {
+		return &driverPart{b: b, c: c}, nil
+	}); err != nil {
+		return err
+	}
 	if b.man, err = loadManifests(filepath.Join(b.opts.Repo, "manifests")); err != nil {
 		return err
 	}

@@ -21,12 +21,23 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios/topology"
 )
+
+// driverKinds are the parts of a foreign driver's topology that a driverPart plays (its workload pod is
+// created at Setup and left alone).
+var driverKinds = map[topology.Key]topology.Component{
+	{Component: topology.DriverPod, Holder: topology.InDriver}:       topology.DriverPod,
+	{Component: topology.DriverDaemonSet, Holder: topology.InDriver}: topology.DriverDaemonSet,
+	{Component: topology.DriverProcess, Holder: topology.InDriver}:   topology.DriverProcess,
+	{Component: topology.MountPod, Holder: topology.InDriver}:        topology.MountPod,
+}
 
 // driverPart is one component of a foreign driver; killed remembers what its kill removed.
 type driverPart struct {
+	noPart
 	b      *Backend
-	c      scenarios.Component
+	c      topology.Component
 	killed pluginPod
 	gone   map[types.UID]bool // the mount pods the kill deleted
 }
@@ -35,11 +46,11 @@ func (p *driverPart) ready(context.Context) error { return nil }
 
 func (p *driverPart) kill(ctx context.Context) error {
 	switch p.c {
-	case scenarios.DriverPod:
+	case topology.DriverPod:
 		return p.deletePluginPod(ctx)
-	case scenarios.DriverProcess:
+	case topology.DriverProcess:
 		return p.killProcess(ctx)
-	case scenarios.MountPod:
+	case topology.MountPod:
 		return p.deleteMountPods(ctx)
 	}
 	return errUnsupported
@@ -47,16 +58,16 @@ func (p *driverPart) kill(ctx context.Context) error {
 
 func (p *driverPart) start(ctx context.Context) error {
 	switch p.c {
-	case scenarios.DriverPod, scenarios.DriverProcess:
-		return p.waitPluginReady(ctx, p.killed, p.c == scenarios.DriverProcess)
-	case scenarios.MountPod:
+	case topology.DriverPod, topology.DriverProcess:
+		return p.waitPluginReady(ctx, p.killed, p.c == topology.DriverProcess)
+	case topology.MountPod:
 		return p.waitMountPod(ctx)
 	}
 	return errUnsupported
 }
 
 func (p *driverPart) upgrade(ctx context.Context) error {
-	if p.c != scenarios.DriverDaemonSet {
+	if p.c != topology.DriverDaemonSet {
 		return errUnsupported
 	}
 	return p.rollout(ctx)

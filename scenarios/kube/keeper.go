@@ -16,6 +16,7 @@ import (
 
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/contract"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios/topology"
 )
 
 const keeperContainer = "keeper"
@@ -26,10 +27,6 @@ func keeperDSName() string { return releaseName + "-keeper" }
 // nextSuffix is how the next build is stamped: hack/build.sh stamps its binaries <version>-next, and
 // hack/mkimage/image.sh tags its image <tag>-next.
 const nextSuffix = "-next"
-
-func (b *Backend) keeperMode() bool {
-	return b.sc != nil && (b.sc.Plugin.FuseMode == scenarios.FuseModeKeeper || b.sc.Plugin.FuseMode == scenarios.FuseModeRelayKeeper)
-}
 
 // onKeeperPod follows every keeper pod from its first appearance: its log into keeper.log; its start;
 // "connected to the plugin" as KReady of the keeper; a FUSE server serving the run's volume as KReady of the
@@ -43,30 +40,30 @@ func (b *Backend) onKeeperPod(p *corev1.Pod, deleted bool) {
 	go b.follow(kp.w, keeperContainer, true, instanceHandler{
 		line: func(n int, info instanceInfo, line []byte, ts time.Time) {
 			if kp.startOnce(n) {
-				b.nodeEvent(kp, scenarios.KeeperContainer, scenarios.KStarted, stampTime(info.startedAt, ts),
+				b.nodeEvent(kp, topology.KeeperContainer, scenarios.KStarted, stampTime(info.startedAt, ts),
 					fmt.Sprintf("pod %s on %s (image %s)", kp.name, kp.node, imageOf(p, keeperContainer)), "")
 			}
 			ts = writePodLine(b.keeperLog, kp.name, n, line, ts)
 			t := scenarios.LineTime(line, ts)
-			b.onKeeperRelayLine(kp, line, t)
+			b.keeperLine(kp, line, t)
 			switch ev := contract.ParseKeeperLine(line); ev.Kind {
 			case contract.KeeperLineConnected:
-				b.nodeEvent(kp, scenarios.KeeperContainer, scenarios.KReady, t, fmt.Sprintf("pod %s connected to the plugin", kp.name), "")
+				b.nodeEvent(kp, topology.KeeperContainer, scenarios.KReady, t, fmt.Sprintf("pod %s connected to the plugin", kp.name), "")
 			case contract.KeeperLineServed:
 				if ev.Volume == b.n.volumeHandle {
 					b.keeperServedBy.Store(int64(ev.PID))
-					b.nodeEvent(kp, scenarios.FuseServer, scenarios.KReady, t,
+					b.nodeEvent(kp, topology.FuseServer, scenarios.KReady, t,
 						fmt.Sprintf("pod %s: dummy-fuse %s pid %d serves the volume", kp.name, ev.Version, ev.PID), ev.Version)
 				}
 			case contract.KeeperLineServerExited:
 				b.keeperExited.Lock()
 				b.keeperExited.pids = append(b.keeperExited.pids, ev.PID)
 				b.keeperExited.Unlock()
-				b.nodeEvent(kp, scenarios.FuseServer, scenarios.KExited, t, fmt.Sprintf("pod %s: FUSE server pid %d: %s", kp.name, ev.PID, ev.Reason), "")
+				b.nodeEvent(kp, topology.FuseServer, scenarios.KExited, t, fmt.Sprintf("pod %s: FUSE server pid %d: %s", kp.name, ev.PID, ev.Reason), "")
 			}
 		},
 		end: func(_ int, _ instanceInfo, term *corev1.ContainerStateTerminated, gone bool) {
-			b.nodeEvent(kp, scenarios.KeeperContainer, scenarios.KExited, time.Now(), kp.endText(term, gone), "")
+			b.nodeEvent(kp, topology.KeeperContainer, scenarios.KExited, time.Now(), kp.endText(term, gone), "")
 			kp.markEnded()
 		},
 	})
@@ -88,7 +85,7 @@ func (b *Backend) waitKeeperReady(ctx context.Context, since time.Time, image st
 	deadline := time.Now().Add(b.opts.SetupTimeout)
 	for {
 		if b.rec.Count(func(e scenarios.Event) bool {
-			return e.Kind == scenarios.KReady && e.Component == scenarios.KeeperContainer && !e.Time.Before(since)
+			return e.Kind == scenarios.KReady && e.Component == topology.KeeperContainer && !e.Time.Before(since)
 		}) > 0 {
 			return nil
 		}
@@ -107,7 +104,7 @@ func (b *Backend) waitKeeperReady(ctx context.Context, since time.Time, image st
 // killKeeper deletes the keeper pod on the workload's node (its FUSE servers die with it; the plugin keeps its
 // copies of the connections).
 func (b *Backend) killKeeper(ctx context.Context) error {
-	return b.deleteNodePod(ctx, scenarios.KeeperContainer, keeperDSName(), b.keepers)
+	return b.deleteNodePod(ctx, topology.KeeperContainer, keeperDSName(), b.keepers)
 }
 
 // startKeeper lets the keeper DaemonSet run on the node again; it returns once the new keeper is connected to
@@ -125,18 +122,18 @@ func (b *Backend) startKeeper(ctx context.Context) error {
 // --volume <id>` executed in the keeper container sends it SIGKILL (the PIDs are the keeper's own; the image
 // has no shell). It returns once the keeper logged the server's exit.
 func (b *Backend) killFuseServer(ctx context.Context) error {
-	return b.killKeeperServer(ctx, scenarios.FuseServer, "FUSE server")
+	return b.killKeeperServer(ctx, topology.FuseServer, "FUSE server")
 }
 
 // killKeeperServer is killFuseServer recording the kill as c's (the relay-keeper mode's keeper servers are relays).
-func (b *Backend) killKeeperServer(ctx context.Context, c scenarios.Component, what string) error {
+func (b *Backend) killKeeperServer(ctx context.Context, c topology.Component, what string) error {
 	kp, _ := b.runningPod(b.keepers)
 	if kp == nil {
 		return fmt.Errorf("no running keeper pod on node %s", b.node)
 	}
 	cmd := []string{"/usr/local/bin/csi-plugin", "keeper", "crash", "--volume", b.n.volumeHandle}
 	exited := func(e scenarios.Event) bool {
-		return e.Kind == scenarios.KExited && e.Component == scenarios.FuseServer
+		return e.Kind == scenarios.KExited && e.Component == topology.FuseServer
 	}
 	before := b.rec.Count(exited)
 	b.rec.Add(scenarios.Event{Source: scenarios.SrcComponent, Component: c, Kind: scenarios.KKilled,
@@ -172,7 +169,7 @@ func (b *Backend) upgradeKeeper(ctx context.Context) error {
 	}
 	var cur string
 	for _, e := range b.rec.Snapshot().Events {
-		if e.Kind == scenarios.KReady && e.Component == scenarios.FuseServer {
+		if e.Kind == scenarios.KReady && e.Component == topology.FuseServer {
 			cur = e.Detail
 		}
 	}
@@ -192,7 +189,7 @@ func (b *Backend) upgradeKeeper(ctx context.Context) error {
 	if err := mergeSets(vals, []string{"keeper.imageTag=" + tag + nextSuffix}); err != nil {
 		return err
 	}
-	b.rec.Add(scenarios.Event{Source: scenarios.SrcComponent, Component: scenarios.KeeperContainer, Kind: scenarios.KUpgraded,
+	b.rec.Add(scenarios.Event{Source: scenarios.SrcComponent, Component: topology.KeeperContainer, Kind: scenarios.KUpgraded,
 		Message: fmt.Sprintf("keeper %s → %s: helm upgrade --set keeper.imageTag=%s%s", cur, next, tag, nextSuffix), Detail: next})
 	b.progress("helm upgrade %s: keeper image %s (dummy-fuse %s → %s)", releaseName, image, cur, next)
 	if err := b.helm.upgrade(ctx, vals, b.opts.SetupTimeout); err != nil {
@@ -200,7 +197,7 @@ func (b *Backend) upgradeKeeper(ctx context.Context) error {
 	}
 	deadline := time.Now().Add(b.opts.SetupTimeout)
 	for b.rec.Count(func(e scenarios.Event) bool {
-		return e.Kind == scenarios.KReady && e.Component == scenarios.FuseServer && e.Detail == next
+		return e.Kind == scenarios.KReady && e.Component == topology.FuseServer && e.Detail == next
 	}) == 0 {
 		if err := b.imageProblem(b.keepers, image); err != nil {
 			return fmt.Errorf("%w (make image builds the next build's image too)", err)
@@ -221,13 +218,11 @@ func (b *Backend) upgradeKeeper(ctx context.Context) error {
 
 // keeperPart is the keeper of the keeper mode: its DaemonSet's pod on the workload's node.
 type keeperPart struct {
+	noPart
 	b *Backend
 }
 
 func newKeeperPart(b *Backend, env *scenarios.Env) (part, error) {
-	if !b.keeperMode() {
-		return nil, nil
-	}
 	var err error
 	if b.keeperLog, err = env.Log("keeper.log"); err != nil {
 		return nil, err
@@ -252,9 +247,6 @@ type keeperServerPart struct {
 }
 
 func newKeeperServerPart(b *Backend, _ *scenarios.Env) (part, error) {
-	if !b.keeperMode() {
-		return nil, nil
-	}
 	return &keeperServerPart{b: b}, nil
 }
 
@@ -262,5 +254,5 @@ func (p *keeperServerPart) kill(ctx context.Context) error { return p.b.killFuse
 
 // start waits for the keeper's next server: nobody but the keeper starts a FUSE server.
 func (p *keeperServerPart) start(ctx context.Context) error {
-	return p.b.rec.AwaitReady(ctx, scenarios.FuseServer, 30*time.Second)
+	return p.b.rec.AwaitReady(ctx, topology.FuseServer, 30*time.Second)
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/contract"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios/topology"
 )
 
 // The FUSE server faults beyond a single crash, each one `csi-plugin keeper crash` executed in the keeper
@@ -27,7 +28,7 @@ func (b *Backend) crashExec(ctx context.Context, what string, args ...string) (s
 		return "", fmt.Errorf("no running keeper pod on node %s", b.node)
 	}
 	cmd := append([]string{"/usr/local/bin/csi-plugin", "keeper", "crash", "--volume", b.n.volumeHandle}, args...)
-	b.rec.Add(scenarios.Event{Source: scenarios.SrcComponent, Component: scenarios.FuseServer, Kind: scenarios.KKilled,
+	b.rec.Add(scenarios.Event{Source: scenarios.SrcComponent, Component: topology.FuseServer, Kind: scenarios.KKilled,
 		Message: fmt.Sprintf("exec %s in pod %s: %s", strings.Join(cmd, " "), kp.name, what)})
 	out, err := b.exec(ctx, kp.name, keeperContainer, cmd)
 	out = strings.TrimSpace(out)
@@ -48,9 +49,6 @@ type successorPart struct {
 }
 
 func newSuccessorPart(b *Backend, _ *scenarios.Env) (part, error) {
-	if !b.keeperMode() {
-		return nil, nil
-	}
 	return &successorPart{b: b}, nil
 }
 
@@ -119,9 +117,6 @@ type crashLoopPart struct {
 }
 
 func newCrashLoopPart(b *Backend, _ *scenarios.Env) (part, error) {
-	if !b.keeperMode() {
-		return nil, nil
-	}
 	return &crashLoopPart{b: b}, nil
 }
 
@@ -153,7 +148,7 @@ func (p *crashLoopPart) start(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	return p.b.rec.AwaitReady(ctx, scenarios.FuseServer, 30*time.Second)
+	return p.b.rec.AwaitReady(ctx, topology.FuseServer, 30*time.Second)
 }
 
 // recollectPart is scenarios.PluginRecollecting. On a cluster the kill follows the keeper's log line of its
@@ -166,9 +161,6 @@ type recollectPart struct {
 }
 
 func newRecollectPart(b *Backend, _ *scenarios.Env) (part, error) {
-	if !b.keeperMode() {
-		return nil, nil
-	}
 	return &recollectPart{b: b}, nil
 }
 
@@ -185,7 +177,7 @@ func (p *recollectPart) kill(ctx context.Context) error {
 	reached := func() bool {
 		pp, _ := b.runningPod(b.plugins)
 		return pp != nil && b.rec.Count(func(e scenarios.Event) bool {
-			return e.Kind == scenarios.KReady && e.Component == scenarios.KeeperContainer && e.Time.After(since)
+			return e.Kind == scenarios.KReady && e.Component == topology.KeeperContainer && e.Time.After(since)
 		}) > 0
 	}
 	for !reached() {

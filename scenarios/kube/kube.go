@@ -55,6 +55,7 @@ import (
 
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/kubeletpath"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios/topology"
 )
 
 // Defaults of Options.
@@ -236,9 +237,8 @@ type Backend struct {
 	volumeHealth map[string]string
 	// deletingPod: the backend itself deletes the workload pod (the pod component's kill)
 	deletingPod atomic.Bool
-	// parts are the scenario's components with their handlers (parts.go), by component and in their order.
-	parts map[scenarios.Component]part
-	order []part
+	// parts are the scenario's components with their handlers (parts.go).
+	parts *topology.Parts[part]
 }
 
 var _ scenarios.Backend = (*Backend)(nil)
@@ -367,7 +367,7 @@ func (b *Backend) Setup(ctx context.Context, sc *scenarios.Scenario, env *scenar
 		return err
 	}
 	b.progress("helm install %s (restoreMounts=%t, restoreStrategy=%s, fuseMode=%s, FUSE server %s, image %s)", releaseName,
-		sc.Plugin.RestoreMounts, strategyOf(sc.Plugin), fuseModeOf(sc.Plugin), sc.Plugin.Server(), b.opts.Image)
+		sc.Plugin.RestoreMounts, strategyOf(sc.Plugin), sc.Plugin.Topology(), sc.Plugin.Server(), b.opts.Image)
 	b.installed = true // a failed install may have created objects: uninstall in Stop either way
 	if err := b.helm.install(ctx, vals, b.opts.SetupTimeout); err != nil {
 		return err
@@ -379,7 +379,7 @@ func (b *Backend) Setup(ctx context.Context, sc *scenarios.Scenario, env *scenar
 	if err := b.waitRegistered(ctx, pluginNode); err != nil {
 		return err
 	}
-	for _, p := range b.order {
+	for _, p := range b.parts.All() {
 		if err := p.ready(ctx); err != nil {
 			return err
 		}
@@ -592,13 +592,6 @@ func runNames(scenario string) names {
 	return names{namespace: ns, pv: ns, pvc: "dummy-fuse-pvc", pod: "workload", volumeHandle: ns}
 }
 
-func fuseModeOf(p scenarios.Plugin) string {
-	if p.FuseMode == "" {
-		return "chart default"
-	}
-	return p.FuseMode
-}
-
 func strategyOf(p scenarios.Plugin) string {
 	if p.RestoreStrategy == "" {
 		return "chart default"
@@ -617,7 +610,7 @@ func (b *Backend) chartValues() (map[string]any, error) {
 		"stateDir":         b.opts.StateDir,
 		"logVerbosity":     5, // every GRPC call with request and response, as the local backend logs
 	}
-	if b.sc.Plugin.FuseMode == scenarios.FuseModeSidecar {
+	if b.parts.Has(topology.SidecarContainer) {
 		// The plugin finds the pod's socket volume by the pod UID that kubelet puts in the volume context.
 		vals["csiDriver"] = map[string]any{"podInfoOnMount": true}
 	}

@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios/topology"
 )
 
 func dsName() string { return releaseName + "-node" }
@@ -32,7 +33,7 @@ func (p *pluginPart) start(ctx context.Context) error { return p.b.startPlugin(c
 
 // killPlugin deletes the plugin pod on the workload's node (deleteNodePod).
 func (b *Backend) killPlugin(ctx context.Context) error {
-	return b.deleteNodePod(ctx, scenarios.PluginContainer, dsName(), b.plugins)
+	return b.deleteNodePod(ctx, topology.PluginContainer, dsName(), b.plugins)
 }
 
 // deleteNodePod deletes the pod of DaemonSet ds (plugin or keeper) on the workload's node, which pods
@@ -40,7 +41,7 @@ func (b *Backend) killPlugin(ctx context.Context) error {
 // again, so first the DaemonSet gets a nodeSelector that no node matches; then the pod is deleted with grace
 // period 0, like the original demo's `kubectl delete pod --grace-period=0 --force` (kubelet still sends
 // SIGTERM and SIGKILL 2 s later; the FUSE servers in the pod die with it either way).
-func (b *Backend) deleteNodePod(ctx context.Context, c scenarios.Component, ds string, pods map[string]*dsPod) error {
+func (b *Backend) deleteNodePod(ctx context.Context, c topology.Component, ds string, pods map[string]*dsPod) error {
 	pp, uid := b.runningPod(pods)
 	if pp == nil {
 		return fmt.Errorf("no running pod of DaemonSet %s on node %s", ds, b.node)
@@ -127,7 +128,7 @@ func (b *Backend) waitPluginReady(ctx context.Context, since time.Time) (string,
 		}
 		b.mu.Unlock()
 		n := b.rec.Count(func(e scenarios.Event) bool {
-			return e.Kind == scenarios.KReady && e.Component == scenarios.PluginContainer && !e.Time.Before(since)
+			return e.Kind == scenarios.KReady && e.Component == topology.PluginContainer && !e.Time.Before(since)
 		})
 		if n > 0 {
 			return node, nil

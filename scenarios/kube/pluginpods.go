@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios/topology"
 )
 
 // dsPod is one pod of the plugin or the keeper DaemonSet.
@@ -106,17 +107,17 @@ func (b *Backend) onPluginPod(p *corev1.Pod, deleted bool) {
 	go b.follow(pp.w, pluginContainer, true, instanceHandler{
 		line: func(n int, info instanceInfo, line []byte, ts time.Time) {
 			if pp.startOnce(n) {
-				b.nodeEvent(pp, scenarios.PluginContainer, scenarios.KStarted, stampTime(info.startedAt, ts), fmt.Sprintf("pod %s on %s", pp.name, pp.node), "")
+				b.nodeEvent(pp, topology.PluginContainer, scenarios.KStarted, stampTime(info.startedAt, ts), fmt.Sprintf("pod %s on %s", pp.name, pp.node), "")
 			}
 			stamp := writePodLine(b.pluginLog, pp.name, n, line, ts)
 			if strings.Contains(string(line), `] "Ready"`) {
-				b.nodeEvent(pp, scenarios.PluginContainer, scenarios.KReady, stamp, fmt.Sprintf("pod %s: %s", pp.name, klogMessage(line)), "")
+				b.nodeEvent(pp, topology.PluginContainer, scenarios.KReady, stamp, fmt.Sprintf("pod %s: %s", pp.name, klogMessage(line)), "")
 			}
 			b.unstage.observe(fmt.Sprintf("%s#%d", pp.name, n), klogMessage(line), b.n.volumeHandle)
-			b.onRelayLine(pp, klogMessage(line), stamp)
+			b.pluginLine(pp, klogMessage(line), stamp)
 		},
 		end: func(_ int, _ instanceInfo, term *corev1.ContainerStateTerminated, gone bool) {
-			b.nodeEvent(pp, scenarios.PluginContainer, scenarios.KExited, time.Now(), pp.endText(term, gone), "")
+			b.nodeEvent(pp, topology.PluginContainer, scenarios.KExited, time.Now(), pp.endText(term, gone), "")
 			pp.markEnded()
 		},
 	})
@@ -124,7 +125,7 @@ func (b *Backend) onPluginPod(p *corev1.Pod, deleted bool) {
 
 // nodeEvent records an event of component c from pod pp. Only the pods on the workload's node matter to the
 // scenario; the others go to kube.log.
-func (b *Backend) nodeEvent(pp *dsPod, c scenarios.Component, kind scenarios.Kind, t time.Time, msg, detail string) {
+func (b *Backend) nodeEvent(pp *dsPod, c topology.Component, kind scenarios.Kind, t time.Time, msg, detail string) {
 	if b.node != "" && pp.node != b.node {
 		b.logf("%s %s on another node: %s %s", c.Noun(), pp.name, kind, msg)
 		return

@@ -13,10 +13,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios/topology"
 )
 
 func (b *Backend) podEvent(kind scenarios.Kind, t time.Time, msg string) {
-	b.rec.Add(scenarios.Event{Time: t, Source: scenarios.SrcComponent, Component: scenarios.WorkloadPod, Kind: kind, Message: msg})
+	b.rec.Add(scenarios.Event{Time: t, Source: scenarios.SrcComponent, Component: topology.WorkloadPod, Kind: kind, Message: msg})
 }
 
 // killPod deletes the workload pod as `kubectl delete pod` does, with its own grace period: kubelet stops its

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios/topology"
 )
 
 // relayWait bounds how long a step waits for the plugin to start a relay or a server again.
@@ -30,10 +31,6 @@ const (
 	relayLogExited  = "Relay mode: process exited, starting it again"
 	relayLogStarted = "Relay mode: process started again"
 )
-
-func (b *Backend) relayMode() bool {
-	return b.sc != nil && b.sc.Plugin.FuseMode == scenarios.FuseModeRelay
-}
 
 // klogKV matches the key=value pairs of a structured klog line, a value quoted or not.
 var klogKV = regexp.MustCompile(`(\w+)=("(?:[^"\\]|\\.)*"|\S+)`)
@@ -59,17 +56,15 @@ func parseKlog(msg string) (string, map[string]string) {
 // onRelayLine turns the plugin's log lines about the run's volume's relay and real server into their events:
 // an exit as KExited, a start again as KReady (the relay: it serves the connection; the server: it runs on a new
 // backend mount).
-func (b *Backend) onRelayLine(pp *dsPod, msg string, t time.Time) {
-	if !b.relayMode() {
-		return
-	}
+func (p *relayPart) pluginLine(pp *dsPod, msg string, t time.Time) {
+	b := p.b
 	text, kv := parseKlog(msg)
 	if (text != relayLogExited && text != relayLogStarted) || kv["volumeID"] != b.n.volumeHandle {
 		return
 	}
-	c := scenarios.RelayServer
+	c := topology.RelayServer
 	if kv["what"] == "relay" {
-		c = scenarios.RelayProcess
+		c = topology.RelayProcess
 	}
 	kind, detail := scenarios.KReady, fmt.Sprintf("pid %s, after a pause of %s", kv["pid"], kv["after"])
 	if text == relayLogExited {
@@ -80,7 +75,7 @@ func (b *Backend) onRelayLine(pp *dsPod, msg string, t time.Time) {
 
 // relayKill runs server-crash in the running plugin pod with args (which pick the process) and records the kill of
 // c with what, before the SIGKILL: a kill recorded after it could follow the process's restart.
-func (b *Backend) relayKill(ctx context.Context, c scenarios.Component, what string, args ...string) error {
+func (b *Backend) relayKill(ctx context.Context, c topology.Component, what string, args ...string) error {
 	pp, _ := b.runningPod(b.plugins)
 	if pp == nil {
 		return fmt.Errorf("no running plugin pod on node %s", b.node)
@@ -100,9 +95,6 @@ type relayServerPart struct {
 }
 
 func newRelayServerPart(b *Backend, _ *scenarios.Env) (part, error) {
-	if !b.relayMode() {
-		return nil, nil
-	}
 	return &relayServerPart{b: b}, nil
 }
 
@@ -120,13 +112,13 @@ func (p *relayServerPart) kill(ctx context.Context) error {
 	if err := scenarios.Sleep(ctx, wait); err != nil {
 		return err
 	}
-	return b.relayKill(ctx, scenarios.RelayServer, fmt.Sprintf("real FUSE server (%s), stopped for %s with a read waiting on it", b.sc.Plugin.Server(), wait),
+	return b.relayKill(ctx, topology.RelayServer, fmt.Sprintf("real FUSE server (%s), stopped for %s with a read waiting on it", b.sc.Plugin.Server(), wait),
 		"--without-arg="+relayArg)
 }
 
 // start waits until the plugin logged the server started again: nobody else starts it.
 func (p *relayServerPart) start(ctx context.Context) error {
-	return p.b.rec.AwaitReady(ctx, scenarios.RelayServer, relayWait)
+	return p.b.rec.AwaitReady(ctx, topology.RelayServer, relayWait)
 }
 
 // relayPart is the relay serving the staging path (not its standby, which takes over when it dies).
@@ -136,17 +128,14 @@ type relayPart struct {
 }
 
 func newRelayPart(b *Backend, _ *scenarios.Env) (part, error) {
-	if !b.relayMode() {
-		return nil, nil
-	}
 	return &relayPart{b: b}, nil
 }
 
 func (p *relayPart) kill(ctx context.Context) error {
-	return p.b.relayKill(ctx, scenarios.RelayProcess, "relay", "--with-arg="+relayArg, "--without-arg="+standbyArg)
+	return p.b.relayKill(ctx, topology.RelayProcess, "relay", "--with-arg="+relayArg, "--without-arg="+standbyArg)
 }
 
 // start waits until the plugin logged that a successor serves the connection.
 func (p *relayPart) start(ctx context.Context) error {
-	return p.b.rec.AwaitReady(ctx, scenarios.RelayProcess, relayWait)
+	return p.b.rec.AwaitReady(ctx, topology.RelayProcess, relayWait)
 }

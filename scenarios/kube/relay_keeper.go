@@ -14,23 +14,18 @@ import (
 
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/contract"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios/topology"
 )
 
 // keeperRelayArg is the argument of the keeper's relays (its FUSE servers, csi-plugin/keeper/server.go), which
 // its real servers lack.
 const keeperRelayArg = "--session"
 
-func (b *Backend) relayKeeperMode() bool {
-	return b.sc != nil && b.sc.Plugin.FuseMode == scenarios.FuseModeRelayKeeper
-}
-
 // onKeeperRelayLine turns the keeper's lines about the run's volume into the relay-keeper mode's events: a relay
 // serving the connection (the keeper's "served by" line) as KReady of the relay, its exit as KExited; the real
 // server's start on a backend as KReady of the real server, its exit as KExited.
-func (b *Backend) onKeeperRelayLine(kp *dsPod, line []byte, t time.Time) {
-	if !b.relayKeeperMode() {
-		return
-	}
+func (p *keeperRelayPart) keeperLine(kp *dsPod, line []byte, t time.Time) {
+	b := p.b
 	switch ev := contract.ParseKeeperLine(line); ev.Kind {
 	case contract.KeeperLineRealServer, contract.KeeperLineRealServerExited:
 		if ev.Volume != b.n.volumeHandle {
@@ -40,13 +35,13 @@ func (b *Backend) onKeeperRelayLine(kp *dsPod, line []byte, t time.Time) {
 		if ev.Kind == contract.KeeperLineRealServerExited {
 			kind, what = scenarios.KExited, "exited"
 		}
-		b.nodeEvent(kp, scenarios.RelayServer, kind, t, fmt.Sprintf("pod %s: real server pid %d %s (%s)", kp.name, ev.PID, what, ev.Reason), "")
+		b.nodeEvent(kp, topology.RelayServer, kind, t, fmt.Sprintf("pod %s: real server pid %d %s (%s)", kp.name, ev.PID, what, ev.Reason), "")
 	case contract.KeeperLineServed:
 		if ev.Volume == b.n.volumeHandle {
-			b.nodeEvent(kp, scenarios.RelayProcess, scenarios.KReady, t, fmt.Sprintf("pod %s: relay pid %d serves the volume", kp.name, ev.PID), "")
+			b.nodeEvent(kp, topology.RelayProcess, scenarios.KReady, t, fmt.Sprintf("pod %s: relay pid %d serves the volume", kp.name, ev.PID), "")
 		}
 	case contract.KeeperLineServerExited:
-		b.nodeEvent(kp, scenarios.RelayProcess, scenarios.KExited, t, fmt.Sprintf("pod %s: relay pid %d: %s", kp.name, ev.PID, ev.Reason), "")
+		b.nodeEvent(kp, topology.RelayProcess, scenarios.KExited, t, fmt.Sprintf("pod %s: relay pid %d: %s", kp.name, ev.PID, ev.Reason), "")
 	}
 }
 
@@ -58,9 +53,6 @@ type keeperRelayServerPart struct {
 }
 
 func newKeeperRelayServerPart(b *Backend, _ *scenarios.Env) (part, error) {
-	if !b.relayKeeperMode() {
-		return nil, nil
-	}
 	return &keeperRelayServerPart{b: b}, nil
 }
 
@@ -79,7 +71,7 @@ func (p *keeperRelayServerPart) kill(ctx context.Context) error {
 		return err
 	}
 	args := []string{"--without-arg=" + keeperRelayArg}
-	b.rec.Add(scenarios.Event{Source: scenarios.SrcComponent, Component: scenarios.RelayServer, Kind: scenarios.KKilled,
+	b.rec.Add(scenarios.Event{Source: scenarios.SrcComponent, Component: topology.RelayServer, Kind: scenarios.KKilled,
 		Message: fmt.Sprintf("exec csi-plugin %s %q in pod %s: SIGKILL of the real FUSE server (%s), stopped for %s with a read waiting on it",
 			serverCrash, args, kp.name, b.sc.Plugin.Server(), wait)})
 	return b.serverCrashIn(ctx, kp.name, keeperContainer, args...)
@@ -87,7 +79,7 @@ func (p *keeperRelayServerPart) kill(ctx context.Context) error {
 
 // start waits until the keeper logged a real server on a new backend: the plugin mounts it, the keeper runs it.
 func (p *keeperRelayServerPart) start(ctx context.Context) error {
-	return p.b.rec.AwaitReady(ctx, scenarios.RelayServer, relayWait)
+	return p.b.rec.AwaitReady(ctx, topology.RelayServer, relayWait)
 }
 
 // keeperRelayPart is the keeper's relay serving the volume's staging connection.
@@ -97,19 +89,16 @@ type keeperRelayPart struct {
 }
 
 func newKeeperRelayPart(b *Backend, _ *scenarios.Env) (part, error) {
-	if !b.relayKeeperMode() {
-		return nil, nil
-	}
 	return &keeperRelayPart{b: b}, nil
 }
 
 // kill is the keeper mode's server crash: `csi-plugin keeper crash --volume` in the keeper container kills the
 // relay serving the volume, and the keeper starts another.
 func (p *keeperRelayPart) kill(ctx context.Context) error {
-	return p.b.killKeeperServer(ctx, scenarios.RelayProcess, "relay")
+	return p.b.killKeeperServer(ctx, topology.RelayProcess, "relay")
 }
 
 // start waits until the keeper logged a relay serving the connection again.
 func (p *keeperRelayPart) start(ctx context.Context) error {
-	return p.b.rec.AwaitReady(ctx, scenarios.RelayProcess, relayWait)
+	return p.b.rec.AwaitReady(ctx, topology.RelayProcess, relayWait)
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios/topology"
 )
 
 // refusedArg is an argument every real server refuses at once (Go's flag package, gcsfuse's command line and
@@ -60,7 +61,7 @@ func (b *Backend) rollRelayServer(ctx context.Context, args []string, ev *scenar
 func (b *Backend) awaitRelayServer(ctx context.Context, since time.Time, what string, ok func(cmd string) bool) error {
 	deadline := time.Now().Add(b.opts.SetupTimeout)
 	for b.rec.Count(func(e scenarios.Event) bool {
-		return e.Kind == scenarios.KReady && e.Component == scenarios.RelayServer && !e.Time.Before(since) && ok(e.Message)
+		return e.Kind == scenarios.KReady && e.Component == topology.RelayServer && !e.Time.Before(since) && ok(e.Message)
 	}) == 0 {
 		if time.Now().After(deadline) {
 			return fmt.Errorf("no real server %s served the volume within %s of the keeper's rollout (see keeper.log and kube.log)", what, b.opts.SetupTimeout)
@@ -77,7 +78,7 @@ func (p *keeperRelayServerPart) upgrade(ctx context.Context) error {
 	b := p.b
 	flag := scenarios.NextBuildFlag(b.sc.Plugin.Server())
 	since := time.Now()
-	if err := b.rollRelayServer(ctx, []string{flag}, &scenarios.Event{Source: scenarios.SrcComponent, Component: scenarios.RelayServer,
+	if err := b.rollRelayServer(ctx, []string{flag}, &scenarios.Event{Source: scenarios.SrcComponent, Component: topology.RelayServer,
 		Kind: scenarios.KUpgraded, Detail: flag, Message: fmt.Sprintf("helm upgrade --set keeper.relayServerArgs={%s}: the keeper rolls with the real server's next build", flag)}); err != nil {
 		return err
 	}
@@ -92,14 +93,11 @@ type keeperRelayGonePart struct {
 }
 
 func newKeeperRelayGonePart(b *Backend, _ *scenarios.Env) (part, error) {
-	if !b.relayKeeperMode() {
-		return nil, nil
-	}
 	return &keeperRelayGonePart{b: b}, nil
 }
 
 func (g *keeperRelayGonePart) kill(ctx context.Context) error {
-	return g.b.rollRelayServer(ctx, []string{refusedArg}, &scenarios.Event{Source: scenarios.SrcComponent, Component: scenarios.RelayServerGone,
+	return g.b.rollRelayServer(ctx, []string{refusedArg}, &scenarios.Event{Source: scenarios.SrcComponent, Component: topology.RelayServerGone,
 		Kind: scenarios.KKilled, Message: fmt.Sprintf("helm upgrade --set keeper.relayServerArgs={%s}: the keeper rolls with a real server that refuses its arguments", refusedArg)})
 }
 
@@ -112,7 +110,7 @@ func (g *keeperRelayGonePart) start(ctx context.Context) error {
 	if err := b.awaitRelayServer(ctx, since, "without "+refusedArg, func(cmd string) bool { return !strings.Contains(cmd, refusedArg) }); err != nil {
 		return err
 	}
-	b.rec.Add(scenarios.Event{Source: scenarios.SrcComponent, Component: scenarios.RelayServerGone, Kind: scenarios.KReady,
+	b.rec.Add(scenarios.Event{Source: scenarios.SrcComponent, Component: topology.RelayServerGone, Kind: scenarios.KReady,
 		Message: "the keeper rolled back: a real server serves the volume again"})
 	return nil
 }

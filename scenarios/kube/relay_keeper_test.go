@@ -7,6 +7,7 @@ import (
 
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/contract"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios/topology"
 )
 
 // TestOnKeeperRelayLine: in the relay-keeper mode the keeper's lines about the run's volume become the relay's
@@ -17,7 +18,8 @@ func TestOnKeeperRelayLine(t *testing.T) {
 	b := New(Options{})
 	b.rec = &scenarios.Recorder{}
 	b.n = names{volumeHandle: vol}
-	b.sc = &scenarios.Scenario{Plugin: scenarios.Plugin{FuseMode: scenarios.FuseModeRelayKeeper}}
+	b.sc = &scenarios.Scenario{Plugin: scenarios.Plugin{Mode: topology.RelayKeeper}}
+	mustMakeParts(t, b)
 	kp := &dsPod{name: "dfc-keeper-x"}
 	at := time.Date(2026, 11, 26, 22, 0, 0, 0, time.UTC)
 	for _, l := range []string{
@@ -28,10 +30,10 @@ func TestOnKeeperRelayLine(t *testing.T) {
 		"keeper: " + fmt.Sprintf(contract.KeeperExitedFormat, 57, "signal: killed", vol),
 		"keeper: something else",
 	} {
-		b.onKeeperRelayLine(kp, []byte(l), at)
+		b.keeperLine(kp, []byte(l), at)
 	}
 	type ev struct {
-		c    scenarios.Component
+		c    topology.Component
 		kind scenarios.Kind
 	}
 	var got []ev
@@ -39,18 +41,19 @@ func TestOnKeeperRelayLine(t *testing.T) {
 		got = append(got, ev{e.Component, e.Kind})
 	}
 	want := []ev{
-		{scenarios.RelayServer, scenarios.KReady},
-		{scenarios.RelayServer, scenarios.KExited},
-		{scenarios.RelayProcess, scenarios.KReady},
-		{scenarios.RelayProcess, scenarios.KExited},
+		{topology.RelayServer, scenarios.KReady},
+		{topology.RelayServer, scenarios.KExited},
+		{topology.RelayProcess, scenarios.KReady},
+		{topology.RelayProcess, scenarios.KExited},
 	}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("events %+v, want %+v", got, want)
 	}
 
-	b.sc = &scenarios.Scenario{Plugin: scenarios.Plugin{FuseMode: scenarios.FuseModeKeeper}}
+	b.sc = &scenarios.Scenario{Plugin: scenarios.Plugin{Mode: topology.Keeper}}
+	mustMakeParts(t, b)
 	b.rec = &scenarios.Recorder{}
-	b.onKeeperRelayLine(kp, []byte("keeper: volume "+vol+": real server pid 41 exited (signal: killed)"), at)
+	b.keeperLine(kp, []byte("keeper: volume "+vol+": real server pid 41 exited (signal: killed)"), at)
 	if n := len(b.rec.Snapshot().Events); n != 0 {
 		t.Errorf("keeper mode: %d events from a keeper line, want none", n)
 	}

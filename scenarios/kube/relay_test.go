@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios/topology"
 )
 
 // TestOnRelayLine: the plugin's log lines about the run's volume's relay and real server become their events (an
@@ -13,7 +14,8 @@ func TestOnRelayLine(t *testing.T) {
 	b := New(Options{})
 	b.rec = &scenarios.Recorder{}
 	b.n = names{volumeHandle: "dfc-relay-crash-abc123"}
-	b.sc = &scenarios.Scenario{Plugin: scenarios.Plugin{FuseMode: scenarios.FuseModeRelay}}
+	b.sc = &scenarios.Scenario{Plugin: scenarios.Plugin{Mode: topology.Relay}}
+	mustMakeParts(t, b)
 	pp := &dsPod{name: "dfc-node-x"}
 	at := time.Date(2026, 11, 26, 21, 0, 0, 0, time.UTC)
 	for _, l := range []string{
@@ -24,10 +26,10 @@ func TestOnRelayLine(t *testing.T) {
 		`"FUSE connection served by a relay" volumeID="dfc-relay-crash-abc123" relayPID=12 serverPID=11`,
 		`not a structured line`,
 	} {
-		b.onRelayLine(pp, l, at)
+		b.pluginLine(pp, l, at)
 	}
 	type ev struct {
-		c    scenarios.Component
+		c    topology.Component
 		kind scenarios.Kind
 		msg  string
 	}
@@ -36,9 +38,9 @@ func TestOnRelayLine(t *testing.T) {
 		got = append(got, ev{e.Component, e.Kind, e.Message})
 	}
 	want := []ev{
-		{scenarios.RelayServer, scenarios.KExited, "pod dfc-node-x: server pid 41: signal: killed"},
-		{scenarios.RelayServer, scenarios.KReady, "pod dfc-node-x: server pid 57, after a pause of 0s"},
-		{scenarios.RelayProcess, scenarios.KReady, "pod dfc-node-x: relay pid 58, after a pause of 0s"},
+		{topology.RelayServer, scenarios.KExited, "pod dfc-node-x: server pid 41: signal: killed"},
+		{topology.RelayServer, scenarios.KReady, "pod dfc-node-x: server pid 57, after a pause of 0s"},
+		{topology.RelayProcess, scenarios.KReady, "pod dfc-node-x: relay pid 58, after a pause of 0s"},
 	}
 	if len(got) != len(want) {
 		t.Fatalf("events %+v, want %+v", got, want)
@@ -49,9 +51,10 @@ func TestOnRelayLine(t *testing.T) {
 		}
 	}
 
-	b.sc = &scenarios.Scenario{Plugin: scenarios.Plugin{FuseMode: scenarios.FuseModeChild}}
+	b.sc = &scenarios.Scenario{Plugin: scenarios.Plugin{Mode: topology.Child}}
+	mustMakeParts(t, b)
 	b.rec = &scenarios.Recorder{}
-	b.onRelayLine(pp, `"Relay mode: process started again" what="relay" volumeID="dfc-relay-crash-abc123" pid=58 after="0s"`, at)
+	b.pluginLine(pp, `"Relay mode: process started again" what="relay" volumeID="dfc-relay-crash-abc123" pid=58 after="0s"`, at)
 	if n := len(b.rec.Snapshot().Events); n != 0 {
 		t.Errorf("child mode: %d events from a relay line, want none", n)
 	}

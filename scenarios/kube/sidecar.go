@@ -17,13 +17,14 @@ import (
 
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/contract"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios/topology"
 )
 
 // sidecarCrash is the command that kills the sidecar container's FUSE server (csi-plugin/sidecar.Crash).
 const sidecarCrash = "sidecar-crash"
 
 func (b *Backend) sidecarEvent(kind scenarios.Kind, t time.Time, msg string) {
-	b.rec.Add(scenarios.Event{Time: t, Source: scenarios.SrcComponent, Component: scenarios.SidecarContainer, Kind: kind, Message: msg})
+	b.rec.Add(scenarios.Event{Time: t, Source: scenarios.SrcComponent, Component: topology.SidecarContainer, Kind: kind, Message: msg})
 }
 
 // trackSidecar follows every instance of the current pod's FUSE sidecar: its log (stamped by the runtime, and
@@ -114,7 +115,7 @@ func (b *Backend) killSidecar(ctx context.Context) error {
 // by itself) and returns once it runs; it serves only if the plugin has a descriptor for it, which KReady will
 // say.
 func (b *Backend) startSidecar(ctx context.Context) error {
-	if err := b.rec.AwaitRestart(ctx, scenarios.SidecarContainer, b.opts.SetupTimeout); err != nil {
+	if err := b.rec.AwaitRestart(ctx, topology.SidecarContainer, b.opts.SetupTimeout); err != nil {
 		return fmt.Errorf("%w (see kube.log)", err)
 	}
 	b.progress("kubelet started the sidecar container %s again", b.sidecarName)
@@ -164,9 +165,6 @@ type sidecarPart struct {
 }
 
 func newSidecarPart(b *Backend, env *scenarios.Env) (part, error) {
-	if b.sc.Pod.Sidecar == nil {
-		return nil, nil
-	}
 	var err error
 	if b.sidecarLog, err = env.Log("sidecar.log"); err != nil {
 		return nil, err

@@ -25,6 +25,7 @@ import (
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/restore"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/volumecondition"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios/topology"
 )
 
 // The claim of the pod's volume, as manifests/ names it.
@@ -205,14 +206,14 @@ func (b *Backend) recreatePod(ctx context.Context, name string) error {
 	if b.podGone() || name != mirrorName(vol.podUID) {
 		return fmt.Errorf("pod %s is not the current pod", name)
 	}
-	if err := b.Kill(ctx, scenarios.WorkloadPod); err != nil {
+	if err := b.Kill(ctx, topology.WorkloadPod); err != nil {
 		return err
 	}
 	if b.sc.Pod.Controller == "" {
 		return nil
 	}
 	b.logf("%s: creates a new pod for the deleted %s", b.sc.Pod.Controller, name)
-	return b.Start(ctx, scenarios.WorkloadPod)
+	return b.Start(ctx, topology.WorkloadPod)
 }
 
 // podGone reports whether the pod is deleted (and not created again).

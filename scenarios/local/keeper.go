@@ -17,9 +17,10 @@ import (
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/keeper"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/contract"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios/topology"
 )
 
-// The keeper of the plugin's keeper mode (scenarios.FuseModeKeeper), as the chart deploys it: `csi-plugin
+// The keeper of the plugin's keeper modes (topology.Keeper, topology.RelayKeeper), as the chart deploys it: `csi-plugin
 // keeper` in a container of its own (new mount and PID namespaces: its FUSE servers die with it), user 65534
 // without capabilities, with the plugin's socket directory mounted and a directory for its status
 // file; its two binaries are bind-mounted in, standing in for its image.
@@ -57,17 +58,15 @@ type keeperPart struct {
 	servedBy atomic.Int64
 }
 
-// newKeeperPart is the keeper when the plugin's FUSE mode is the keeper's.
+// newKeeperPart is the keeper of the modes that have one.
 func newKeeperPart(b *Backend, env *scenarios.Env) (part, error) {
-	if !b.sc.Plugin.HasKeeper() {
-		return nil, nil
-	}
 	logs, err := env.Logs("keeper.log")
 	if err != nil {
 		return nil, err
 	}
 	b.logs = append(b.logs, logs[0])
-	return &keeperPart{b: b, log: logs[0], pluginPath: b.opts.PluginPath, fusePath: b.opts.FusePath}, nil
+	b.peers.keeper = &keeperPart{b: b, log: logs[0], pluginPath: b.opts.PluginPath, fusePath: b.opts.FusePath}
+	return b.peers.keeper, nil
 }
 
 // pluginArgs lets the keeper's user connect to the plugin's keeper socket.
@@ -123,11 +122,11 @@ func (k *keeperPart) procs() []knownProc {
 }
 
 func (k *keeperPart) event(kind scenarios.Kind, t time.Time, msg string) {
-	k.b.rec.Add(scenarios.Event{Time: t, Source: scenarios.SrcComponent, Component: scenarios.KeeperContainer, Kind: kind, Message: msg})
+	k.b.rec.Add(scenarios.Event{Time: t, Source: scenarios.SrcComponent, Component: topology.KeeperContainer, Kind: kind, Message: msg})
 }
 
 func (k *keeperPart) serverEvent(kind scenarios.Kind, t time.Time, msg, version string) {
-	k.b.rec.Add(scenarios.Event{Time: t, Source: scenarios.SrcComponent, Component: scenarios.FuseServer, Kind: kind, Message: msg, Detail: version})
+	k.b.rec.Add(scenarios.Event{Time: t, Source: scenarios.SrcComponent, Component: topology.FuseServer, Kind: kind, Message: msg, Detail: version})
 }
 
 // startInstance starts a keeper container running pluginPath's `keeper` with fusePath as its FUSE server, and
@@ -160,7 +159,7 @@ func (k *keeperPart) startInstance(pluginPath, fusePath string) (*keeperInstance
 		{Source: pluginPath, Target: filepath.Join(bin, "csi-plugin"), Propagation: "rprivate"},
 		{Source: fusePath, Target: filepath.Join(bin, "dummy-fuse"), Propagation: "rprivate"},
 	}
-	if b.sc.Plugin.FuseMode == scenarios.FuseModeRelayKeeper {
+	if b.peers.relayServer != nil { // it runs the relays and the real servers
 		relayArgs, relayMount, err := k.relayNodeDir()
 		if err != nil {
 			return nil, err
@@ -286,7 +285,7 @@ func (k *keeperPart) upgrade(ctx context.Context) error {
 	if version == old.version {
 		return fmt.Errorf("the next build has the running version %s: it would prove nothing", version)
 	}
-	b.rec.Add(scenarios.Event{Source: scenarios.SrcComponent, Component: scenarios.KeeperContainer, Kind: scenarios.KUpgraded,
+	b.rec.Add(scenarios.Event{Source: scenarios.SrcComponent, Component: topology.KeeperContainer, Kind: scenarios.KUpgraded,
 		Message: fmt.Sprintf("keeper %s → %s", old.version, version), Detail: version})
 	k.pluginPath, k.fusePath = b.opts.NextPluginPath, b.opts.NextFusePath
 	ki, err := k.startInstance(k.pluginPath, k.fusePath)
@@ -311,18 +310,14 @@ type keeperServer struct {
 	k *keeperPart
 }
 
-// newKeeperServerPart is the keeper's FUSE server when the scenario has a keeper.
+// newKeeperServerPart is the keeper's FUSE server of the volume.
 func newKeeperServerPart(b *Backend, _ *scenarios.Env) (part, error) {
-	k, ok := b.parts[scenarios.KeeperContainer].(*keeperPart)
-	if !ok || b.sc.Plugin.FuseMode != scenarios.FuseModeKeeper {
-		return nil, nil // relay-keeper: the FUSE server is the real one behind the relay (relay_keeper.go)
-	}
-	return &keeperServer{k: k}, nil
+	return &keeperServer{k: b.peers.keeper}, nil
 }
 
 // start waits until the keeper's next server serves the volume: the keeper starts it by itself.
 func (s *keeperServer) start(ctx context.Context) error {
-	return s.k.b.rec.AwaitReady(ctx, scenarios.FuseServer, 30*time.Second)
+	return s.k.b.rec.AwaitReady(ctx, topology.FuseServer, 30*time.Second)
 }
 
 // kill sends SIGKILL to the FUSE server that serves the volume.

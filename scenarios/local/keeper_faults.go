@@ -10,6 +10,7 @@ import (
 
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/keeper"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios/topology"
 )
 
 // The FUSE server faults beyond a single crash: a successor killed in the middle of the recovery, and servers
@@ -84,11 +85,7 @@ type successorPart struct {
 }
 
 func newSuccessorPart(b *Backend, _ *scenarios.Env) (part, error) {
-	k, ok := b.parts[scenarios.KeeperContainer].(*keeperPart)
-	if !ok {
-		return nil, nil
-	}
-	return &successorPart{k: k}, nil
+	return &successorPart{k: b.peers.keeper}, nil
 }
 
 func (s *successorPart) kill(ctx context.Context) error {
@@ -134,11 +131,7 @@ type crashLoopPart struct {
 }
 
 func newCrashLoopPart(b *Backend, _ *scenarios.Env) (part, error) {
-	k, ok := b.parts[scenarios.KeeperContainer].(*keeperPart)
-	if !ok {
-		return nil, nil
-	}
-	return &crashLoopPart{k: k}, nil
+	return &crashLoopPart{k: b.peers.keeper}, nil
 }
 
 // kill kills the running server and starts the loop that kills each successor.
@@ -179,7 +172,7 @@ func (c *crashLoopPart) kill(ctx context.Context) error {
 // start ends the loop and waits until a server serves the volume again.
 func (c *crashLoopPart) start(ctx context.Context) error {
 	c.end()
-	return c.k.b.rec.AwaitReady(ctx, scenarios.FuseServer, 30*time.Second)
+	return c.k.b.rec.AwaitReady(ctx, topology.FuseServer, 30*time.Second)
 }
 
 // end stops the loop and waits until it stopped.
@@ -204,11 +197,7 @@ type recollectPart struct {
 }
 
 func newRecollectPart(b *Backend, _ *scenarios.Env) (part, error) {
-	k, ok := b.parts[scenarios.KeeperContainer].(*keeperPart)
-	if !ok {
-		return nil, nil
-	}
-	return &recollectPart{k: k}, nil
+	return &recollectPart{k: b.peers.keeper}, nil
 }
 
 // kill starts the plugin and kills it once the keeper's status says that its session with it is up: the

@@ -36,6 +36,7 @@ import (
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/fuseserver"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/podcgroup"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios/topology"
 )
 
 // Names of the objects the local kubelet pretends to manage.
@@ -144,9 +145,9 @@ type Backend struct {
 	// logs are every log file opened, closed at Stop.
 	logs []*scenarios.LogFile
 
-	// parts are the scenario's components with their handlers (parts.go), by component and in their order.
-	parts map[scenarios.Component]part
-	order []part
+	// parts are the scenario's components with their handlers (parts.go), and peers those that others reach.
+	parts *topology.Parts[part]
+	peers peers
 
 	plugin       *proc
 	pluginStarts int
@@ -219,6 +220,9 @@ func (b *Backend) Setup(ctx context.Context, sc *scenarios.Scenario, env *scenar
 	}
 	b.pluginLog, b.workloadLog, b.kubeletLog = logs[0], logs[1], logs[2]
 	b.logs = append(b.logs, logs...)
+	if b.peers.server, err = newServer(b, env); err != nil {
+		return err
+	}
 	if err := b.makeParts(env); err != nil {
 		return err
 	}
@@ -258,7 +262,7 @@ func (b *Backend) Setup(ctx context.Context, sc *scenarios.Scenario, env *scenar
 	if err := b.startPlugin(ctx); err != nil {
 		return err
 	}
-	for _, p := range b.order {
+	for _, p := range b.parts.All() {
 		if err := p.deploy(ctx); err != nil {
 			return err
 		}
@@ -332,8 +336,11 @@ func (b *Backend) Stop(ctx context.Context) error {
 			b.logf("teardown: %v", err) // the unmount below cleans up what the plugin could not
 		}
 	}
-	for _, p := range b.order {
+	for _, p := range b.parts.All() {
 		errs = append(errs, p.teardown())
+	}
+	if b.peers.server != nil {
+		b.peers.server.stop()
 	}
 	if b.rootBound {
 		done, err := unmountAll(b.root)
@@ -430,7 +437,7 @@ func (b *Backend) closeLogs() {
 // procs lists every process the parts started that they still know of, in the parts' order.
 func (b *Backend) procs() []knownProc {
 	var out []knownProc
-	for _, p := range b.order {
+	for _, p := range b.parts.All() {
 		out = append(out, p.procs()...)
 	}
 	return out

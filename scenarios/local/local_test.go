@@ -23,6 +23,7 @@ import (
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios/catalog"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios/report"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios/topology"
 )
 
 // binDir holds csi-plugin, dummy-fuse and dummy-fuse-workload, built once for all tests (when they can run).
@@ -145,7 +146,7 @@ func TestScenarios(t *testing.T) {
 				if sc.Pod.Sidecar != nil {
 					want += " sidecar.log"
 				}
-				if sc.Plugin.HasKeeper() {
+				if sc.Plugin.Topology().Has(topology.KeeperContainer) {
 					want += " keeper.log"
 				}
 				if sc.Plugin.Remediation != nil {
@@ -208,7 +209,7 @@ type cancelAfterKill struct {
 	cancel context.CancelFunc
 }
 
-func (c cancelAfterKill) Kill(ctx context.Context, comp scenarios.Component) error {
+func (c cancelAfterKill) Kill(ctx context.Context, comp topology.Component) error {
 	err := c.Backend.Kill(ctx, comp)
 	c.cancel()
 	return err
@@ -377,7 +378,7 @@ func TestSidecarUnprivileged(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(b.vol.target, scenarios.FileName)); err != nil {
 		t.Errorf("the sidecar does not serve the mount: %v", err)
 	}
-	pid := b.parts[scenarios.SidecarContainer].(*sidecarCtr).current().pid()
+	pid := b.peers.sidecar.current().pid()
 	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		t.Fatal(err)

@@ -2,18 +2,17 @@ package local
 
 import (
 	"context"
-	"errors"
-	"fmt"
 
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios/topology"
 )
 
 // A part is one component of a scenario's deployment with its own handler, in a file of its own: the plugin
 // container (plugin.go), the pod's FUSE sidecar (sidecar.go), the keeper and the FUSE server it runs
-// (keeper.go), the workload pod (pod.go). Setup asks each constructor of partKinds for the scenario's part;
-// Kill, Start and Upgrade hand the step to the component's part, and the pod's life and the teardown call
-// every part in that order. A new component, or a new kind of FUSE server, is a new file with a constructor
-// in partKinds; nothing else changes.
+// (keeper.go), the workload pod (pod.go). Setup builds a part for each node of the scenario's
+// topology (scenarios/topology), by its component and holder in partKinds; Kill, Start and Upgrade hand the
+// step to the component's part, and the pod's life and the teardown call every part in that order. A new
+// component or mode is a new file with a constructor in partKinds; nothing else changes.
 type part interface {
 	// kill stops it abruptly (SIGKILL); it stays down unless kubelet restarts it by itself.
 	kill(ctx context.Context) error
@@ -42,33 +41,38 @@ type knownProc struct {
 	note string
 }
 
-// partKinds are the constructors of the parts, in the order of the pod's life and the teardown (the plugin
-// first); each returns nil when the scenario has no such component.
-func partKinds() []struct {
-	component scenarios.Component
-	new       func(b *Backend, env *scenarios.Env) (part, error)
-} {
-	return []struct {
-		component scenarios.Component
-		new       func(b *Backend, env *scenarios.Env) (part, error)
-	}{
-		{scenarios.PluginContainer, newPluginPart},
-		{scenarios.SidecarContainer, newSidecarPart},
-		{scenarios.KeeperContainer, newKeeperPart},
-		{scenarios.FuseServer, newKeeperServerPart},
-		{scenarios.FuseSuccessor, newSuccessorPart},
-		{scenarios.FuseCrashLoop, newCrashLoopPart},
-		{scenarios.PluginRecollecting, newRecollectPart},
-		{scenarios.FuseServer, newServerPart},
-		{scenarios.RelayServer, newRelayServerPart},
-		{scenarios.RelayServerGone, newRelayGonePart},
-		{scenarios.RelayProcess, newRelayPart},
-		{scenarios.WorkloadPod, newPodPart},
-	}
+// newPart makes a part for the run.
+type newPart func(b *Backend, env *scenarios.Env) (part, error)
+
+// partKinds are the parts this backend plays each node of a topology with, by component and holder.
+var partKinds = map[topology.Key]newPart{
+	{Component: topology.PluginContainer, Holder: topology.InPlugin}:    newPluginPart,
+	{Component: topology.FuseServer, Holder: topology.InPlugin}:         newChildServerPart,
+	{Component: topology.SidecarContainer, Holder: topology.InPod}:      newSidecarPart,
+	{Component: topology.KeeperContainer, Holder: topology.InKeeper}:    newKeeperPart,
+	{Component: topology.FuseServer, Holder: topology.InKeeper}:         newKeeperServerPart,
+	{Component: topology.FuseSuccessor, Holder: topology.InKeeper}:      newSuccessorPart,
+	{Component: topology.FuseCrashLoop, Holder: topology.InKeeper}:      newCrashLoopPart,
+	{Component: topology.PluginRecollecting, Holder: topology.InPlugin}: newRecollectPart,
+	{Component: topology.RelayServer, Holder: topology.InPlugin}:        newRelayServerPart,
+	{Component: topology.RelayServer, Holder: topology.InKeeper}:        newRelayServerPart,
+	{Component: topology.RelayServerGone, Holder: topology.InPlugin}:    newRelayGonePart,
+	{Component: topology.RelayServerGone, Holder: topology.InKeeper}:    newRelayGonePart,
+	{Component: topology.RelayProcess, Holder: topology.InPlugin}:       newRelayPart,
+	{Component: topology.RelayProcess, Holder: topology.InKeeper}:       newKeptRelayPart,
+	{Component: topology.WorkloadPod, Holder: topology.InPod}:           newPodPart,
+}
+
+// peers are the parts (and the server program) that other parts reach, each set once, by its constructor.
+type peers struct {
+	server      *server          // the run's FUSE server program, made before any part
+	sidecar     *sidecarCtr      // the sidecar mode
+	keeper      *keeperPart      // the modes with a keeper
+	relayServer *relayServerPart // the relay modes
 }
 
 // errUnsupported is what a part answers for a step it cannot take.
-var errUnsupported = errors.New("unsupported")
+var errUnsupported = topology.ErrUnsupported
 
 // noPart is a part that takes no step and has nothing to do at any time; parts embed it for what does not
 // apply to them.
@@ -85,50 +89,25 @@ func (noPart) podStop(string) error           { return nil }
 func (noPart) teardown() error                { return nil }
 func (noPart) procs() []knownProc             { return nil }
 
-// makeParts builds the scenario's parts; the logs they open come after the backend's own, in partKinds' order.
+// makeParts builds the scenario's parts from its topology; the logs they open come after the backend's own, in
+// the topology's order.
 func (b *Backend) makeParts(env *scenarios.Env) error {
-	b.parts = map[scenarios.Component]part{}
-	for _, k := range partKinds() {
-		p, err := k.new(b, env)
-		if err != nil {
-			return err
-		}
-		if p == nil {
-			continue
-		}
-		// Two kinds of one component (a FUSE server of two modes) must not both claim a scenario.
-		if _, dup := b.parts[k.component]; dup {
-			return fmt.Errorf("local backend: two parts for %s", k.component)
-		}
-		b.parts[k.component] = p
-		b.order = append(b.order, p)
-	}
-	return nil
-}
-
-// step hands the action on component c to its part.
-func (b *Backend) step(c scenarios.Component, verb string, do func(part) error) error {
-	p, ok := b.parts[c]
-	if !ok {
-		return fmt.Errorf("local backend: cannot %s %s: the scenario has none", verb, c)
-	}
-	if err := do(p); !errors.Is(err, errUnsupported) {
-		return err
-	}
-	return fmt.Errorf("local backend: cannot %s %s", verb, c)
+	var err error
+	b.parts, err = topology.Build("local", b.sc.Plugin.Topology(), partKinds, func(k newPart) (part, error) { return k(b, env) })
+	return err
 }
 
 // Kill implements scenarios.Backend.
-func (b *Backend) Kill(ctx context.Context, c scenarios.Component) error {
-	return b.step(c, "kill", func(p part) error { return p.kill(ctx) })
+func (b *Backend) Kill(ctx context.Context, c topology.Component) error {
+	return b.parts.Step(c, topology.Kill, func(p part) error { return p.kill(ctx) })
 }
 
 // Start implements scenarios.Backend.
-func (b *Backend) Start(ctx context.Context, c scenarios.Component) error {
-	return b.step(c, "start", func(p part) error { return p.start(ctx) })
+func (b *Backend) Start(ctx context.Context, c topology.Component) error {
+	return b.parts.Step(c, topology.Start, func(p part) error { return p.start(ctx) })
 }
 
 // Upgrade implements scenarios.Backend.
-func (b *Backend) Upgrade(ctx context.Context, c scenarios.Component) error {
-	return b.step(c, "upgrade", func(p part) error { return p.upgrade(ctx) })
+func (b *Backend) Upgrade(ctx context.Context, c topology.Component) error {
+	return b.parts.Step(c, topology.Upgrade, func(p part) error { return p.upgrade(ctx) })
 }

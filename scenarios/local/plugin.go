@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios/topology"
 )
 
 // pluginPart is the plugin container: csi-plugin in a PID namespace of its own, so that its FUSE servers die
@@ -55,7 +56,7 @@ func (p *pluginPart) procs() []knownProc {
 
 // pluginEvent records an event of the plugin container's lifecycle.
 func (b *Backend) pluginEvent(kind scenarios.Kind, t time.Time, msg string) {
-	b.rec.Add(scenarios.Event{Time: t, Source: scenarios.SrcComponent, Component: scenarios.PluginContainer, Kind: kind, Message: msg})
+	b.rec.Add(scenarios.Event{Time: t, Source: scenarios.SrcComponent, Component: topology.PluginContainer, Kind: kind, Message: msg})
 }
 
 // killPlugin sends SIGKILL to the plugin's PID namespace init.
@@ -84,7 +85,7 @@ func (b *Backend) launchPlugin() (*proc, error) {
 		fmt.Sprintf("-v=%d", b.opts.PluginVerbosity),
 	}
 	args = append(args, b.sc.Plugin.Args()...)
-	for _, p := range b.order {
+	for _, p := range b.parts.All() {
 		args = append(args, p.pluginArgs()...)
 	}
 	b.pluginStarts++

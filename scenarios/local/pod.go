@@ -10,6 +10,7 @@ import (
 
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/kubeletpath"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios/topology"
 )
 
 // podPart is the workload pod: killing it is kubelet's teardown of a deleted pod, starting it the creation of
@@ -26,11 +27,11 @@ func (p *podPart) kill(ctx context.Context) error {
 	if b.podGone() {
 		return errors.New("the pod is deleted already")
 	}
-	b.rec.Add(scenarios.Event{Source: scenarios.SrcComponent, Component: scenarios.WorkloadPod, Kind: scenarios.KKilled,
+	b.rec.Add(scenarios.Event{Source: scenarios.SrcComponent, Component: topology.WorkloadPod, Kind: scenarios.KKilled,
 		Message: "pod " + b.podUID + " deleted: containers stopped, volume unpublished and unstaged"})
 	b.setPodDeleted(true)
 	err := b.podDown(ctx)
-	b.rec.Add(scenarios.Event{Source: scenarios.SrcComponent, Component: scenarios.WorkloadPod, Kind: scenarios.KExited,
+	b.rec.Add(scenarios.Event{Source: scenarios.SrcComponent, Component: topology.WorkloadPod, Kind: scenarios.KExited,
 		Message: "pod " + b.podUID + " gone"})
 	return err
 }
@@ -44,9 +45,9 @@ func (p *podPart) start(ctx context.Context) error {
 	if err := b.podUp(ctx); err != nil {
 		return err
 	}
-	b.rec.Add(scenarios.Event{Source: scenarios.SrcComponent, Component: scenarios.WorkloadPod, Kind: scenarios.KStarted,
+	b.rec.Add(scenarios.Event{Source: scenarios.SrcComponent, Component: topology.WorkloadPod, Kind: scenarios.KStarted,
 		Message: "pod " + b.podUID + " created"})
-	b.rec.Add(scenarios.Event{Source: scenarios.SrcComponent, Component: scenarios.WorkloadPod, Kind: scenarios.KReady,
+	b.rec.Add(scenarios.Event{Source: scenarios.SrcComponent, Component: topology.WorkloadPod, Kind: scenarios.KReady,
 		Message: "pod " + b.podUID + ": volume published, every container had its first start"})
 	return nil
 }
@@ -84,7 +85,7 @@ func (b *Backend) podUp(ctx context.Context) error {
 		scenarios.PathRoot: b.root, scenarios.PathVolume: b.vol.target, scenarios.PathStaging: b.vol.staging,
 	})
 	b.logf("pod %s/%s: uid %s", podNamespace, podName, uid)
-	for _, p := range b.order {
+	for _, p := range b.parts.All() {
 		if err := p.podPrepare(); err != nil {
 			return err
 		}
@@ -104,7 +105,7 @@ func (b *Backend) podUp(ctx context.Context) error {
 		scenarios.StatHostPaths(podCtx, b.rec, map[string]string{
 			scenarios.PathVolume: b.vol.target, scenarios.PathStaging: b.vol.staging}, b.opts.ProbeInterval)
 	}()
-	for _, p := range b.order {
+	for _, p := range b.parts.All() {
 		if err := p.podStart(podCtx); err != nil {
 			return err
 		}
@@ -156,7 +157,7 @@ func (b *Backend) stopPod(logPrefix string) error {
 			c.waitOutput()
 		}
 	}
-	for _, p := range b.order {
+	for _, p := range b.parts.All() {
 		errs = append(errs, p.podStop(logPrefix))
 	}
 	if b.podUID != "" {

@@ -12,9 +12,10 @@ import (
 	"time"
 
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios/topology"
 )
 
-// The relay mode's parts (scenarios.FuseModeRelay): the real server behind the relay (relayServerPart, also
+// The relay modes' parts (topology.Relay, topology.RelayKeeper): the real server behind the relay (relayServerPart, also
 // when it cannot start: relayGonePart) and the relay itself (relayPart), all children of the plugin, which runs
 // the server through an executable path of the run's own (<dir>/<server>, a symlink to a copy of the real
 // executable) so that a step can put another program there: the next build for an upgrade, one that fails for a server that
@@ -25,23 +26,20 @@ const relayWait = 30 * time.Second
 
 type relayServerPart struct {
 	noPart
-	b    *Backend
-	dir  string // holds real and exe
-	real string // a copy of the real server's executable (the FUSE server part's)
-	exe  string // what the plugin runs: a symlink to real, or a script a step wrote
+	b *Backend
+	// keeper runs the server in the relay-keeper mode; nil: the plugin does.
+	keeper *keeperPart
+	dir    string // holds real and exe
+	real   string // a copy of the real server's executable (the FUSE server part's)
+	exe    string // what the plugin runs: a symlink to real, or a script a step wrote
 	// lastKilled is the server a kill step killed last, which start waits to see replaced.
 	lastKilled int
 }
 
 func newRelayServerPart(b *Backend, _ *scenarios.Env) (part, error) {
-	if !b.sc.Plugin.Relays() {
-		return nil, nil
-	}
-	sp, ok := b.parts[scenarios.FuseServer].(*serverPart)
-	if !ok {
-		return nil, errors.New("relay mode: no FUSE server part")
-	}
-	s := &relayServerPart{b: b}
+	sp := b.peers.server
+	s := &relayServerPart{b: b, keeper: b.peers.keeper}
+	b.peers.relayServer = s
 	if sp.path == "" {
 		return s, nil // no binaries configured (a test of the parts alone): nothing to run
 	}
@@ -91,18 +89,18 @@ func (s *relayServerPart) install(script string) error {
 	return os.Rename(tmp, s.exe)
 }
 
-// pluginArgs: the server's executable is the run's own path (after the FUSE server part's flags: the last
-// --fuse-server-path counts); the relay is the project's dummy-fuse.
+// pluginArgs: the server's settings, with the run's own path as its executable; the relay is the project's
+// dummy-fuse.
 func (s *relayServerPart) pluginArgs() []string {
-	return []string{"--fuse-server-path=" + s.exe, "--relay-path=" + s.b.opts.FusePath}
+	return append(s.b.peers.server.pluginArgs(s.exe), "--relay-path="+s.b.opts.FusePath)
 }
 
 // server returns the pid of the plugin's real server (the real executable's child that is not a relay), 0 if
 // none runs, and its command line.
 func (s *relayServerPart) server() (int, string) {
 	parent := s.b.plugin
-	if k, ok := s.b.parts[scenarios.KeeperContainer].(*keeperPart); ok && s.b.sc.Plugin.FuseMode == scenarios.FuseModeRelayKeeper {
-		parent = nil // the relay-keeper mode's keeper runs the real server
+	if k := s.keeper; k != nil {
+		parent = nil
 		if k.cur != nil {
 			parent = k.cur.p
 		}
@@ -122,7 +120,7 @@ func (s *relayServerPart) server() (int, string) {
 // killServer sends SIGKILL to the running server. When inFlight, a read is inside it as it dies: gcsfuse's
 // fake GCS server is stopped (SIGSTOP) for three read intervals first, so that the read waits in gcsfuse for
 // its backend as with a slow bucket; any other server is itself stopped that long.
-func (s *relayServerPart) killServer(ctx context.Context, c scenarios.Component, inFlight bool) (int, error) {
+func (s *relayServerPart) killServer(ctx context.Context, c topology.Component, inFlight bool) (int, error) {
 	b := s.b
 	pid, _ := s.server()
 	if pid == 0 {
@@ -165,7 +163,7 @@ func (s *relayServerPart) fakeGCS() int {
 }
 
 // awaitServer waits until a server other than old runs whose command line holds want, and records it ready.
-func (s *relayServerPart) awaitServer(ctx context.Context, c scenarios.Component, old int, want string) error {
+func (s *relayServerPart) awaitServer(ctx context.Context, c topology.Component, old int, want string) error {
 	deadline := time.Now().Add(relayWait)
 	for {
 		if pid, cmdline := s.server(); pid != 0 && pid != old && strings.Contains(cmdline, want) {
@@ -182,13 +180,13 @@ func (s *relayServerPart) awaitServer(ctx context.Context, c scenarios.Component
 }
 
 func (s *relayServerPart) kill(ctx context.Context) error {
-	pid, err := s.killServer(ctx, scenarios.RelayServer, true)
+	pid, err := s.killServer(ctx, topology.RelayServer, true)
 	s.lastKilled = pid
 	return err
 }
 
 func (s *relayServerPart) start(ctx context.Context) error {
-	return s.awaitServer(ctx, scenarios.RelayServer, s.lastKilled, "")
+	return s.awaitServer(ctx, topology.RelayServer, s.lastKilled, "")
 }
 
 // upgrade installs the next build (the real executable with the new flag) and kills the running server, which
@@ -202,12 +200,12 @@ func (s *relayServerPart) upgrade(ctx context.Context) error {
 	if pid == 0 {
 		return errors.New("upgrade: the plugin runs no real FUSE server")
 	}
-	s.b.rec.Add(scenarios.Event{Source: scenarios.SrcComponent, Component: scenarios.RelayServer, Kind: scenarios.KUpgraded, Detail: flag,
+	s.b.rec.Add(scenarios.Event{Source: scenarios.SrcComponent, Component: topology.RelayServer, Kind: scenarios.KUpgraded, Detail: flag,
 		Message: fmt.Sprintf("%s now runs %s %s; SIGKILL pid %d", s.exe, s.real, flag, pid)})
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		return err
 	}
-	return s.awaitServer(ctx, scenarios.RelayServer, pid, " "+flag+" ")
+	return s.awaitServer(ctx, topology.RelayServer, pid, " "+flag+" ")
 }
 
 // relayGonePart is the real server when it cannot start.
@@ -217,18 +215,14 @@ type relayGonePart struct {
 }
 
 func newRelayGonePart(b *Backend, _ *scenarios.Env) (part, error) {
-	s, ok := b.parts[scenarios.RelayServer].(*relayServerPart)
-	if !ok {
-		return nil, nil
-	}
-	return &relayGonePart{s: s}, nil
+	return &relayGonePart{s: b.peers.relayServer}, nil
 }
 
 func (g *relayGonePart) kill(ctx context.Context) error {
 	if err := g.s.install("echo 'relay-server-gone: this server cannot start' >&2; exit 1"); err != nil {
 		return err
 	}
-	pid, err := g.s.killServer(ctx, scenarios.RelayServerGone, false)
+	pid, err := g.s.killServer(ctx, topology.RelayServerGone, false)
 	g.s.lastKilled = pid
 	return err
 }
@@ -237,7 +231,7 @@ func (g *relayGonePart) start(ctx context.Context) error {
 	if err := g.s.install(""); err != nil {
 		return err
 	}
-	return g.s.awaitServer(ctx, scenarios.RelayServerGone, g.s.lastKilled, "")
+	return g.s.awaitServer(ctx, topology.RelayServerGone, g.s.lastKilled, "")
 }
 
 // relayPart is the relay serving the staging path.
@@ -247,15 +241,7 @@ type relayPart struct {
 	lastKilled int
 }
 
-func newRelayPart(b *Backend, _ *scenarios.Env) (part, error) {
-	switch b.sc.Plugin.FuseMode {
-	case scenarios.FuseModeRelay:
-		return &relayPart{b: b}, nil
-	case scenarios.FuseModeRelayKeeper:
-		return newKeptRelayPart(b)
-	}
-	return nil, nil
-}
+func newRelayPart(b *Backend, _ *scenarios.Env) (part, error) { return &relayPart{b: b}, nil }
 
 // relay returns the pid of the relay that serves: the plugin's dummy-fuse child running --relay-backend that
 // has its node table open (a standby successor opens it only once it takes over).
@@ -277,7 +263,7 @@ func (r *relayPart) kill(context.Context) error {
 		return errors.New("kill: no relay serves the volume")
 	}
 	r.lastKilled = pid
-	r.b.rec.Add(scenarios.Event{Source: scenarios.SrcComponent, Component: scenarios.RelayProcess, Kind: scenarios.KKilled, Message: fmt.Sprintf("SIGKILL relay pid %d", pid)})
+	r.b.rec.Add(scenarios.Event{Source: scenarios.SrcComponent, Component: topology.RelayProcess, Kind: scenarios.KKilled, Message: fmt.Sprintf("SIGKILL relay pid %d", pid)})
 	return syscall.Kill(pid, syscall.SIGKILL)
 }
 
@@ -285,7 +271,7 @@ func (r *relayPart) start(ctx context.Context) error {
 	deadline := time.Now().Add(relayWait)
 	for {
 		if pid := r.relay(); pid != 0 && pid != r.lastKilled {
-			r.b.rec.Add(scenarios.Event{Source: scenarios.SrcComponent, Component: scenarios.RelayProcess, Kind: scenarios.KReady, Message: fmt.Sprintf("relay pid %d serves", pid)})
+			r.b.rec.Add(scenarios.Event{Source: scenarios.SrcComponent, Component: topology.RelayProcess, Kind: scenarios.KReady, Message: fmt.Sprintf("relay pid %d serves", pid)})
 			return nil
 		}
 		if time.Now().After(deadline) {

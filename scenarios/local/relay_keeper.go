@@ -2,16 +2,16 @@ package local
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"time"
 
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios/topology"
 )
 
-// The relay-keeper mode's parts (scenarios.FuseModeRelayKeeper): the keeper container (keeper.go) runs the
+// The relay-keeper mode's parts (topology.RelayKeeper): the keeper container (keeper.go) runs the
 // relays as its FUSE servers, with a node table directory that outlives it (keeperRelayDir), and the real
 // servers, through the relay server part's executable (relay.go), on the backends the plugin mounts.
 
@@ -32,12 +32,7 @@ func (k *keeperPart) relayNodeDir() ([]string, initMount, error) {
 	args := []string{"--relay-node-dir=" + keeperRelayDir}
 	// The keeper runs the real server on each backend the plugin mounts: the server part's settings, through
 	// the relay server part's executable (which steps replace for an upgrade or a server that cannot start).
-	sp, ok := k.b.parts[scenarios.FuseServer].(*serverPart)
-	rs, ok2 := k.b.parts[scenarios.RelayServer].(*relayServerPart)
-	if !ok || !ok2 {
-		return nil, initMount{}, errors.New("relay-keeper mode: no FUSE server parts")
-	}
-	spec := sp.spec(rs.exe)
+	spec := k.b.peers.server.spec(k.b.peers.relayServer.exe)
 	args = append(args, "--relay-server="+spec.Name, "--relay-server-path="+spec.Path)
 	for k, v := range spec.Opts {
 		args = append(args, "--relay-server-opt="+k+"="+v)
@@ -55,12 +50,8 @@ type keptRelayPart struct {
 	lastKilled int // in the keeper's PID namespace
 }
 
-func newKeptRelayPart(b *Backend) (part, error) {
-	k, ok := b.parts[scenarios.KeeperContainer].(*keeperPart)
-	if !ok {
-		return nil, errors.New("relay-keeper mode: no keeper part")
-	}
-	return &keptRelayPart{k: k}, nil
+func newKeptRelayPart(b *Backend, _ *scenarios.Env) (part, error) {
+	return &keptRelayPart{k: b.peers.keeper}, nil
 }
 
 // kill sends SIGKILL to the relay that serves the volume, as the keeper's status file names it.
@@ -68,7 +59,7 @@ func (r *keptRelayPart) kill(ctx context.Context) error {
 	k := r.k
 	_, err := k.killServing(ctx, "relay", func(pid, nsPID int) {
 		r.lastKilled = nsPID
-		k.b.rec.Add(scenarios.Event{Source: scenarios.SrcComponent, Component: scenarios.RelayProcess, Kind: scenarios.KKilled,
+		k.b.rec.Add(scenarios.Event{Source: scenarios.SrcComponent, Component: topology.RelayProcess, Kind: scenarios.KKilled,
 			Message: fmt.Sprintf("SIGKILL relay pid %d (%d in keeper#%d's namespace)", pid, nsPID, k.cur.n)})
 	})
 	return err
@@ -79,7 +70,7 @@ func (r *keptRelayPart) start(ctx context.Context) error {
 	deadline := time.Now().Add(relayWait)
 	for {
 		if pid := int(r.k.servedBy.Load()); pid != 0 && pid != r.lastKilled {
-			r.k.b.rec.Add(scenarios.Event{Source: scenarios.SrcComponent, Component: scenarios.RelayProcess, Kind: scenarios.KReady,
+			r.k.b.rec.Add(scenarios.Event{Source: scenarios.SrcComponent, Component: topology.RelayProcess, Kind: scenarios.KReady,
 				Message: fmt.Sprintf("keeper's relay pid %d serves (in its namespace)", pid)})
 			return nil
 		}

@@ -43,7 +43,7 @@ func (b *Backend) restartAll(source *container) {
 			go func() { _ = p.stop(minimumGracePeriod) }() // its loop sees the exit and starts it again
 		}
 	}
-	if s, ok := b.parts[scenarios.SidecarContainer].(*sidecarCtr); ok {
+	if s := b.peers.sidecar; s != nil {
 		s.reset.Store(true)
 		if p := s.current(); p != nil && !p.exited() {
 			b.logf("sidecar container: stop pid %d (RestartAllContainers)", p.pid())

@@ -2,6 +2,7 @@ package local
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -13,26 +14,34 @@ import (
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/fuseserver"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/fuseserver/backing"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios/topology"
 )
 
-// serverPart is the real FUSE server a scenario runs instead of dummy-fuse (Plugin.FuseServer): its executable,
+// server is the FUSE server program of the run (Plugin.FuseServer, dummy-fuse by default): its executable,
 // found in Options.ServersDir or $PATH, and what it reads (package backing: a fake GCS server for gcsfuse, a
-// squashfs image for squashfuse), made when the scenario is set up and stopped at the end. The plugin gets
-// the server's flags; a sidecar runs the same server (sidecarSpec).
-type serverPart struct {
-	noPart
-	b       *Backend
+// squashfs image for squashfuse), made when the scenario is set up and stopped at the end. The parts that run
+// it give the plugin its flags (childServerPart, relayServerPart) or run it themselves (the sidecar:
+// sidecarSpec; the keeper of the relay-keeper mode: relayNodeDir).
+type server struct {
+	name    string
 	path    string
 	backing *backing.Backing
 }
 
-func newServerPart(b *Backend, env *scenarios.Env) (part, error) {
+// childServerPart is the FUSE server of the child mode: the plugin's child that serves the volume.
+type childServerPart struct {
+	noPart
+	b *Backend
+}
+
+func newChildServerPart(b *Backend, _ *scenarios.Env) (part, error) {
+	return &childServerPart{b: b}, nil
+}
+
+func newServer(b *Backend, env *scenarios.Env) (*server, error) {
 	name := b.sc.Plugin.Server()
-	if b.sc.Plugin.FuseMode == scenarios.FuseModeKeeper {
-		return nil, nil // the keeper runs dummy-fuse (keeper.go)
-	}
 	if name == fuseserver.DummyFuse {
-		return &serverPart{b: b, path: b.opts.FusePath, backing: &backing.Backing{}}, nil
+		return &server{name: name, path: b.opts.FusePath, backing: &backing.Backing{}}, nil
 	}
 	if fuseserver.IsSpecFile(name) {
 		// A user's server: its spec says where its executable is, and the user gives its settings; what it
@@ -42,7 +51,7 @@ func newServerPart(b *Backend, env *scenarios.Env) (part, error) {
 			return nil, err
 		}
 		b.logf("FUSE server %s (spec %s): %s, settings %v", s.Name(), name, s.Path(), b.opts.ServerOpts)
-		return &serverPart{b: b, path: s.Path(), backing: &backing.Backing{Opts: b.opts.ServerOpts}}, nil
+		return &server{name: name, path: s.Path(), backing: &backing.Backing{Opts: b.opts.ServerOpts}}, nil
 	}
 	path := b.opts.findServer(name)
 	if path == "" {
@@ -59,29 +68,38 @@ func newServerPart(b *Backend, env *scenarios.Env) (part, error) {
 		return nil, fmt.Errorf("FUSE server %s: what it reads: %w (see %s)", name, err, log.Name())
 	}
 	b.logf("FUSE server %s: %s, settings %v", name, path, bk.Opts)
-	return &serverPart{b: b, path: path, backing: bk}, nil
+	return &server{name: name, path: path, backing: bk}, nil
 }
 
 // spec is the server as a process at path runs it.
-func (s *serverPart) spec(path string) fuseserver.Spec {
-	return fuseserver.Spec{Name: s.b.sc.Plugin.Server(), Path: path, Opts: s.backing.Opts}
+func (s *server) spec(path string) fuseserver.Spec {
+	return fuseserver.Spec{Name: s.name, Path: path, Opts: s.backing.Opts}
 }
 
-// pluginArgs: the server's executable and settings (its name comes with Plugin.Args).
-func (s *serverPart) pluginArgs() []string {
-	spec := s.spec(s.path)
+// pluginArgs are the plugin's flags for the server at path: its executable and settings (its name comes with
+// Plugin.Args).
+func (s *server) pluginArgs(path string) []string {
+	spec := s.spec(path)
 	spec.Name = ""
 	return spec.Args()
 }
 
-// kill kills the FUSE server serving the volume in the child mode (the plugin's child running the server's
-// executable) while a read is inside it, as a crash under load would: it stops the server (SIGSTOP), lets three
-// of the workload's read intervals pass so that a read reaches it and waits, then sends SIGKILL. In the sidecar
-// mode the sidecar container is the thing to kill.
-func (s *serverPart) kill(ctx context.Context) error {
-	b := s.b
-	if b.plugin == nil || b.sc.Plugin.FuseMode == scenarios.FuseModeSidecar {
-		return errUnsupported
+// stop stops what the server reads from (a fake GCS server).
+func (s *server) stop() { s.backing.Stop() }
+
+// pluginArgs: the server's executable and settings.
+func (c *childServerPart) pluginArgs() []string {
+	s := c.b.peers.server
+	return s.pluginArgs(s.path)
+}
+
+// kill kills the FUSE server serving the volume (the plugin's child running the server's executable) while a
+// read is inside it, as a crash under load would: it stops the server (SIGSTOP), lets three of the workload's
+// read intervals pass so that a read reaches it and waits, then sends SIGKILL.
+func (c *childServerPart) kill(ctx context.Context) error {
+	b, s := c.b, c.b.peers.server
+	if b.plugin == nil {
+		return errors.New("kill FUSE server: the plugin is not running")
 	}
 	pids := childrenRunning(b.plugin.pid(), s.path)
 	if len(pids) != 1 {
@@ -97,21 +115,16 @@ func (s *serverPart) kill(ctx context.Context) error {
 	case <-ctx.Done():
 	case <-time.After(wait):
 	}
-	b.rec.Add(scenarios.Event{Source: scenarios.SrcComponent, Component: scenarios.FuseServer, Kind: scenarios.KKilled,
+	b.rec.Add(scenarios.Event{Source: scenarios.SrcComponent, Component: topology.FuseServer, Kind: scenarios.KKilled,
 		Message: fmt.Sprintf("SIGKILL %s pid %d, stopped for %s with a read inside it", name, pid, wait)})
 	// SIGKILL ends a stopped process too; the plugin reaps it.
 	return syscall.Kill(pid, syscall.SIGKILL)
 }
 
-func (s *serverPart) teardown() error {
-	s.backing.Stop()
-	return nil
-}
-
 // sidecarSpec is the FUSE server a sidecar container runs, with its executable bound at dir/<name>: dummy-fuse
 // from the project's build, or the scenario's real server.
 func (b *Backend) sidecarSpec(dir string) (fuseserver.Spec, initMount) {
-	s := b.parts[scenarios.FuseServer].(*serverPart) // every scenario with a sidecar has one (not the keeper mode)
+	s := b.peers.server
 	target := filepath.Join(dir, filepath.Base(s.path))
 	return s.spec(target), initMount{Source: s.path, Target: target, Propagation: "rprivate"}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/contract"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/kubeletpath"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios/topology"
 )
 
 // The pod's FUSE sidecar (scenarios.Pod.Sidecar), as manifests/pod-sidecar.yaml declares it: `csi-plugin
@@ -42,17 +43,21 @@ type sidecarCtr struct {
 	reset atomic.Bool
 }
 
-// newSidecarPart is the pod's FUSE sidecar when the scenario's pod has one.
+// newSidecarPart is the pod's FUSE sidecar.
 func newSidecarPart(b *Backend, env *scenarios.Env) (part, error) {
-	if b.sc.Pod.Sidecar == nil {
-		return nil, nil
-	}
 	logs, err := env.Logs("sidecar.log")
 	if err != nil {
 		return nil, err
 	}
 	b.logs = append(b.logs, logs[0])
-	return &sidecarCtr{b: b, log: logs[0]}, nil
+	b.peers.sidecar = &sidecarCtr{b: b, log: logs[0]}
+	return b.peers.sidecar, nil
+}
+
+// pluginArgs: the flags of the server the sidecar runs, which the plugin gets in every mode.
+func (s *sidecarCtr) pluginArgs() []string {
+	srv := s.b.peers.server
+	return srv.pluginArgs(srv.path)
 }
 
 // podPrepare creates the pod's dfc-sidecar emptyDir before the volume is published (kubelet sets up a pod's
@@ -99,7 +104,7 @@ func (s *sidecarCtr) podStop(logPrefix string) error {
 // start waits for the sidecar's restart: the local kubelet starts it again by itself (supervise), as the real
 // one does.
 func (s *sidecarCtr) start(ctx context.Context) error {
-	return s.b.rec.AwaitRestart(ctx, scenarios.SidecarContainer, s.b.opts.BackoffMax+10*time.Second)
+	return s.b.rec.AwaitRestart(ctx, topology.SidecarContainer, s.b.opts.BackoffMax+10*time.Second)
 }
 
 func (s *sidecarCtr) procs() []knownProc {
@@ -112,7 +117,7 @@ func (s *sidecarCtr) procs() []knownProc {
 
 // event records an event of the sidecar container's lifecycle.
 func (s *sidecarCtr) event(kind scenarios.Kind, t time.Time, msg string) {
-	s.b.rec.Add(scenarios.Event{Time: t, Source: scenarios.SrcComponent, Component: scenarios.SidecarContainer, Kind: kind, Message: msg})
+	s.b.rec.Add(scenarios.Event{Time: t, Source: scenarios.SrcComponent, Component: topology.SidecarContainer, Kind: kind, Message: msg})
 }
 
 // startInstance starts an instance of the sidecar container and returns once it runs, as kubelet starts the

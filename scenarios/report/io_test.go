@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios/topology"
 )
 
 func TestIOOutcomes(t *testing.T) {
@@ -21,7 +22,7 @@ func TestIOOutcomes(t *testing.T) {
 	}
 	ev := &scenarios.Evidence{Start: t0, Events: []scenarios.Event{
 		good("reader", 0.5, time.Millisecond), good("reopen", 0.5, time.Millisecond), probe(0.5, ""),
-		{Time: at(1), Source: scenarios.SrcComponent, Kind: scenarios.KKilled, Component: scenarios.PluginContainer},
+		{Time: at(1), Source: scenarios.SrcComponent, Kind: scenarios.KKilled, Component: topology.PluginContainer},
 		bad("reader", 1.2, 400*time.Millisecond), // began at 0.8: in flight at the kill
 		probe(1.5, "ENOTCONN"), bad("reopen", 1.6, 2*time.Millisecond),
 		probe(3, ""), good("reopen", 3.5, 5*time.Millisecond),

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios/topology"
 )
 
 func TestProfileOf(t *testing.T) {
@@ -20,7 +21,7 @@ func TestProfileOf(t *testing.T) {
 	}
 	ev := &scenarios.Evidence{Start: t0, Until: at(20), Events: []scenarios.Event{
 		read(1, "keep", ""), read(2, "keep", ""), read(1, "open", ""),
-		{Time: at(3), Source: scenarios.SrcComponent, Kind: scenarios.KKilled, Component: scenarios.DriverPod},
+		{Time: at(3), Source: scenarios.SrcComponent, Kind: scenarios.KKilled, Component: topology.DriverPod},
 		read(4, "keep", "ENOTCONN"), read(5, "keep", "ENOTCONN"), read(10, "keep", ""), read(11, "keep", ""),
 		read(4, "open", ""), read(5, "open", ""),
 		{Time: at(3.5), Source: scenarios.SrcProbe, Kind: scenarios.KProbe, Path: scenarios.PathVolume, Errno: "ENOTCONN"},

@@ -140,10 +140,7 @@ func Placement(s scenarios.Scenario) string {
 	if s.Driver != "" {
 		return cmp.Or(s.DriverPlacement, "unknown")
 	}
-	if s.Plugin.FuseMode == "" {
-		return scenarios.FuseModeChild
-	}
-	return s.Plugin.FuseMode
+	return s.Plugin.Topology().String()
 }
 
 // kernel is the release of the running kernel.

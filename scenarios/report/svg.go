@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios/topology"
 )
 
 // Colours of the timeline picture.
@@ -312,7 +313,7 @@ func measureArrows(o *scenarios.Outcome) []measureArrow {
 }
 
 // drawComponent draws the life of component c: starting, serving, down.
-func drawComponent(b *svgBuf, p *placer, l svgLayout, ev *scenarios.Evidence, c scenarios.Component, y, h float64) {
+func drawComponent(b *svgBuf, p *placer, l svgLayout, ev *scenarios.Evidence, c topology.Component, y, h float64) {
 	type seg struct {
 		from  time.Time
 		state string

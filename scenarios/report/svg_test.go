@@ -18,6 +18,7 @@ import (
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios/catalog"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios/scenariotest"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios/topology"
 )
 
 // svgText is a <text> element of a picture, and svgMark a line or a step's rectangle.
@@ -253,9 +254,9 @@ func keeperOutcome(t *testing.T) *scenarios.Outcome {
 	}
 	// The read that waited for the takeover: issued just before the kill, answered once the new server serves.
 	add(scenarios.Event{Time: at(3052), Source: scenarios.SrcWorkload, Kind: scenarios.KRead, Container: c, Content: "Hello world!\n", Latency: 53 * time.Millisecond})
-	add(scenarios.Event{Time: at(3000), Source: scenarios.SrcComponent, Kind: scenarios.KKilled, Component: scenarios.FuseServer})
-	add(scenarios.Event{Time: at(3050), Source: scenarios.SrcComponent, Kind: scenarios.KStarted, Component: scenarios.FuseServer})
-	add(scenarios.Event{Time: at(3052), Source: scenarios.SrcComponent, Kind: scenarios.KReady, Component: scenarios.FuseServer})
+	add(scenarios.Event{Time: at(3000), Source: scenarios.SrcComponent, Kind: scenarios.KKilled, Component: topology.FuseServer})
+	add(scenarios.Event{Time: at(3050), Source: scenarios.SrcComponent, Kind: scenarios.KStarted, Component: topology.FuseServer})
+	add(scenarios.Event{Time: at(3052), Source: scenarios.SrcComponent, Kind: scenarios.KReady, Component: topology.FuseServer})
 	// A failed start and an exit right where a step line runs (other scenarios have them there).
 	code := 1
 	add(scenarios.Event{Time: at(3045), Source: scenarios.SrcKubelet, Kind: scenarios.KContainerExited, Container: c, ExitCode: &code})
@@ -340,7 +341,7 @@ const settle = 40 * time.Millisecond
 
 // Kill kills c: every container's next read fails, and those that exit on an error exit and fail to start
 // again on the dead volume dir, again after a back-off.
-func (b *catalogBackend) Kill(ctx context.Context, c scenarios.Component) error {
+func (b *catalogBackend) Kill(ctx context.Context, c topology.Component) error {
 	b.killed = time.Now()
 	b.add(scenarios.Event{Source: scenarios.SrcComponent, Component: c, Kind: scenarios.KKilled})
 	if err := scenarios.Sleep(ctx, settle); err != nil {
@@ -376,7 +377,7 @@ func (b *catalogBackend) Kill(ctx context.Context, c scenarios.Component) error 
 
 // Start starts c again: the volume dir is alive, the containers that exited start again, and every
 // container reads, the first read having waited since the kill.
-func (b *catalogBackend) Start(ctx context.Context, c scenarios.Component) error {
+func (b *catalogBackend) Start(ctx context.Context, c topology.Component) error {
 	b.add(scenarios.Event{Source: scenarios.SrcComponent, Component: c, Kind: scenarios.KStarted})
 	if err := scenarios.Sleep(ctx, settle); err != nil {
 		return err
@@ -388,7 +389,7 @@ func (b *catalogBackend) Start(ctx context.Context, c scenarios.Component) error
 }
 
 // Upgrade replaces c: a new build serves, and the reads wait for the handover.
-func (b *catalogBackend) Upgrade(ctx context.Context, c scenarios.Component) error {
+func (b *catalogBackend) Upgrade(ctx context.Context, c topology.Component) error {
 	b.killed = time.Now()
 	b.add(scenarios.Event{Source: scenarios.SrcComponent, Component: c, Kind: scenarios.KUpgraded, Detail: "next"})
 	b.add(scenarios.Event{Source: scenarios.SrcComponent, Component: c, Kind: scenarios.KStarted})

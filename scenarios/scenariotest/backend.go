@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios/topology"
 )
 
 // reader is the container of the restart scenario whose evidence Backend scripts.
@@ -55,7 +56,7 @@ func (f *Backend) Setup(_ context.Context, _ *scenarios.Scenario, env *scenarios
 	if _, err := env.Log("fake.log"); err != nil {
 		return err
 	}
-	f.add(scenarios.Event{Source: scenarios.SrcComponent, Component: scenarios.PluginContainer, Kind: scenarios.KReady})
+	f.add(scenarios.Event{Source: scenarios.SrcComponent, Component: topology.PluginContainer, Kind: scenarios.KReady})
 	f.add(scenarios.Event{Source: scenarios.SrcProbe, Kind: scenarios.KProbe, Path: scenarios.PathVolume})
 	f.add(scenarios.Event{Source: scenarios.SrcKubelet, Kind: scenarios.KContainerStarted, Container: reader})
 	for range 3 {
@@ -64,12 +65,12 @@ func (f *Backend) Setup(_ context.Context, _ *scenarios.Scenario, env *scenarios
 	return nil
 }
 
-func (f *Backend) Kill(_ context.Context, c scenarios.Component) error {
-	if c != scenarios.PluginContainer {
+func (f *Backend) Kill(_ context.Context, c topology.Component) error {
+	if c != topology.PluginContainer {
 		return fmt.Errorf("no component %s", c)
 	}
 	f.Calls = append(f.Calls, "kill")
-	f.add(scenarios.Event{Source: scenarios.SrcComponent, Component: scenarios.PluginContainer, Kind: scenarios.KKilled})
+	f.add(scenarios.Event{Source: scenarios.SrcComponent, Component: topology.PluginContainer, Kind: scenarios.KKilled})
 	f.add(scenarios.Event{Source: scenarios.SrcWorkload, Kind: scenarios.KReadError, Container: reader, Errno: "ENOTCONN"})
 	f.add(scenarios.Event{Source: scenarios.SrcKubelet, Kind: scenarios.KContainerExited, Container: reader, ExitCode: scenarios.IntPtr(1)})
 	f.add(scenarios.Event{Source: scenarios.SrcProbe, Kind: scenarios.KProbe, Path: scenarios.PathVolume, Errno: "ENOTCONN"})
@@ -78,16 +79,16 @@ func (f *Backend) Kill(_ context.Context, c scenarios.Component) error {
 	return nil
 }
 
-func (f *Backend) Upgrade(_ context.Context, c scenarios.Component) error {
+func (f *Backend) Upgrade(_ context.Context, c topology.Component) error {
 	return fmt.Errorf("no upgrade of %s", c)
 }
 
-func (f *Backend) Start(_ context.Context, c scenarios.Component) error {
-	if c != scenarios.PluginContainer {
+func (f *Backend) Start(_ context.Context, c topology.Component) error {
+	if c != topology.PluginContainer {
 		return fmt.Errorf("no component %s", c)
 	}
 	f.Calls = append(f.Calls, "start-plugin")
-	f.add(scenarios.Event{Source: scenarios.SrcComponent, Component: scenarios.PluginContainer, Kind: scenarios.KReady})
+	f.add(scenarios.Event{Source: scenarios.SrcComponent, Component: topology.PluginContainer, Kind: scenarios.KReady})
 	f.add(scenarios.Event{Source: scenarios.SrcProbe, Kind: scenarios.KProbe, Path: scenarios.PathVolume})
 	if f.RestartRecovers {
 		f.add(scenarios.Event{Source: scenarios.SrcKubelet, Kind: scenarios.KContainerStarted, Container: reader, Instance: 1})

@@ -13,6 +13,7 @@ import (
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios/catalog"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios/report"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios/topology"
 )
 
 var repo = paths{results: "../../results", doc: "../../../docs/outage-matrix.md", svg: "../../../docs/outage-matrix.svg", outcomes: "../../../docs/outcomes.md"}
@@ -204,7 +205,7 @@ func TestBuild(t *testing.T) {
 	if o, ok := m.cells[fr][m.columns[0]].outcome(report.IONewOpen); !ok || text(o) != "EIO +0.50s · never ok" {
 		t.Errorf("foreign new-open outcome %q, %v", text(o), ok)
 	}
-	if rr.Killed != "plugin killed" || rr.Placement != scenarios.FuseModeChild {
+	if rr.Killed != "plugin killed" || rr.Placement != topology.Child.String() {
 		t.Errorf("restart row %+v: want it placed from the catalog", rr)
 	}
 	c := m.cells[rr][column{"v1.36.3", scenarios.BackendLocal}]
