@@ -85,7 +85,7 @@ func measuredOf(o *scenarios.Outcome) Measured {
 		FirstErrno: m.FirstErrno, KillToFirstError: m.KillToFirstError.Seconds(),
 		Stall:          float64(m.Stall.Microseconds()) / 1000,
 		SidecarToServe: m.SidecarToServe.Seconds(), SidecarToRead: m.SidecarToRead.Seconds(), Wall: m.Wall.Seconds(),
-		IO: ioOutcomes(o.Evidence, o.Scenario.Pod.Containers),
+		IO: ioOutcomes(o.Evidence, o.Scenario),
 	}
 }
 
