@@ -10,11 +10,13 @@ import (
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
 )
 
-// Profile is the outage profile of a driver-agnostic run (scenarios.Scenario.Measured): for each I/O kind what
-// the workload saw after the fault (measured as every record's, IOOutcome), and what kubelet said. Times are
-// from the fault (the first kill or rollout), in seconds; 0 means it did not happen.
+// Profile is the outage profile of a driver-agnostic run (scenarios.Scenario.Measured) beyond what every
+// record holds: what kubelet said after the fault (the first kill or rollout). What each kind of I/O saw is the
+// record's Measured.IO, as for every run.
 type Profile struct {
-	IO      []IOOutcome    `json:"io"`
+	// IO is where records written before Measured.IO held a driver-agnostic run's outcomes; new ones leave it
+	// out.
+	IO      []IOOutcome    `json:"io,omitempty"`
 	Kubelet KubeletProfile `json:"kubelet"`
 }
 
@@ -40,7 +42,7 @@ func ProfileOf(o *scenarios.Outcome) *Profile {
 		return nil
 	}
 	since := func(t time.Time) float64 { return t.Sub(fault).Seconds() }
-	p := &Profile{IO: ioOutcomes(ev, o.Scenario)}
+	p := &Profile{}
 	seen := map[string]bool{}
 	for _, e := range ev.Events {
 		if e.Time.Before(fault) {
@@ -64,13 +66,13 @@ func ProfileOf(o *scenarios.Outcome) *Profile {
 	return p
 }
 
-// PrintProfile prints the outage profile, one line per I/O kind.
-func PrintProfile(w io.Writer, p *Profile) {
+// PrintProfile prints the outage profile, one line per I/O kind of ios (the record's Measured.IO).
+func PrintProfile(w io.Writer, p *Profile, ios []IOOutcome) {
 	if p == nil {
 		return
 	}
 	fmt.Fprintln(w, "outage profile (times from the fault):")
-	for _, io := range p.IO {
+	for _, io := range ios {
 		fmt.Fprintf(w, "  %-12s %s\n", io.Kind, io.summary())
 	}
 	fmt.Fprintf(w, "  kubelet      %s\n", p.Kubelet.summary())
@@ -128,13 +130,13 @@ func prefixed(p string, s []string) []string {
 	return out
 }
 
-// profileMarkdown is the report's section for the profile.
-func profileMarkdown(b *strings.Builder, p *Profile) {
+// profileMarkdown is the report's section for the profile, with the I/O kinds ios.
+func profileMarkdown(b *strings.Builder, p *Profile, ios []IOOutcome) {
 	if p == nil {
 		return
 	}
 	b.WriteString("\n## Outage profile (measured, nothing expected)\n\n| I/O kind | good reads before | first error | errors | good read again | " + gapWords + " | restarts / failed starts |\n|---|---|---|---|---|---|---|\n")
-	for _, io := range p.IO {
+	for _, io := range ios {
 		first, again := "no error", "—"
 		if io.FirstError != "" {
 			first = fmt.Sprintf("%s at +%.1fs", io.FirstError, io.FaultToFirstError)

@@ -120,7 +120,7 @@ func PrintVerdicts(w io.Writer, o *scenarios.Outcome) {
 		fmt.Fprintf(w, "  FAIL  cleanup: %v\n", o.CleanupErr)
 	}
 	fmt.Fprintf(w, "measured: %s\n", measuredLine(o))
-	PrintProfile(w, ProfileOf(o))
+	PrintProfile(w, ProfileOf(o), measuredOf(o).IO)
 }
 
 // PrintSummary prints one line per outcome: its result, the measured intervals and its report.
@@ -235,7 +235,7 @@ func Markdown(o *scenarios.Outcome) string {
 	}
 
 	m := measuredOf(o)
-	profileMarkdown(&b, ProfileOf(o))
+	profileMarkdown(&b, ProfileOf(o), m.IO)
 	b.WriteString("\n## Measured\n\n| kill → first ENOTCONN | kill → volume dir restored | kill → first good read again | " + stallWords + " | sidecar start → served | sidecar start → first good read | wall time of the run |\n|---|---|---|---|---|---|---|\n")
 	fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s |\n\n", m.kill(m.KillToError), m.recovery(m.KillToRestore, m.VolumeDied),
 		m.recovery(m.KillToRecovery, m.Failed), m.stall(), m.sidecar(m.SidecarToServe), m.sidecar(m.SidecarToRead), m.wall())
