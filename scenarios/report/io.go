@@ -136,7 +136,7 @@ func measureIO(ev *scenarios.Evidence, fault time.Time, o IOOutcome, good, bad f
 				o.ReadsBefore++
 				lastGood = e.Time
 			}
-		case o.Container == "" || e.Container != o.Container:
+		case o.Container == "" || e.Container != o.Container: // after the fault, only the container's own events
 		case e.Source == scenarios.SrcWorkload:
 			o.Stall = max(o.Stall, millis(e.Latency))
 		case e.Kind == scenarios.KContainerStarted:
