@@ -143,7 +143,7 @@ func TestNotRunnableJudgesNothing(t *testing.T) {
 	}
 	var b bytes.Buffer
 	report.PrintVerdicts(&b, o)
-	md := report.Markdown(o)
+	md := report.Markdown(o, report.RecordOf(o))
 	for _, r := range []string{b.String(), md[strings.Index(md, "## Verdicts"):strings.Index(md, "## Measured")]} {
 		if strings.Contains(r, "FAIL") || !strings.Contains(r, "NOT RUNNABLE") {
 			t.Errorf("the report of a not runnable run:\n%s", r)

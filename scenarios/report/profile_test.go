@@ -30,23 +30,34 @@ func TestProfileOf(t *testing.T) {
 		{Time: at(8), Source: scenarios.SrcKubelet, Kind: scenarios.KVolumeHealth, Message: "Inaccessible"},
 	}}
 	o := &scenarios.Outcome{Evidence: ev, Scenario: scenarios.Scenario{Measured: true, Pod: scenarios.Pod{Containers: []scenarios.Container{{Name: "keep"}, {Name: "open"}}}}}
-	p := ProfileOf(o)
-	if p == nil || len(p.IO) != 3 {
-		t.Fatalf("profile %+v, want keep, open, stat", p)
+	p, io := ProfileOf(o), measuredOf(o).IO
+	if p == nil || p.IO != nil || len(io) != 3 {
+		t.Fatalf("profile %+v, I/O %+v: want keep, open, stat in the record's I/O, not in the profile", p, io)
 	}
-	keep, open, stat := p.IO[0], p.IO[1], p.IO[2]
-	if !keep.Failed || keep.FirstErrno != "ENOTCONN" || keep.ToFirstError != 1 || keep.Errors != 2 || !keep.Recovered || keep.ToGoodRead != 7 ||
-		keep.Stall != 8000 || keep.ReadsBefore != 2 || keep.StartFailures != 1 {
+	keep, open, stat := io[0], io[1], io[2]
+	// keep's failed start after its errors counts as a failure too, as it does in the catalog's outcomes.
+	if keep.FirstError != "ENOTCONN" || keep.FaultToFirstError != 1 || keep.Errors != 3 || keep.FaultToGood != 7 ||
+		keep.Gap != 8000 || keep.ReadsBefore != 2 || keep.StartFailures != 1 || keep.Kind != "keep" {
 		t.Errorf("keep: %+v", keep)
 	}
-	if open.Failed || !open.Recovered || open.Stall != 3000 { // 1 s → 4 s; the run ending after 5 s is no stall
+	if open.FirstError != "" || open.FaultToGood != 0 || open.Gap != 3000 { // 1 s → 4 s; the run ending after 5 s is no gap
 		t.Errorf("open: %+v", open)
 	}
-	if !stat.Failed || stat.ToFirstError != 0.5 || !stat.Recovered || stat.ToGoodRead != 3 || stat.Stall != 2500 {
+	if stat.FirstError != "ENOTCONN" || stat.FaultToFirstError != 0.5 || stat.FaultToGood != 3 || stat.Gap != 2500 {
 		t.Errorf("stat: %+v", stat)
 	}
 	if !p.Kubelet.FailedToStat || len(p.Kubelet.VolumeHealth) != 1 || !strings.Contains(p.Kubelet.VolumeHealth[0], "+5.0s Inaccessible") {
 		t.Errorf("kubelet: %+v", p.Kubelet)
+	}
+	// The terminal and report.md print the record's I/O list.
+	var out, md strings.Builder
+	PrintProfile(&out, p, io)
+	profileMarkdown(&md, p, io)
+	if want := "first error ENOTCONN at +1.0s (3 errors); good read again at +7.0s; longest without a good read 8.00s"; !strings.Contains(out.String(), want) {
+		t.Errorf("printed profile lacks %q:\n%s", want, out.String())
+	}
+	if want := "| keep | 2 | ENOTCONN at +1.0s | 3 | +7.0s | 8.00s | 0 / 1 |"; !strings.Contains(md.String(), want) {
+		t.Errorf("report's profile lacks %q:\n%s", want, md.String())
 	}
 	o.Scenario.Measured = false
 	if ProfileOf(o) != nil {

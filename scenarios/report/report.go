@@ -71,9 +71,8 @@ func (m Measured) wall() string {
 	return time.Duration(m.Wall * float64(time.Second)).Round(10 * time.Millisecond).String()
 }
 
-// measuredLine says what was measured, in one line.
-func measuredLine(o *scenarios.Outcome) string {
-	m := measuredOf(o)
+// measuredLine says what was measured (m, the record's), in one line.
+func measuredLine(o *scenarios.Outcome, m Measured) string {
 	var parts []string
 	if o.NotRunnable() != nil {
 		return "nothing: the run did not start (NOT RUNNABLE) · wall " + m.wall()
@@ -91,7 +90,8 @@ func measuredLine(o *scenarios.Outcome) string {
 	return strings.Join(append(parts, "wall "+m.wall()), " · ")
 }
 
-// PrintVerdicts prints one PASS/FAIL line per expected outcome, the measures, and why a run failed.
+// PrintVerdicts prints one PASS/FAIL line per expected outcome, the measures as the run's record states them,
+// and why a run failed.
 func PrintVerdicts(w io.Writer, o *scenarios.Outcome) {
 	root := ""
 	for _, v := range o.Verdicts {
@@ -119,8 +119,9 @@ func PrintVerdicts(w io.Writer, o *scenarios.Outcome) {
 	if o.CleanupErr != nil {
 		fmt.Fprintf(w, "  FAIL  cleanup: %v\n", o.CleanupErr)
 	}
-	fmt.Fprintf(w, "measured: %s\n", measuredLine(o))
-	PrintProfile(w, ProfileOf(o))
+	rec := RecordOf(o)
+	fmt.Fprintf(w, "measured: %s\n", measuredLine(o, rec.Measured))
+	PrintProfile(w, rec.Profile, rec.Measured.IO)
 }
 
 // PrintSummary prints one line per outcome: its result, the measured intervals and its report.
@@ -145,7 +146,7 @@ func shortenFor(o *scenarios.Outcome, s string) string {
 
 // WriteReport writes the run's report into o.Dir: report.md with the timeline picture timeline.svg, the full
 // evidence as events.log (one line per event) and events.json, and the verdict and measures as result.json
-// (Record).
+// (Record). The record is computed once and report.md and the picture state its figures.
 func WriteReport(o *scenarios.Outcome) error {
 	if o.Dir == "" || o.Evidence == nil {
 		return fmt.Errorf("nothing to report")
@@ -173,21 +174,22 @@ func WriteReport(o *scenarios.Outcome) error {
 	if err := os.WriteFile(filepath.Join(o.Dir, "events.json"), js, 0o644); err != nil {
 		return err
 	}
-	rec, err := json.MarshalIndent(RecordOf(o), "", " ")
+	rec := RecordOf(o)
+	b, err := json.MarshalIndent(rec, "", " ")
 	if err != nil {
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(o.Dir, ResultFile), append(rec, '\n'), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(o.Dir, ResultFile), append(b, '\n'), 0o644); err != nil {
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(o.Dir, "timeline.svg"), TimelineSVG(o), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(o.Dir, "timeline.svg"), TimelineSVG(o, rec), 0o644); err != nil {
 		return err
 	}
-	return os.WriteFile(filepath.Join(o.Dir, "report.md"), []byte(Markdown(o)), 0o644)
+	return os.WriteFile(filepath.Join(o.Dir, "report.md"), []byte(Markdown(o, rec)), 0o644)
 }
 
-// Markdown renders the run's report.
-func Markdown(o *scenarios.Outcome) string {
+// Markdown renders the run's report with the figures of its record, rec (RecordOf).
+func Markdown(o *scenarios.Outcome, rec Record) string {
 	var b strings.Builder
 	sc := &o.Scenario
 	fmt.Fprintf(&b, "# Scenario `%s` on kubelet %s: %s\n\n", sc.Name, o.Kubelet, o.Result())
@@ -234,8 +236,8 @@ func Markdown(o *scenarios.Outcome) string {
 		fmt.Fprintf(&b, "| FAIL | everything is stopped and unmounted | %s |\n", mdCell(o.CleanupErr.Error()))
 	}
 
-	m := measuredOf(o)
-	profileMarkdown(&b, ProfileOf(o))
+	m := rec.Measured
+	profileMarkdown(&b, rec.Profile, m.IO)
 	b.WriteString("\n## Measured\n\n| kill → first ENOTCONN | kill → volume dir restored | kill → first good read again | " + stallWords + " | sidecar start → served | sidecar start → first good read | wall time of the run |\n|---|---|---|---|---|---|---|\n")
 	fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s |\n\n", m.kill(m.KillToError), m.recovery(m.KillToRestore, m.VolumeDied),
 		m.recovery(m.KillToRecovery, m.Failed), m.stall(), m.sidecar(m.SidecarToServe), m.sidecar(m.SidecarToRead), m.wall())

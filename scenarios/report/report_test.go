@@ -90,13 +90,13 @@ func TestTimelineSVGEscapesAndCopesWithNothing(t *testing.T) {
 	sc.Title = `a <title> & "quotes"`
 	start := time.Now()
 	o := &scenarios.Outcome{Scenario: sc, Backend: "fake", Start: start, End: start}
-	checkSVG(t, TimelineSVG(o), map[string]int{"text": 1})
+	checkSVG(t, TimelineSVG(o, RecordOf(o)), map[string]int{"text": 1})
 
 	o = scenarios.Run(context.Background(), &scenariotest.Backend{RestartRecovers: true}, sc, scenarios.RunOptions{Dir: t.TempDir(), Poll: time.Millisecond})
 	ev := o.Evidence
 	ev.Events = append(ev.Events, scenarios.Event{Time: ev.Until, Source: scenarios.SrcKubelet, Kind: scenarios.KStartFailed, Container: "reader",
 		Message: `failed <&> "x"`})
-	checkSVG(t, TimelineSVG(o), map[string]int{"circle": 5, "line": 3})
+	checkSVG(t, TimelineSVG(o, RecordOf(o)), map[string]int{"circle": 5, "line": 3})
 }
 
 // TestNoFailureIsNotNever: for a run in which nothing failed, the times to recover read "no failure", not
@@ -104,14 +104,14 @@ func TestTimelineSVGEscapesAndCopesWithNothing(t *testing.T) {
 func TestNoFailureIsNotNever(t *testing.T) {
 	sc := restartScenario(t)
 	o := &scenarios.Outcome{Scenario: sc, Measures: scenarios.Measures{KillToError: 0}}
-	line := measuredLine(o)
+	line := measuredLine(o, measuredOf(o))
 	for _, want := range []string{"kill → volume dir restored no failure", "kill → first good read again no failure", "kill → first ENOTCONN never"} {
 		if !strings.Contains(line, want) {
 			t.Errorf("measured line %q lacks %q", line, want)
 		}
 	}
 	o.Measures = scenarios.Measures{KillToError: time.Second, Failed: true, VolumeDied: true}
-	if line := measuredLine(o); !strings.Contains(line, "volume dir restored never") || !strings.Contains(line, "good read again never") {
+	if line := measuredLine(o, measuredOf(o)); !strings.Contains(line, "volume dir restored never") || !strings.Contains(line, "good read again never") {
 		t.Errorf("after a failure that did not heal: %q, want never", line)
 	}
 
@@ -124,7 +124,7 @@ func TestNoFailureIsNotNever(t *testing.T) {
 	// Its steps never ran: it measured nothing, and says neither "no failure" nor "never".
 	b.Reset()
 	PrintSummary(&b, []*scenarios.Outcome{o})
-	for _, text := range []string{b.String(), measuredLine(o)} {
+	for _, text := range []string{b.String(), measuredLine(o, measuredOf(o))} {
 		if strings.Contains(text, "no failure") || strings.Contains(text, "never") || strings.Contains(text, "0.0ms") {
 			t.Errorf("a run that never started reports measures:\n%s", text)
 		}

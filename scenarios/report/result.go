@@ -34,7 +34,7 @@ type Record struct {
 	Killed string `json:"killed,omitempty"`
 	// Driver is the CSI driver a run measured when it is not this project's chart (a foreign driver on the kube
 	// backend, --driver); empty: the chart. Its Result is MEASURED when its evidence was collected, and Profile
-	// its outage profile.
+	// what its outage profile adds to Measured.
 	Driver    string   `json:"driver,omitempty"`
 	Profile   *Profile `json:"profile,omitempty"`
 	Placement string   `json:"placement,omitempty"`
@@ -71,7 +71,8 @@ type Measured struct {
 	SidecarToServe   float64 `json:"sidecar_to_served_s"`
 	SidecarToRead    float64 `json:"sidecar_to_good_read_s"`
 	Wall             float64 `json:"wall_s"`
-	// IO is what each kind of I/O of the run met after the kill (absent in older records).
+	// IO is what each kind of I/O of the run met after the kill (absent in older records): the one list every
+	// view reads, a driver-agnostic run's outage profile included.
 	IO []IOOutcome `json:"io,omitempty"`
 }
 
@@ -85,7 +86,7 @@ func measuredOf(o *scenarios.Outcome) Measured {
 		FirstErrno: m.FirstErrno, KillToFirstError: m.KillToFirstError.Seconds(),
 		Stall:          float64(m.Stall.Microseconds()) / 1000,
 		SidecarToServe: m.SidecarToServe.Seconds(), SidecarToRead: m.SidecarToRead.Seconds(), Wall: m.Wall.Seconds(),
-		IO: ioOutcomes(o.Evidence, o.Scenario.Pod.Containers),
+		IO: ioOutcomes(o.Evidence, o.Scenario),
 	}
 }
 

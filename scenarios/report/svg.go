@@ -153,8 +153,9 @@ const (
 
 // TimelineSVG draws the run: the life of each component the steps kill and start, stat of the host volume and staging dirs, and for each
 // container its instances with every read (good / failed), starts, exits and failed starts, against the
-// plugin kill and restart as vertical lines, with the measured intervals and a time axis.
-func TimelineSVG(o *scenarios.Outcome) []byte {
+// plugin kill and restart as vertical lines, with the measured intervals and a time axis. The stall it names
+// is its record's (rec, RecordOf), in the report's words.
+func TimelineSVG(o *scenarios.Outcome, rec Record) []byte {
 	ev := o.Evidence
 	if ev == nil {
 		ev = &scenarios.Evidence{Start: o.Start, Until: o.End}
@@ -273,7 +274,7 @@ func TimelineSVG(o *scenarios.Outcome) []byte {
 	}
 
 	if zoomed {
-		drawZoom(p, l, o, zoom, zoomY)
+		drawZoom(p, l, o, rec.Measured, zoom, zoomY)
 	}
 	drawLegend(p, legendY)
 	b.f("</svg>\n")
@@ -651,7 +652,7 @@ func stallRead(o *scenarios.Outcome) (from, to time.Time, ok bool) {
 // drawZoom draws the window win enlarged: the step lines in it, the reads (good or failed) of every container,
 // the stall as the report states it, and the longest read across the takeover when that is another read, with
 // an axis in milliseconds from the kill.
-func drawZoom(p *placer, l svgLayout, o *scenarios.Outcome, win [2]time.Time, y float64) {
+func drawZoom(p *placer, l svgLayout, o *scenarios.Outcome, m Measured, win [2]time.Time, y float64) {
 	b, ev := p.b, o.Evidence
 	z := svgLayout{width: l.width, left: l.left, right: l.right, t0: win[0], span: win[1].Sub(win[0]).Seconds()}
 	// The heading, then three rows of step labels (12 px apart) above the strip.
@@ -690,7 +691,7 @@ func drawZoom(p *placer, l svgLayout, o *scenarios.Outcome, win [2]time.Time, y 
 	}
 	// The stall in the report's words and with its figure, beside the heading where no label can take its
 	// place; its read is marked when it lies in the window.
-	stall := stallWords + " " + measuredOf(o).stall()
+	stall := stallWords + " " + m.stall()
 	from, to, stalled := stallRead(o)
 	marked := stalled && to.After(win[0]) && from.Before(win[1])
 	switch {

@@ -459,7 +459,7 @@ func catalogOutcomes(t *testing.T) map[string]*scenarios.Outcome {
 // stallCell is the stall as the report's Measured table states it: the column's heading and the figure.
 func stallCell(t *testing.T, o *scenarios.Outcome) (words, figure string) {
 	t.Helper()
-	lines := strings.Split(Markdown(o), "\n")
+	lines := strings.Split(Markdown(o, RecordOf(o)), "\n")
 	for i, l := range lines {
 		if !strings.HasPrefix(l, "| kill → first ENOTCONN |") || i+2 >= len(lines) {
 			continue
@@ -471,7 +471,7 @@ func stallCell(t *testing.T, o *scenarios.Outcome) (words, figure string) {
 			}
 		}
 	}
-	t.Fatalf("the report has no stall in its Measured table:\n%s", Markdown(o))
+	t.Fatalf("the report has no stall in its Measured table:\n%s", Markdown(o, RecordOf(o)))
 	return "", ""
 }
 
@@ -527,7 +527,7 @@ func TestTimelineGeometry(t *testing.T) {
 		"keeper":            {"the stall: the longest open or read after the kill took 53ms", "53.0ms: the orange bar"},
 		"keeper-late-stall": {"80.0ms, at t+5.00s: outside this window", ">longest read in this window 53.0ms<"},
 	} {
-		svg := string(TimelineSVG(outcomes[name]))
+		svg := string(TimelineSVG(outcomes[name], RecordOf(outcomes[name])))
 		for _, w := range want {
 			if !strings.Contains(svg, w) {
 				t.Errorf("%s: the zoomed strip lacks %q", name, w)
@@ -536,7 +536,7 @@ func TestTimelineGeometry(t *testing.T) {
 	}
 	zoomed := 0
 	for name, o := range outcomes {
-		svg := TimelineSVG(o)
+		svg := TimelineSVG(o, RecordOf(o))
 		checkGeometry(t, name, o, svg)
 		if _, ok := zoomWindow(o); ok {
 			checkStallText(t, name, o, svg)

@@ -244,7 +244,7 @@ func TestSummarize(t *testing.T) {
 		return member{cell{io: []report.IOOutcome{o}}, srv, col}
 	}
 	sub := func(errno string, good float64) report.IOOutcome {
-		return report.IOOutcome{Kind: report.IOSubPath, FirstError: errno, KillToGood: good}
+		return report.IOOutcome{Kind: report.IOSubPath, FirstError: errno, FaultToGood: good}
 	}
 	got := summarize([]member{
 		mk("v1.37.2 model", "dummy-fuse", sub("ENOTCONN", 1.2)), mk("v1.37.2 model", "gcsfuse", sub("ENOTCONN", 2.7)),
@@ -266,7 +266,7 @@ func TestNotRunnableCells(t *testing.T) {
 	rs := &report.Results{Backend: scenarios.BackendKube, Runs: []report.Record{
 		{Scenario: sc, Backend: scenarios.BackendKube, Kubelet: "v1.34.4", Result: notRunnableText, Start: "2026-11-29T01:00:00Z"},
 		{Scenario: sc, Backend: scenarios.BackendKube, Kubelet: "v1.37.2", Result: "PASS", Start: "2026-11-29T02:00:00Z",
-			Measured: report.Measured{Kills: true, IO: []report.IOOutcome{{Kind: report.IOKeptFD, FirstError: "ENOTCONN", KillToFirstError: 0.8, KillToGood: 17}}}},
+			Measured: report.Measured{Kills: true, IO: []report.IOOutcome{{Kind: report.IOKeptFD, FirstError: "ENOTCONN", FaultToFirstError: 0.8, FaultToGood: 17}}}},
 	}}
 	m := build(catalog.All(), []*report.Results{rs}, []string{"a.json"})
 	if len(m.rows) != 1 || len(m.columns) != 2 {
@@ -285,5 +285,30 @@ func TestNotRunnableCells(t *testing.T) {
 	}
 	if strings.Contains(tbl, "FAIL") {
 		t.Errorf("the outcome table calls a refused run a failure:\n%s", tbl)
+	}
+}
+
+// TestProfileRecord: a driver-agnostic run recorded before the per-I/O outcomes has only its profile, whose
+// stall_ms was the longest time without a good read: its cells show that as the stall, as they always have,
+// and its recovery only where it failed.
+func TestProfileRecord(t *testing.T) {
+	var rs report.Results
+	if err := json.Unmarshal([]byte(`{"backend":"kube","kubelet":"v1.37.2","runs":[
+		{"scenario":"driver-pod-delete","backend":"kube","kubelet":"v1.37.2","driver":"blackbox.example.com","killed":"driver-pod killed",
+		 "placement":"keeper","result":"MEASURED","start":"2026-11-26T19:00:00Z","measured":{"kills":true},
+		 "profile":{"io":[{"kind":"kept-fd","reads_before":3,"failed":false,"errors":0,"recovered":true,"fault_to_good_read_s":0.57,"stall_ms":1053.9},
+		   {"kind":"stat","reads_before":1,"failed":true,"first_errno":"ENOTCONN","fault_to_first_error_s":0.85,"errors":1,"recovered":true,
+		    "fault_to_good_read_s":1.95,"stall_ms":1097}],"kubelet":{"failed_to_stat":false}}}]}`), &rs); err != nil {
+		t.Fatal(err)
+	}
+	m := build(catalog.All(), []*report.Results{&rs}, []string{"a.json"})
+	if len(m.rows) != 1 || len(m.columns) != 1 {
+		t.Fatalf("rows %+v, columns %+v: want 1 and 1", m.rows, m.columns)
+	}
+	c := m.cells[m.rows[0]][m.columns[0]]
+	for kind, want := range map[string]string{report.IOKeptFD: "no error · stall 1.05s", report.IOStat: "ENOTCONN +0.85s · ok +1.95s", report.IONewOpen: "–"} {
+		if got := c.mdCell(kind); got != want {
+			t.Errorf("%s: %q, want %q", kind, got, want)
+		}
 	}
 }

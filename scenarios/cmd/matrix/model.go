@@ -120,7 +120,7 @@ func build(cat []scenarios.Scenario, results []*report.Results, files []string) 
 			col := column{Kubelet: r.Kubelet, Backend: r.Backend}
 			c := cell{rec: r, file: files[i], io: r.Measured.IO, notRunnable: notRunnable}
 			if c.io == nil && r.Profile != nil {
-				c.io = r.Profile.Outcomes() // a driver-agnostic run recorded before the per-I/O outcomes
+				c.io = profileIO(r.Profile.IO)
 			}
 			if c.io == nil && !notRunnable {
 				c.io, c.legacy = legacyIO(r.Measured, sc, known >= 0), true
@@ -190,6 +190,16 @@ func serverIndex(servers []string, s string) int {
 	return len(servers)
 }
 
+// profileIO is the I/O of a driver-agnostic run recorded before the per-I/O outcomes: its profile measured no
+// open or read latency, and its cells have always shown the longest time without a good read as the stall.
+func profileIO(io []report.IOOutcome) []report.IOOutcome {
+	out := slices.Clone(io)
+	for i := range out {
+		out[i].Stall = out[i].Gap
+	}
+	return out
+}
+
 // legacyIO derives what an older record says about its I/O: its first container's first error, stall and
 // recovery (of that container's kind where the catalog knows the scenario), and whether stat of the volume dir
 // failed (its errno was not recorded).
@@ -199,17 +209,17 @@ func legacyIO(m report.Measured, sc scenarios.Scenario, known bool) []report.IOO
 		c := sc.Pod.Containers[0]
 		o := report.IOOutcome{Kind: report.IOKindOf(c), Container: c.Name, Stall: m.Stall}
 		if m.Failed {
-			o.FirstError, o.KillToFirstError = cmp.Or(m.FirstErrno, "failed"), m.KillToFirstError
+			o.FirstError, o.FaultToFirstError = cmp.Or(m.FirstErrno, "failed"), m.KillToFirstError
 			if o.FirstError == "failed" && m.KillToError > 0 {
-				o.FirstError, o.KillToFirstError = "ENOTCONN", m.KillToError
+				o.FirstError, o.FaultToFirstError = "ENOTCONN", m.KillToError
 			}
-			o.KillToGood = m.KillToRecovery
+			o.FaultToGood = m.KillToRecovery
 		}
 		out = append(out, o)
 	}
 	st := report.IOOutcome{Kind: report.IOStat}
 	if m.VolumeDied {
-		st.FirstError, st.KillToGood = "failed", m.KillToRestore
+		st.FirstError, st.FaultToGood = "failed", m.KillToRestore
 	}
 	return append(out, st)
 }
@@ -229,7 +239,7 @@ func classOf(o report.IOOutcome) class {
 	switch {
 	case o.FirstError == "":
 		return classOK
-	case o.KillToGood > 0:
+	case o.FaultToGood > 0:
 		return classRecovered
 	}
 	return classLost
@@ -245,11 +255,11 @@ func text(o report.IOOutcome) string {
 		return "no error · stall " + ms(o.Stall)
 	}
 	s := o.FirstError
-	if o.KillToFirstError > 0 {
-		s += fmt.Sprintf(" +%.2fs", o.KillToFirstError)
+	if o.FaultToFirstError > 0 {
+		s += fmt.Sprintf(" +%.2fs", o.FaultToFirstError)
 	}
-	if o.KillToGood > 0 {
-		return s + fmt.Sprintf(" · ok +%.2fs", o.KillToGood)
+	if o.FaultToGood > 0 {
+		return s + fmt.Sprintf(" · ok +%.2fs", o.FaultToGood)
 	}
 	return s + " · never ok"
 }

@@ -93,7 +93,7 @@ func summarize(members []member, kind string) string {
 		case mb.c.notRunnable:
 			key, v = notRunnableText, 0
 		case classOf(o) == classRecovered:
-			key, v = o.FirstError+", ok again after", o.KillToGood
+			key, v = o.FirstError+", ok again after", o.FaultToGood
 		case classOf(o) == classLost:
 			key, v = o.FirstError+", never ok again", 0
 		}

@@ -96,7 +96,7 @@ func shortText(o report.IOOutcome) string {
 		}
 		return "ok " + ms(o.Stall)
 	case classRecovered:
-		return fmt.Sprintf("%s→%.1fs", abbrev(o.FirstError), o.KillToGood)
+		return fmt.Sprintf("%s→%.1fs", abbrev(o.FirstError), o.FaultToGood)
 	}
 	return abbrev(o.FirstError)
 }
