@@ -71,7 +71,7 @@ func (c *container) event(kind scenarios.Kind, e scenarios.Event) {
 // exits (kubelet's PLEG event), then one per pod-worker period (one back-off base) while it is in back-off or
 // its starts fail.
 func (c *container) loop(ctx context.Context) {
-	defer c.b.wg.Done()
+	defer c.b.pod.wg.Done()
 	var finished time.Time // FinishedAt of the last exited instance
 	exited := false
 	first := true
@@ -152,7 +152,7 @@ func (c *container) start() (*proc, error) {
 	id := randomID()
 	src := b.vol.target
 	if c.spec.SubPath != "" {
-		sp := subPath{root: b.root, podUID: b.podUID, volumeName: pvName, container: c.spec.Name, index: 0,
+		sp := subPath{root: b.root, podUID: b.pod.uid, volumeName: pvName, container: c.spec.Name, index: 0,
 			volumePath: b.vol.target, subPath: c.spec.SubPath, mountName: volumeName, kubelet: b.kubelet}
 		target, err := sp.prepare(func(f string, a ...any) { b.logf("container %s: "+f, append([]any{c.spec.Name}, a...)...) })
 		if err != nil {
@@ -180,7 +180,7 @@ func (c *container) start() (*proc, error) {
 	p, err := b.launch(initConfig{
 		Mounts: []initMount{{Source: src, Target: c.spec.Mount(), Propagation: prop}},
 		Argv:   append([]string{b.opts.WorkloadPath}, c.spec.WorkloadArgs(b.opts.ReadInterval)...),
-		Pod:    b.podUID,
+		Pod:    b.pod.uid,
 	}, logPath)
 	if err != nil {
 		return nil, err
@@ -205,7 +205,7 @@ func (c *container) start() (*proc, error) {
 		defer logR.Close()
 		prefix := fmt.Sprintf("%s#%d", c.spec.Name, inst)
 		scenarios.TailLines(logR, p.done, 20*time.Millisecond, func(line []byte) {
-			b.workloadLog.WriteLine(prefix, line)
+			b.logs.workload.WriteLine(prefix, line)
 			b.rec.Add(scenarios.ParseWorkloadLine(line, c.spec.Name, inst, time.Now()))
 		})
 	}()

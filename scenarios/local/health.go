@@ -39,7 +39,7 @@ const healthCallTimeout = 10 * time.Second
 func (b *Backend) current() (*csiClient, volume, []*container) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.csi, b.vol, b.containers
+	return b.csi, b.vol, b.pod.containers
 }
 
 // watchVolumeHealth is kubelet's volume health probe, every scenarios.HealthPeriod, the way the modelled
@@ -177,7 +177,7 @@ func (b *Backend) runRemediator(ctx context.Context, cfg scenarios.Remediation) 
 		return false, nil, nil // the tracker deletes the object
 	})
 	log := funcr.New(func(prefix, args string) {
-		b.remediatorLog.WriteLine(time.Now().UTC().Format("15:04:05.000000"), []byte(strings.TrimSpace(prefix+" "+args)))
+		b.logs.remediator.WriteLine(time.Now().UTC().Format("15:04:05.000000"), []byte(strings.TrimSpace(prefix+" "+args)))
 	}, funcr.Options{})
 	r, err := remediate.New(remediate.Config{Client: cs.CoreV1(), Owners: owners, NodeName: nodeID, KubeletDir: b.root, StateDir: b.stateDir,
 		Health: pluginHealth{b}, Strategy: strategy, Grace: cfg.Grace, RateLimit: time.Minute, Log: log})
@@ -220,13 +220,13 @@ func (b *Backend) recreatePod(ctx context.Context, name string) error {
 func (b *Backend) podGone() bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.podDeleted
+	return b.pod.deleted
 }
 
 func (b *Backend) setPodDeleted(deleted bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.podDeleted = deleted
+	b.pod.deleted = deleted
 }
 
 // mirrorName is the name of the pod of UID uid in the fake API server: a ReplicaSet's pods are named after it

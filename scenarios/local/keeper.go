@@ -64,7 +64,7 @@ func newKeeperPart(b *Backend, env *scenarios.Env) (part, error) {
 	if err != nil {
 		return nil, err
 	}
-	b.logs = append(b.logs, logs[0])
+	b.logs.all = append(b.logs.all, logs[0])
 	b.peers.keeper = &keeperPart{b: b, log: logs[0], pluginPath: b.opts.PluginPath, fusePath: b.opts.FusePath}
 	return b.peers.keeper, nil
 }

@@ -224,7 +224,7 @@ func (r *recollectPart) kill(ctx context.Context) error {
 			break
 		}
 		if p.exited() {
-			return fmt.Errorf("the plugin exited before the keeper reached it (%s); see %s", p.state, b.pluginLog.Name())
+			return fmt.Errorf("the plugin exited before the keeper reached it (%s); see %s", p.state, b.logs.plugin.Name())
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("the keeper did not reach the restarted plugin within 30s (see keeper.log)")

@@ -131,19 +131,12 @@ type Backend struct {
 
 	sc        *scenarios.Scenario
 	dir, root string
-	podUID    string
-	// podDeleted: a step deleted the pod and none was created since.
-	podDeleted bool
-	sock       string
-	sockDir    string // the short directory of the plugin's sockets when the run directory is too long for them
-	stateDir   string
-	vol        volume
-
-	kubeletLog, pluginLog, workloadLog *scenarios.LogFile
-	// remediatorLog holds the remediator's decisions (Plugin.Remediation).
-	remediatorLog *scenarios.LogFile
-	// logs are every log file opened, closed at Stop.
-	logs []*scenarios.LogFile
+	sock      string
+	sockDir   string // the short directory of the plugin's sockets when the run directory is too long for them
+	stateDir  string
+	vol       volume
+	logs      runLogs
+	pod       podState
 
 	// parts are the scenario's components with their handlers (parts.go), and peers those that others reach.
 	parts *topology.Parts[part]
@@ -153,19 +146,35 @@ type Backend struct {
 	pluginStarts int
 	csi          *csiClient
 
-	containers []*container
-	loopCtx    context.Context    // the kubelet loops' and the probe's, for the life of the backend
-	cancel     context.CancelFunc // stops the kubelet loops and the probe
-	podCancel  context.CancelFunc // stops the current pod's loops and probe
-	wg         sync.WaitGroup     // the current pod's loops and probe
-	rootBound  bool
-	stopped    bool
-	keepNote   string
+	loopCtx   context.Context    // the kubelet loops' and the probe's, for the life of the backend
+	cancel    context.CancelFunc // stops the kubelet loops and the probe
+	rootBound bool
+	stopped   bool
+	keepNote  string
 
-	// mu guards csi, vol, podUID, podDeleted and containers against the background loops (bg): the volume
+	// mu guards csi, vol and pod's uid, deleted and containers against the background loops (bg): the volume
 	// health probe and the remediator, which read them, and the remediator's recreation of the pod.
 	mu sync.Mutex
 	bg sync.WaitGroup // the background loops, for the life of the backend (loopCtx)
+}
+
+// runLogs are the run's own logs (a part opens its own, e.g. keeper.log, and adds it to all).
+type runLogs struct {
+	kubelet, plugin, workload *scenarios.LogFile
+	// remediator holds the remediator's decisions (Plugin.Remediation).
+	remediator *scenarios.LogFile
+	// all are every log file opened, closed at Stop.
+	all []*scenarios.LogFile
+}
+
+// podState is the current workload pod's.
+type podState struct {
+	uid string
+	// deleted: a step deleted the pod and none was created since.
+	deleted    bool
+	containers []*container
+	cancel     context.CancelFunc // stops the pod's loops and probe
+	wg         sync.WaitGroup     // the pod's loops and probe
 }
 
 var _ scenarios.Backend = (*Backend)(nil)
@@ -218,8 +227,8 @@ func (b *Backend) Setup(ctx context.Context, sc *scenarios.Scenario, env *scenar
 	if err != nil {
 		return err
 	}
-	b.pluginLog, b.workloadLog, b.kubeletLog = logs[0], logs[1], logs[2]
-	b.logs = append(b.logs, logs...)
+	b.logs.plugin, b.logs.workload, b.logs.kubelet = logs[0], logs[1], logs[2]
+	b.logs.all = append(b.logs.all, logs...)
 	if b.peers.server, err = newServer(b, env); err != nil {
 		return err
 	}
@@ -230,8 +239,8 @@ func (b *Backend) Setup(ctx context.Context, sc *scenarios.Scenario, env *scenar
 		if logs, err = env.Logs("remediator.log"); err != nil {
 			return err
 		}
-		b.remediatorLog = logs[0]
-		b.logs = append(b.logs, logs[0])
+		b.logs.remediator = logs[0]
+		b.logs.all = append(b.logs.all, logs[0])
 	}
 
 	if err := makeRShared(b.root); err != nil {
@@ -320,7 +329,7 @@ func (b *Backend) Stop(ctx context.Context) error {
 	if b.cancel != nil {
 		b.cancel()
 	}
-	errs := []error{b.waitLoops(&b.bg, &b.wg)}
+	errs := []error{b.waitLoops(&b.bg, &b.pod.wg)}
 	if b.opts.Keep && b.sc != nil {
 		b.printKeep()
 		b.closeLogs()
@@ -328,10 +337,10 @@ func (b *Backend) Stop(ctx context.Context) error {
 	}
 
 	// Delete the pod: SIGTERM, a grace period, SIGKILL (kubelet's order).
-	if !b.podDeleted {
+	if !b.pod.deleted {
 		errs = append(errs, b.stopPod("teardown: "))
 	}
-	if b.plugin != nil && !b.plugin.exited() && b.csi != nil && !b.podDeleted {
+	if b.plugin != nil && !b.plugin.exited() && b.csi != nil && !b.pod.deleted {
 		if err := b.csi.unpublishAndUnstage(ctx, b.vol, b.logf); err != nil {
 			b.logf("teardown: %v", err) // the unmount below cleans up what the plugin could not
 		}
@@ -422,14 +431,14 @@ func (b *Backend) printKeep() {
 	for _, m := range ms {
 		fmt.Fprintf(&w, "  umount -l %s\n", m.Mountpoint)
 	}
-	if dir, err := podcgroup.PodDir(b.podUID); err == nil && b.podUID != "" {
+	if dir, err := podcgroup.PodDir(b.pod.uid); err == nil && b.pod.uid != "" {
 		fmt.Fprintf(&w, "  rmdir %s/*/ %s\n", dir, dir) // the containers' cgroups, once their processes are gone
 	}
 	b.keepNote = w.String()
 }
 
 func (b *Backend) closeLogs() {
-	for _, l := range b.logs {
+	for _, l := range b.logs.all {
 		_ = l.Close()
 	}
 }
@@ -444,7 +453,7 @@ func (b *Backend) procs() []knownProc {
 }
 
 func (b *Backend) logf(format string, args ...any) {
-	b.kubeletLog.WriteLine(time.Now().UTC().Format("15:04:05.000000"), fmt.Appendf(nil, format, args...))
+	b.logs.kubelet.WriteLine(time.Now().UTC().Format("15:04:05.000000"), fmt.Appendf(nil, format, args...))
 }
 
 func (b *Backend) logLines(prefix string, lines []string) {

@@ -89,10 +89,10 @@ func (b *Backend) launchPlugin() (*proc, error) {
 		args = append(args, p.pluginArgs()...)
 	}
 	b.pluginStarts++
-	b.pluginLog.Printf("==== plugin container start #%d at %s: %s %s", b.pluginStarts,
+	b.logs.plugin.Printf("==== plugin container start #%d at %s: %s %s", b.pluginStarts,
 		time.Now().UTC().Format(time.RFC3339Nano), b.opts.PluginPath, strings.Join(args, " "))
 	cmd := exec.Command(b.opts.PluginPath, args...)
-	cmd.Stdout, cmd.Stderr = b.pluginLog.File(), b.pluginLog.File()
+	cmd.Stdout, cmd.Stderr = b.logs.plugin.File(), b.logs.plugin.File()
 	// A new PID namespace makes the plugin its init: when it dies, the kernel kills everything in it.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID, Setpgid: true, Pdeathsig: b.deathSig()}
 	if err := cmd.Start(); err != nil {
@@ -134,10 +134,10 @@ func (b *Backend) waitPluginReady(ctx context.Context, p *proc) error {
 			return nil
 		}
 		if p.exited() {
-			return fmt.Errorf("plugin exited before serving (%s); see %s", p.state, b.pluginLog.Name())
+			return fmt.Errorf("plugin exited before serving (%s); see %s", p.state, b.logs.plugin.Name())
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("plugin not ready after 30s (last Probe: %v); see %s", err, b.pluginLog.Name())
+			return fmt.Errorf("plugin not ready after 30s (last Probe: %v); see %s", err, b.logs.plugin.Name())
 		}
 		select {
 		case <-ctx.Done():

@@ -28,11 +28,11 @@ func (p *podPart) kill(ctx context.Context) error {
 		return errors.New("the pod is deleted already")
 	}
 	b.rec.Add(scenarios.Event{Source: scenarios.SrcComponent, Component: topology.WorkloadPod, Kind: scenarios.KKilled,
-		Message: "pod " + b.podUID + " deleted: containers stopped, volume unpublished and unstaged"})
+		Message: "pod " + b.pod.uid + " deleted: containers stopped, volume unpublished and unstaged"})
 	b.setPodDeleted(true)
 	err := b.podDown(ctx)
 	b.rec.Add(scenarios.Event{Source: scenarios.SrcComponent, Component: topology.WorkloadPod, Kind: scenarios.KExited,
-		Message: "pod " + b.podUID + " gone"})
+		Message: "pod " + b.pod.uid + " gone"})
 	return err
 }
 
@@ -46,16 +46,16 @@ func (p *podPart) start(ctx context.Context) error {
 		return err
 	}
 	b.rec.Add(scenarios.Event{Source: scenarios.SrcComponent, Component: topology.WorkloadPod, Kind: scenarios.KStarted,
-		Message: "pod " + b.podUID + " created"})
+		Message: "pod " + b.pod.uid + " created"})
 	b.rec.Add(scenarios.Event{Source: scenarios.SrcComponent, Component: topology.WorkloadPod, Kind: scenarios.KReady,
-		Message: "pod " + b.podUID + ": volume published, every container had its first start"})
+		Message: "pod " + b.pod.uid + ": volume published, every container had its first start"})
 	return nil
 }
 
 // procs lists the current instance of each of the pod's containers.
 func (p *podPart) procs() []knownProc {
 	var out []knownProc
-	for _, c := range p.b.containers {
+	for _, c := range p.b.pod.containers {
 		if cp := c.current(); cp != nil {
 			out = append(out, knownProc{cp, fmt.Sprintf("container %s: pid %d, log %s/containers/%s-%d.log\n    look inside: nsenter -t %d -m cat %s",
 				c.spec.Name, cp.pid(), p.b.dir, c.spec.Name, c.starts-1, cp.pid(), c.spec.File())})
@@ -79,7 +79,7 @@ func (b *Backend) podUp(ctx context.Context) error {
 		target:  kubeletpath.Target(b.root, uid, pvName),
 	}
 	b.mu.Lock()
-	b.podUID, b.vol = uid, vol
+	b.pod.uid, b.vol = uid, vol
 	b.mu.Unlock()
 	b.rec.SetPaths(map[string]string{
 		scenarios.PathRoot: b.root, scenarios.PathVolume: b.vol.target, scenarios.PathStaging: b.vol.staging,
@@ -98,10 +98,10 @@ func (b *Backend) podUp(ctx context.Context) error {
 		Message: "volume staged and published (NodeStageVolume, NodePublishVolume)"})
 
 	podCtx, cancel := context.WithCancel(b.loopCtx)
-	b.podCancel = cancel
-	b.wg.Add(1)
+	b.pod.cancel = cancel
+	b.pod.wg.Add(1)
 	go func() {
-		defer b.wg.Done()
+		defer b.pod.wg.Done()
 		scenarios.StatHostPaths(podCtx, b.rec, map[string]string{
 			scenarios.PathVolume: b.vol.target, scenarios.PathStaging: b.vol.staging}, b.opts.ProbeInterval)
 	}()
@@ -110,7 +110,7 @@ func (b *Backend) podUp(ctx context.Context) error {
 			return err
 		}
 	}
-	previous := b.containers
+	previous := b.pod.containers
 	var containers []*container
 	for i, spec := range sc.Pod.Containers {
 		c := &container{b: b, spec: spec, index: i, firstAttempt: make(chan struct{}),
@@ -121,17 +121,17 @@ func (b *Backend) podUp(ctx context.Context) error {
 		containers = append(containers, c)
 	}
 	b.mu.Lock()
-	b.containers = containers
+	b.pod.containers = containers
 	b.mu.Unlock()
 	for _, c := range containers {
-		b.wg.Add(1)
+		b.pod.wg.Add(1)
 		go c.loop(podCtx)
 	}
 	// A start stats the volume dir (kubelet's makeMounts): on a FUSE mount no server answers yet, that stat
 	// waits until one does, so the wait for the first attempts is bounded.
 	wait := cmp.Or(b.opts.FirstStartWait, 60*time.Second)
 	deadline := time.After(wait)
-	for _, c := range b.containers {
+	for _, c := range b.pod.containers {
 		select {
 		case <-c.firstAttempt:
 		case <-deadline:
@@ -148,7 +148,7 @@ func (b *Backend) podUp(ctx context.Context) error {
 // have ended. logPrefix starts its lines in kubelet.log.
 func (b *Backend) stopPod(logPrefix string) error {
 	var errs []error
-	for _, c := range b.containers {
+	for _, c := range b.pod.containers {
 		if p := c.current(); p != nil && !p.exited() {
 			b.logf("%sstop %s pid %d", logPrefix, c.spec.Name, p.pid())
 			if err := p.stop(2 * time.Second); err != nil {
@@ -160,8 +160,8 @@ func (b *Backend) stopPod(logPrefix string) error {
 	for _, p := range b.parts.All() {
 		errs = append(errs, p.podStop(logPrefix))
 	}
-	if b.podUID != "" {
-		done, err := unmountAll(kubeletpath.SubPaths(b.root, b.podUID))
+	if b.pod.uid != "" {
+		done, err := unmountAll(kubeletpath.SubPaths(b.root, b.pod.uid))
 		b.logLines(logPrefix, done)
 		if err != nil {
 			errs = append(errs, err)
@@ -174,10 +174,10 @@ func (b *Backend) stopPod(logPrefix string) error {
 // (SIGTERM, a grace period, SIGKILL), its subPath binds cleaned (CleanSubPaths), then NodeUnpublishVolume and,
 // as no other pod uses the volume, NodeUnstageVolume. It returns what it could not stop or unmount.
 func (b *Backend) podDown(ctx context.Context) error {
-	if b.podCancel != nil {
-		b.podCancel()
+	if b.pod.cancel != nil {
+		b.pod.cancel()
 	}
-	errs := []error{b.waitLoops(&b.wg), b.stopPod("pod deletion: ")}
+	errs := []error{b.waitLoops(&b.pod.wg), b.stopPod("pod deletion: ")}
 	if b.plugin != nil && !b.plugin.exited() && b.csi != nil {
 		if err := b.csi.unpublishAndUnstage(ctx, b.vol, b.logf); err != nil {
 			errs = append(errs, err)

@@ -33,7 +33,7 @@ func (b *Backend) restartAll(source *container) {
 		source.spec.Name, scenarios.RestartAllExitCode)
 	b.rec.Add(scenarios.Event{Source: scenarios.SrcKubelet, Kind: scenarios.KPodEvent, Detail: restartingAll,
 		Message: fmt.Sprintf("container %s exited with %d: RestartAllContainers", source.spec.Name, scenarios.RestartAllExitCode)})
-	for _, c := range b.containers {
+	for _, c := range b.pod.containers {
 		c.reset.Store(true)
 		if c == source {
 			continue

@@ -49,7 +49,7 @@ func newSidecarPart(b *Backend, env *scenarios.Env) (part, error) {
 	if err != nil {
 		return nil, err
 	}
-	b.logs = append(b.logs, logs[0])
+	b.logs.all = append(b.logs.all, logs[0])
 	b.peers.sidecar = &sidecarCtr{b: b, log: logs[0]}
 	return b.peers.sidecar, nil
 }
@@ -65,7 +65,7 @@ func (s *sidecarCtr) pluginArgs() []string {
 // emptyDir (pkg/volume/emptydir/empty_dir.go, setupDir), so that the unprivileged sidecar can use it.
 func (s *sidecarCtr) podPrepare() error {
 	b := s.b
-	s.dir = filepath.Join(kubeletpath.PodDir(b.root, b.podUID), kubeletpath.EmptyDirIn(contract.SidecarVolume))
+	s.dir = filepath.Join(kubeletpath.PodDir(b.root, b.pod.uid), kubeletpath.EmptyDirIn(contract.SidecarVolume))
 	if err := os.MkdirAll(s.dir, 0o750); err != nil {
 		return err
 	}
@@ -83,7 +83,7 @@ func (s *sidecarCtr) podStart(podCtx context.Context) error {
 	if err := s.startInstance(); err != nil {
 		return err
 	}
-	s.b.wg.Add(1)
+	s.b.pod.wg.Add(1)
 	go s.supervise(podCtx)
 	return nil
 }
@@ -142,7 +142,7 @@ func (s *sidecarCtr) startInstance() error {
 		},
 		Argv: append([]string{plugin}, args...),
 		User: &initUser{UID: sidecarUser, GID: sidecarUser},
-		Pod:  b.podUID,
+		Pod:  b.pod.uid,
 	}, logPath)
 	if err != nil {
 		return fmt.Errorf("start sidecar: %w", err)
@@ -183,7 +183,7 @@ func (s *sidecarCtr) startInstance() error {
 // started it again about 1 s after its FUSE server was killed: its next sync, v1.37.2 and v1.36.3).
 func (s *sidecarCtr) supervise(ctx context.Context) {
 	b := s.b
-	defer b.wg.Done()
+	defer b.pod.wg.Done()
 	for {
 		p := s.current()
 		select {
