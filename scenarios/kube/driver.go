@@ -157,7 +157,7 @@ func (b *Backend) setupDriver(ctx context.Context, sc *scenarios.Scenario, env *
 	if _, err := b.cs.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("create namespace: %w", err)
 	}
-	b.nsCreated = true
+	b.life.nsCreated = true
 	b.progress("namespace %s", b.n.namespace)
 	b.startInformers()
 
@@ -177,7 +177,7 @@ func (b *Backend) setupDriver(ctx context.Context, sc *scenarios.Scenario, env *
 	}
 	readFrom(pod, readPath)
 	writeYAML(filepath.Join(b.dir, "workload-pod.yaml"), pod)
-	b.podSpec = pod
+	b.pod.spec = pod
 	if err := b.podUp(ctx, true); err != nil {
 		return err
 	}

@@ -22,12 +22,12 @@ func (b *Backend) onEvent(o any) {
 	}
 	count := max(ev.Count, 1)
 	b.mu.Lock()
-	prev := b.events[string(ev.UID)]
+	prev := b.watch.events[string(ev.UID)]
 	if count <= prev {
 		b.mu.Unlock()
 		return
 	}
-	b.events[string(ev.UID)] = count
+	b.watch.events[string(ev.UID)] = count
 	b.mu.Unlock()
 
 	seen := time.Now()
@@ -43,7 +43,7 @@ func (b *Backend) onEvent(o any) {
 		count, t.UTC().Format("15:04:05.000"), ev.Message)
 	current := string(ev.InvolvedObject.UID) == b.workloadUID()
 	b.mu.Lock()
-	earlier := b.podUIDs[string(ev.InvolvedObject.UID)]
+	earlier := b.pod.uidSet[string(ev.InvolvedObject.UID)]
 	b.mu.Unlock()
 	if !current && !(earlier && podEvent(ev.Reason)) {
 		// Kubelet's container events count only for the pod followed now; an event on the pod itself (the
@@ -60,12 +60,12 @@ func (b *Backend) onEvent(o any) {
 			}
 			e := scenarios.Event{Time: t, Source: scenarios.SrcKubelet, Kind: scenarios.KStartFailed, Container: c,
 				Instance: b.starts(c), Message: msg, Errno: errnoIn(msg)}
-			if e.Errno == "" && b.kubelet != nil {
+			if e.Errno == "" && b.watch.kubelet != nil {
 				// The cause is only in kubelet's log (e.g. "failed to prepare subPath"): attach it when it shows up.
 				b.wg.Add(1)
 				go func() {
 					defer b.wg.Done()
-					if cause, ok := b.kubelet.cause(b.ctx, c, string(ev.InvolvedObject.UID), t); ok {
+					if cause, ok := b.watch.kubelet.cause(b.ctx, c, string(ev.InvolvedObject.UID), t); ok {
 						e.Detail, e.Errno = cause, errnoIn(cause)
 					}
 					b.rec.Add(e)

@@ -45,11 +45,11 @@ func (b *Backend) observeVolumeHealth(p *corev1.Pod) {
 	}
 	s := strings.Join(conds, "; ")
 	b.mu.Lock()
-	if b.volumeHealth == nil {
-		b.volumeHealth = map[string]string{}
+	if b.pod.volumeHealth == nil {
+		b.pod.volumeHealth = map[string]string{}
 	}
-	prev, seen := b.volumeHealth[string(p.UID)]
-	b.volumeHealth[string(p.UID)] = s
+	prev, seen := b.pod.volumeHealth[string(p.UID)]
+	b.pod.volumeHealth[string(p.UID)] = s
 	b.mu.Unlock()
 	if prev == s && (seen || s == "") {
 		return
@@ -124,13 +124,13 @@ const remediatorContainer = "remediator"
 // their evidence. Its events on the workload pod are the evidence the checks read (events.go).
 func (b *Backend) onRemediatorPod(p *corev1.Pod, deleted bool) {
 	rp, seen := b.observeDSPod(b.remediators, p, deleted)
-	if seen || b.remediatorLog == nil {
+	if seen || b.logs.remediator == nil {
 		return
 	}
 	b.wg.Add(1)
 	go b.follow(rp.w, remediatorContainer, true, instanceHandler{
 		line: func(n int, _ instanceInfo, line []byte, ts time.Time) {
-			writePodLine(b.remediatorLog, rp.name, n, line, ts)
+			writePodLine(b.logs.remediator, rp.name, n, line, ts)
 		},
 		end: func(int, instanceInfo, *corev1.ContainerStateTerminated, bool) {},
 	})

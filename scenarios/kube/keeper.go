@@ -10,6 +10,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -32,8 +34,11 @@ const nextSuffix = "-next"
 // "connected to the plugin" as KReady of the keeper; a FUSE server serving the run's volume as KReady of the
 // FUSE server (Detail: its version) and a server's exit as its KExited; the pod's end as the keeper's KExited.
 func (b *Backend) onKeeperPod(p *corev1.Pod, deleted bool) {
-	kp, seen := b.observeDSPod(b.keepers, p, deleted)
-	if seen || b.keeperLog == nil {
+	if b.keeper == nil {
+		return // no keeper in this mode
+	}
+	kp, seen := b.observeDSPod(b.keeper.pods, p, deleted)
+	if seen {
 		return
 	}
 	b.wg.Add(1)
@@ -43,7 +48,7 @@ func (b *Backend) onKeeperPod(p *corev1.Pod, deleted bool) {
 				b.nodeEvent(kp, topology.KeeperContainer, scenarios.KStarted, stampTime(info.startedAt, ts),
 					fmt.Sprintf("pod %s on %s (image %s)", kp.name, kp.node, imageOf(p, keeperContainer)), "")
 			}
-			ts = writePodLine(b.keeperLog, kp.name, n, line, ts)
+			ts = writePodLine(b.logs.keeper, kp.name, n, line, ts)
 			t := scenarios.LineTime(line, ts)
 			b.keeperLine(kp, line, t)
 			switch ev := contract.ParseKeeperLine(line); ev.Kind {
@@ -51,14 +56,14 @@ func (b *Backend) onKeeperPod(p *corev1.Pod, deleted bool) {
 				b.nodeEvent(kp, topology.KeeperContainer, scenarios.KReady, t, fmt.Sprintf("pod %s connected to the plugin", kp.name), "")
 			case contract.KeeperLineServed:
 				if ev.Volume == b.n.volumeHandle {
-					b.keeperServedBy.Store(int64(ev.PID))
+					b.keeper.servedBy.Store(int64(ev.PID))
 					b.nodeEvent(kp, topology.FuseServer, scenarios.KReady, t,
 						fmt.Sprintf("pod %s: dummy-fuse %s pid %d serves the volume", kp.name, ev.Version, ev.PID), ev.Version)
 				}
 			case contract.KeeperLineServerExited:
-				b.keeperExited.Lock()
-				b.keeperExited.pids = append(b.keeperExited.pids, ev.PID)
-				b.keeperExited.Unlock()
+				b.keeper.exited.Lock()
+				b.keeper.exited.pids = append(b.keeper.exited.pids, ev.PID)
+				b.keeper.exited.Unlock()
 				b.nodeEvent(kp, topology.FuseServer, scenarios.KExited, t, fmt.Sprintf("pod %s: FUSE server pid %d: %s", kp.name, ev.PID, ev.Reason), "")
 			}
 		},
@@ -89,7 +94,7 @@ func (b *Backend) waitKeeperReady(ctx context.Context, since time.Time, image st
 		}) > 0 {
 			return nil
 		}
-		if err := b.imageProblem(b.keepers, image); err != nil {
+		if err := b.imageProblem(b.keeper.pods, image); err != nil {
 			return err
 		}
 		if time.Now().After(deadline) {
@@ -104,7 +109,7 @@ func (b *Backend) waitKeeperReady(ctx context.Context, since time.Time, image st
 // killKeeper deletes the keeper pod on the workload's node (its FUSE servers die with it; the plugin keeps its
 // copies of the connections).
 func (b *Backend) killKeeper(ctx context.Context) error {
-	return b.deleteNodePod(ctx, topology.KeeperContainer, keeperDSName(), b.keepers)
+	return b.deleteNodePod(ctx, topology.KeeperContainer, keeperDSName(), b.keeper.pods)
 }
 
 // startKeeper lets the keeper DaemonSet run on the node again; it returns once the new keeper is connected to
@@ -127,7 +132,7 @@ func (b *Backend) killFuseServer(ctx context.Context) error {
 
 // killKeeperServer is killFuseServer recording the kill as c's (the relay-keeper mode's keeper servers are relays).
 func (b *Backend) killKeeperServer(ctx context.Context, c topology.Component, what string) error {
-	kp, _ := b.runningPod(b.keepers)
+	kp, _ := b.runningPod(b.keeper.pods)
 	if kp == nil {
 		return fmt.Errorf("no running keeper pod on node %s", b.node)
 	}
@@ -163,7 +168,7 @@ func (b *Backend) killKeeperServer(ctx context.Context, c topology.Component, wh
 // the old pod (SIGTERM: its servers exit without unmounting). It returns once a server of the new version
 // serves the volume and the old keeper is gone.
 func (b *Backend) upgradeKeeper(ctx context.Context) error {
-	old, _ := b.runningPod(b.keepers)
+	old, _ := b.runningPod(b.keeper.pods)
 	if old == nil {
 		return fmt.Errorf("no running keeper pod on node %s to upgrade", b.node)
 	}
@@ -199,7 +204,7 @@ func (b *Backend) upgradeKeeper(ctx context.Context) error {
 	for b.rec.Count(func(e scenarios.Event) bool {
 		return e.Kind == scenarios.KReady && e.Component == topology.FuseServer && e.Detail == next
 	}) == 0 {
-		if err := b.imageProblem(b.keepers, image); err != nil {
+		if err := b.imageProblem(b.keeper.pods, image); err != nil {
 			return fmt.Errorf("%w (make image builds the next build's image too)", err)
 		}
 		if time.Now().After(deadline) {
@@ -219,15 +224,24 @@ func (b *Backend) upgradeKeeper(ctx context.Context) error {
 // keeperPart is the keeper of the keeper mode: its DaemonSet's pod on the workload's node.
 type keeperPart struct {
 	noPart
-	b *Backend
+	b    *Backend
+	pods map[string]*dsPod // the keeper DaemonSet's pods, by pod UID
+	// servedBy is the PID (in its keeper's namespace) of the server a keeper last said serves the volume.
+	servedBy atomic.Int64
+	// exited are the PIDs (in their keeper's namespace) of the FUSE servers the keepers said exited, in order.
+	exited struct {
+		sync.Mutex
+		pids []int
+	}
 }
 
 func newKeeperPart(b *Backend, env *scenarios.Env) (part, error) {
 	var err error
-	if b.keeperLog, err = env.Log("keeper.log"); err != nil {
+	if b.logs.keeper, err = env.Log("keeper.log"); err != nil {
 		return nil, err
 	}
-	return &keeperPart{b: b}, nil
+	b.keeper = &keeperPart{b: b, pods: map[string]*dsPod{}}
+	return b.keeper, nil
 }
 
 func (p *keeperPart) kill(ctx context.Context) error    { return p.b.killKeeper(ctx) }

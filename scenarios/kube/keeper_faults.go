@@ -23,7 +23,7 @@ const crashLoopFor = 5 * time.Minute
 
 // crashExec runs `csi-plugin keeper crash --volume <id>` with args in the keeper container, recording the kill.
 func (b *Backend) crashExec(ctx context.Context, what string, args ...string) (string, error) {
-	kp, _ := b.runningPod(b.keepers)
+	kp, _ := b.runningPod(b.keeper.pods)
 	if kp == nil {
 		return "", fmt.Errorf("no running keeper pod on node %s", b.node)
 	}
@@ -54,9 +54,9 @@ func newSuccessorPart(b *Backend, _ *scenarios.Env) (part, error) {
 
 func (p *successorPart) kill(ctx context.Context) error {
 	b := p.b
-	b.keeperExited.Lock()
-	before := len(b.keeperExited.pids)
-	b.keeperExited.Unlock()
+	b.keeper.exited.Lock()
+	before := len(b.keeper.exited.pids)
+	b.keeper.exited.Unlock()
 	out, err := b.crashExec(ctx, "SIGKILL of the volume's FUSE server, then of its successor the moment the keeper names it", "--successor")
 	if err != nil {
 		return err
@@ -75,9 +75,9 @@ func (b *Backend) successorKills(ctx context.Context, out string, before int, wi
 	}
 	deadline := time.Now().Add(within)
 	for {
-		b.keeperExited.Lock()
-		exited := slices.Clone(b.keeperExited.pids[before:])
-		b.keeperExited.Unlock()
+		b.keeper.exited.Lock()
+		exited := slices.Clone(b.keeper.exited.pids[before:])
+		b.keeper.exited.Unlock()
 		if len(exited) >= 2 {
 			b.logf("keeper crash --successor said %q; the keeper's log says pids %d and %d exited since", out, exited[0], exited[1])
 			return [2]int{exited[0], exited[1]}, nil
@@ -96,7 +96,7 @@ func (b *Backend) successorKills(ctx context.Context, out string, before int, wi
 func (p *successorPart) start(ctx context.Context) error {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		if pid := int(p.b.keeperServedBy.Load()); pid != 0 && pid != p.killed[0] && pid != p.killed[1] {
+		if pid := int(p.b.keeper.servedBy.Load()); pid != 0 && pid != p.killed[0] && pid != p.killed[1] {
 			return nil
 		}
 		if time.Now().After(deadline) {

@@ -175,6 +175,7 @@ type Backend struct {
 	opts   Options
 	optErr error
 	cs     kubernetes.Interface
+	cfg    *rest.Config // for exec into the sidecar
 	man    *manifests
 	rec    *scenarios.Recorder
 	env    *scenarios.Env
@@ -184,68 +185,78 @@ type Backend struct {
 	n     names
 	helm  *helmRelease
 	vols  map[string]string // path label → host path
-	uid   string            // the workload pod's UID
-	uids  []string          // every workload pod's UID (the pod component creates new ones)
 	node  string
 	local bool // the node's kubelet dir is on this machine
-
-	kubeLog, pluginLog, workloadLog, kubeletLogOut *scenarios.LogFile
-
 	// podLogsDir is the node kubelet's podLogsDir, read for RestartAllContainers scenarios (restartall.go).
 	podLogsDir string
-
-	cfg     *rest.Config // for exec into the sidecar
-	podSpec *corev1.Pod  // the workload pod as created (again by the pod component)
-	// The pod's FUSE sidecar (sidecar mode): its container's name and log.
+	logs       runLogs
+	// sidecarName is the pod's FUSE sidecar container's name (the sidecar mode).
 	sidecarName string
-	sidecarLog  *scenarios.LogFile
-	keeperLog   *scenarios.LogFile // keeper mode: the keeper pods' logs
-	// remediatorLog: the remediator pods' logs (Plugin.Remediation)
-	remediatorLog *scenarios.LogFile
-	probeStop     context.CancelFunc // ends the host probe of the current pod's paths
 
 	mu       sync.Mutex
 	workload *podWatch
-	probe    *podWatch
+	pod      podState
 	plugins  map[string]*dsPod // by pod UID
-	keepers  map[string]*dsPod // by pod UID (keeper mode)
-	// keeperServedBy is the PID (in its keeper's namespace) of the server a keeper last said serves the volume.
-	keeperServedBy atomic.Int64
-	// keeperExited are the PIDs (in their keeper's namespace) of the FUSE servers the keepers said exited, in
-	// order.
-	keeperExited struct {
-		sync.Mutex
-		pids []int
-	}
+	// keeper is the keeper part, which follows the keeper pods (the modes with a keeper); nil: none.
+	keeper *keeperPart
 	// remediators are the remediator DaemonSet's pods, by pod UID (Plugin.Remediation).
 	remediators map[string]*dsPod
-	events      map[string]int32 // event UID → count seen
-	podUIDs     map[string]bool  // every workload pod's UID so far, for events that arrive after a successor took over
-	kubelet     *kubeletLog
-	unstage     *unstageWatch
+	watch       watchers
 
-	ctx       context.Context // lives from Start to Stop: informers, log streams, probes
-	cancel    context.CancelFunc
-	wg        sync.WaitGroup
+	ctx    context.Context // lives from Start to Stop: informers, log streams, probes
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	life   lifeState
+	// parts are the scenario's components with their handlers (parts.go).
+	parts *topology.Parts[part]
+}
+
+// runLogs are the run's logs: kube.log, the plugin's, the workload's, kubelet's own, and those of the
+// components a scenario may have (nil when it has none).
+type runLogs struct {
+	kube, plugin, workload, kubelet *scenarios.LogFile
+	sidecar, keeper, remediator     *scenarios.LogFile
+}
+
+// podState is the workload pod's, across the pods the pod component creates.
+type podState struct {
+	uid  string      // the current pod's UID
+	uids []string    // every workload pod's UID (the pod component creates new ones)
+	spec *corev1.Pod // the workload pod as created (again by the pod component)
+	// uidSet: every workload pod's UID so far, for events that arrive after a successor took over
+	uidSet map[string]bool
+	// states: pod UID → its last state line in kube.log
+	states map[string]string
+	// volumeHealth: pod UID → its status.volumeHealth for the run's volume, as last recorded (VolumeHealth)
+	volumeHealth map[string]string
+	// deleting: the backend itself deletes the workload pod (the pod component's kill)
+	deleting  atomic.Bool
+	probe     *podWatch
+	probeStop context.CancelFunc // ends the host probe of the current pod's paths
+}
+
+// watchers read what the cluster says besides the pods: events, kubelet's own log, the plugin's unstaging.
+type watchers struct {
+	events  map[string]int32 // event UID → count seen
+	kubelet *kubeletLog
+	unstage *unstageWatch
+}
+
+// lifeState is what Setup made that Stop undoes, and what Stop did.
+type lifeState struct {
 	installed bool
 	nsCreated bool
 	off       map[string]bool // DaemonSet name → kept off the node (in the run's namespace)
 	stopped   bool
 	keepNote  string
-	podStates map[string]string // pod UID → its last state line in kube.log
-	// volumeHealth: pod UID → its status.volumeHealth for the run's volume, as last recorded (VolumeHealth)
-	volumeHealth map[string]string
-	// deletingPod: the backend itself deletes the workload pod (the pod component's kill)
-	deletingPod atomic.Bool
-	// parts are the scenario's components with their handlers (parts.go).
-	parts *topology.Parts[part]
 }
 
 var _ scenarios.Backend = (*Backend)(nil)
 
 // New returns a Kubernetes backend; configuration errors are reported by Start.
 func New(opts Options) *Backend {
-	b := &Backend{opts: opts, plugins: map[string]*dsPod{}, keepers: map[string]*dsPod{}, remediators: map[string]*dsPod{}, off: map[string]bool{}, events: map[string]int32{}, podUIDs: map[string]bool{}, unstage: newUnstageWatch()}
+	b := &Backend{opts: opts, plugins: map[string]*dsPod{}, remediators: map[string]*dsPod{}, life: lifeState{off: map[string]bool{}},
+		watch: watchers{events: map[string]int32{}, unstage: newUnstageWatch()}, pod: podState{uidSet: map[string]bool{}}}
 	b.optErr = b.opts.defaults()
 	return b
 }
@@ -272,7 +283,7 @@ func (b *Backend) Describe() string {
 }
 
 // KeepNote says, after Stop with Keep, what was left and how to remove it.
-func (b *Backend) KeepNote() string { return b.keepNote }
+func (b *Backend) KeepNote() string { return b.life.keepNote }
 
 // RESTClientGetter returns the kubeconfig loader of opts (for helm and client-go alike).
 func RESTClientGetter(opts Options, namespace string) genericclioptions.RESTClientGetter {
@@ -311,7 +322,7 @@ func (b *Backend) Setup(ctx context.Context, sc *scenarios.Scenario, env *scenar
 	if err != nil {
 		return err
 	}
-	b.pluginLog, b.workloadLog, b.kubeLog = logs[0], logs[1], logs[2]
+	b.logs.plugin, b.logs.workload, b.logs.kube = logs[0], logs[1], logs[2]
 	cfg, err := RESTConfig(b.opts)
 	if err != nil {
 		return err
@@ -328,7 +339,7 @@ func (b *Backend) Setup(ctx context.Context, sc *scenarios.Scenario, env *scenar
 		return err
 	}
 	if sc.Plugin.Remediation != nil {
-		if b.remediatorLog, err = env.Log("remediator.log"); err != nil {
+		if b.logs.remediator, err = env.Log("remediator.log"); err != nil {
 			return err
 		}
 	}
@@ -358,7 +369,7 @@ func (b *Backend) Setup(ctx context.Context, sc *scenarios.Scenario, env *scenar
 	if _, err := b.cs.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("create namespace: %w", err)
 	}
-	b.nsCreated = true
+	b.life.nsCreated = true
 	b.progress("namespace %s", b.n.namespace)
 	b.startInformers()
 
@@ -368,7 +379,7 @@ func (b *Backend) Setup(ctx context.Context, sc *scenarios.Scenario, env *scenar
 	}
 	b.progress("helm install %s (restoreMounts=%t, restoreStrategy=%s, fuseMode=%s, FUSE server %s, image %s)", releaseName,
 		sc.Plugin.RestoreMounts, strategyOf(sc.Plugin), sc.Plugin.Topology(), sc.Plugin.Server(), b.opts.Image)
-	b.installed = true // a failed install may have created objects: uninstall in Stop either way
+	b.life.installed = true // a failed install may have created objects: uninstall in Stop either way
 	if err := b.helm.install(ctx, vals, b.opts.SetupTimeout); err != nil {
 		return err
 	}
@@ -424,7 +435,7 @@ func (b *Backend) Setup(ctx context.Context, sc *scenarios.Scenario, env *scenar
 		return err
 	}
 	writeYAML(filepath.Join(b.dir, "workload-pod.yaml"), pod)
-	b.podSpec = pod
+	b.pod.spec = pod
 	if i := fuseSidecar(&pod.Spec); i >= 0 {
 		b.sidecarName = pod.Spec.InitContainers[i].Name
 	}
@@ -502,14 +513,14 @@ func (b *Backend) followPod(ctx context.Context, uid types.UID, first bool) erro
 // it and waits for the pod its ReplicaSet creates; it returns the pod's UID.
 func (b *Backend) createWorkload(ctx context.Context) (types.UID, error) {
 	if b.sc.Pod.Controller == "" {
-		created, err := b.cs.CoreV1().Pods(b.n.namespace).Create(ctx, b.podSpec.DeepCopy(), metav1.CreateOptions{})
+		created, err := b.cs.CoreV1().Pods(b.n.namespace).Create(ctx, b.pod.spec.DeepCopy(), metav1.CreateOptions{})
 		if err != nil {
 			return "", b.refusedRule(ctx, fmt.Errorf("create pod: %w", err))
 		}
 		b.progress("pod %s/%s created (uid %s, PV %s, PVC %s)", b.n.namespace, b.n.pod, shortUID(string(created.UID)), b.n.pv, b.n.pvc)
 		return created.UID, nil
 	}
-	d := workloadDeployment(b.podSpec)
+	d := workloadDeployment(b.pod.spec)
 	writeYAML(filepath.Join(b.dir, "workload-deployment.yaml"), d)
 	if _, err := b.cs.AppsV1().Deployments(b.n.namespace).Create(ctx, d, metav1.CreateOptions{}); err != nil {
 		return "", b.refusedRule(ctx, fmt.Errorf("create Deployment: %w", err))
@@ -626,10 +637,10 @@ func (b *Backend) chartValues() (map[string]any, error) {
 
 // setPaths sets the host paths of the pod's volume as kubelet lays them out.
 func (b *Backend) setPaths(uid string) {
-	b.uid = uid
-	b.uids = append(b.uids, uid)
+	b.pod.uid = uid
+	b.pod.uids = append(b.pod.uids, uid)
 	b.mu.Lock()
-	b.podUIDs[uid] = true
+	b.pod.uidSet[uid] = true
 	b.mu.Unlock()
 	root := b.opts.KubeletDir
 	b.vols = map[string]string{
@@ -675,10 +686,10 @@ func containerStatus(p *corev1.Pod, name string) (corev1.ContainerStatus, bool) 
 }
 
 func (b *Backend) logf(format string, args ...any) {
-	if b.kubeLog == nil {
+	if b.logs.kube == nil {
 		return
 	}
-	b.kubeLog.WriteLine(time.Now().UTC().Format("15:04:05.000000"), []byte(fmt.Sprintf(format, args...)))
+	b.logs.kube.WriteLine(time.Now().UTC().Format("15:04:05.000000"), []byte(fmt.Sprintf(format, args...)))
 }
 
 // progress logs an action and reports it to Options.Progress.

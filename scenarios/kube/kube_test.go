@@ -301,7 +301,7 @@ func TestEvents(t *testing.T) {
 	b.onEvent(ev("4", "Pulled", "already present", "workload", 1))
 	// The remediator's event on the pod it deleted, arriving after the successor was taken up, is still the
 	// run's; kubelet's container events on that earlier pod are not.
-	b.podUIDs["u-earlier"] = true
+	b.pod.uidSet["u-earlier"] = true
 	b.onEvent(ev("5", "Failed", stat, "earlier", 1))
 	b.onEvent(ev("6", contract.ReasonDeleted, "Deleting the pod", "earlier", 1))
 	e := b.rec.Snapshot()
@@ -460,7 +460,7 @@ func TestOnWorkloadPod(t *testing.T) {
 
 	bare := &Backend{sc: &scenarios.Scenario{}, workload: newPodWatch(), rec: &scenarios.Recorder{}}
 	bare.onWorkloadPod(pod("a", false), false)
-	bare.deletingPod.Store(true) // the pod component's kill: the backend deletes it
+	bare.pod.deleting.Store(true) // the pod component's kill: the backend deletes it
 	bare.onWorkloadPod(pod("a", true), false)
 	bare.onWorkloadPod(pod("a", true), true)
 	bare.onWorkloadPod(pod("b", false), false)

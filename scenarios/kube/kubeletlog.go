@@ -158,14 +158,14 @@ func (b *Backend) startKubeletLog(ctx context.Context) error {
 		return nil
 	}
 	var err error
-	if b.kubeletLogOut, err = b.env.Log("kubelet.log"); err != nil {
+	if b.logs.kubelet, err = b.env.Log("kubelet.log"); err != nil {
 		return err
 	}
 	uid := b.workloadUID()
 	ns := b.n.namespace
-	k := &kubeletLog{used: map[int]bool{}, ch: make(chan struct{}), out: b.kubeletLogOut,
+	k := &kubeletLog{used: map[int]bool{}, ch: make(chan struct{}), out: b.logs.kubelet,
 		keep: func(l string) bool { return strings.Contains(l, uid) || strings.Contains(l, ns) }}
-	b.kubelet = k
+	b.watch.kubelet = k
 	if src != "" {
 		fh, err := os.Open(src)
 		if err != nil {

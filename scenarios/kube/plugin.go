@@ -108,7 +108,7 @@ func (b *Backend) setOff(ctx context.Context, ns, ds string, off bool) error {
 	}
 	if ns == b.n.namespace {
 		b.mu.Lock()
-		b.off[ds] = off
+		b.life.off[ds] = off
 		b.mu.Unlock()
 	}
 	return nil

@@ -109,11 +109,11 @@ func (b *Backend) onPluginPod(p *corev1.Pod, deleted bool) {
 			if pp.startOnce(n) {
 				b.nodeEvent(pp, topology.PluginContainer, scenarios.KStarted, stampTime(info.startedAt, ts), fmt.Sprintf("pod %s on %s", pp.name, pp.node), "")
 			}
-			stamp := writePodLine(b.pluginLog, pp.name, n, line, ts)
+			stamp := writePodLine(b.logs.plugin, pp.name, n, line, ts)
 			if strings.Contains(string(line), `] "Ready"`) {
 				b.nodeEvent(pp, topology.PluginContainer, scenarios.KReady, stamp, fmt.Sprintf("pod %s: %s", pp.name, klogMessage(line)), "")
 			}
-			b.unstage.observe(fmt.Sprintf("%s#%d", pp.name, n), klogMessage(line), b.n.volumeHandle)
+			b.watch.unstage.observe(fmt.Sprintf("%s#%d", pp.name, n), klogMessage(line), b.n.volumeHandle)
 			b.pluginLine(pp, klogMessage(line), stamp)
 		},
 		end: func(_ int, _ instanceInfo, term *corev1.ContainerStateTerminated, gone bool) {

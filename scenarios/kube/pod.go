@@ -36,8 +36,8 @@ func (b *Backend) killPod(ctx context.Context) error {
 	if b.sc.Pod.Controller != "" {
 		return fmt.Errorf("the pod's %s would replace it at once: the pod component is for a bare pod", b.sc.Pod.Controller)
 	}
-	b.deletingPod.Store(true)
-	defer b.deletingPod.Store(false)
+	b.pod.deleting.Store(true)
+	defer b.pod.deleting.Store(false)
 	uid := p.UID
 	b.podEvent(scenarios.KKilled, time.Time{}, fmt.Sprintf("kubectl delete pod %s (uid %s)", p.Name, shortUID(string(uid))))
 	err := b.cs.CoreV1().Pods(b.n.namespace).Delete(ctx, p.Name, metav1.DeleteOptions{Preconditions: metav1.NewUIDPreconditions(string(uid))})
@@ -49,10 +49,10 @@ func (b *Backend) killPod(ctx context.Context) error {
 	}
 	b.podEvent(scenarios.KExited, time.Time{}, fmt.Sprintf("pod %s gone: containers stopped, volume unpublished", shortUID(string(uid))))
 	b.progress("pod %s (uid %s) deleted", p.Name, shortUID(string(uid)))
-	if err := b.unstage.wait(ctx, 2*time.Minute); err != nil {
+	if err := b.watch.unstage.wait(ctx, 2*time.Minute); err != nil {
 		return fmt.Errorf("volume %s not unstaged after the pod's deletion: %w", b.n.volumeHandle, err)
 	}
-	b.unstage.reset() // the next NodeUnstageVolume is the new pod's, at teardown
+	b.watch.unstage.reset() // the next NodeUnstageVolume is the new pod's, at teardown
 	b.logf("NodeUnstageVolume of %s after the pod's deletion", b.n.volumeHandle)
 	return nil
 }
@@ -67,8 +67,8 @@ func (b *Backend) startPod(ctx context.Context) error {
 	if err := b.podUp(ctx, false); err != nil {
 		return err
 	}
-	b.podEvent(scenarios.KStarted, created, "pod "+shortUID(b.uid)+" created")
-	b.podEvent(scenarios.KReady, time.Time{}, "pod "+shortUID(b.uid)+": volume published, every container had its first start")
+	b.podEvent(scenarios.KStarted, created, "pod "+shortUID(b.pod.uid)+" created")
+	b.podEvent(scenarios.KReady, time.Time{}, "pod "+shortUID(b.pod.uid)+": volume published, every container had its first start")
 	return nil
 }
 

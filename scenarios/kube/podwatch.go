@@ -75,7 +75,7 @@ func (w *podWatch) await(ctx context.Context, timeout time.Duration, f func(p *c
 // cluster while a scenario runs (no polling of the API server).
 func (b *Backend) startInformers() {
 	b.workload = newPodWatch()
-	b.probe = newPodWatch()
+	b.pod.probe = newPodWatch()
 	f := informers.NewSharedInformerFactoryWithOptions(b.cs, 0, informers.WithNamespace(b.n.namespace))
 	pods := f.Core().V1().Pods().Informer()
 	_, _ = pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -103,7 +103,7 @@ func (b *Backend) onPod(o any, deleted bool) {
 	b.logPodState(p, deleted)
 	switch {
 	case p.Name == b.n.pod+"-probe":
-		b.probe.set(p, deleted)
+		b.pod.probe.set(p, deleted)
 	case p.Labels[workloadLabel] == "true":
 		b.onWorkloadPod(p, deleted)
 	case p.Labels["app.kubernetes.io/component"] == remediatorContainer && p.Labels["app.kubernetes.io/instance"] == releaseName:
@@ -132,11 +132,11 @@ func (b *Backend) logPodState(p *corev1.Pod, deleted bool) {
 	}
 	line := s.String()
 	b.mu.Lock()
-	if b.podStates == nil {
-		b.podStates = map[string]string{}
+	if b.pod.states == nil {
+		b.pod.states = map[string]string{}
 	}
-	changed := b.podStates[string(p.UID)] != line
-	b.podStates[string(p.UID)] = line
+	changed := b.pod.states[string(p.UID)] != line
+	b.pod.states[string(p.UID)] = line
 	b.mu.Unlock()
 	if changed {
 		b.logf("%s", line)
@@ -175,7 +175,7 @@ func (b *Backend) onWorkloadPod(p *corev1.Pod, deleted bool) {
 	// UID): any pod of that name is followed, as it comes.
 	if cur == nil || cur.UID == p.UID || b.sc.Pod.Controller == "" {
 		b.workload.set(p, deleted)
-		if cur != nil && cur.UID == p.UID && p.DeletionTimestamp != nil && cur.DeletionTimestamp == nil && !b.deletingPod.Load() {
+		if cur != nil && cur.UID == p.UID && p.DeletionTimestamp != nil && cur.DeletionTimestamp == nil && !b.pod.deleting.Load() {
 			// Now, not DeletionTimestamp: that is when the grace period ends.
 			b.podEvent(scenarios.KKilled, time.Now(), fmt.Sprintf("pod %s (uid %s) deleted, not by this run", p.Name, shortUID(string(p.UID))))
 		}

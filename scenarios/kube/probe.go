@@ -33,7 +33,7 @@ func (b *Backend) startProbe(ctx context.Context) error {
 	b.logf("probe of the volume paths: %s", mode)
 	if mode == "host" {
 		pctx, cancel := context.WithCancel(b.ctx)
-		b.probeStop = cancel
+		b.pod.probeStop = cancel
 		paths := maps.Clone(b.vols)
 		b.wg.Add(1)
 		go func() {
@@ -48,19 +48,19 @@ func (b *Backend) startProbe(ctx context.Context) error {
 // stopProbe ends the probe of the current pod's volume paths, before the pod goes (its paths go with it): the
 // host probe's loop, or the probe pod, deleted and awaited.
 func (b *Backend) stopProbe(ctx context.Context) error {
-	if b.probeStop != nil {
-		b.probeStop()
-		b.probeStop = nil
+	if b.pod.probeStop != nil {
+		b.pod.probeStop()
+		b.pod.probeStop = nil
 		return nil
 	}
-	p, deleted, _ := b.probe.get()
+	p, deleted, _ := b.pod.probe.get()
 	if p == nil || deleted {
 		return nil
 	}
 	if err := b.cs.CoreV1().Pods(b.n.namespace).Delete(ctx, p.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("delete probe pod: %w", err)
 	}
-	if _, err := b.probe.await(ctx, time.Minute, func(_ *corev1.Pod, deleted bool) bool { return deleted }); err != nil {
+	if _, err := b.pod.probe.await(ctx, time.Minute, func(_ *corev1.Pod, deleted bool) bool { return deleted }); err != nil {
 		return fmt.Errorf("probe pod %s not gone: %w", p.Name, err)
 	}
 	return nil
@@ -73,14 +73,14 @@ func (b *Backend) podProbe(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("create probe pod: %w", err)
 	}
-	if _, err := b.probe.await(ctx, b.opts.SetupTimeout, func(p *corev1.Pod, _ bool) bool { return p != nil && p.UID == created.UID }); err != nil {
+	if _, err := b.pod.probe.await(ctx, b.opts.SetupTimeout, func(p *corev1.Pod, _ bool) bool { return p != nil && p.UID == created.UID }); err != nil {
 		return fmt.Errorf("probe pod not seen: %w", err)
 	}
 	states := scenarios.NewProbeStates(b.rec)
 	for _, label := range []string{scenarios.PathVolume, scenarios.PathStaging} {
 		label := label
 		b.wg.Add(1)
-		go b.follow(b.probe, label, false, instanceHandler{
+		go b.follow(b.pod.probe, label, false, instanceHandler{
 			line: func(n int, _ instanceInfo, line []byte, _ time.Time) {
 				e := scenarios.ParseWorkloadLine(line, label, n, time.Now())
 				state := ""
@@ -98,7 +98,7 @@ func (b *Backend) podProbe(ctx context.Context) error {
 			end: func(int, instanceInfo, *corev1.ContainerStateTerminated, bool) {},
 		})
 	}
-	_, err = b.probe.await(ctx, b.opts.SetupTimeout, func(p *corev1.Pod, deleted bool) bool {
+	_, err = b.pod.probe.await(ctx, b.opts.SetupTimeout, func(p *corev1.Pod, deleted bool) bool {
 		if p == nil || deleted || p.UID != created.UID {
 			return false
 		}

@@ -58,7 +58,7 @@ func newKeeperRelayServerPart(b *Backend, _ *scenarios.Env) (part, error) {
 
 func (p *keeperRelayServerPart) kill(ctx context.Context) error {
 	b := p.b
-	kp, _ := b.runningPod(b.keepers)
+	kp, _ := b.runningPod(b.keeper.pods)
 	if kp == nil {
 		return fmt.Errorf("no running keeper pod on node %s", b.node)
 	}

@@ -24,7 +24,7 @@ const refusedArg = "--dfc-no-such-flag"
 // rollRelayServer rolls the keeper with args as the real server's extra arguments (none: the chart's default),
 // recording ev first (if any), and returns once the old keeper pod is gone.
 func (b *Backend) rollRelayServer(ctx context.Context, args []string, ev *scenarios.Event) error {
-	old, _ := b.runningPod(b.keepers)
+	old, _ := b.runningPod(b.keeper.pods)
 	if old == nil {
 		return fmt.Errorf("no running keeper pod on node %s to roll", b.node)
 	}

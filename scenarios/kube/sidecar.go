@@ -44,7 +44,7 @@ func (b *Backend) trackSidecar() {
 	b.wg.Add(1)
 	go b.follow(b.workload, name, true, instanceHandler{
 		line: func(n int, info instanceInfo, line []byte, ts time.Time) {
-			ts = writePodLine(b.sidecarLog, name, n, line, ts)
+			ts = writePodLine(b.logs.sidecar, name, n, line, ts)
 			last = ts
 			t := scenarios.LineTime(line, ts)
 			recordStart(n, info, t, "its first line")
@@ -97,7 +97,7 @@ func (b *Backend) killSidecar(ctx context.Context) error {
 	out, execErr := b.exec(ctx, p.Name, b.sidecarName, cmd)
 	b.logf("exec %s in %s: %q, %v", strings.Join(cmd, " "), b.sidecarName, out, execErr)
 	if s := strings.TrimSpace(out); s != "" {
-		b.sidecarLog.WriteLine(time.Now().UTC().Format("15:04:05.000000")+" exec", []byte(s))
+		b.logs.sidecar.WriteLine(time.Now().UTC().Format("15:04:05.000000")+" exec", []byte(s))
 	}
 	// The command may die with the container (PID 1 went, so the kernel killed the rest of its namespace)
 	// before its exit status is back: the pod status decides.
@@ -166,7 +166,7 @@ type sidecarPart struct {
 
 func newSidecarPart(b *Backend, env *scenarios.Env) (part, error) {
 	var err error
-	if b.sidecarLog, err = env.Log("sidecar.log"); err != nil {
+	if b.logs.sidecar, err = env.Log("sidecar.log"); err != nil {
 		return nil, err
 	}
 	return &sidecarPart{b: b}, nil

@@ -26,28 +26,28 @@ import (
 // calls NodeUnpublishVolume before it lets the pod object go), then the claim and the volume (kubelet calls
 // NodeUnstageVolume and drops the volume from node.status.volumesInUse), then the release and the namespace.
 func (b *Backend) Stop(ctx context.Context) error {
-	if b.stopped {
+	if b.life.stopped {
 		return nil
 	}
-	b.stopped = true
+	b.life.stopped = true
 	defer b.closeLogs()
-	if b.cs == nil || !b.nsCreated {
+	if b.cs == nil || !b.life.nsCreated {
 		b.stopLoops()
 		return nil
 	}
 	if b.opts.Keep {
-		b.keepNote = b.keepText()
+		b.life.keepNote = b.keepText()
 		b.stopLoops()
 		return nil
 	}
 	var errs []error
-	if b.off[dsName()] {
+	if b.life.off[dsName()] {
 		b.progress("teardown: bringing the plugin back so that kubelet can unpublish and unstage")
 		if err := b.startPlugin(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("plugin back for teardown: %w", err))
 		}
 	}
-	if b.off[keeperDSName()] {
+	if b.life.off[keeperDSName()] {
 		// Without its FUSE servers the volume's mounts do not answer, and kubelet's stat of them would hang.
 		b.progress("teardown: bringing the keeper back so that the volume answers kubelet's unmount checks")
 		if err := b.startKeeper(ctx); err != nil {
@@ -55,7 +55,7 @@ func (b *Backend) Stop(ctx context.Context) error {
 		}
 	}
 	b.dumpState(ctx)
-	unstage := b.unstage
+	unstage := b.watch.unstage
 	if _, deleted, _ := b.workload.get(); deleted || b.n.foreign {
 		// A foreign driver's log is not followed: the staging dir's mount table entry says it instead.
 		// The run ended with the pod deleted (a last step): killPod awaited its NodeUnstageVolume, and no pod
@@ -232,7 +232,7 @@ func (b *Backend) removeStale(ctx context.Context) error {
 func (b *Backend) checkMounts() error {
 	staging := filepath.Dir(b.vols[scenarios.PathStaging])
 	dirs := []string{staging}
-	for _, uid := range b.uids {
+	for _, uid := range b.pod.uids {
 		dirs = append(dirs, kubeletpath.PodDir(b.opts.KubeletDir, uid))
 	}
 	var left []*mountinfo.Info
@@ -275,7 +275,7 @@ func (b *Backend) keepText() string {
 	fmt.Fprintf(&w, "  kubectl -n %s get pods            # the workload pod %s and the plugin DaemonSet %s\n", b.n.namespace, b.n.pod, dsName())
 	fmt.Fprintf(&w, "  kubectl -n %s describe pod %s\n", b.n.namespace, b.n.pod)
 	for _, ds := range []string{dsName(), keeperDSName()} {
-		if b.off[ds] {
+		if b.life.off[ds] {
 			fmt.Fprintf(&w, "  %s is kept off the node: kubectl -n %s patch ds %s --type=merge -p '{\"spec\":{\"template\":{\"spec\":{\"nodeSelector\":{%q:null}}}}}'\n",
 				ds, b.n.namespace, ds, offLabel)
 		}
@@ -306,7 +306,7 @@ func (b *Backend) stopLoops() {
 }
 
 func (b *Backend) closeLogs() {
-	for _, w := range []*scenarios.LogFile{b.workloadLog, b.pluginLog, b.keeperLog, b.remediatorLog, b.sidecarLog, b.kubeletLogOut, b.kubeLog} {
+	for _, w := range []*scenarios.LogFile{b.logs.workload, b.logs.plugin, b.logs.keeper, b.logs.remediator, b.logs.sidecar, b.logs.kubelet, b.logs.kube} {
 		_ = w.Close()
 	}
 }

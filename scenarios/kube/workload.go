@@ -37,7 +37,7 @@ func (b *Backend) trackContainer(c string, base int) {
 	go b.follow(b.workload, c, false, instanceHandler{
 		line: func(n int, info instanceInfo, line []byte, _ time.Time) {
 			e := scenarios.ParseWorkloadLine(line, c, base+n, time.Now())
-			b.workloadLog.WriteLine(fmt.Sprintf("%s#%d", c, base+n), line)
+			b.logs.workload.WriteLine(fmt.Sprintf("%s#%d", c, base+n), line)
 			recordStart(base+n, info, e.Time)
 			if e.Kind == scenarios.KWorkloadExit {
 				cur.exitAt, cur.exitCode = e.Time, e.ExitCode
