@@ -66,6 +66,8 @@ type objects struct {
 	remBinding *rbacv1.ClusterRoleBinding
 	// The keeper's DaemonSet (csi.plugin.fuseMode=keeper).
 	keeperDS *appsv1.DaemonSet
+	// The operator's FUSE server spec (fuseServer.spec).
+	serverSpec *corev1.ConfigMap
 }
 
 func loadChart(t *testing.T) *chart.Chart {
@@ -160,6 +162,8 @@ func decode(t *testing.T, rendered map[string]string) objects {
 					t.Fatalf("%s: second CSIDriver", name)
 				}
 				o.driver, target = &storagev1.CSIDriver{}, &o.driver
+			case kind == "v1/ConfigMap" && o.serverSpec == nil:
+				o.serverSpec, target = &corev1.ConfigMap{}, &o.serverSpec
 			case kind == "v1/ServiceAccount":
 				if o.sa != nil {
 					t.Fatalf("%s: second ServiceAccount", name)
@@ -1277,6 +1281,94 @@ func TestFuseServer(t *testing.T) {
 	} {
 		if _, err := renderChart(loadChart(t), userValues(t, tc.sets...)); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("values %q: %v, want a refusal naming %s", tc.sets, err, tc.want)
+		}
+	}
+}
+
+// rcloneSpec is a server spec as an operator gives it (docs/servers/rclone.yaml's shape).
+const rcloneSpec = `name: rclone
+executable: rclone
+args: ["mount2", "{remote}", "{mountpoint}", "--read-only"]
+servesFD: true
+settings:
+  - name: remote
+    required: true
+`
+
+// TestUserServer: fuseServer.spec runs the operator's server from its image in every placement that can: the
+// spec reaches the plugin (and the relay-keeper mode's keeper) as a ConfigMap of the chart's, an init container of
+// the operator's image copies the files into an emptyDir of the pod that runs the server, and the flags name
+// them; a placement the server cannot use, or missing values, are refused by name.
+func TestUserServer(t *testing.T) {
+	user := []string{"fuseServer.image=example.invalid/rclone:1.76", "fuseServer.files={/usr/local/bin/rclone,/srv/dfc}",
+		"fuseServer.settings.remote=/usr/local/share/dummy-fuse-csi/server/dfc"}
+	const dir, specFile = "/usr/local/share/dummy-fuse-csi/server", "/etc/dummy-fuse-csi/server/spec.yaml"
+	for _, mode := range []string{"child", "relay", "relay-keeper"} {
+		t.Run(mode, func(t *testing.T) {
+			vals := userValues(t, append(user, "csi.plugin.fuseMode="+mode)...)
+			vals["fuseServer"].(map[string]any)["spec"] = rcloneSpec
+			out, err := renderChart(loadChart(t), vals)
+			if err != nil {
+				t.Fatal(err)
+			}
+			o := decode(t, out)
+			checkInvariants(t, o, defaultKubelet, defaultDriver, "/var/lib/dummy-fuse-csi")
+			if o.serverSpec == nil || o.serverSpec.Data["spec.yaml"] != rcloneSpec {
+				t.Fatalf("server spec ConfigMap %+v, want the spec as given", o.serverSpec)
+			}
+			holders := map[*appsv1.DaemonSet]string{o.ds: "fuse-server"}
+			if mode == "relay-keeper" {
+				holders[o.keeperDS] = "relay-server"
+			}
+			for ds, prefix := range holders {
+				spec := ds.Spec.Template.Spec
+				c := spec.Containers[0]
+				wantArg(t, &c, "--"+prefix, "--"+prefix+"="+specFile)
+				wantArg(t, &c, "--"+prefix+"-path", "--"+prefix+"-path="+dir+"/rclone")
+				wantArg(t, &c, "--"+prefix+"-opt", "--"+prefix+"-opt=remote="+dir+"/dfc")
+				if len(spec.InitContainers) != 1 || spec.InitContainers[0].Image != "example.invalid/rclone:1.76" ||
+					!slices.Equal(spec.InitContainers[0].Command, []string{"cp", "-RL", "/usr/local/bin/rclone", "/srv/dfc", dir + "/"}) {
+					t.Errorf("%s: init containers %+v, want the copy out of the operator's image", ds.Name, spec.InitContainers)
+				}
+				var mounts []string
+				for _, m := range c.VolumeMounts {
+					if m.MountPath == dir || m.MountPath == "/etc/dummy-fuse-csi/server" {
+						mounts = append(mounts, m.Name)
+						if !m.ReadOnly {
+							t.Errorf("%s: %s mounted writable", ds.Name, m.MountPath)
+						}
+					}
+				}
+				if !slices.Equal(mounts, []string{"server-files", "server-spec"}) {
+					t.Errorf("%s: server mounts %q, want the files and the spec", ds.Name, mounts)
+				}
+			}
+			if mode == "relay-keeper" {
+				k := o.keeperDS.Spec.Template.Spec
+				if sc := k.InitContainers[0].SecurityContext; sc == nil || sc.RunAsUser == nil || *sc.RunAsUser != *k.Containers[0].SecurityContext.RunAsUser {
+					t.Errorf("keeper's copy runs as %+v, want the keeper's user (who runs the server)", sc)
+				}
+			}
+		})
+	}
+	for _, tc := range []struct {
+		mode, spec string
+		sets       []string
+		want       string
+	}{
+		{"keeper", rcloneSpec, user, "keeper"},
+		{"relay", "name: s3fs\nexecutable: s3fs\nargs: [\"{mountpoint}\"]\n", user, "servesFD"},
+		{"child", rcloneSpec, user[:1], "fuseServer.files"},
+		{"child", rcloneSpec, user[1:], "fuseServer.image"},
+		{"child", "name: x\n", user, "no executable"},
+	} {
+		vals := userValues(t, append(tc.sets, "csi.plugin.fuseMode="+tc.mode)...)
+		if vals["fuseServer"] == nil {
+			vals["fuseServer"] = map[string]any{}
+		}
+		vals["fuseServer"].(map[string]any)["spec"] = tc.spec
+		if _, err := renderChart(loadChart(t), vals); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s mode, spec %q, values %q: %v, want a refusal naming %s", tc.mode, tc.spec, tc.sets, err, tc.want)
 		}
 	}
 }

@@ -56,7 +56,9 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 The sidecar mode's pods run `csi-plugin sidecar` with the same flags (the scenario runner copies them). */}}
 {{- define "dummy-fuse-csi.fuseServerArgs" -}}
 {{- $server := .Values.csi.plugin.fuseServer }}
-{{- if ne $server "dummy-fuse" }}
+{{- if include "dummy-fuse-csi.userServer" . }}
+{{- include "dummy-fuse-csi.userServerFlags" (list . "fuse-server") }}
+{{- else if ne $server "dummy-fuse" }}
 {{- if eq .Values.csi.plugin.fuseMode "keeper" }}
 {{- fail (printf "csi.plugin.fuseServer=%s cannot run in csi.plugin.fuseMode=keeper: the keeper takes over live FUSE connections, which only dummy-fuse can" $server) }}
 {{- end }}
@@ -167,6 +169,9 @@ the keeper's (for gcsfuse the fake GCS server runs in the keeper's pod). */}}
 {{- $server := .Values.csi.plugin.fuseServer }}
 - --relay-node-dir=/csi/relay-nodes
 - --relay-backend-wait={{ .Values.relay.backendWait }}
+{{- if include "dummy-fuse-csi.userServer" . }}
+{{- include "dummy-fuse-csi.userServerFlags" (list . "relay-server") | nindent 0 }}
+{{- else }}
 - --relay-server={{ $server }}
 - --relay-server-path=/usr/local/bin/{{ $server }}
 {{- if eq $server "gcsfuse" }}
@@ -174,6 +179,7 @@ the keeper's (for gcsfuse the fake GCS server runs in the keeper's pod). */}}
 - --relay-server-opt=metadata-cache-ttl-secs={{ .Values.gcsfuse.metadataCacheTTLSecs }}
 {{- else if eq $server "squashfuse" }}
 - --relay-server-opt=image=/usr/local/share/dummy-fuse-csi/tree.squashfs
+{{- end }}
 {{- end }}
 {{- range .Values.keeper.relayServerArgs }}
 - --relay-server-arg={{ . }}
