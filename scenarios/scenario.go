@@ -176,8 +176,8 @@ func (p Plugin) ChartSets() []string {
 	if p.SidecarKeepFD {
 		sets = append(sets, "sidecar.keepFd=true")
 	}
-	if p.Server() != fuseserver.DummyFuse {
-		sets = append(sets, "csi.plugin.fuseServer="+p.Server())
+	if p.Server() != fuseserver.DummyFuse && !fuseserver.IsSpecFile(p.Server()) {
+		sets = append(sets, "csi.plugin.fuseServer="+p.Server()) // a spec file is the backend's to hand over
 	}
 	if p.Keeper.DirectIO {
 		sets = append(sets, "csi.plugin.directIO=true")

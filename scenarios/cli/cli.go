@@ -141,7 +141,7 @@ func parse(args []string, stdout io.Writer) (config, error) {
 	fl.StringVar(&cfg.kube.Probe, "probe", "auto", "kube: how the volume paths are stat'ed: host (this machine is the node), pod (a probe pod), auto")
 	fl.StringVar(&cfg.fuseServer, "fuse-server", fuseserver.DummyFuse, "the FUSE server the plugin runs: "+strings.Join(fuseserver.Names(), ", ")+", or the path of a server spec file (docs/server-spec.md) (the real ones need make servers; scenarios whose outcome depends on the server run with dummy-fuse only)")
 	opts := fuseserver.Spec{}
-	fl.Func("fuse-server-opt", "local: a setting of the server given as a spec file, key=value (repeatable)", opts.SetOpt)
+	fl.Func("fuse-server-opt", "a setting of the server given as a spec file, key=value (repeatable)", opts.SetOpt)
 	fl.StringVar(&cfg.driver.Name, "driver", "", "kube: run the driver-agnostic scenarios ("+strings.Join(catalog.DriverNames(), ", ")+") against the installed CSI driver of this name, instead of this project's chart")
 	fl.StringVar(&cfg.driver.StorageClass, "storage-class", "", "with --driver: the volume is a claim of this StorageClass")
 	fl.StringVar(&cfg.driver.PVFile, "pv", "", "with --driver: the volume is a copy of the static PersistentVolume in this YAML file")
@@ -192,8 +192,10 @@ func parse(args []string, stdout io.Writer) (config, error) {
 		}
 	}
 	switch {
-	case fuseserver.IsSpecFile(cfg.fuseServer) && cfg.backend == scenarios.BackendKube:
-		return cfg, command.Usagef("--fuse-server=%s: a server spec file runs on the local backend only so far (the chart runs the built-in servers)", cfg.fuseServer)
+	case fuseserver.IsSpecFile(cfg.fuseServer) && cfg.backend == scenarios.BackendKube && !slices.ContainsFunc(cfg.kube.ChartValues, func(s string) bool {
+		return strings.HasPrefix(s, "fuseServer.image=")
+	}):
+		return cfg, command.Usagef("--fuse-server=%s on a cluster: the chart runs it from your image; name it and what to copy out of it with --kube-set fuseServer.image=IMAGE --kube-set 'fuseServer.files={/path/to/executable,...}' (chart/README.md)", cfg.fuseServer)
 	case len(cfg.serverOpts) > 0 && !fuseserver.IsSpecFile(cfg.fuseServer):
 		return cfg, command.Usagef("--fuse-server-opt goes with a server spec file (--fuse-server=FILE); the built-in servers get their settings from the backend")
 	}
@@ -237,8 +239,8 @@ func parse(args []string, stdout io.Writer) (config, error) {
 // ServersDir: make servers' builds first, then $PATH), so that a missing executable or setting stops the run
 // before it starts.
 func checkSpecServer(cfg config) error {
-	if !fuseserver.IsSpecFile(cfg.fuseServer) {
-		return nil
+	if !fuseserver.IsSpecFile(cfg.fuseServer) || cfg.backend == scenarios.BackendKube {
+		return nil // on a cluster the executable is in the operator's image: the plugin checks it there
 	}
 	_, err := fuseserver.New(fuseserver.Spec{Name: cfg.fuseServer, Opts: cfg.serverOpts, Dirs: []string{filepath.Join(cfg.binDir, "servers")}})
 	return err
@@ -362,6 +364,7 @@ func newBackend(cfg config, out io.Writer) scenarios.Backend {
 			opts.ReadInterval = cfg.readInterval
 		}
 		opts.Keep = cfg.keep
+		opts.ServerOpts = cfg.serverOpts
 		opts.Progress = func(s string) { fmt.Fprintf(out, "    [kube] %s\n", s) }
 		return kube.New(opts)
 	}

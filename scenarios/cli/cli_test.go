@@ -253,6 +253,12 @@ func TestServerSpecFlags(t *testing.T) {
 	if cfg.serverOpts["remote"] != "r" {
 		t.Errorf("settings %v, want remote=r", cfg.serverOpts)
 	}
+	// On a cluster the executable is in the operator's image, which the chart values name: nothing local to check.
+	kubeCfg, err := parse([]string{"--fuse-server=" + filepath.Join(filepath.Dir(spec), "..", filepath.Base(filepath.Dir(spec)), "myfs.yaml"), opt, "--backend=kube",
+		"--kube-set=fuseServer.image=example.invalid/myfs:1", "relay-keeper-server-crash"}, io.Discard)
+	if err != nil || len(kubeCfg.scenarios) != 1 || kubeCfg.scenarios[0].Plugin.FuseServer != spec || kubeCfg.kube.ServerOpts != nil {
+		t.Errorf("kube with the image named: %v, %+v", err, kubeCfg.scenarios)
+	}
 	for _, tc := range []struct {
 		args []string
 		out  string
@@ -262,7 +268,7 @@ func TestServerSpecFlags(t *testing.T) {
 		{[]string{"--fuse-server=" + childOnly, "relay-server-crash"}, "says it cannot (servesFD: false)"},
 		{[]string{"--fuse-server=" + childOnly, "sidecar-killed"}, "says it cannot (servesFD: false)"},
 		{[]string{file, "restart"}, "needs its setting remote (--fuse-server-opt=remote=<value>)"},
-		{[]string{file, opt, "--backend=kube", "restart"}, "local backend only"},
+		{[]string{file, opt, "--backend=kube", "restart"}, "--kube-set fuseServer.image=IMAGE"},
 		{[]string{opt, "restart"}, "goes with a server spec file"},
 		{[]string{file, "--fuse-server-opt=remote", "restart"}, "want key=value"},
 		{[]string{"--fuse-server=" + spec + ".missing", "restart"}, "no such file"},

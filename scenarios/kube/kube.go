@@ -53,6 +53,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/fuseserver"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/kubeletpath"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios/topology"
@@ -98,6 +99,9 @@ type Options struct {
 	Image string
 	// ChartValues are extra chart values in --set form (e.g. registrar.mode=sidecar and the sidecar images).
 	ChartValues []string
+	// ServerOpts are the settings of a server described in a spec file (--fuse-server-opt): the chart's
+	// fuseServer.settings. Its image and files come with ChartValues (fuseServer.image, fuseServer.files).
+	ServerOpts map[string]string
 	// KubeletDir is kubelet's root dir on the node, the chart's kubeletDir (default /var/lib/kubelet).
 	KubeletDir string
 	// DriverName and StateDir are the chart's driverName and stateDir (defaults DefaultDriverName,
@@ -627,6 +631,18 @@ func (b *Backend) chartValues() (map[string]any, error) {
 	}
 	if err := mergeSets(vals, b.sc.Plugin.ChartSets()); err != nil {
 		return nil, err
+	}
+	if spec := b.sc.Plugin.Server(); fuseserver.IsSpecFile(spec) {
+		// An operator's server: its spec and settings are the chart's fuseServer (chart/README.md).
+		text, err := os.ReadFile(spec)
+		if err != nil {
+			return nil, fmt.Errorf("FUSE server spec: %w", err)
+		}
+		settings := map[string]any{}
+		for k, v := range b.opts.ServerOpts {
+			settings[k] = v
+		}
+		vals["fuseServer"] = map[string]any{"spec": string(text), "settings": settings}
 	}
 	if err := mergeSets(vals, b.opts.ChartValues); err != nil {
 		return nil, err

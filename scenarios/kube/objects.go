@@ -175,7 +175,9 @@ func (m *manifests) workloadPod(sc *scenarios.Scenario, n names, image string, i
 		for _, c := range server.before {
 			initCtrs = append(initCtrs, *c.DeepCopy())
 		}
-		initCtrs = append(initCtrs, sidecarContainer(base.Spec.InitContainers[i], *sc.Pod.Sidecar, n, image, server.args))
+		side := sidecarContainer(base.Spec.InitContainers[i], *sc.Pod.Sidecar, n, image, server.args)
+		side.VolumeMounts = append(side.VolumeMounts, server.mounts...)
+		initCtrs = append(initCtrs, side)
 	}
 	pod := &corev1.Pod{
 		TypeMeta:   base.TypeMeta,
@@ -190,6 +192,7 @@ func (m *manifests) workloadPod(sc *scenarios.Scenario, n names, image string, i
 	pod.Spec.InitContainers = initCtrs
 	if initCtrs != nil {
 		pod.Spec.Volumes = append(pod.Spec.Volumes, *socketVol)
+		pod.Spec.Volumes = append(pod.Spec.Volumes, server.volumes...)
 	}
 	// The workload needs no DNS. A cluster without cluster DNS (the from-source one) would otherwise make
 	// kubelet warn MissingClusterDNS at every sync, and its event spam filter (25 Warning events per pod,

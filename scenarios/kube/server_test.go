@@ -22,12 +22,18 @@ import (
 // sets), as helm install does.
 func renderPluginDS(t *testing.T, repo string, sets []string) *appsv1.DaemonSet {
 	t.Helper()
-	c, err := loader.Load(filepath.Join(repo, "chart"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	vals := map[string]any{"fullnameOverride": releaseName}
 	if err := mergeSets(vals, sets); err != nil {
+		t.Fatal(err)
+	}
+	return renderPluginDSValues(t, repo, vals)
+}
+
+// renderPluginDSValues renders the plugin DaemonSet of the chart in repo with values vals.
+func renderPluginDSValues(t *testing.T, repo string, vals map[string]any) *appsv1.DaemonSet {
+	t.Helper()
+	c, err := loader.Load(filepath.Join(repo, "chart"))
+	if err != nil {
 		t.Fatal(err)
 	}
 	top, err := chartutil.ToRenderValues(c, vals, chartutil.ReleaseOptions{Name: releaseName, Namespace: "ns", IsInstall: true}, chartutil.DefaultCapabilities)
@@ -36,7 +42,7 @@ func renderPluginDS(t *testing.T, repo string, sets []string) *appsv1.DaemonSet 
 	}
 	out, err := engine.Render(c, top)
 	if err != nil {
-		t.Fatalf("render with %q: %v", sets, err)
+		t.Fatalf("render with %v: %v", vals, err)
 	}
 	for name, doc := range out {
 		if !strings.HasSuffix(name, "daemonset.yaml") {
@@ -136,4 +142,54 @@ func containerNamesOf(cs []corev1.Container) []string {
 		out = append(out, c.Name)
 	}
 	return out
+}
+
+// TestOperatorServerInTheSidecar: in the sidecar mode with an operator's server (the chart's fuseServer.spec),
+// the workload pod's FUSE sidecar gets what the plugin's pod has: the copy out of the operator's image first,
+// the volumes of the files and the spec, and the plugin's mounts of them.
+func TestOperatorServerInTheSidecar(t *testing.T) {
+	repo, err := FindRepo(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := loadManifests(repo + "/manifests")
+	if err != nil {
+		t.Fatal(err)
+	}
+	base, err := catalog.Select([]string{"sidecar-killed"})
+	if err != nil || len(base) != 1 {
+		t.Fatalf("catalog: %v", err)
+	}
+	vals := map[string]any{"fullnameOverride": releaseName}
+	if err := mergeSets(vals, append(base[0].Plugin.ChartSets(), "fuseServer.image=example.invalid/rclone:1", "fuseServer.files={/usr/local/bin/rclone}")); err != nil {
+		t.Fatal(err)
+	}
+	vals["fuseServer"].(map[string]any)["spec"] = "name: rclone\nexecutable: rclone\nargs: [mount2, x, \"{mountpoint}\"]\nservesFD: true\n"
+	s, err := serverOf(&renderPluginDSValues(t, repo, vals).Spec.Template.Spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := m.workloadPod(&base[0], runNames("sidecar-killed"), "dummy-fuse-csi:test", time.Second, nil, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inits := p.Spec.InitContainers
+	if names := containerNamesOf(inits); len(inits) != 2 || inits[0].Name != "server-files" || inits[0].Image != "example.invalid/rclone:1" || fuseSidecar(&p.Spec) != 1 {
+		t.Fatalf("init containers %q, want the copy out of the operator's image, then the FUSE sidecar", names)
+	}
+	var mounts, vols []string
+	for _, vm := range inits[1].VolumeMounts {
+		mounts = append(mounts, vm.Name)
+	}
+	for _, v := range p.Spec.Volumes {
+		vols = append(vols, v.Name)
+	}
+	for _, name := range serverVolumes {
+		if !slices.Contains(mounts, name) || !slices.Contains(vols, name) {
+			t.Errorf("%s: the sidecar mounts %q, the pod has %q", name, mounts, vols)
+		}
+	}
+	if !slices.Contains(inits[1].Args, "--fuse-server=/etc/dummy-fuse-csi/server/spec.yaml") {
+		t.Errorf("FUSE sidecar args %q, want the spec the chart mounts", inits[1].Args)
+	}
 }
