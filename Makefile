@@ -58,9 +58,12 @@ clean: ## remove build output
 # K8S_VERSION=v1.36.3 picks the release (default: the newest, set in hack/cluster/lib.sh); FEATURE_GATES and
 # VOLUME_STATS_AGG_PERIOD tune the cluster (hack/cluster/README.md).
 ################################################################################
-.PHONY: image cluster-build cluster-up cluster-down cluster-load-images cluster-smoke
+.PHONY: image server-image cluster-build cluster-up cluster-down cluster-load-images cluster-smoke
 image: ## build image tarballs dummy-fuse-csi:<version> + pause into _output/images (no container engine)
 	hack/mkimage/image.sh
+
+server-image: ## SERVER's image as an operator has one (make servers first; e.g. SERVER=rclone), for the chart's fuseServer.image
+	hack/mkimage/server-image.sh $(SERVER)
 
 cluster-build: ## compile Kubernetes K8S_VERSION, etcd, helm from module source into its cache (once per version)
 	hack/cluster/build.sh

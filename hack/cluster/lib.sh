@@ -173,7 +173,8 @@ containerd_ref() {
   esac
 }
 
-# import_images DIR: imports the tarballs of the last `make image` in DIR and tags its build also with the
+# import_images DIR: imports the tarballs of the last `make image` in DIR (and of make server-image in
+# DIR/servers) and tags its build also with the
 # chart's appVersion, so that `helm install` with the chart's defaults and `kubectl apply -f manifests/` run
 # what `make image` built (kubelet finds the tag with imagePullPolicy IfNotPresent and never pulls).
 import_images() {
@@ -183,6 +184,12 @@ import_images() {
     step "importing image $(basename "$f")"
     ctr_k8s images import "$f" >/dev/null
   done < <(current_image_tars "$1")
+  # Operators' server images of make server-image, for the chart's fuseServer.image.
+  for f in "$1"/servers/*.tar; do
+    [ -f "$f" ] || continue
+    step "importing server image $(basename "$f")"
+    ctr_k8s images import "$f" >/dev/null
+  done
   ref=$(cat "$1/dummy-fuse-csi.ref")
   default=${ref%:*}:$(chart_app_version)
   if [ "$ref" != "$default" ]; then
