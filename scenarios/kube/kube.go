@@ -1,34 +1,8 @@
-// Package kube is the scenario backend that runs the catalog (package scenarios) on a real Kubernetes cluster:
-// the current kubeconfig's, e.g. kind (make kind-up) or the from-source cluster (make cluster-up).
-//
-//   - Start installs chart/ with the helm library into a fresh namespace, with the values the scenario's
-//     plugin setup needs (restoreMounts, restoreStrategy) and the image of this build, waits until the
-//     plugin serves and kubelet has registered it, then creates the PV, PVC and workload pod from
-//     manifests/, adjusted to the scenario (workload arguments, restart policy, propagation, subPath).
-//   - Killing the plugin keeps the plugin DaemonSet off the node (a nodeSelector no node matches) and deletes
-//     the plugin pod with grace period 0, like the original demo's `kubectl delete pod`; starting it lifts the
-//     nodeSelector and waits until the DaemonSet's new pod logs "Ready".
-//   - In the plugin's sidecar mode (chart fuseMode) the pod has the native FUSE sidecar of
-//     manifests/pod-sidecar.yaml. Killing it execs `csi-plugin sidecar-crash` in it (its FUSE server dies as in
-//     a crash, the container with it); kubelet starts it again by itself, and starting it waits for that
-//     (sidecar.go). Killing the pod deletes it and waits until kubelet unpublished and unstaged its volume;
-//     starting it creates it again, a new pod UID (pod.go).
-//   - A real FUSE server (Plugin.FuseServer: chart value csi.plugin.fuseServer) comes from the image; what it
-//     reads comes with the chart (gcsfuse's fake GCS server, a native sidecar of the plugin pod). In the sidecar
-//     mode the workload pod's FUSE sidecar gets the plugin's --fuse-server flags and a copy of the plugin pod's
-//     native sidecars, read from the installed DaemonSet (server.go).
-//   - In the keeper mode (chart fuseMode keeper) the chart's keeper DaemonSet runs the FUSE servers (keeper.go).
-//     Killing the keeper deletes its pod as the plugin's is (its DaemonSet kept off the node until the start);
-//     killing a FUSE server execs `csi-plugin keeper crash --volume <id>` in the keeper; upgrading it is a
-//     helm upgrade to the next build's image (keeper.imageTag=<tag>-next), a rolling update of the DaemonSet.
-//   - Evidence comes from watches and log streams, never from polling: the workload containers' logs,
-//     followed per container instance (kubelet keeps only the previous one); the pod's container statuses
-//     (starts, exits, exit codes); the pod's Events (start failures with kubelet's message, back-off);
-//     the plugin pods' logs; stat of the volume paths (on the host when the node's kubelet dir is on this
-//     machine, else through a probe pod); and causes kubelet only logs (from kubelet's log when available).
-//   - Stop brings the plugin back if needed, deletes the pod (kubelet unpublishes), the claim and the volume
-//     (kubelet unstages), uninstalls the release and deletes the namespace, and checks that no mount of
-//     the run is left when the node is this machine.
+// Package kube is the scenario backend that runs the catalog (package scenarios) on a real Kubernetes cluster,
+// the current kubeconfig's: it installs chart/ with the helm library, creates the workload from manifests/,
+// kills and starts each component of the scenario's topology through its part (parts.go), and records the
+// evidence from watches and log streams, never from polling. scenarios/README.md ("Kubernetes backend") says
+// what a run does and where the real kubelet differs from the local one.
 package kube
 
 import (

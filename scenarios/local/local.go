@@ -1,21 +1,8 @@
 // Package local is the scenario backend that plays kubelet and the container runtime on this machine with
-// real processes, real mounts and real mount namespaces, in seconds and without a cluster.
-//
-//   - The run's kubelet root dir (<run dir>/root) is bind-mounted onto itself and made rshared, like
-//     /var/lib/kubelet on a node, so that mounts made below it reach HostToContainer containers.
-//   - The plugin "container" is the csi-plugin binary in a new PID namespace (it is PID 1 there, so SIGKILL
-//     of it kills its dummy-fuse children, exactly as a container kill does) sharing the host mount
-//     namespace (Bidirectional propagation). Restarting it starts the same command with the same state dir.
-//   - The runner calls the plugin over its socket with a real CSI gRPC client in kubelet's order and with
-//     kubelet's paths; like kubelet, it does not stage or publish again after the plugin restarts.
-//   - Each workload "container" is dummy-fuse-workload in new PID and mount namespaces, set up by a small
-//     init (this binary re-executed, see MaybeInit) the way runc sets up CRI mounts. Before every start it
-//     does what kubelet and containerd do: kubelet's subPath preparation, then containerd's stat of each
-//     mount source, with their error messages. Restart policies and kubelet's restart back-off are applied.
-//   - In the plugin's sidecar mode the pod's FUSE sidecar (csi-plugin sidecar) is a container too, started
-//     before the workload's, as user 65534 without capabilities (see sidecar.go). Deleting the pod is
-//     kubelet's teardown (containers stopped, unpublish, unstage); creating it again uses a new pod UID.
-//   - Stop stops every process by PID and unmounts everything below the root dir, deepest first.
+// real processes, real mounts and real mount namespaces, in seconds and without a cluster: the plugin, each
+// container and each FUSE server holder is a process in namespaces of its own, driven through its part
+// (parts.go). scenarios/README.md ("How the local backend plays kubelet and the container runtime") says what
+// it does as kubelet, containerd and runc would, and where it stops.
 package local
 
 import (
