@@ -51,6 +51,12 @@ var (
 	hostDead = scenarios.WaitFor(scenarios.VolumeDir{Errno: "ENOTCONN", After: scenarios.AfterKill}, scenarios.Dur{Fixed: 10 * time.Second})
 	// untilENOTCONN waits for the reader's first ENOTCONN after a kill.
 	untilENOTCONN = scenarios.WaitFor(scenarios.FailsWith{C: reader, Errno: "ENOTCONN"}, scenarios.Dur{Fixed: 10 * time.Second})
+	// untilStatFails waits for a start of the reader to fail on the dead volume dir, and untilSubPathFails on its
+	// dead subPath bind.
+	untilStatFails    = scenarios.WaitFor(scenarios.StartFails{C: reader, Contains: failedToStatVolume}, scenarios.Dur{Fixed: 10 * time.Second, Backoffs: 4})
+	untilSubPathFails = scenarios.WaitFor(scenarios.StartFails{C: reader, Contains: failedToPrepareSubPath}, scenarios.Dur{Fixed: 10 * time.Second, Backoffs: 4})
+	// untilRestored waits until the plugin has restored the host's volume dir.
+	untilRestored = scenarios.WaitFor(scenarios.VolumeDir{After: scenarios.AfterPluginBack}, scenarios.Dur{Fixed: 10 * time.Second})
 )
 
 // deadThenBack are the steps of a plugin restart that the volume does not survive: warm-up reads, the kill, a
@@ -59,35 +65,23 @@ func deadThenBack(noticed scenarios.Step, more ...scenarios.Step) []scenarios.St
 	return append([]scenarios.Step{warmUp, scenarios.KillPlugin(), noticed, hostDead, scenarios.StartPlugin()}, more...)
 }
 
+// childMode is the plugin's default FUSE placement: each FUSE server is a child of the plugin and dies with it,
+// which is the mount loss the testbed is about. Its rows hold for every server.
+var childMode = mode{base: scenarios.Scenario{Servers: scenarios.AllServers}}
+
+// restart is the original demo, and the baseline of every server on a real kubelet.
+var restart = everyServer(restartHeals(childMode.lone(true).row("restart",
+	"Plugin restart with restoreMounts and a workload that exits on error (the original demo)",
+	"Killing the plugin container kills its FUSE servers: the workload gets ENOTCONN and exits; "+
+		"while the host mount is dead kubelet cannot even start the container again (failed to stat the "+
+		"volume dir); once the restarted plugin has restored its mounts the next restart reads again.")),
+	"the baseline: how a real server's death with the plugin reaches a workload on a real kubelet")
+
 // childScenarios are the scenarios of the plugin's default FUSE placement: each FUSE server is a child of the
 // plugin and dies with it, which is the mount loss the testbed is about.
 func childScenarios() []scenarios.Scenario {
 	return []scenarios.Scenario{
-		{
-			Name:        "restart",
-			Servers:     scenarios.AllServers,
-			EveryServer: "the baseline: how a real server's death with the plugin reaches a workload on a real kubelet",
-			Title:       "Plugin restart with restoreMounts and a workload that exits on error (the original demo)",
-			Shows: "Killing the plugin container kills its FUSE servers: the workload gets ENOTCONN and exits; " +
-				"while the host mount is dead kubelet cannot even start the container again (failed to stat the " +
-				"volume dir); once the restarted plugin has restored its mounts the next restart reads again.",
-			Plugin: scenarios.Plugin{RestoreMounts: true, RestoreStrategy: scenarios.StrategyRebind},
-			Pod: scenarios.Pod{RestartPolicy: scenarios.RestartAlways, Containers: []scenarios.Container{
-				{Name: reader, ExitOnError: true, KeepOpen: true},
-			}},
-			Steps: deadThenBack(
-				scenarios.WaitFor(scenarios.StartFails{C: reader, Contains: failedToStatVolume}, scenarios.Dur{Fixed: 10 * time.Second, Backoffs: 4}),
-				scenarios.WaitFor(scenarios.Recovers{C: reader}, scenarios.Dur{Fixed: 10 * time.Second, Backoffs: 12}),
-				scenarios.Observe(scenarios.Dur{Reads: 3}),
-			),
-			Expect: []scenarios.Expectation{
-				{Check: scenarios.FailsWith{C: reader, Errno: "ENOTCONN", Within: scenarios.Dur{Fixed: 5 * time.Second, Reads: 2}}},
-				{Check: scenarios.Exits{C: reader, Code: 1}},
-				{Check: scenarios.StartFails{C: reader, Contains: failedToStatVolume, Errno: "ENOTCONN"}},
-				{Check: scenarios.VolumeDir{After: scenarios.AfterPluginBack}},
-				{Check: scenarios.Recovers{C: reader, Instance: scenarios.NewInstance}},
-			},
-		},
+		restart,
 		{
 			Name:        "server-kill-in-flight",
 			Servers:     scenarios.AllServers,
@@ -108,25 +102,9 @@ func childScenarios() []scenarios.Scenario {
 				{Check: scenarios.Restarts{C: reader, Min: 0, Max: 0}},
 			},
 		},
-		{
-			Name:    "restart-no-restore",
-			Servers: scenarios.AllServers,
-			Title:   "Plugin restart without restoreMounts, workload keeps running",
-			Shows: "Without restoreMounts nothing remounts the volume: the workload reads ENOTCONN from the first " +
-				"read after the kill, forever, also after the plugin is back.",
-			Plugin: scenarios.Plugin{},
-			Pod: scenarios.Pod{RestartPolicy: scenarios.RestartAlways, Containers: []scenarios.Container{
-				{Name: reader, KeepOpen: true},
-			}},
-			Steps: deadThenBack(untilENOTCONN, scenarios.Observe(watchReads)),
-			Expect: []scenarios.Expectation{
-				{Check: scenarios.FailsWith{C: reader, Errno: "ENOTCONN", Within: scenarios.Dur{Fixed: 5 * time.Second, Reads: 2}}},
-				{Check: scenarios.KeepsFailing{C: reader, Errno: "ENOTCONN", After: scenarios.AfterPluginBack}},
-				{Check: scenarios.NeverRecovers{C: reader, After: scenarios.AfterPluginBack, For: watchReads}},
-				{Check: scenarios.Restarts{C: reader, Min: 0, Max: 0}},
-				{Check: scenarios.VolumeDir{Errno: "ENOTCONN", After: scenarios.AfterPluginBack}},
-			},
-		},
+		holdersDie(childMode.lone(false).row("restart-no-restore", "Plugin restart without restoreMounts, workload keeps running",
+			"Without restoreMounts nothing remounts the volume: the workload reads ENOTCONN from the first "+
+				"read after the kill, forever, also after the plugin is back.")),
 		{
 			Name:    "restore-without-exit",
 			Servers: scenarios.AllServers,
