@@ -45,6 +45,12 @@ func everyServer(s scenarios.Scenario, why string) scenarios.Scenario {
 	return s
 }
 
+// withPod is the mode with pod p instead.
+func (m mode) withPod(p scenarios.Pod) mode {
+	m.base.Pod = p
+	return m
+}
+
 // pod is a pod of containers cs that kubelet restarts whenever they exit.
 func pod(cs ...scenarios.Container) scenarios.Pod {
 	return scenarios.Pod{RestartPolicy: scenarios.RestartAlways, Containers: cs}
@@ -153,4 +159,14 @@ func failsFirst(c string) scenarios.Expectation {
 // noRestarts: c never exits, so kubelet never restarts it.
 func noRestarts(c string) scenarios.Expectation {
 	return scenarios.Expectation{Check: scenarios.Restarts{C: c, Min: 0, Max: 0}}
+}
+
+// beforeSubPathFix is c expected on the kubelets before the subPath fix, and sinceSubPathFix on those since it
+// (SubPathSourceBefore, SubPathSourceSince).
+func beforeSubPathFix(c scenarios.Check) scenarios.Expectation {
+	return scenarios.Expectation{Check: c, Kubelet: scenarios.KubeletBefore(scenarios.SubPathFixedIn), Source: SubPathSourceBefore}
+}
+
+func sinceSubPathFix(c scenarios.Check) scenarios.Expectation {
+	return scenarios.Expectation{Check: c, Kubelet: scenarios.KubeletSince(scenarios.SubPathFixedIn), Source: SubPathSourceSince}
 }
