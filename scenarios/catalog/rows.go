@@ -39,12 +39,6 @@ func (m mode) withPlugin(p scenarios.Plugin) mode {
 	return m
 }
 
-// everyServer is s run by CI with each real server on the kube backend too, for why.
-func everyServer(s scenarios.Scenario, why string) scenarios.Scenario {
-	s.EveryServer = why
-	return s
-}
-
 // withPod is the mode with pod p instead.
 func (m mode) withPod(p scenarios.Pod) mode {
 	m.base.Pod = p
@@ -54,6 +48,12 @@ func (m mode) withPod(p scenarios.Pod) mode {
 // pod is a pod of containers cs that kubelet restarts whenever they exit.
 func pod(cs ...scenarios.Container) scenarios.Pod {
 	return scenarios.Pod{RestartPolicy: scenarios.RestartAlways, Containers: cs}
+}
+
+// everyServer is s run by CI with each real server on the kube backend too, for why.
+func everyServer(s scenarios.Scenario, why string) scenarios.Scenario {
+	s.EveryServer = why
+	return s
 }
 
 // survives makes s the row of faults that the mode's holders ride out: after warm-up reads, the faults, then
