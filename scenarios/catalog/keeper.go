@@ -25,141 +25,58 @@ const keeperReadInterval = 5 * time.Millisecond
 // the kill to land inside one, on every backend.
 const keeperInFlightLatency = time.Second
 
-// keeperScenarios are the scenarios of the plugin's keeper mode: FUSE servers outside the plugin, run by an
-// unprivileged keeper; the plugin and the keeper each hold a copy of every connection, so that any one of the
-// plugin, the keeper and a server can die while the workloads only wait. Every row reads with direct I/O, so
-// that every read reaches a server and a gap between servers shows as the read's latency.
+// Waits of the keeper rows with a slow read: until a read is inside a server, and reads watched after the kill
+// for a few reads' latency.
+var (
+	untilReadInFlight = scenarios.WaitFor(scenarios.ReadInFlight{C: reader}, scenarios.Dur{Fixed: 10 * time.Second})
+	watchSlowReads    = scenarios.Observe(scenarios.Dur{Fixed: 3 * keeperInFlightLatency, Reads: 3})
+)
+
+// keeperMode is the plugin's keeper mode: FUSE servers outside the plugin, run by an unprivileged keeper; the
+// plugin and the keeper each hold a copy of every connection, so that any one of the plugin, the keeper and a
+// server can die while the workloads only wait. Every row reads with direct I/O, so that every read reaches a
+// server and a gap between servers shows as the read's latency, and runs on every kubelet release.
+var keeperMode = mode{name: "keeper-", title: "Keeper mode: ", base: scenarios.Scenario{
+	Plugin:       scenarios.Plugin{Mode: topology.Keeper, RestoreMounts: true, RestoreStrategy: scenarios.StrategyRebind, Keeper: scenarios.Keeper{DirectIO: true}},
+	Pod:          pod(keeperReaders()...),
+	EveryRelease: keeperReleases,
+}}
+
+// keeperSlow is the keeper mode for a read inside a server: one reader, and every read takes
+// keeperInFlightLatency inside a server, long enough for a kill to land in it.
+var keeperSlow = keeperMode.lone(true).withPlugin(scenarios.Plugin{Mode: topology.Keeper,
+	Keeper: scenarios.Keeper{DirectIO: true, ReadLatency: keeperInFlightLatency}})
+
+// keeperScenarios are the scenarios of the keeper mode (keeperMode).
 func keeperScenarios() []scenarios.Scenario {
-	mode := scenarios.Plugin{Mode: topology.Keeper, RestoreMounts: true, RestoreStrategy: scenarios.StrategyRebind, Keeper: scenarios.Keeper{DirectIO: true}}
-	readers := keeperReaders()
-	neverFail := func(cs ...string) []scenarios.Expectation {
-		var out []scenarios.Expectation
-		for _, c := range cs {
-			out = append(out, scenarios.Expectation{Check: scenarios.NeverFails{C: c, After: scenarios.AfterKill, Reads: 10}})
-		}
-		return append(out, scenarios.Expectation{Check: scenarios.VolumeDirAlive{}})
-	}
+	m := keeperMode
 	return append([]scenarios.Scenario{
-		{
-			Name:  "keeper-plugin-restart",
-			Title: "Keeper mode: the plugin restarts; its copies of the connections come back from the keeper",
-			Shows: "No FUSE server runs in the plugin: the keeper's serve on while the plugin is down, and the restarted " +
-				"plugin (with restoreMounts) finds every mount answering, remounts nothing, and takes its copy of each " +
-				"connection back from the keeper after checking it is the one mounted at the staging path.",
-			Plugin: mode,
-			Pod:    scenarios.Pod{RestartPolicy: scenarios.RestartAlways, Containers: readers},
-			Steps: []scenarios.Step{
-				warmUp,
-				scenarios.KillPlugin(),
-				scenarios.Observe(watchReads),
-				scenarios.StartPlugin(),
-				scenarios.Observe(watchReads),
-			},
-			Expect: append(neverFail(reader, reopen, sub),
-				scenarios.Expectation{Check: scenarios.NeverFails{C: reader, After: scenarios.AfterPluginBack, Reads: 5}}),
-			EveryRelease: keeperReleases,
-		},
-		{
-			Name:  "keeper-server-crash",
-			Title: "Keeper mode: the FUSE server of the volume is killed",
-			Shows: "The keeper starts another FUSE server, which takes the connection over (the kernel's INIT replayed, " +
-				"the requests the dead one had read resent). The descriptor opened before the crash keeps reading, new " +
-				"opens work and the subPath bind never notices: a stall of a few milliseconds, no error, no remount.",
-			Plugin: mode,
-			Pod:    scenarios.Pod{RestartPolicy: scenarios.RestartAlways, Containers: readers},
-			Steps: []scenarios.Step{
-				warmUp,
-				scenarios.Kill(topology.FuseServer),
-				scenarios.Start(topology.FuseServer),
-				scenarios.Observe(watchReads),
-			},
-			Expect:       neverFail(reader, reopen, sub),
-			EveryRelease: keeperReleases,
-		},
-		{
-			Name:  "keeper-in-flight",
-			Title: "Keeper mode: the FUSE server is killed while a slow read is inside it",
-			Shows: "Every read takes 1 s inside the server (a slow backend). The server is killed in the middle of one: " +
-				"its successor asks the kernel to resend the requests it had read (FUSE_NOTIFY_RESEND), and the reader " +
-				"gets \"Hello world!\" late instead of EINTR, EIO or ECONNABORTED.",
-			Plugin: scenarios.Plugin{Mode: topology.Keeper, Keeper: scenarios.Keeper{DirectIO: true, ReadLatency: keeperInFlightLatency}},
-			Pod: scenarios.Pod{RestartPolicy: scenarios.RestartAlways, Containers: []scenarios.Container{
-				{Name: reader, ExitOnError: true, KeepOpen: true},
-			}},
-			Steps: []scenarios.Step{
-				warmUp,
-				scenarios.WaitFor(scenarios.ReadInFlight{C: reader}, scenarios.Dur{Fixed: 10 * time.Second}),
-				scenarios.Kill(topology.FuseServer),
-				scenarios.Start(topology.FuseServer),
-				scenarios.Observe(scenarios.Dur{Fixed: 3 * keeperInFlightLatency, Reads: 3}),
-			},
-			Expect: []scenarios.Expectation{
-				{Check: scenarios.InFlightReadSucceeds{C: reader}},
-				{Check: scenarios.NeverFails{C: reader, After: scenarios.AfterKill, Reads: 2}},
-			},
-			EveryRelease: keeperReleases,
-		},
-		{
-			Name:  "keeper-restart",
-			Title: "Keeper mode: the keeper is killed with its FUSE servers and started again",
-			Shows: "The plugin's copies keep every connection alive while no keeper runs: the workloads' reads wait. " +
-				"The new keeper gets the connections from the plugin and its servers take them over.",
-			Plugin: mode,
-			Pod:    scenarios.Pod{RestartPolicy: scenarios.RestartAlways, Containers: readers},
-			Steps: []scenarios.Step{
-				warmUp,
-				scenarios.Kill(topology.KeeperContainer),
-				scenarios.Start(topology.KeeperContainer),
-				scenarios.Observe(watchReads),
-			},
-			Expect:       neverFail(reader, reopen, sub),
-			EveryRelease: keeperReleases,
-		},
-		{
-			Name:  "keeper-upgrade",
-			Title: "Keeper mode: every FUSE server is replaced by a new build",
-			Shows: "A rolling update of the keeper: the new build starts beside the old one and its servers take every " +
-				"connection over, then the old keeper is stopped and its servers exit without unmounting anything. The " +
-				"workloads keep reading throughout; the keeper's log shows the new version serving.",
-			Plugin: mode,
-			Pod:    scenarios.Pod{RestartPolicy: scenarios.RestartAlways, Containers: readers},
-			Steps: []scenarios.Step{
-				warmUp,
-				scenarios.Upgrade(topology.KeeperContainer),
-				scenarios.Observe(watchReads),
-			},
-			Expect: append(neverFail(reader, reopen, sub),
-				scenarios.Expectation{Check: scenarios.NewVersionServes{}}),
-			EveryRelease: keeperReleases,
-		},
-		{
-			Name:  "keeper-all-holders",
-			Title: "Keeper mode: the plugin and the keeper die together",
-			Shows: "The limit: with every holder of a connection gone at once, the kernel ends it, exactly as in " +
-				"restart-no-restore. The plugin and the keeper come back, but no process has the connection to hand on.",
-			Plugin: scenarios.Plugin{Mode: topology.Keeper, Keeper: scenarios.Keeper{DirectIO: true}},
-			Pod: scenarios.Pod{RestartPolicy: scenarios.RestartAlways, Containers: []scenarios.Container{
-				{Name: reader, KeepOpen: true},
-			}},
-			Steps: []scenarios.Step{
-				warmUp,
-				scenarios.KillPlugin(),
-				scenarios.Kill(topology.KeeperContainer),
-				untilENOTCONN,
-				hostDead,
-				scenarios.StartPlugin(),
-				scenarios.Start(topology.KeeperContainer),
-				scenarios.Observe(watchReads),
-			},
-			Expect: []scenarios.Expectation{
-				{Check: scenarios.FailsWith{C: reader, Errno: "ENOTCONN", Within: scenarios.Dur{Fixed: 5 * time.Second, Reads: 2}}},
-				{Check: scenarios.KeepsFailing{C: reader, Errno: "ENOTCONN", After: scenarios.AfterPluginBack}},
-				{Check: scenarios.NeverRecovers{C: reader, After: scenarios.AfterPluginBack, For: watchReads}},
-				{Check: scenarios.Restarts{C: reader, Min: 0, Max: 0}},
-				{Check: scenarios.VolumeDir{Errno: "ENOTCONN", After: scenarios.AfterPluginBack}},
-			},
-			EveryRelease: keeperReleases,
-		},
+		pluginRestartSurvives(m.row("plugin-restart", "the plugin restarts; its copies of the connections come back from the keeper",
+			"No FUSE server runs in the plugin: the keeper's serve on while the plugin is down, and the restarted "+
+				"plugin (with restoreMounts) finds every mount answering, remounts nothing, and takes its copy of each "+
+				"connection back from the keeper after checking it is the one mounted at the staging path.")),
+		survives(m.row("server-crash", "the FUSE server of the volume is killed",
+			"The keeper starts another FUSE server, which takes the connection over (the kernel's INIT replayed, "+
+				"the requests the dead one had read resent). The descriptor opened before the crash keeps reading, new "+
+				"opens work and the subPath bind never notices: a stall of a few milliseconds, no error, no remount."),
+			scenarios.Kill(topology.FuseServer), scenarios.Start(topology.FuseServer)),
+		readInFlight(keeperSlow.row("in-flight", "the FUSE server is killed while a slow read is inside it",
+			"Every read takes 1 s inside the server (a slow backend). The server is killed in the middle of one: "+
+				"its successor asks the kernel to resend the requests it had read (FUSE_NOTIFY_RESEND), and the reader "+
+				"gets \"Hello world!\" late instead of EINTR, EIO or ECONNABORTED."),
+			untilReadInFlight, scenarios.Kill(topology.FuseServer), scenarios.Start(topology.FuseServer), watchSlowReads),
+		survives(m.row("restart", "the keeper is killed with its FUSE servers and started again",
+			"The plugin's copies keep every connection alive while no keeper runs: the workloads' reads wait. "+
+				"The new keeper gets the connections from the plugin and its servers take them over."),
+			scenarios.Kill(topology.KeeperContainer), scenarios.Start(topology.KeeperContainer)),
+		also(survives(m.row("upgrade", "every FUSE server is replaced by a new build",
+			"A rolling update of the keeper: the new build starts beside the old one and its servers take every "+
+				"connection over, then the old keeper is stopped and its servers exit without unmounting anything. The "+
+				"workloads keep reading throughout; the keeper's log shows the new version serving."),
+			scenarios.Upgrade(topology.KeeperContainer)), scenarios.NewVersionServes{}),
+		holdersDie(m.lone(false).row("all-holders", "the plugin and the keeper die together",
+			"The limit: with every holder of a connection gone at once, the kernel ends it, exactly as in "+
+				"restart-no-restore. The plugin and the keeper come back, but no process has the connection to hand on.")),
 	}, keeperFaultScenarios()...)
 }
 

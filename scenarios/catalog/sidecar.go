@@ -21,142 +21,96 @@ const sidecarReleases = "kubelet v1.37 changed its handling of restartable init 
 // SidecarDelay is how long sidecar-late holds its sidecar back.
 const SidecarDelay = time.Second
 
-// sidecarScenarios are the scenarios of the plugin's sidecar mode (the GCS FUSE CSI design): the pod's own
-// unprivileged sidecar serves the /dev/fuse descriptor of its mount.
-func sidecarScenarios() []scenarios.Scenario {
-	return []scenarios.Scenario{
-		{
-			Name:    "sidecar-plugin-restart",
-			Servers: scenarios.AllServers,
-			Title:   "Sidecar mode: the plugin restarts under a running workload",
-			Shows: "In the sidecar mode (the GCS FUSE CSI design) no FUSE server runs in the plugin: the pod's own " +
-				"unprivileged sidecar serves the mount's /dev/fuse descriptor. Killing and restarting the plugin " +
-				"changes nothing for the workload: its descriptor, opened before the kill, keeps reading, and the " +
-				"host volume dir never dies, so nothing is mounted again.",
-			EveryRelease: sidecarReleases,
-			Plugin:       scenarios.Plugin{RestoreMounts: true, RestoreStrategy: scenarios.StrategyRebind, Mode: topology.Sidecar},
-			Pod: scenarios.Pod{RestartPolicy: scenarios.RestartAlways, Sidecar: &scenarios.Sidecar{}, Containers: []scenarios.Container{
-				{Name: reader, ExitOnError: true, KeepOpen: true},
-			}},
-			Steps: []scenarios.Step{
-				warmUp,
-				scenarios.KillPlugin(),
-				scenarios.Observe(watchReads),
-				scenarios.StartPlugin(),
-				scenarios.Observe(watchReads),
-			},
-			Expect: []scenarios.Expectation{
-				{Check: scenarios.NeverFails{C: reader, After: scenarios.AfterKill, Reads: 10}},
-				{Check: scenarios.NeverFails{C: reader, After: scenarios.AfterPluginBack, Reads: 5}},
-				{Check: scenarios.VolumeDirAlive{}},
-			},
-		},
-		{
-			Name:    "sidecar-late",
-			Servers: scenarios.AllServers,
-			Title:   "Sidecar mode: the sidecar is held back at pod start",
-			Shows: "Until the sidecar takes the descriptor and answers the kernel's INIT, every access to the mount " +
-				"blocks, stat included: the container runtime's stat of the volume dir before the workload's " +
-				"container starts waits for the sidecar, then the workload reads without ever seeing an error.",
-			EveryRelease: sidecarReleases,
-			Plugin:       scenarios.Plugin{Mode: topology.Sidecar},
-			Pod: scenarios.Pod{RestartPolicy: scenarios.RestartAlways, Sidecar: &scenarios.Sidecar{Delay: SidecarDelay}, Containers: []scenarios.Container{
-				{Name: reader, ExitOnError: true, KeepOpen: false},
-			}},
-			Steps: []scenarios.Step{
-				warmUp,
-				scenarios.Observe(scenarios.Dur{Reads: 3}),
-			},
-			Expect: []scenarios.Expectation{
-				{Check: scenarios.BlocksUntilServed{C: reader, Delay: SidecarDelay}},
-				{Check: scenarios.NeverFails{C: reader, After: scenarios.FromStart, Reads: 3}},
-				{Check: scenarios.VolumeDirAlive{}},
-			},
-		},
-		{
-			Name:    "sidecar-killed",
-			Servers: scenarios.AllServers,
-			Title:   "Sidecar mode: the sidecar container is killed and restarted",
-			Shows: "The sidecar holds the only descriptor of the mount (the plugin closed its copy once sent): when " +
-				"it dies, the mount dies (ENOTCONN). Kubelet restarts the native sidecar, but it finds no socket and " +
-				"nothing to serve; the mount stays dead for the running container, which only a new pod would fix.",
-			EveryRelease: sidecarReleases,
-			Plugin:       scenarios.Plugin{Mode: topology.Sidecar},
-			Pod: scenarios.Pod{RestartPolicy: scenarios.RestartAlways, Sidecar: &scenarios.Sidecar{}, Containers: []scenarios.Container{
-				{Name: reader, KeepOpen: false},
-			}},
-			Steps: []scenarios.Step{
-				warmUp,
-				scenarios.Kill(topology.SidecarContainer),
-				untilENOTCONN,
-				hostDead,
-				scenarios.Start(topology.SidecarContainer),
-				scenarios.Observe(watchReads),
-			},
-			Expect: []scenarios.Expectation{
-				{Check: scenarios.FailsWith{C: reader, Errno: "ENOTCONN", Within: scenarios.Dur{Fixed: 5 * time.Second, Reads: 2}}},
-				{Check: scenarios.KeepsFailing{C: reader, Errno: "ENOTCONN", After: scenarios.AfterRestart}},
-				{Check: scenarios.NeverRecovers{C: reader, After: scenarios.AfterRestart, For: watchReads}},
-				{Check: scenarios.SidecarNeverServes{After: scenarios.AfterRestart, For: watchReads}},
-				{Check: scenarios.Restarts{C: reader, Min: 0, Max: 0}},
-				{Check: scenarios.VolumeDir{Errno: "ENOTCONN", After: scenarios.AfterRestart}},
-			},
-		},
-		{
-			Name:    "sidecar-new-pod",
-			Servers: scenarios.AllServers,
-			Title:   "Sidecar mode: the sidecar is killed; only a new pod brings the volume back",
-			Shows: "What fixes sidecar-killed: deleting the pod (kubelet unpublishes and unstages its volume) and " +
-				"creating it again (a new pod UID, a new NodePublishVolume, a new descriptor for its new sidecar). " +
-				"The new pod's container reads again; the sidecar's restart before that did not help.",
-			EveryRelease: sidecarReleases,
-			Plugin:       scenarios.Plugin{Mode: topology.Sidecar},
-			Pod: scenarios.Pod{RestartPolicy: scenarios.RestartAlways, Sidecar: &scenarios.Sidecar{}, Containers: []scenarios.Container{
-				{Name: reader, KeepOpen: false},
-			}},
-			Steps: []scenarios.Step{
-				warmUp,
-				scenarios.Kill(topology.SidecarContainer),
-				untilENOTCONN,
-				scenarios.Start(topology.SidecarContainer),
-				scenarios.Observe(scenarios.Dur{Reads: 5}),
-				scenarios.Kill(topology.WorkloadPod),
-				scenarios.Start(topology.WorkloadPod),
-				scenarios.WaitFor(scenarios.Recovers{C: reader}, scenarios.Dur{Fixed: 10 * time.Second, Reads: 5}),
-				scenarios.Observe(scenarios.Dur{Reads: 3}),
-			},
-			Expect: []scenarios.Expectation{
-				{Check: scenarios.FailsWith{C: reader, Errno: "ENOTCONN", Within: scenarios.Dur{Fixed: 5 * time.Second, Reads: 2}}},
-				{Check: scenarios.NoGoodReadUntil{C: reader, Component: topology.WorkloadPod}},
-				{Check: scenarios.Recovers{C: reader, Instance: scenarios.NewInstance}},
-			},
-		},
-		{
-			Name:  "sidecar-keep-fd",
-			Title: "Sidecar mode, beyond GCS: the plugin keeps its copy of the descriptor; the sidecar is killed",
-			Shows: "With --sidecar-keep-fd the plugin keeps its copy of the pod's FUSE descriptor and serves it to " +
-				"whichever sidecar connects, with the kernel's INIT as first answered. The killed sidecar's " +
-				"connection outlives it; kubelet restarts the native sidecar, which takes the connection over " +
-				"(INIT replayed, the requests its predecessor had read resent): a stall, where sidecar-killed " +
-				"gets ENOTCONN for good.",
-			Plugin: scenarios.Plugin{Mode: topology.Sidecar, SidecarKeepFD: true},
-			Pod: scenarios.Pod{RestartPolicy: scenarios.RestartAlways, Sidecar: &scenarios.Sidecar{}, Containers: []scenarios.Container{
-				{Name: reader, ExitOnError: true, KeepOpen: true, ReadInterval: keeperReadInterval, DirectIO: true},
-			}},
-			Steps: []scenarios.Step{
-				warmUp,
-				scenarios.Kill(topology.SidecarContainer),
-				scenarios.Start(topology.SidecarContainer),
-				scenarios.Observe(watchReads),
-			},
-			Expect: []scenarios.Expectation{
-				{Check: scenarios.NeverFails{C: reader, After: scenarios.AfterKill, Reads: 10}},
-				{Check: scenarios.VolumeDirAlive{}},
-			},
-			EveryRelease: sidecarReleases,
-		},
-	}
+// sidecarMode is the plugin's sidecar mode (the GCS FUSE CSI design): the pod's own unprivileged sidecar serves
+// the /dev/fuse descriptor of its mount. Its rows hold for every server and run on every kubelet release.
+var sidecarMode = mode{name: "sidecar-", title: "Sidecar mode: ", base: scenarios.Scenario{
+	Plugin:  scenarios.Plugin{Mode: topology.Sidecar},
+	Servers: scenarios.AllServers, EveryRelease: sidecarReleases,
+}}
+
+// sidecarPod is a pod of containers cs with a FUSE sidecar held back by delay.
+func sidecarPod(delay time.Duration, cs ...scenarios.Container) scenarios.Pod {
+	p := pod(cs...)
+	p.Sidecar = &scenarios.Sidecar{Delay: delay}
+	return p
 }
+
+// sidecarScenarios are the scenarios of the sidecar mode (sidecarMode).
+func sidecarScenarios() []scenarios.Scenario {
+	m := sidecarMode.withPod(sidecarPod(0, scenarios.Container{Name: reader}))
+	restart := survives(m.withPlugin(scenarios.Plugin{RestoreMounts: true, RestoreStrategy: scenarios.StrategyRebind, Mode: topology.Sidecar}).
+		withPod(sidecarPod(0, scenarios.Container{Name: reader, ExitOnError: true, KeepOpen: true})).row("plugin-restart",
+		"the plugin restarts under a running workload",
+		"In the sidecar mode (the GCS FUSE CSI design) no FUSE server runs in the plugin: the pod's own "+
+			"unprivileged sidecar serves the mount's /dev/fuse descriptor. Killing and restarting the plugin "+
+			"changes nothing for the workload: its descriptor, opened before the kill, keeps reading, and the "+
+			"host volume dir never dies, so nothing is mounted again."),
+		scenarios.KillPlugin(), scenarios.Observe(watchReads), scenarios.StartPlugin())
+	restart.Expect = []scenarios.Expectation{
+		{Check: scenarios.NeverFails{C: reader, After: scenarios.AfterKill, Reads: 10}},
+		{Check: scenarios.NeverFails{C: reader, After: scenarios.AfterPluginBack, Reads: 5}},
+		{Check: scenarios.VolumeDirAlive{}},
+	}
+
+	late := m.withPod(sidecarPod(SidecarDelay, scenarios.Container{Name: reader, ExitOnError: true})).row("late",
+		"the sidecar is held back at pod start",
+		"Until the sidecar takes the descriptor and answers the kernel's INIT, every access to the mount "+
+			"blocks, stat included: the container runtime's stat of the volume dir before the workload's "+
+			"container starts waits for the sidecar, then the workload reads without ever seeing an error.")
+	late.Steps = []scenarios.Step{warmUp, scenarios.Observe(scenarios.Dur{Reads: 3})}
+	late.Expect = []scenarios.Expectation{
+		{Check: scenarios.BlocksUntilServed{C: reader, Delay: SidecarDelay}},
+		{Check: scenarios.NeverFails{C: reader, After: scenarios.FromStart, Reads: 3}},
+		{Check: scenarios.VolumeDirAlive{}},
+	}
+
+	killed := m.row("killed", "the sidecar container is killed and restarted",
+		"The sidecar holds the only descriptor of the mount (the plugin closed its copy once sent): when "+
+			"it dies, the mount dies (ENOTCONN). Kubelet restarts the native sidecar, but it finds no socket and "+
+			"nothing to serve; the mount stays dead for the running container, which only a new pod would fix.")
+	killed.Steps = []scenarios.Step{warmUp, scenarios.Kill(topology.SidecarContainer), untilENOTCONN, hostDead,
+		scenarios.Start(topology.SidecarContainer), scenarios.Observe(watchReads)}
+	killed.Expect = []scenarios.Expectation{
+		failsFirst(reader),
+		{Check: scenarios.KeepsFailing{C: reader, Errno: "ENOTCONN", After: scenarios.AfterRestart}},
+		{Check: scenarios.NeverRecovers{C: reader, After: scenarios.AfterRestart, For: watchReads}},
+		{Check: scenarios.SidecarNeverServes{After: scenarios.AfterRestart, For: watchReads}},
+		noRestarts(reader),
+		{Check: scenarios.VolumeDir{Errno: "ENOTCONN", After: scenarios.AfterRestart}},
+	}
+
+	newPod := m.row("new-pod", "the sidecar is killed; only a new pod brings the volume back",
+		"What fixes sidecar-killed: deleting the pod (kubelet unpublishes and unstages its volume) and "+
+			"creating it again (a new pod UID, a new NodePublishVolume, a new descriptor for its new sidecar). "+
+			"The new pod's container reads again; the sidecar's restart before that did not help.")
+	newPod.Steps = []scenarios.Step{warmUp, scenarios.Kill(topology.SidecarContainer), untilENOTCONN,
+		scenarios.Start(topology.SidecarContainer), scenarios.Observe(scenarios.Dur{Reads: 5}),
+		scenarios.Kill(topology.WorkloadPod), scenarios.Start(topology.WorkloadPod),
+		scenarios.WaitFor(scenarios.Recovers{C: reader}, scenarios.Dur{Fixed: 10 * time.Second, Reads: 5}),
+		scenarios.Observe(scenarios.Dur{Reads: 3})}
+	newPod.Expect = []scenarios.Expectation{
+		failsFirst(reader),
+		{Check: scenarios.NoGoodReadUntil{C: reader, Component: topology.WorkloadPod}},
+		{Check: scenarios.Recovers{C: reader, Instance: scenarios.NewInstance}},
+	}
+
+	keepFD := survives(sidecarKeepFD.withPod(sidecarPod(0, scenarios.Container{Name: reader, ExitOnError: true, KeepOpen: true,
+		ReadInterval: keeperReadInterval, DirectIO: true})).row("keep-fd",
+		"the plugin keeps its copy of the descriptor; the sidecar is killed",
+		"With --sidecar-keep-fd the plugin keeps its copy of the pod's FUSE descriptor and serves it to "+
+			"whichever sidecar connects, with the kernel's INIT as first answered. The killed sidecar's "+
+			"connection outlives it; kubelet restarts the native sidecar, which takes the connection over "+
+			"(INIT replayed, the requests its predecessor had read resent): a stall, where sidecar-killed "+
+			"gets ENOTCONN for good."),
+		scenarios.Kill(topology.SidecarContainer), scenarios.Start(topology.SidecarContainer))
+	return []scenarios.Scenario{restart, late, killed, newPod, keepFD}
+}
+
+// sidecarKeepFD is the sidecar mode with --sidecar-keep-fd, beyond the GCS design: the plugin keeps its copy of
+// each pod's descriptor, so that a restarted sidecar takes the connection over.
+var sidecarKeepFD = mode{name: "sidecar-", title: "Sidecar mode, beyond GCS: ", base: scenarios.Scenario{
+	Plugin: scenarios.Plugin{Mode: topology.Sidecar, SidecarKeepFD: true}, EveryRelease: sidecarReleases,
+}}
 
 // WithSidecarDelay returns the scenario with its FUSE sidecar held back by d instead (sidecar-late at another
 // delay), named <name>-<d>: the expectation that the first access waits for the sidecar is about d.
