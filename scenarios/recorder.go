@@ -107,18 +107,3 @@ func (r *Recorder) awaitAfterKill(ctx context.Context, c topology.Component, kin
 		}
 	}
 }
-
-// Sleep waits for d or until ctx is done, whichever comes first; it returns ctx's error in the latter case.
-func Sleep(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
-}
