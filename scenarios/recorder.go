@@ -79,8 +79,8 @@ func (r *Recorder) AwaitReady(ctx context.Context, c topology.Component, timeout
 }
 
 func (r *Recorder) awaitAfterKill(ctx context.Context, c topology.Component, kind Kind, verb string, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	for {
+	what := fmt.Sprintf("the %s to %s again after its kill", c.Noun(), verb)
+	return Await(ctx, timeout, 20*time.Millisecond, what, func() (bool, error) {
 		var killed, after time.Time
 		r.mu.Lock()
 		for _, e := range r.events {
@@ -93,17 +93,12 @@ func (r *Recorder) awaitAfterKill(ctx context.Context, c topology.Component, kin
 			}
 		}
 		r.mu.Unlock()
-		if killed.IsZero() {
-			return fmt.Errorf("the %s was not killed", c.Noun())
+		switch {
+		case killed.IsZero():
+			return true, fmt.Errorf("the %s was not killed", c.Noun())
+		case after.After(killed):
+			return true, nil
 		}
-		if after.After(killed) {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("the %s did not %s again within %s of its kill", c.Noun(), verb, timeout)
-		}
-		if err := Sleep(ctx, 20*time.Millisecond); err != nil {
-			return err
-		}
-	}
+		return false, fmt.Errorf("it did not %s again since its kill at %s", verb, killed.Format("15:04:05.000"))
+	})
 }
