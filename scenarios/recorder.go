@@ -102,3 +102,19 @@ func (r *Recorder) awaitAfterKill(ctx context.Context, c topology.Component, kin
 		return false, fmt.Errorf("it did not %s again since its kill at %s", verb, killed.Format("15:04:05.000"))
 	})
 }
+
+// Await waits until an event that match accepts is recorded, at most timeout, checking at once and then every
+// interval (see the function Await, whose what it takes). fail, when not nil, is asked each time the event is not
+// there yet: an error of it ends the wait at once, as one that says the event can no longer come.
+func (r *Recorder) Await(ctx context.Context, timeout, interval time.Duration, what string, match func(Event) bool, fail func() error) error {
+	return Await(ctx, timeout, interval, what, func() (bool, error) {
+		if r.Count(match) > 0 {
+			return true, nil
+		}
+		if fail == nil {
+			return false, nil
+		}
+		err := fail()
+		return err != nil, err
+	})
+}
