@@ -79,8 +79,8 @@ func (r *Recorder) AwaitReady(ctx context.Context, c topology.Component, timeout
 }
 
 func (r *Recorder) awaitAfterKill(ctx context.Context, c topology.Component, kind Kind, verb string, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	for {
+	what := fmt.Sprintf("the %s to %s again after its kill", c.Noun(), verb)
+	return Await(ctx, timeout, 20*time.Millisecond, what, func() (bool, error) {
 		var killed, after time.Time
 		r.mu.Lock()
 		for _, e := range r.events {
@@ -93,32 +93,28 @@ func (r *Recorder) awaitAfterKill(ctx context.Context, c topology.Component, kin
 			}
 		}
 		r.mu.Unlock()
-		if killed.IsZero() {
-			return fmt.Errorf("the %s was not killed", c.Noun())
+		switch {
+		case killed.IsZero():
+			return true, fmt.Errorf("the %s was not killed", c.Noun())
+		case after.After(killed):
+			return true, nil
 		}
-		if after.After(killed) {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("the %s did not %s again within %s of its kill", c.Noun(), verb, timeout)
-		}
-		if err := Sleep(ctx, 20*time.Millisecond); err != nil {
-			return err
-		}
-	}
+		return false, fmt.Errorf("it did not %s again since its kill at %s", verb, killed.Format("15:04:05.000"))
+	})
 }
 
-// Sleep waits for d or until ctx is done, whichever comes first; it returns ctx's error in the latter case.
-func Sleep(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
+// Await waits until an event that match accepts is recorded, at most timeout, checking at once and then every
+// interval (see the function Await, whose what it takes). fail, when not nil, is asked each time the event is not
+// there yet: an error of it ends the wait at once, as one that says the event can no longer come.
+func (r *Recorder) Await(ctx context.Context, timeout, interval time.Duration, what string, match func(Event) bool, fail func() error) error {
+	return Await(ctx, timeout, interval, what, func() (bool, error) {
+		if r.Count(match) > 0 {
+			return true, nil
+		}
+		if fail == nil {
+			return false, nil
+		}
+		err := fail()
+		return err != nil, err
+	})
 }

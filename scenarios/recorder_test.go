@@ -2,6 +2,7 @@ package scenarios
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -30,5 +31,24 @@ func TestAwaitAfterKill(t *testing.T) {
 	go r.Add(Event{Time: t0.Add(3 * time.Second), Component: topology.FuseServer, Kind: KReady})
 	if err := r.AwaitReady(ctx, topology.FuseServer, 5*time.Second); err != nil {
 		t.Fatalf("KReady after the kill: %v", err)
+	}
+}
+
+// TestRecorderAwait: the recorder's Await ends with a matching event, or at once with fail's error.
+func TestRecorderAwait(t *testing.T) {
+	ctx := context.Background()
+	var r Recorder
+	ready := func(e Event) bool { return e.Kind == KReady && e.Component == topology.KeeperContainer }
+	err := r.Await(ctx, 20*time.Millisecond, time.Millisecond, "a keeper to connect", ready, nil)
+	if err == nil || err.Error() != "waited 20ms for a keeper to connect" {
+		t.Errorf("no event: %v, want a timeout naming what it waited for", err)
+	}
+	noImage := errors.New("pod keeper-x: ErrImageNeverPull")
+	if err := r.Await(ctx, time.Minute, time.Millisecond, "a keeper to connect", ready, func() error { return noImage }); err != noImage {
+		t.Errorf("an image problem: %v, want it at once", err)
+	}
+	go r.Add(Event{Component: topology.KeeperContainer, Kind: KReady})
+	if err := r.Await(ctx, 5*time.Second, time.Millisecond, "a keeper to connect", ready, func() error { return nil }); err != nil {
+		t.Errorf("a matching event: %v", err)
 	}
 }

@@ -257,20 +257,15 @@ func (r *Runner) step(ctx context.Context, st Step) (timedOut bool, err error) {
 	case ActUpgrade:
 		err = r.b.Upgrade(ctx, st.Component)
 	case ActWaitFor:
-		deadline := time.Now().Add(st.Timeout.Resolve(r.o.Timing))
-		for {
+		err = Await(ctx, st.Timeout.Resolve(r.o.Timing), r.poll, st.Until.Describe(), func() (bool, error) {
 			ev := r.snapshot()
 			r.narr.Update(ev)
-			if st.Until.Eval(ev, r.o.Timing).OK {
-				return false, nil
-			}
-			if time.Now().After(deadline) {
-				return true, nil
-			}
-			if err := Sleep(ctx, r.poll); err != nil {
-				return false, err
-			}
+			return st.Until.Eval(ev, r.o.Timing).OK, nil
+		})
+		if IsTimeout(err) {
+			return true, nil
 		}
+		return false, err
 	case ActObserve:
 		end := time.Now().Add(st.For.Resolve(r.o.Timing))
 		for time.Now().Before(end) {

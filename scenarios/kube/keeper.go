@@ -87,23 +87,11 @@ func imageOf(p *corev1.Pod, name string) string {
 // waitKeeperReady waits until a keeper pod on the workload's node (any node before the workload is scheduled)
 // logged that it is connected to the plugin after since.
 func (b *Backend) waitKeeperReady(ctx context.Context, since time.Time, image string) error {
-	deadline := time.Now().Add(b.opts.SetupTimeout)
-	for {
-		if b.rec.Count(func(e scenarios.Event) bool {
+	return b.rec.Await(ctx, b.opts.SetupTimeout, 100*time.Millisecond, "a keeper pod to connect to the plugin (see keeper.log and kube.log)",
+		func(e scenarios.Event) bool {
 			return e.Kind == scenarios.KReady && e.Component == topology.KeeperContainer && !e.Time.Before(since)
-		}) > 0 {
-			return nil
-		}
-		if err := b.imageProblem(b.keeper.pods, image); err != nil {
-			return err
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("no keeper pod connected to the plugin within %s (see keeper.log and kube.log)", b.opts.SetupTimeout)
-		}
-		if err := scenarios.Sleep(ctx, 100*time.Millisecond); err != nil {
-			return err
-		}
-	}
+		},
+		func() error { return b.imageProblem(b.keeper.pods, image) })
 }
 
 // killKeeper deletes the keeper pod on the workload's node (its FUSE servers die with it; the plugin keeps its
@@ -150,16 +138,9 @@ func (b *Backend) killKeeperServer(ctx context.Context, c topology.Component, wh
 		return fmt.Errorf("exec %s in pod %s: %s: %w", strings.Join(cmd, " "), kp.name, out, err)
 	}
 	b.progress("%s", out)
-	deadline := time.Now().Add(30 * time.Second)
-	for b.rec.Count(exited) == before {
-		if time.Now().After(deadline) {
-			return errors.New("the keeper did not log the FUSE server's exit within 30s (see keeper.log)")
-		}
-		if err := scenarios.Sleep(ctx, 20*time.Millisecond); err != nil {
-			return err
-		}
-	}
-	return nil
+	return scenarios.Await(ctx, 30*time.Second, 20*time.Millisecond, "the keeper to log the FUSE server's exit (see keeper.log)", func() (bool, error) {
+		return b.rec.Count(exited) > before, nil
+	})
 }
 
 // upgradeKeeper rolls the keeper DaemonSet to the next build, as a user does (helm upgrade --set
@@ -200,19 +181,18 @@ func (b *Backend) upgradeKeeper(ctx context.Context) error {
 	if err := b.helm.upgrade(ctx, vals, b.opts.SetupTimeout); err != nil {
 		return err
 	}
-	deadline := time.Now().Add(b.opts.SetupTimeout)
-	for b.rec.Count(func(e scenarios.Event) bool {
-		return e.Kind == scenarios.KReady && e.Component == topology.FuseServer && e.Detail == next
-	}) == 0 {
-		if err := b.imageProblem(b.keeper.pods, image); err != nil {
-			return fmt.Errorf("%w (make image builds the next build's image too)", err)
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("no FUSE server of %s served the volume within %s of the upgrade (see keeper.log and kube.log)", next, b.opts.SetupTimeout)
-		}
-		if err := scenarios.Sleep(ctx, 100*time.Millisecond); err != nil {
-			return err
-		}
+	what := fmt.Sprintf("a FUSE server of %s to serve the volume after the upgrade (see keeper.log and kube.log)", next)
+	if err := b.rec.Await(ctx, b.opts.SetupTimeout, 100*time.Millisecond, what,
+		func(e scenarios.Event) bool {
+			return e.Kind == scenarios.KReady && e.Component == topology.FuseServer && e.Detail == next
+		},
+		func() error {
+			if err := b.imageProblem(b.keeper.pods, image); err != nil {
+				return fmt.Errorf("%w (make image builds the next build's image too)", err)
+			}
+			return nil
+		}); err != nil {
+		return err
 	}
 	if err := old.waitDown(ctx, b.opts.SetupTimeout); err != nil {
 		return fmt.Errorf("the old keeper: %w", err)

@@ -73,39 +73,33 @@ func (b *Backend) successorKills(ctx context.Context, out string, before int, wi
 	if first, next, ok := contract.ParseCrashSuccessor(out); ok {
 		return [2]int{first, next}, nil
 	}
-	deadline := time.Now().Add(within)
-	for {
+	var killed [2]int
+	what := fmt.Sprintf("the keeper's log to name two exits, as keeper crash --successor said %q, not which servers it killed (see keeper.log)", out)
+	err := scenarios.Await(ctx, within, 20*time.Millisecond, what, func() (bool, error) {
 		b.keeper.exited.Lock()
 		exited := slices.Clone(b.keeper.exited.pids[before:])
 		b.keeper.exited.Unlock()
-		if len(exited) >= 2 {
-			b.logf("keeper crash --successor said %q; the keeper's log says pids %d and %d exited since", out, exited[0], exited[1])
-			return [2]int{exited[0], exited[1]}, nil
+		if len(exited) < 2 {
+			return false, fmt.Errorf("it named %d exits", len(exited))
 		}
-		if time.Now().After(deadline) {
-			return [2]int{}, fmt.Errorf("keeper crash --successor said %q, not which servers it killed, and the keeper's log named %d exits within %s (see keeper.log)", out, len(exited), within)
-		}
-		if err := scenarios.Sleep(ctx, 20*time.Millisecond); err != nil {
-			return [2]int{}, err
-		}
+		killed = [2]int{exited[0], exited[1]}
+		return true, nil
+	})
+	if err != nil {
+		return [2]int{}, err
 	}
+	b.logf("keeper crash --successor said %q; the keeper's log says pids %d and %d exited since", out, killed[0], killed[1])
+	return killed, nil
 }
 
 // start waits until a server other than the two killed ones serves the volume: the successor may have said it
 // serves in the moment before its signal, and that says nothing of the next one.
 func (p *successorPart) start(ctx context.Context) error {
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if pid := int(p.b.keeper.servedBy.Load()); pid != 0 && pid != p.killed[0] && pid != p.killed[1] {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("no FUSE server but the killed %d and %d served the volume within 30s of their kill (see keeper.log)", p.killed[0], p.killed[1])
-		}
-		if err := scenarios.Sleep(ctx, 20*time.Millisecond); err != nil {
-			return err
-		}
-	}
+	what := fmt.Sprintf("a FUSE server other than the killed %d and %d to serve the volume (see keeper.log)", p.killed[0], p.killed[1])
+	return scenarios.Await(ctx, 30*time.Second, 20*time.Millisecond, what, func() (bool, error) {
+		pid := int(p.b.keeper.servedBy.Load())
+		return pid != 0 && pid != p.killed[0] && pid != p.killed[1], nil
+	})
 }
 
 // crashLoopPart is scenarios.FuseCrashLoop: the loop runs in the keeper container until the volume's
@@ -171,22 +165,16 @@ func (p *recollectPart) kill(ctx context.Context) error {
 		return err
 	}
 	b.progress("DaemonSet %s may run on the node again; its pod is deleted once the keeper has reached it", dsName())
-	deadline := time.Now().Add(b.opts.SetupTimeout)
 	// The keeper's line can come before the pod watch has seen the new plugin pod running (v1.36.3 once): the
 	// kill needs both.
-	reached := func() bool {
+	what := fmt.Sprintf("the keeper to reach the restarted plugin, running on node %s (see keeper.log and kube.log)", b.node)
+	if err := scenarios.Await(ctx, b.opts.SetupTimeout, 20*time.Millisecond, what, func() (bool, error) {
 		pp, _ := b.runningPod(b.plugins)
 		return pp != nil && b.rec.Count(func(e scenarios.Event) bool {
 			return e.Kind == scenarios.KReady && e.Component == topology.KeeperContainer && e.Time.After(since)
-		}) > 0
-	}
-	for !reached() {
-		if time.Now().After(deadline) {
-			return fmt.Errorf("the keeper did not reach the restarted plugin, running on node %s, within %s (see keeper.log and kube.log)", b.node, b.opts.SetupTimeout)
-		}
-		if err := scenarios.Sleep(ctx, 20*time.Millisecond); err != nil {
-			return err
-		}
+		}) > 0, nil
+	}); err != nil {
+		return err
 	}
 	return b.killPlugin(ctx)
 }

@@ -117,32 +117,22 @@ func (b *Backend) setOff(ctx context.Context, ns, ds string, off bool) error {
 // waitPluginReady waits until a plugin pod on the node (any node before the workload is scheduled) logged
 // "Ready" after since, and returns that pod's node.
 func (b *Backend) waitPluginReady(ctx context.Context, since time.Time) (string, error) {
-	deadline := time.Now().Add(b.opts.SetupTimeout)
-	for {
-		var node string
-		b.mu.Lock()
-		for _, pp := range b.plugins {
-			if b.node == "" || pp.node == b.node {
-				node = pp.node
-			}
-		}
-		b.mu.Unlock()
-		n := b.rec.Count(func(e scenarios.Event) bool {
+	if err := b.rec.Await(ctx, b.opts.SetupTimeout, 100*time.Millisecond, `a plugin pod to log "Ready" (see plugin.log and kube.log)`,
+		func(e scenarios.Event) bool {
 			return e.Kind == scenarios.KReady && e.Component == topology.PluginContainer && !e.Time.Before(since)
-		})
-		if n > 0 {
-			return node, nil
-		}
-		if err := b.imageProblem(b.plugins, b.opts.Image); err != nil {
-			return "", err
-		}
-		if time.Now().After(deadline) {
-			return "", fmt.Errorf("no plugin pod logged \"Ready\" within %s (see plugin.log and kube.log)", b.opts.SetupTimeout)
-		}
-		if err := scenarios.Sleep(ctx, 100*time.Millisecond); err != nil {
-			return "", err
+		},
+		func() error { return b.imageProblem(b.plugins, b.opts.Image) }); err != nil {
+		return "", err
+	}
+	var node string
+	b.mu.Lock()
+	for _, pp := range b.plugins {
+		if b.node == "" || pp.node == b.node {
+			node = pp.node
 		}
 	}
+	b.mu.Unlock()
+	return node, nil
 }
 
 // waitRegistered waits until kubelet on node lists the driver in its CSINode (plugin registration done);

@@ -59,18 +59,11 @@ func (b *Backend) rollRelayServer(ctx context.Context, args []string, ev *scenar
 // awaitRelayServer waits until the keeper logged a real server of the volume started after since whose command
 // line passes ok (the keeper's line names the command).
 func (b *Backend) awaitRelayServer(ctx context.Context, since time.Time, what string, ok func(cmd string) bool) error {
-	deadline := time.Now().Add(b.opts.SetupTimeout)
-	for b.rec.Count(func(e scenarios.Event) bool {
-		return e.Kind == scenarios.KReady && e.Component == topology.RelayServer && !e.Time.Before(since) && ok(e.Message)
-	}) == 0 {
-		if time.Now().After(deadline) {
-			return fmt.Errorf("no real server %s served the volume within %s of the keeper's rollout (see keeper.log and kube.log)", what, b.opts.SetupTimeout)
-		}
-		if err := scenarios.Sleep(ctx, 100*time.Millisecond); err != nil {
-			return err
-		}
-	}
-	return nil
+	return b.rec.Await(ctx, b.opts.SetupTimeout, 100*time.Millisecond,
+		fmt.Sprintf("a real server %s to serve the volume after the keeper's rollout (see keeper.log and kube.log)", what),
+		func(e scenarios.Event) bool {
+			return e.Kind == scenarios.KReady && e.Component == topology.RelayServer && !e.Time.Before(since) && ok(e.Message)
+		}, nil)
 }
 
 // upgrade rolls the keeper with the next build's flag and waits until a real server with it serves the volume.

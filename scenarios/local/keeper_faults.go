@@ -57,22 +57,20 @@ func (k *keeperPart) killNS(ctx context.Context, nsPID int, why string) error {
 
 // nextServer waits until the keeper's status names a server of the volume other than not.
 func (k *keeperPart) nextServer(ctx context.Context, not int) (int, error) {
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	var next int
+	what := fmt.Sprintf("the keeper to name a successor of FUSE server %d (see keeper.log)", not)
+	err := scenarios.Await(ctx, 30*time.Second, statusPoll, what, func() (bool, error) {
 		pid, err := k.serverOf()
 		if err != nil {
-			return 0, err
+			return true, err
 		}
-		if pid != 0 && pid != not {
-			return pid, nil
-		}
-		if time.Now().After(deadline) {
-			return 0, fmt.Errorf("the keeper named no successor of FUSE server %d within 30s (see keeper.log)", not)
-		}
-		if err := scenarios.Sleep(ctx, statusPoll); err != nil {
-			return 0, err
-		}
+		next = pid
+		return pid != 0 && pid != not, nil
+	})
+	if err != nil {
+		return 0, err
 	}
+	return next, nil
 }
 
 // successorPart is scenarios.FuseSuccessor: the volume's server, then its successor the moment the keeper names
@@ -107,18 +105,11 @@ func (s *successorPart) kill(ctx context.Context) error {
 // start waits until a server other than the two killed ones serves the volume: the successor may have said it
 // serves in the moment between the record of its kill and the signal, and that says nothing of the next one.
 func (s *successorPart) start(ctx context.Context) error {
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if pid := int(s.k.servedBy.Load()); pid != 0 && pid != s.killed[0] && pid != s.killed[1] {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("no FUSE server but the killed %d and %d served the volume within 30s of their kill (see keeper.log)", s.killed[0], s.killed[1])
-		}
-		if err := scenarios.Sleep(ctx, statusPoll); err != nil {
-			return err
-		}
-	}
+	what := fmt.Sprintf("a FUSE server other than the killed %d and %d to serve the volume (see keeper.log)", s.killed[0], s.killed[1])
+	return scenarios.Await(ctx, 30*time.Second, statusPoll, what, func() (bool, error) {
+		pid := int(s.k.servedBy.Load())
+		return pid != 0 && pid != s.killed[0] && pid != s.killed[1], nil
+	})
 }
 
 // crashLoopPart is scenarios.FuseCrashLoop: every server the keeper runs for the volume is killed as soon as
@@ -217,21 +208,17 @@ func (r *recollectPart) kill(ctx context.Context) error {
 		return err
 	}
 	status := filepath.Join(k.cur.statusDir, "status.json")
-	deadline := since.Add(30 * time.Second)
-	for {
-		st, err := keeper.ReadStatus(status)
-		if err == nil && st.Plugin && st.Time.After(since) {
-			break
+	err = scenarios.Await(ctx, 30*time.Second, statusPoll, "the keeper to reach the restarted plugin (see keeper.log)", func() (bool, error) {
+		if st, err := keeper.ReadStatus(status); err == nil && st.Plugin && st.Time.After(since) {
+			return true, nil
 		}
 		if p.exited() {
-			return fmt.Errorf("the plugin exited before the keeper reached it (%s); see %s", p.state, b.logs.plugin.Name())
+			return true, fmt.Errorf("the plugin exited before the keeper reached it (%s); see %s", p.state, b.logs.plugin.Name())
 		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("the keeper did not reach the restarted plugin within 30s (see keeper.log)")
-		}
-		if err := scenarios.Sleep(ctx, statusPoll); err != nil {
-			return err
-		}
+		return false, nil
+	})
+	if err != nil {
+		return err
 	}
 	return b.killPlugin(ctx)
 }

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
 )
 
 // A process is signalled and awaited through a pidfd (pidfd_open(2)): the PID cannot be reused by another
@@ -23,20 +25,12 @@ func pidfdKill(fd int) error { return unix.PidfdSendSignal(fd, unix.SIGKILL, nil
 
 // waitPidfd waits until the process of fd has exited (its pidfd polls readable), at most timeout.
 func waitPidfd(ctx context.Context, fd int, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	for {
+	// The poll itself waits up to 20ms: the wait needs no interval of its own.
+	return scenarios.Await(ctx, timeout, 0, "the process to exit", func() (bool, error) {
 		n, err := unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, 20)
 		if err != nil && err != unix.EINTR {
-			return fmt.Errorf("poll pidfd: %w", err)
+			return true, fmt.Errorf("poll pidfd: %w", err)
 		}
-		if n > 0 {
-			return nil
-		}
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("the process did not exit within %s", timeout)
-		}
-	}
+		return n > 0, nil
+	})
 }

@@ -126,23 +126,19 @@ func (b *Backend) waitPluginReady(ctx context.Context, p *proc) error {
 	if old != nil {
 		old.Close()
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	what := fmt.Sprintf("the plugin to serve (Probe: ready; see %s)", b.logs.plugin.Name())
+	return scenarios.Await(ctx, 30*time.Second, 20*time.Millisecond, what, func() (bool, error) {
 		ok, err := b.csi.ready(ctx)
 		if ok {
 			b.pluginEvent(scenarios.KReady, time.Time{}, "Probe: ready")
-			return nil
+			return true, nil
 		}
 		if p.exited() {
-			return fmt.Errorf("plugin exited before serving (%s); see %s", p.state, b.logs.plugin.Name())
+			return true, fmt.Errorf("plugin exited before serving (%s); see %s", p.state, b.logs.plugin.Name())
 		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("plugin not ready after 30s (last Probe: %v); see %s", err, b.logs.plugin.Name())
+		if err == nil {
+			err = errors.New("not ready")
 		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
+		return false, fmt.Errorf("last Probe: %w", err)
+	})
 }

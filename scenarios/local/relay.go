@@ -164,19 +164,15 @@ func (s *relayServerPart) fakeGCS() int {
 
 // awaitServer waits until a server other than old runs whose command line holds want, and records it ready.
 func (s *relayServerPart) awaitServer(ctx context.Context, c topology.Component, old int, want string) error {
-	deadline := time.Now().Add(relayWait)
-	for {
-		if pid, cmdline := s.server(); pid != 0 && pid != old && strings.Contains(cmdline, want) {
-			s.b.rec.Add(scenarios.Event{Source: scenarios.SrcComponent, Component: c, Kind: scenarios.KReady, Message: fmt.Sprintf("pid %d: %s", pid, cmdline)})
-			return nil
+	what := fmt.Sprintf("the plugin to start a new real FUSE server (with %q)", want)
+	return scenarios.Await(ctx, relayWait, 10*time.Millisecond, what, func() (bool, error) {
+		pid, cmdline := s.server()
+		if pid == 0 || pid == old || !strings.Contains(cmdline, want) {
+			return false, nil
 		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("the plugin started no new real FUSE server (with %q) within %s", want, relayWait)
-		}
-		if err := scenarios.Sleep(ctx, 10*time.Millisecond); err != nil {
-			return err
-		}
-	}
+		s.b.rec.Add(scenarios.Event{Source: scenarios.SrcComponent, Component: c, Kind: scenarios.KReady, Message: fmt.Sprintf("pid %d: %s", pid, cmdline)})
+		return true, nil
+	})
 }
 
 func (s *relayServerPart) kill(ctx context.Context) error {
@@ -268,19 +264,14 @@ func (r *relayPart) kill(context.Context) error {
 }
 
 func (r *relayPart) start(ctx context.Context) error {
-	deadline := time.Now().Add(relayWait)
-	for {
-		if pid := r.relay(); pid != 0 && pid != r.lastKilled {
-			r.b.rec.Add(scenarios.Event{Source: scenarios.SrcComponent, Component: topology.RelayProcess, Kind: scenarios.KReady, Message: fmt.Sprintf("relay pid %d serves", pid)})
-			return nil
+	return scenarios.Await(ctx, relayWait, 10*time.Millisecond, "a successor relay to take the connection over", func() (bool, error) {
+		pid := r.relay()
+		if pid == 0 || pid == r.lastKilled {
+			return false, nil
 		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("no successor relay took the connection over within %s", relayWait)
-		}
-		if err := scenarios.Sleep(ctx, 10*time.Millisecond); err != nil {
-			return err
-		}
-	}
+		r.b.rec.Add(scenarios.Event{Source: scenarios.SrcComponent, Component: topology.RelayProcess, Kind: scenarios.KReady, Message: fmt.Sprintf("relay pid %d serves", pid)})
+		return true, nil
+	})
 }
 
 // procCmdline is pid's command line, its arguments separated by spaces and ended by one.

@@ -67,18 +67,13 @@ func (r *keptRelayPart) kill(ctx context.Context) error {
 
 // start waits until the keeper says another relay serves the volume.
 func (r *keptRelayPart) start(ctx context.Context) error {
-	deadline := time.Now().Add(relayWait)
-	for {
-		if pid := int(r.k.servedBy.Load()); pid != 0 && pid != r.lastKilled {
-			r.k.b.rec.Add(scenarios.Event{Source: scenarios.SrcComponent, Component: topology.RelayProcess, Kind: scenarios.KReady,
-				Message: fmt.Sprintf("keeper's relay pid %d serves (in its namespace)", pid)})
-			return nil
+	return scenarios.Await(ctx, relayWait, 10*time.Millisecond, "the keeper to start a relay that serves the volume", func() (bool, error) {
+		pid := int(r.k.servedBy.Load())
+		if pid == 0 || pid == r.lastKilled {
+			return false, nil
 		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("the keeper started no relay that serves the volume within %s", relayWait)
-		}
-		if err := scenarios.Sleep(ctx, 10*time.Millisecond); err != nil {
-			return err
-		}
-	}
+		r.k.b.rec.Add(scenarios.Event{Source: scenarios.SrcComponent, Component: topology.RelayProcess, Kind: scenarios.KReady,
+			Message: fmt.Sprintf("keeper's relay pid %d serves (in its namespace)", pid)})
+		return true, nil
+	})
 }
