@@ -10,7 +10,8 @@
 //
 // Environment: DFC_SCENARIOS (the scenarios to run, space-separated names; empty: the whole catalog),
 // DFC_FUSE_SERVER (the FUSE server the plugin runs, internal/fuseserver: empty for dummy-fuse; with another, the
-// scenarios whose outcome depends on the server are left out),
+// scenarios whose outcome depends on the server are left out; a spec file's absolute path runs an operator's server, its
+// settings in DFC_FUSE_SERVER_OPTS as comma-separated key=value, its image in DFC_KUBE_SET: docs/server-spec.md),
 // DFC_KUBE_IMAGE (default: the tag of the last `make image`), DFC_KIND_CLUSTER (load the
 // image tarball into that kind cluster first, and export its logs at the end), DFC_KUBE_ARTIFACTS (where the
 // run dirs go; default _output/kube-e2e/<time>), DFC_KUBE_SET (extra chart values, comma-separated --set

@@ -104,6 +104,15 @@ func useCluster(ctx context.Context, cfg *envconf.Config) (context.Context, erro
 	if v := os.Getenv("DFC_KUBE_SET"); v != "" {
 		s.opts.ChartValues = strings.Split(v, ",")
 	}
+	if v := os.Getenv("DFC_FUSE_SERVER_OPTS"); v != "" {
+		var spec fuseserver.Spec
+		for _, kv := range strings.Split(v, ",") {
+			if err := spec.SetOpt(kv); err != nil {
+				return ctx, fmt.Errorf("DFC_FUSE_SERVER_OPTS: %w", err)
+			}
+		}
+		s.opts.ServerOpts = spec.Opts
+	}
 	if s.opts.Image == "" {
 		if s.opts.Image, err = kube.ImageRef(repo); err != nil {
 			s.problem = err.Error()
