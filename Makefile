@@ -81,6 +81,18 @@ cluster-smoke: ## prove the running cluster: static pod + kubectl logs, FUSE mou
 	hack/cluster/smoke.sh
 
 ################################################################################
+# Foreign CSI drivers on the from-source cluster (hack/drivers/<DRIVER>/README.md), for dfc-scenario --driver
+################################################################################
+.PHONY: driver-up driver-down
+driver-up: image ## install DRIVER (e.g. k8s-csi-s3) from hack/drivers/$(DRIVER): build and import its image, apply its manifests, wait for kubelet to register it
+	@[ -n "$(DRIVER)" ] || { echo "make driver-up needs DRIVER, one of: $$(ls hack/drivers | grep -v '\.')" >&2; exit 2; }
+	hack/drivers/up.sh hack/drivers/$(DRIVER)
+
+driver-down: ## remove DRIVER's objects and its dead staging mounts (refused while PersistentVolumes of it exist; FORCE=1)
+	@[ -n "$(DRIVER)" ] || { echo "make driver-down needs DRIVER, one of: $$(ls hack/drivers | grep -v '\.')" >&2; exit 2; }
+	hack/drivers/down.sh hack/drivers/$(DRIVER)
+
+################################################################################
 # Kubernetes: chart (Helm chart, manifests, kind for users with Docker)
 ################################################################################
 .PHONY: chart-test kind-up kind-down

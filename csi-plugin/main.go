@@ -3,6 +3,8 @@
 // `csi-plugin sidecar` is the unprivileged container of the workload pod in the sidecar FUSE mode (package
 // sidecar), `csi-plugin server-crash` (or sidecar-crash), run in that container or the plugin's in the child
 // mode, kills its FUSE servers as a crash would; `csi-plugin keeper` the unprivileged keeper of FUSE connections in the keeper mode (package keeper).
+// `csi-plugin register` registers another driver's node plugin with kubelet, as node-driver-registrar does
+// (package registration), for foreign drivers on a cluster that cannot fetch that sidecar.
 // The remediator is a binary of its own, csi-remediate (cmd/csi-remediate).
 package main
 
@@ -19,6 +21,7 @@ import (
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/driver"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/fusemode"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/keeper"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/registration"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/restore"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/sidecar"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/command"
@@ -38,6 +41,8 @@ func run(ctx context.Context, args []string, streams command.Streams) error {
 			return keeper.Command(ctx, args[1:], streams)
 		case "server-crash", "sidecar-crash":
 			return sidecar.Crash(ctx, args[1:], streams)
+		case "register":
+			return registration.Command(ctx, args[1:], streams)
 		}
 	}
 	var (
