@@ -217,43 +217,49 @@ type realClock struct{}
 func (realClock) Now() time.Time                         { return time.Now() }
 func (realClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
 
-// osFile reads with exactly one pread per ReadAt (os.File.ReadAt loops until the buffer is full, which
-// would cost a second FUSE request per read to see EOF).
-type osFile struct{ f *os.File }
+// osFile is a descriptor read with exactly one pread per ReadAt (os.File.ReadAt loops until the buffer is full,
+// which would cost a second FUSE request per read to see EOF). It is a bare descriptor, not an os.File: Go
+// adds an os.File to its poller when the file supports poll (a FUSE server may answer POLL), and once the
+// connection dies epoll reports an error on it and every read fails with "not pollable" before the kernel is
+// asked, hiding the errno the workload must log (seen with k8s-csi-s3's rclone).
+type osFile struct {
+	fd   int
+	path string
+}
 
 func openFile(path string, direct bool) (File, error) {
-	flags := os.O_RDONLY
+	flags := unix.O_RDONLY | unix.O_CLOEXEC
 	if direct {
 		flags |= unix.O_DIRECT
 	}
-	f, err := os.OpenFile(path, flags, 0)
-	if err != nil {
-		return nil, err
+	for {
+		fd, err := unix.Open(path, flags, 0)
+		switch {
+		case err == unix.EINTR:
+			continue
+		case err != nil:
+			return nil, &os.PathError{Op: "open", Path: path, Err: err}
+		}
+		return osFile{fd: fd, path: path}, nil
 	}
-	return osFile{f}, nil
 }
 
 func (o osFile) ReadAt(p []byte, off int64) (int, error) {
-	rc, err := o.f.SyscallConn()
-	if err != nil {
-		return 0, &os.PathError{Op: "read", Path: o.f.Name(), Err: err}
-	}
-	var n int
-	var errno error
-	if err := rc.Read(func(fd uintptr) bool {
-		for {
-			n, errno = unix.Pread(int(fd), p, off)
-			if errno != unix.EINTR {
-				return true
-			}
+	for {
+		n, err := unix.Pread(o.fd, p, off)
+		switch {
+		case err == unix.EINTR:
+			continue
+		case err != nil:
+			return 0, &os.PathError{Op: "read", Path: o.path, Err: err}
 		}
-	}); err != nil {
-		return 0, &os.PathError{Op: "read", Path: o.f.Name(), Err: err}
+		return n, nil
 	}
-	if errno != nil {
-		return 0, &os.PathError{Op: "read", Path: o.f.Name(), Err: errno}
-	}
-	return n, nil
 }
 
-func (o osFile) Close() error { return o.f.Close() }
+func (o osFile) Close() error {
+	if err := unix.Close(o.fd); err != nil {
+		return &os.PathError{Op: "close", Path: o.path, Err: err}
+	}
+	return nil
+}

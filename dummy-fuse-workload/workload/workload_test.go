@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/command"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/contract"
 )
 
 const testFile = "/mnt/dummy-file.txt"
@@ -407,7 +408,7 @@ func TestDirectIOOpensWithODirect(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	flags, err := unix.FcntlInt(f.(osFile).f.Fd(), unix.F_GETFL, 0)
+	flags, err := unix.FcntlInt(uintptr(f.(osFile).fd), unix.F_GETFL, 0)
 	if err != nil || flags&unix.O_DIRECT == 0 {
 		t.Errorf("file flags %#o, %v: want O_DIRECT", flags, err)
 	}
@@ -418,5 +419,23 @@ func TestDirectIOOpensWithODirect(t *testing.T) {
 	res := run(t, cfg, &script{}, 1)
 	if start := records(t, res.out)[0]; start.DirectIO == nil || !*start.DirectIO {
 		t.Errorf("start record %+v, want direct_io true", start)
+	}
+}
+
+// TestReadErrorCarriesTheErrno: a read the kernel fails reaches the log with its errno, whatever the file: the
+// descriptor is read with pread alone, never through Go's poller, which answers "not pollable" without asking
+// the kernel once epoll reported an error on a file (a dead FUSE connection whose server answered POLL).
+func TestReadErrorCarriesTheErrno(t *testing.T) {
+	f, err := openFile(t.TempDir(), false) // a directory: open works, every read fails with EISDIR
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	_, err = f.ReadAt(make([]byte, 16), 0)
+	if got := contract.ErrnoName(err); got != "EISDIR" {
+		t.Errorf("read of a directory: %v, errno %q; want EISDIR", err, got)
+	}
+	if _, err := openFile(t.TempDir()+"/missing", false); contract.ErrnoName(err) != "ENOENT" {
+		t.Errorf("open of a missing file: %v, want ENOENT", err)
 	}
 }
