@@ -437,9 +437,10 @@ type Scenario struct {
 	// outcome is measured, not expected: its expectations only say that the evidence was collected, and a run
 	// whose expectations hold is MEASURED, not PASS.
 	Measured bool
-	// Driver is the CSI driver a Measured row ran against (set by the run, not the catalog), and DriverPlacement
-	// where that driver keeps its FUSE servers as the operator says it (dfc-scenario --placement; "" unknown).
-	Driver, DriverPlacement string
+	// Driver is the CSI driver a Measured row ran against (set by the run, not the catalog), DriverPlacement
+	// where that driver keeps its FUSE servers as the operator says it (dfc-scenario --placement; "" unknown),
+	// and DriverServer its FUSE server's process name (--fuse-process; "" unknown).
+	Driver, DriverPlacement, DriverServer string
 }
 
 // AllServers are the FUSE servers a server-independent scenario runs with.

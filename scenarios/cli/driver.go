@@ -62,7 +62,7 @@ func selectDrivers(t kube.DriverTarget, names []string) (run []scenarios.Scenari
 			return nil, nil, err
 		}
 		for _, s := range sel {
-			s.Driver, s.DriverPlacement = t.Name, t.Placement
+			s.Driver, s.DriverPlacement, s.DriverServer = t.Name, t.Placement, t.FuseProcess
 			why := t.Runnable(s.Name)
 			switch {
 			case why == "":

@@ -130,3 +130,25 @@ func TestNoFailureIsNotNever(t *testing.T) {
 		}
 	}
 }
+
+// TestRecordNamesTheServer: a record names the FUSE server of the run: the plugin's, a spec's by the spec's
+// name, and a foreign driver's by the process name the operator gave, else unknown (never this project's default).
+func TestRecordNamesTheServer(t *testing.T) {
+	spec := filepath.Join(t.TempDir(), "myfs.yaml")
+	if err := os.WriteFile(spec, []byte("name: myfs\nexecutable: /bin/true\nargs: [\"{mountpoint}\"]\nwhyNot: EIO\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		sc   scenarios.Scenario
+		want string
+	}{
+		{scenarios.Scenario{Plugin: scenarios.Plugin{FuseServer: "gcsfuse"}}, "gcsfuse"},
+		{scenarios.Scenario{Plugin: scenarios.Plugin{FuseServer: spec}}, "myfs"},
+		{scenarios.Scenario{Driver: "ru.yandex.s3.csi", DriverServer: "rclone"}, "rclone"},
+		{scenarios.Scenario{Driver: "ru.yandex.s3.csi"}, UnknownServer},
+	} {
+		if got := RecordOf(&scenarios.Outcome{Scenario: tc.sc}).Server; got != tc.want {
+			t.Errorf("%+v: server %q, want %q", tc.sc, got, tc.want)
+		}
+	}
+}

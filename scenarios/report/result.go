@@ -91,8 +91,12 @@ func measuredOf(o *scenarios.Outcome) Measured {
 }
 
 // serverOf is the FUSE server a record names: a server of a spec file by the spec's name, since the file's path
-// is only this machine's.
-func serverOf(p scenarios.Plugin) string {
+// is only this machine's; a foreign driver's by its process name, when the operator gave it.
+func serverOf(s scenarios.Scenario) string {
+	if s.Driver != "" {
+		return cmp.Or(s.DriverServer, UnknownServer)
+	}
+	p := s.Plugin
 	if fuseserver.IsSpecFile(p.FuseServer) {
 		if k, err := fuseserver.Lookup(p.FuseServer); err == nil {
 			return k.Name
@@ -101,10 +105,13 @@ func serverOf(p scenarios.Plugin) string {
 	return p.FuseServer
 }
 
+// UnknownServer is the server of a foreign driver's row whose FUSE process the operator did not name.
+const UnknownServer = "unknown"
+
 // RecordOf is the record of an outcome.
 func RecordOf(o *scenarios.Outcome) Record {
 	r := Record{Scenario: o.Scenario.Name, Backend: o.Backend, Kubelet: o.Kubelet.String(), Result: o.Result(),
-		Server: serverOf(o.Scenario.Plugin), Killed: Disruption(o.Scenario), Placement: Placement(o.Scenario),
+		Server: serverOf(o.Scenario), Killed: Disruption(o.Scenario), Placement: Placement(o.Scenario),
 		Driver: o.Scenario.Driver, Profile: ProfileOf(o),
 		Start: o.Start.UTC().Format(time.RFC3339), ReadInterval: o.Timing.ReadInterval.Seconds(), Kernel: kernel(),
 		Measured: measuredOf(o), Expected: len(o.Verdicts)}

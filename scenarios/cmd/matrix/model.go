@@ -112,7 +112,7 @@ func build(cat []scenarios.Scenario, results []*report.Results, files []string) 
 				quiet[r.Scenario] = true
 				continue
 			}
-			rw := row{Scenario: r.Scenario, Server: cmp.Or(r.Server, fuseserver.DummyFuse), Driver: cmp.Or(r.Driver, chartDriver),
+			rw := row{Scenario: r.Scenario, Server: recordServer(r), Driver: cmp.Or(r.Driver, chartDriver),
 				Killed: cmp.Or(r.Killed, "?"), Placement: cmp.Or(r.Placement, "?"), order: len(cat)}
 			if known >= 0 {
 				rw.Killed, rw.Placement, rw.order = cmp.Or(r.Killed, report.Disruption(sc)), cmp.Or(r.Placement, report.Placement(sc)), known
@@ -272,4 +272,13 @@ func ms(v float64) string {
 		return fmt.Sprintf("%.1fms", v)
 	}
 	return fmt.Sprintf("%.0fms", v)
+}
+
+// recordServer is the FUSE server of record r's row: dummy-fuse when a record of this project's chart names
+// none (records before servers were named), unknown for a foreign driver's that names none.
+func recordServer(r report.Record) string {
+	if r.Driver != "" {
+		return cmp.Or(r.Server, report.UnknownServer)
+	}
+	return cmp.Or(r.Server, fuseserver.DummyFuse)
 }

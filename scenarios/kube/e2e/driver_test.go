@@ -41,7 +41,7 @@ func TestDriver(t *testing.T) {
 			t.Logf("left out: %s", why)
 			continue
 		}
-		sc.Driver = d.Name
+		sc.Driver, sc.DriverServer = d.Name, d.FuseProcess
 		feats = append(feats, scenarioFeature(sc, &d))
 	}
 	testEnv.Test(t, feats...)
