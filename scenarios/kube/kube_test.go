@@ -132,14 +132,7 @@ func TestStartFailed(t *testing.T) {
 }
 
 func TestWorkloadPod(t *testing.T) {
-	repo, err := FindRepo(".")
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := loadManifests(repo + "/manifests")
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, m := repoManifests(t)
 	n := runNames("restart")
 	if !strings.HasPrefix(n.namespace, "dfc-restart-") || n.pv != n.namespace || n.volumeHandle != n.namespace {
 		t.Errorf("run names %+v", n)

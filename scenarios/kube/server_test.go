@@ -63,14 +63,7 @@ func renderPluginDSValues(t *testing.T, repo string, vals map[string]any) *appsv
 // sidecar whose startup probe holds the FUSE sidecar back until the bucket is served); with dummy-fuse the pod
 // gets neither.
 func TestWorkloadPodServer(t *testing.T) {
-	repo, err := FindRepo(".")
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := loadManifests(repo + "/manifests")
-	if err != nil {
-		t.Fatal(err)
-	}
+	repo, m := repoManifests(t)
 	base, err := catalog.Select([]string{"sidecar-killed"})
 	if err != nil || len(base) != 1 {
 		t.Fatalf("catalog: %v", err)
@@ -148,14 +141,7 @@ func containerNamesOf(cs []corev1.Container) []string {
 // the workload pod's FUSE sidecar gets what the plugin's pod has: the copy out of the operator's image first,
 // the volumes of the files and the spec, and the plugin's mounts of them.
 func TestOperatorServerInTheSidecar(t *testing.T) {
-	repo, err := FindRepo(".")
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := loadManifests(repo + "/manifests")
-	if err != nil {
-		t.Fatal(err)
-	}
+	repo, m := repoManifests(t)
 	base, err := catalog.Select([]string{"sidecar-killed"})
 	if err != nil || len(base) != 1 {
 		t.Fatalf("catalog: %v", err)
@@ -192,4 +178,18 @@ func TestOperatorServerInTheSidecar(t *testing.T) {
 	if !slices.Contains(inits[1].Args, "--fuse-server=/etc/dummy-fuse-csi/server/spec.yaml") {
 		t.Errorf("FUSE sidecar args %q, want the spec the chart mounts", inits[1].Args)
 	}
+}
+
+// repoManifests finds the repository and loads its manifests.
+func repoManifests(t *testing.T) (string, *manifests) {
+	t.Helper()
+	repo, err := FindRepo(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := loadManifests(repo + "/manifests")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return repo, m
 }
