@@ -110,9 +110,20 @@ func render(t *testing.T, sets ...string) objects {
 	return decode(t, out)
 }
 
-// decode parses every rendered document strictly into its k8s.io/api type, so that a misspelt field in a
-// template fails here rather than being dropped by the API server.
+// decode is decodeAll of a rendering that installs the driver (csi.enabled): it has the plugin's DaemonSet,
+// CSIDriver and ServiceAccount.
 func decode(t *testing.T, rendered map[string]string) objects {
+	t.Helper()
+	o := decodeAll(t, rendered)
+	if o.ds == nil || o.driver == nil || o.sa == nil {
+		t.Fatalf("want a DaemonSet, a CSIDriver and a ServiceAccount, got %+v", o)
+	}
+	return o
+}
+
+// decodeAll parses every rendered document strictly into its k8s.io/api type, so that a misspelt field in a
+// template fails here rather than being dropped by the API server.
+func decodeAll(t *testing.T, rendered map[string]string) objects {
 	t.Helper()
 	var o objects
 	for name, content := range rendered {
@@ -176,9 +187,6 @@ func decode(t *testing.T, rendered map[string]string) objects {
 				t.Fatalf("%s: strict decoding of %s: %v\n%s", name, tm.Kind, err, doc)
 			}
 		}
-	}
-	if o.ds == nil || o.driver == nil || o.sa == nil {
-		t.Fatalf("want a DaemonSet, a CSIDriver and a ServiceAccount, got %+v", o)
 	}
 	return o
 }
@@ -932,6 +940,66 @@ func TestRemediation(t *testing.T) {
 			}
 			tc.check(t, o, c)
 		})
+	}
+}
+
+// TestRemediatorForOtherDrivers: with remediation.drivers the remediator looks after those drivers' volumes too,
+// seeing kubelet's directory read-only with the node's mounts propagated in; with csi.enabled=false the chart
+// installs the remediator alone, with nothing of the plugin's, and refuses a release that would install
+// nothing or a remediator with nothing to look after.
+func TestRemediatorForOtherDrivers(t *testing.T) {
+	kubeletMount := func(t *testing.T, o objects) {
+		t.Helper()
+		c := container(t, o.remDS, "remediator")
+		i := slices.IndexFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == "kubelet-dir" })
+		if i < 0 {
+			t.Fatalf("remediator mounts %+v: no kubelet-dir", c.VolumeMounts)
+		}
+		m := c.VolumeMounts[i]
+		if m.MountPath != "/data/kubelet" || !m.ReadOnly || m.MountPropagation == nil || *m.MountPropagation != corev1.MountPropagationHostToContainer {
+			t.Errorf("kubelet-dir mount %+v, want /data/kubelet read-only with HostToContainer propagation", m)
+		}
+		if v := volume(t, o.remDS, "kubelet-dir"); v.HostPath == nil || v.HostPath.Path != "/data/kubelet" {
+			t.Errorf("kubelet-dir volume %+v, want the host's /data/kubelet", v)
+		}
+		wantArg(t, c, "--kubelet-dir", "--kubelet-dir=/data/kubelet")
+		if got := argsWithFlag(c, "--driver"); !slices.Equal(got, []string{"--driver=ru.yandex.s3.csi", "--driver=fuse.example.org"}) {
+			t.Errorf("--driver args %q, want one per remediation.drivers entry", got)
+		}
+	}
+	drivers := []string{"remediation.enabled=true", "kubeletDir=/data/kubelet", "remediation.drivers={ru.yandex.s3.csi,fuse.example.org}"}
+
+	both := render(t, drivers...)
+	kubeletMount(t, both)
+	wantArg(t, container(t, both.remDS, "remediator"), "--state-dir", "--state-dir=/var/lib/dummy-fuse-csi")
+
+	out, err := renderChart(loadChart(t), userValues(t, append(drivers, "csi.enabled=false")...))
+	if err != nil {
+		t.Fatalf("the remediator alone: %v", err)
+	}
+	alone := decodeAll(t, out)
+	if alone.ds != nil || alone.driver != nil || alone.sa != nil || alone.keeperDS != nil || alone.serverSpec != nil {
+		t.Errorf("csi.enabled=false rendered the plugin's objects: %+v", alone)
+	}
+	if alone.remDS == nil || alone.remRole == nil || alone.remBinding == nil || alone.remSA == nil {
+		t.Fatalf("csi.enabled=false: the remediator's objects missing: %+v", alone)
+	}
+	kubeletMount(t, alone)
+	c := container(t, alone.remDS, "remediator")
+	for _, flag := range []string{"--state-dir", "--endpoint", "--restore-strategy"} {
+		wantNoArg(t, c, flag)
+	}
+	if len(c.VolumeMounts) != 1 {
+		t.Errorf("remediator alone mounts %+v, want kubelet-dir only", c.VolumeMounts)
+	}
+	if !strings.Contains(alone.notes, "ru.yandex.s3.csi, fuse.example.org") {
+		t.Errorf("NOTES.txt does not say which drivers the remediator looks after:\n%s", alone.notes)
+	}
+
+	for _, sets := range [][]string{{"csi.enabled=false"}, {"csi.enabled=false", "remediation.enabled=true"}} {
+		if _, err := renderChart(loadChart(t), userValues(t, sets...)); err == nil || !strings.Contains(err.Error(), "remediation.drivers") {
+			t.Errorf("%q: %v, want a refusal naming remediation.drivers", sets, err)
+		}
 	}
 }
 

@@ -1,16 +1,21 @@
-// Package remediate is the opt-in remediator (command csi-remediate): on its node, it finds pods whose
-// dummy-fuse-csi volume died and that nothing will heal, and deletes those a controller will recreate (the new
-// pod gets a fresh mount); it leaves every other pod alone and says why in a Warning event on it.
+// Package remediate is the opt-in remediator (command csi-remediate): on its node, it finds pods whose FUSE
+// volume died and that nothing will heal, and deletes those a controller will recreate (the new pod gets a fresh
+// mount); it leaves every other pod alone and says why in a Warning event on it.
 //
-// Its evidence (csi-plugin/README.md, "Remediator"): the plugin's own records (which targets it published, for
-// which volume, and when it last mounted each one), the plugin's NodeGetVolumeHealth answer for each target over
-// its CSI socket, the pods' container start times and the node's kubelet version. It never touches a mount.
+// It looks after the volumes of dummy-fuse-csi's plugin and, named with Config.Drivers, those of any other CSI
+// driver. Its evidence (csi-plugin/README.md, "Remediator"): for the plugin's volumes, the plugin's own records
+// (which targets it published, for which volume, and when it last mounted each one) and its NodeGetVolumeHealth
+// answer for each target over its CSI socket; for another driver's, kubelet's record of each volume beside its
+// target (which driver mounted it) and a bounded statfs of the target; for both, the pods' container start
+// times and the node's kubelet version. It never touches a mount.
 package remediate
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -61,9 +66,14 @@ type Config struct {
 	Owners     metadata.Interface
 	NodeName   string
 	KubeletDir string
-	// StateDir is the plugin's --state-dir, read only.
+	// StateDir is the plugin's --state-dir, read only; "" when the remediator looks after other drivers only.
 	StateDir string
-	Health   Health
+	// Health answers for the plugin's own targets (its NodeGetVolumeHealth); needed with StateDir.
+	Health Health
+	// Drivers are other CSI drivers whose volumes on the node the remediator looks after too, found from
+	// kubelet's record of each pod's CSI volumes (kubeletpath.ReadVolumeData); Mounts answers for them.
+	Drivers []string
+	Mounts  Health
 	// Strategy is the plugin's --restore-strategy: with stack, containers whose volume mount propagates from
 	// the host see the re-mounted volume; with setns, the target's record says whether the running containers
 	// were re-bound inside.
@@ -92,12 +102,18 @@ type Remediator struct {
 // New checks cfg and returns a Remediator.
 func New(cfg Config) (*Remediator, error) {
 	switch {
-	case cfg.Client == nil || cfg.Owners == nil || cfg.Health == nil:
-		return nil, errors.New("remediator needs a Kubernetes client, a metadata client and a health source")
+	case cfg.Client == nil || cfg.Owners == nil:
+		return nil, errors.New("remediator needs a Kubernetes client and a metadata client")
 	case cfg.NodeName == "":
 		return nil, errors.New("node name is required")
-	case cfg.StateDir == "":
-		return nil, errors.New("the plugin's state directory is required (its records say which targets are its own)")
+	case cfg.StateDir == "" && len(cfg.Drivers) == 0:
+		return nil, errors.New("nothing to look after: give the plugin's state directory (its own volumes) or drivers whose volumes to watch")
+	case cfg.StateDir != "" && cfg.Health == nil:
+		return nil, errors.New("the plugin's volumes need a health source (its CSI socket)")
+	case len(cfg.Drivers) > 0 && cfg.Mounts == nil:
+		return nil, errors.New("other drivers' volumes need a mount health source")
+	case slices.Contains(cfg.Drivers, ""):
+		return nil, errors.New("a driver name is empty")
 	case cfg.Grace < 0 || cfg.RateLimit < 0:
 		return nil, errors.New("grace period and rate limit must not be negative")
 	}
@@ -116,7 +132,7 @@ func New(cfg Config) (*Remediator, error) {
 // Run makes a pass every interval until ctx ends. A failed pass is logged; the next one starts afresh.
 func (r *Remediator) Run(ctx context.Context, interval time.Duration) error {
 	r.cfg.Log.Info("Starting remediator", "node", r.cfg.NodeName, "interval", interval, "grace", r.cfg.Grace, "rateLimit", r.cfg.RateLimit,
-		"dryRun", r.cfg.DryRun, "strategy", r.cfg.Strategy, "stateDir", r.cfg.StateDir)
+		"dryRun", r.cfg.DryRun, "strategy", r.cfg.Strategy, "stateDir", r.cfg.StateDir, "drivers", r.cfg.Drivers)
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
@@ -131,44 +147,44 @@ func (r *Remediator) Run(ctx context.Context, interval time.Duration) error {
 	}
 }
 
-// Pass looks at every target the plugin recorded under the kubelet pods dir, once.
+// Pass looks at every target it looks after on the node, once: the plugin's recorded targets and the volumes of
+// Config.Drivers in the node's pods.
 func (r *Remediator) Pass(ctx context.Context) error {
-	store, err := state.Open(r.cfg.StateDir)
+	own, err := r.ownTargets()
 	if err != nil {
-		return fmt.Errorf("opening the plugin's records: %w", err)
+		return err
 	}
-	_, pubs, bad := store.Load()
-	for _, err := range bad {
-		r.cfg.Log.Error(err, "Skipping unusable mount record")
-	}
-	byPod := map[string][]state.Publish{}
-	for _, p := range pubs {
-		if uid, _, ok := kubeletpath.ParseTarget(r.cfg.KubeletDir, p.TargetPath); ok {
-			byPod[uid] = append(byPod[uid], p)
-		}
-	}
-	r.forgetTargets(pubs)
-	if len(byPod) == 0 {
+	if len(own) == 0 && len(r.cfg.Drivers) == 0 {
+		r.forgetTargets(nil)
 		return nil
 	}
 	pods, err := r.cfg.Client.Pods("").List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("spec.nodeName", r.cfg.NodeName).String()})
 	if err != nil {
 		return fmt.Errorf("listing the pods of node %s: %w", r.cfg.NodeName, err)
 	}
-	kubelet := r.kubeletVersion(ctx)
 	var work [][]check // the targets of each pod to look at
+	seen := map[string]bool{}
 	for i := range pods.Items {
 		pod := &pods.Items[i]
-		recs := byPod[string(pod.UID)]
-		if len(recs) == 0 || pod.Spec.NodeName != r.cfg.NodeName || pod.DeletionTimestamp != nil || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+		if pod.Spec.NodeName != r.cfg.NodeName || pod.DeletionTimestamp != nil || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
 			continue
 		}
-		checks := make([]check, len(recs))
-		for j, rec := range recs {
-			checks[j] = check{pod: pod, rec: rec}
+		targets := slices.Concat(own[string(pod.UID)], r.driverTargets(pod, own[string(pod.UID)]))
+		if len(targets) == 0 {
+			continue
+		}
+		checks := make([]check, len(targets))
+		for j, t := range targets {
+			checks[j] = check{pod: pod, t: t}
+			seen[t.Path] = true
 		}
 		work = append(work, checks)
 	}
+	r.forgetTargets(seen)
+	if len(work) == 0 {
+		return nil
+	}
+	kubelet := r.kubeletVersion(ctx)
 	r.askHealth(ctx, work)
 	claims := claimVolumes{client: r.cfg.Client, pv: map[types.NamespacedName]string{}}
 	var errs []error
@@ -186,16 +202,89 @@ func (r *Remediator) Pass(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// check is one target of a pod, with the plugin's answer on its health.
+// target is a pod's CSI volume mount that the remediator looks after, and who answers for its health.
+type target struct {
+	VolumeID, Path string
+	// MountedAt is when the plugin made the target's current mount (its publish record's time); zero for
+	// another driver's volume, whose history the remediator does not know.
+	MountedAt time.Time
+	// ReboundInside: see volumeState.
+	ReboundInside bool
+	health        Health
+}
+
+// ownTargets returns the targets the plugin recorded under the kubelet pods dir, by pod UID (none without
+// Config.StateDir).
+func (r *Remediator) ownTargets() (map[string][]target, error) {
+	if r.cfg.StateDir == "" {
+		return nil, nil
+	}
+	store, err := state.Open(r.cfg.StateDir)
+	if err != nil {
+		return nil, fmt.Errorf("opening the plugin's records: %w", err)
+	}
+	_, pubs, bad := store.Load()
+	for _, err := range bad {
+		r.cfg.Log.Error(err, "Skipping unusable mount record")
+	}
+	byPod := map[string][]target{}
+	for _, p := range pubs {
+		if uid, _, ok := kubeletpath.ParseTarget(r.cfg.KubeletDir, p.TargetPath); ok {
+			byPod[uid] = append(byPod[uid], target{VolumeID: p.VolumeID, Path: p.TargetPath, MountedAt: p.Time,
+				ReboundInside: p.Reattached.Complete(), health: r.cfg.Health})
+		}
+	}
+	return byPod, nil
+}
+
+// driverTargets returns the pod's CSI volumes that a driver of Config.Drivers mounted, from kubelet's record
+// beside each target: no API request per volume, and only kubelet writes it. A target the plugin recorded
+// (own) is the plugin's to answer for.
+func (r *Remediator) driverTargets(pod *corev1.Pod, own []target) []target {
+	if len(r.cfg.Drivers) == 0 {
+		return nil
+	}
+	uid := string(pod.UID)
+	dir := kubeletpath.CSIVolumes(r.cfg.KubeletDir, uid)
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		if !errors.Is(err, os.ErrNotExist) {
+			r.cfg.Log.Error(err, "Reading the pod's CSI volumes; none of them is looked at this pass", "pod", klog.KObj(pod))
+		}
+		return nil
+	}
+	var out []target
+	for _, e := range entries {
+		path := kubeletpath.Target(r.cfg.KubeletDir, uid, e.Name())
+		if !e.IsDir() || slices.ContainsFunc(own, func(t target) bool { return t.Path == path }) {
+			continue
+		}
+		d, err := kubeletpath.ReadVolumeData(r.cfg.KubeletDir, uid, e.Name())
+		if err != nil {
+			// kubelet writes the record just before it asks the driver to publish, and removes the directory
+			// after unpublishing: a missing record is a volume coming or going.
+			if !errors.Is(err, os.ErrNotExist) {
+				r.cfg.Log.Error(err, "Skipping a CSI volume whose kubelet record is unusable", "pod", klog.KObj(pod), "volume", e.Name())
+			}
+			continue
+		}
+		if slices.Contains(r.cfg.Drivers, d.Driver) {
+			out = append(out, target{VolumeID: d.VolumeHandle, Path: path, health: r.cfg.Mounts})
+		}
+	}
+	return out
+}
+
+// check is one target of a pod, with the answer on its health.
 type check struct {
 	pod     *corev1.Pod
-	rec     state.Publish
+	t       target
 	problem string
 	err     error
 }
 
-// askHealth asks the plugin about every target of the pass at once, healthWorkers calls at a time: each call has
-// its own bound (the health source's timeout), so that stuck targets cost a pass about one timeout, not one each.
+// askHealth asks about every target of the pass at once, healthWorkers calls at a time: each call has its own
+// bound (the health source's timeout), so that stuck targets cost a pass about one timeout, not one each.
 func (r *Remediator) askHealth(ctx context.Context, work [][]check) {
 	var g errgroup.Group
 	g.SetLimit(healthWorkers)
@@ -203,7 +292,7 @@ func (r *Remediator) askHealth(ctx context.Context, work [][]check) {
 		for i := range checks {
 			c := &checks[i]
 			g.Go(func() error {
-				c.problem, c.err = r.cfg.Health.Problem(ctx, c.rec.VolumeID, c.rec.TargetPath)
+				c.problem, c.err = c.t.health.Problem(ctx, c.t.VolumeID, c.t.Path)
 				return nil
 			})
 		}
@@ -231,15 +320,14 @@ func (r *Remediator) kubeletVersion(ctx context.Context) *version.Version {
 func (r *Remediator) volumes(ctx context.Context, pod *corev1.Pod, checks []check, claims claimVolumes) ([]volumeState, error) {
 	var out []volumeState
 	for _, c := range checks {
-		rec := c.rec
+		t := c.t
 		if c.err != nil {
-			r.cfg.Log.Error(c.err, "The plugin did not say whether the volume is healthy; no decision on it this pass", "pod", klog.KObj(pod), "volumeID", rec.VolumeID, "target", rec.TargetPath)
+			r.cfg.Log.Error(c.err, "Could not tell whether the volume is healthy; no decision on it this pass", "pod", klog.KObj(pod), "volumeID", t.VolumeID, "target", t.Path)
 			continue
 		}
-		v := volumeState{VolumeID: rec.VolumeID, Target: rec.TargetPath, MountedAt: rec.Time, Problem: c.problem,
-			ReboundInside: rec.Reattached.Complete()}
-		if olderContainer(pod, rec.Time) {
-			_, specName, _ := kubeletpath.ParseTarget(r.cfg.KubeletDir, rec.TargetPath)
+		v := volumeState{VolumeID: t.VolumeID, Target: t.Path, MountedAt: t.MountedAt, Problem: c.problem, ReboundInside: t.ReboundInside}
+		if !t.MountedAt.IsZero() && olderContainer(pod, t.MountedAt) {
+			_, specName, _ := kubeletpath.ParseTarget(r.cfg.KubeletDir, t.Path)
 			names, err := podVolumes(ctx, pod, specName, claims)
 			if err != nil {
 				return nil, err
@@ -248,11 +336,11 @@ func (r *Remediator) volumes(ctx context.Context, pod *corev1.Pod, checks []chec
 		}
 		r.mu.Lock()
 		if c.problem == "" {
-			delete(r.unhealthySince, rec.TargetPath)
-		} else if _, seen := r.unhealthySince[rec.TargetPath]; !seen {
-			r.unhealthySince[rec.TargetPath] = r.cfg.Now()
+			delete(r.unhealthySince, t.Path)
+		} else if _, seen := r.unhealthySince[t.Path]; !seen {
+			r.unhealthySince[t.Path] = r.cfg.Now()
 		}
-		v.UnhealthySince = r.unhealthySince[rec.TargetPath]
+		v.UnhealthySince = r.unhealthySince[t.Path]
 		r.mu.Unlock()
 		out = append(out, v)
 	}
@@ -311,12 +399,8 @@ func (c claimVolumes) volume(ctx context.Context, claim types.NamespacedName) (s
 	return c.pv[claim], nil
 }
 
-// forgetTargets drops the memory of targets the plugin no longer records.
-func (r *Remediator) forgetTargets(pubs []state.Publish) {
-	live := map[string]bool{}
-	for _, p := range pubs {
-		live[p.TargetPath] = true
-	}
+// forgetTargets drops the memory of targets the pass did not look at (gone with their pods or records).
+func (r *Remediator) forgetTargets(live map[string]bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for t := range r.unhealthySince {

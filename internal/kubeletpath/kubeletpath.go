@@ -7,6 +7,10 @@ package kubeletpath
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
 	"path/filepath"
 	"strconv"
 )
@@ -24,10 +28,58 @@ func Staging(root, driver, volumeHandle string) string {
 // PodDir is the directory kubelet keeps for a pod.
 func PodDir(root, podUID string) string { return filepath.Join(root, "pods", podUID) }
 
+// CSIVolumes is the directory of a pod's CSI volumes: one directory per volume, named after its spec name, holding
+// the publish target (mount) and kubelet's record of the volume (VolumeDataFile).
+func CSIVolumes(root, podUID string) string {
+	return filepath.Join(PodDir(root, podUID), "volumes", "kubernetes.io~csi")
+}
+
+// VolumeDataFile is the name of kubelet's record of a CSI volume, beside its publish target.
+const VolumeDataFile = "vol_data.json"
+
+// VolumeData is kubelet's record of a pod's CSI volume, written before NodePublishVolume (csiMountMgr.SetUpAt in
+// pkg/volume/csi/csi_mounter.go) and read back to reconstruct the volume after a kubelet restart
+// (csiPlugin.ConstructVolumeSpec in csi_plugin.go): it names the driver that mounted the target.
+type VolumeData struct {
+	Driver       string `json:"driverName"`
+	VolumeHandle string `json:"volumeHandle"`
+	SpecName     string `json:"specVolID"`
+	// LifecycleMode is "Persistent" or "Ephemeral" (an inline volume).
+	LifecycleMode string `json:"volumeLifecycleMode"`
+}
+
+// maxVolumeData bounds what ReadVolumeData reads: kubelet's record is a few hundred bytes.
+const maxVolumeData = 64 << 10
+
+// ReadVolumeData reads kubelet's record of the CSI volume spec name of pod podUID.
+func ReadVolumeData(root, podUID, specName string) (VolumeData, error) {
+	var d VolumeData
+	name := filepath.Join(CSIVolumes(root, podUID), specName, VolumeDataFile)
+	f, err := os.Open(name)
+	if err != nil {
+		return d, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxVolumeData+1))
+	switch {
+	case err != nil:
+		return d, fmt.Errorf("reading %s: %w", name, err)
+	case len(b) > maxVolumeData:
+		return d, fmt.Errorf("%s: larger than %d bytes, not kubelet's record of a volume", name, maxVolumeData)
+	}
+	if err := json.Unmarshal(b, &d); err != nil {
+		return d, fmt.Errorf("%s: %w", name, err)
+	}
+	if d.Driver == "" {
+		return d, fmt.Errorf("%s names no driver (driverName)", name)
+	}
+	return d, nil
+}
+
 // Target is the publish target kubelet passes to NodePublishVolume for a pod's CSI volume: <pod dir>/volumes/
 // kubernetes.io~csi/<pv name, or the pod's volume name for an inline volume>/mount.
 func Target(root, podUID, specName string) string {
-	return filepath.Join(PodDir(root, podUID), "volumes", "kubernetes.io~csi", specName, "mount")
+	return filepath.Join(CSIVolumes(root, podUID), specName, "mount")
 }
 
 // SplitTarget splits a publish target made by Target into kubelet's root directory, the pod's UID and the

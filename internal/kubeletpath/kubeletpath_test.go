@@ -1,6 +1,11 @@
 package kubeletpath
 
-import "testing"
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
 
 func TestLayout(t *testing.T) {
 	for _, tc := range []struct{ got, want string }{
@@ -51,6 +56,38 @@ func TestSplitTarget(t *testing.T) {
 	} {
 		if _, _, _, ok := SplitTarget(bad); ok {
 			t.Errorf("SplitTarget(%q) accepted", bad)
+		}
+	}
+}
+
+func TestReadVolumeData(t *testing.T) {
+	root := t.TempDir()
+	write := func(spec, content string) {
+		t.Helper()
+		dir := filepath.Join(CSIVolumes(root, "uid-1"), spec)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, VolumeDataFile), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// As kubelet v1.37 writes it (json.Encoder of a map, keys sorted, a trailing newline).
+	write("pv-1", `{"attachmentID":"csi-0a1b","driverName":"ru.yandex.s3.csi","nodeName":"node-1","specVolID":"pv-1","volumeHandle":"bucket/prefix","volumeLifecycleMode":"Persistent"}`+"\n")
+	write("no-driver", `{"specVolID":"no-driver"}`)
+	write("garbage", `not json`)
+	write("huge", `{"driverName":"`+strings.Repeat("x", maxVolumeData)+`"}`)
+
+	got, err := ReadVolumeData(root, "uid-1", "pv-1")
+	want := VolumeData{Driver: "ru.yandex.s3.csi", VolumeHandle: "bucket/prefix", SpecName: "pv-1", LifecycleMode: "Persistent"}
+	if err != nil || got != want {
+		t.Errorf("ReadVolumeData = %+v, %v; want %+v", got, err, want)
+	}
+	for spec, wantErr := range map[string]string{
+		"no-driver": "names no driver", "garbage": "invalid character", "huge": "larger than", "absent": "no such file",
+	} {
+		if _, err := ReadVolumeData(root, "uid-1", spec); err == nil || !strings.Contains(err.Error(), wantErr) {
+			t.Errorf("ReadVolumeData(%s) = %v, want an error containing %q", spec, err, wantErr)
 		}
 	}
 }

@@ -15,8 +15,10 @@ func TestUsageErrors(t *testing.T) {
 	var stdout, stderr bytes.Buffer
 	streams := command.Streams{In: strings.NewReader(""), Out: &stdout, Err: &stderr}
 	for _, args := range [][]string{
-		{}, // no --node-name, no --state-dir
-		{"--node-name=n"},
+		{}, // no --node-name, neither --state-dir nor --driver
+		{"--node-name=n"}, // nothing to look after
+		{"--node-name=n", "--driver="},
+		{"--node-name=n", "--driver=s3.csi.example.com", "--driver=s3.csi.example.com"},
 		{"--node-name=n", "--state-dir=/s", "--restore-strategy=glue"},
 		{"--node-name=n", "--state-dir=/s", "--interval=0s"},
 		{"--node-name=n", "--state-dir=/s", "extra-argument"},
