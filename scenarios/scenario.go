@@ -105,6 +105,11 @@ type Remediation struct {
 	Grace, Interval time.Duration
 }
 
+// ChartSets are the chart values (helm --set) that deploy the remediator this way.
+func (r Remediation) ChartSets() []string {
+	return []string{"remediation.enabled=true", "remediation.grace=" + r.Grace.String(), "remediation.interval=" + r.Interval.String()}
+}
+
 // Keeper is how `csi-plugin keeper` runs its FUSE servers.
 type Keeper struct {
 	// ReadLatency makes every read take this long inside a server (--read-latency), like a remote backend:
@@ -189,7 +194,7 @@ func (p Plugin) ChartSets() []string {
 		sets = append(sets, "relay.backendWait="+p.RelayBackendWait.String())
 	}
 	if r := p.Remediation; r != nil {
-		sets = append(sets, "remediation.enabled=true", "remediation.grace="+r.Grace.String(), "remediation.interval="+r.Interval.String())
+		sets = append(sets, r.ChartSets()...)
 	}
 	return sets
 }

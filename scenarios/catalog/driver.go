@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/contract"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios/topology"
 )
@@ -33,6 +34,7 @@ const (
 	DriverRollout     = "driver-rollout"
 	DriverProcessKill = "driver-process-kill"
 	DriverMountPod    = "driver-mount-pod-delete"
+	DriverRemediate   = "driver-remediate"
 )
 
 // Drivers are the driver-agnostic rows: they run against any CSI driver installed in the cluster (kube only,
@@ -60,6 +62,17 @@ func Drivers() []scenarios.Scenario {
 			Note: "Driver-agnostic: nothing is expected of the driver; the outage profile per I/O kind is measured.",
 		}
 	}
+	// The remediator for any driver (csi-remediate --driver), run as the chart's remediate rows run it; the
+	// workload is a Deployment's pod, which the remediator may delete. Its successor is waited for as long as a
+	// node plugin takes to come back and the new pod to start.
+	remediated := row(DriverRemediate, "the driver's node plugin pod deleted, with the remediator for any driver (csi-remediate --driver)",
+		"whether the remediator brings a Deployment's workload back by itself after its driver's node plugin restarts, and how long that takes",
+		scenarios.Kill(topology.DriverPod), scenarios.Start(topology.DriverPod),
+		scenarios.WaitFor(scenarios.Recovers{C: DriverKeptFD, Instance: scenarios.NewInstance}, scenarios.Dur{Fixed: 2 * time.Minute}))
+	remediated.Pod.Controller = scenarios.ControllerReplicaSet
+	remediated.Plugin.Remediation = remediation
+	remediated.Expect = append(remediated.Expect, scenarios.Expectation{Check: scenarios.PodEvent{Reason: contract.ReasonDeleted},
+		Source: "the remediator deleted the pod whose volume died, for its ReplicaSet to recreate"})
 	return []scenarios.Scenario{
 		row(DriverPodDelete, "the driver's node plugin pod deleted under a running workload",
 			"what a crash or a `kubectl delete pod` of the node plugin costs the workloads on its node",
@@ -73,6 +86,7 @@ func Drivers() []scenarios.Scenario {
 		row(DriverMountPod, "the driver's mount pod deleted (--mount-pod-selector)",
 			"what the loss of a mount pod costs, for drivers that run FUSE in a pod of its own",
 			scenarios.Kill(topology.MountPod), scenarios.Start(topology.MountPod)),
+		remediated,
 	}
 }
 

@@ -18,9 +18,9 @@ func TestParseDriver(t *testing.T) {
 		names string
 		out   string
 	}{
-		{args: with("all"), code: -1, names: "driver-pod-delete,driver-rollout", out: ""},
+		{args: with("all"), code: -1, names: "driver-pod-delete,driver-rollout,driver-remediate", out: ""},
 		{args: with("--fuse-process=gcsfuse", "--mount-pod-selector=app=mnt", "all"), code: -1,
-			names: "driver-pod-delete,driver-rollout,driver-process-kill,driver-mount-pod-delete"},
+			names: "driver-pod-delete,driver-rollout,driver-process-kill,driver-mount-pod-delete,driver-remediate"},
 		{args: with("driver-process-kill"), code: 2, out: "driver-process-kill needs --fuse-process=NAME"},
 		{args: with("driver-mount-pod-delete"), code: 2, out: "needs --mount-pod-selector"},
 		{args: with("restart"), code: 2, out: `no driver-agnostic scenario "restart"`},

@@ -26,7 +26,7 @@ func TestFlagOnlyRows(t *testing.T) {
 		{args: []string{"sidecar-late-3s"},
 			want: `dfc-scenario: scenario "sidecar-late-3s" is sidecar-late with its sidecar held back by 3s, a run that --sidecar-delay makes: e.g. dfc-scenario --sidecar-delay=3s sidecar-late`},
 		{args: []string{"--backend=kube", "--driver=x", "--storage-class=a", "restart"},
-			want: `dfc-scenario: no driver-agnostic scenario "restart": it is a row of this project's chart, run it without --driver (with --driver: driver-pod-delete, driver-rollout, driver-process-kill, driver-mount-pod-delete)`},
+			want: `dfc-scenario: no driver-agnostic scenario "restart": it is a row of this project's chart, run it without --driver (with --driver: driver-pod-delete, driver-rollout, driver-process-kill, driver-mount-pod-delete, driver-remediate)`},
 		// Unknown names keep their "did you mean", the driver rows among the candidates.
 		{args: []string{"driver-pod-delet"}, want: `dfc-scenario: no scenario "driver-pod-delet"; did you mean driver-pod-delete?`},
 		{args: []string{"nope"}, want: `dfc-scenario: no scenario "nope" (dfc-scenario --list shows them)`},

@@ -160,6 +160,9 @@ func (b *Backend) setupDriver(ctx context.Context, sc *scenarios.Scenario, env *
 	b.life.nsCreated = true
 	b.progress("namespace %s", b.n.namespace)
 	b.startInformers()
+	if err := b.installDriverRemediator(ctx); err != nil {
+		return err
+	}
 
 	lbl := map[string]string{managedByLabel: managedBy}
 	pod, err := b.man.workloadPod(sc, b.n, b.opts.Image, b.opts.ReadInterval, lbl, podServer{})
@@ -186,6 +189,40 @@ func (b *Backend) setupDriver(ctx context.Context, sc *scenarios.Scenario, env *
 		return err
 	}
 	b.progress("node plugin of %s on node %s: pod %s/%s of DaemonSet %s (%s)", t.Name, b.node, pp.pod.Namespace, pp.pod.Name, pp.ds, pp.why)
+	return nil
+}
+
+// installDriverRemediator deploys this project's remediator alone (chart csi.enabled=false) to look after the
+// foreign driver's volumes (remediation.drivers), when the row asks for it (Plugin.Remediation): what a user of
+// that driver installs (chart/README.md, "For any FUSE CSI driver").
+func (b *Backend) installDriverRemediator(ctx context.Context) error {
+	r := b.sc.Plugin.Remediation
+	if r == nil {
+		return nil
+	}
+	var err error
+	if b.logs.remediator, err = b.env.Log("remediator.log"); err != nil {
+		return err
+	}
+	repo, tag := splitImage(b.opts.Image)
+	vals := map[string]any{
+		"fullnameOverride": releaseName,
+		"image":            map[string]any{"repository": repo, "tag": tag, "pullPolicy": "IfNotPresent"},
+		"kubeletDir":       b.opts.KubeletDir,
+		"logVerbosity":     5,
+		"csi":              map[string]any{"enabled": false},
+	}
+	if err := mergeSets(vals, append(r.ChartSets(), "remediation.drivers={"+b.opts.Driver.Name+"}")); err != nil {
+		return err
+	}
+	writeYAML(filepath.Join(b.dir, "chart-values.yaml"), vals)
+	b.helm = &helmRelease{getter: RESTClientGetter(b.opts, b.n.namespace), chartDir: filepath.Join(b.opts.Repo, "chart"),
+		name: releaseName, namespace: b.n.namespace, logf: func(f string, a ...any) { b.logf("helm: "+f, a...) }}
+	b.progress("helm install %s: the remediator alone, for driver %s (grace %s, interval %s)", releaseName, b.opts.Driver.Name, r.Grace, r.Interval)
+	b.life.installed = true // a failed install may have created objects: uninstall in Stop either way
+	if err := b.helm.install(ctx, vals, b.opts.SetupTimeout); err != nil {
+		return err
+	}
 	return nil
 }
 
