@@ -193,8 +193,8 @@ func (r *Relay) Start(ctx context.Context, req Request) (Server, error) {
 		err = mounts.WaitAnswering(wctx, v.backend, ServedFile, srv.done)
 	}
 	if err == nil {
-		// The relay takes the first backend root's filesystem for the one to wait for after a crash: it must be
-		// the backend's mount, not the directory under it (a self-mounting server could mount elsewhere).
+		// The relay takes the first root's filesystem type for the one to wait for after a crash: that root must
+		// be a backend mount at this directory, which the mount table tells without asking the server.
 		err = v.r.checkBackend(v.backend)
 	}
 	if err != nil {
