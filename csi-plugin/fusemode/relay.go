@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -30,8 +31,10 @@ import (
 // that takes the connection over (--takeover, with the node table and handover record its predecessor
 // wrote). When the real server dies, the plugin (the only one that may mount) detaches its dead mount,
 // mounts a new connection at the same path and starts the server again on it (/dev/fd/3); the relay, which
-// found the backend dead, reopens it there and retries. Both processes are children of the plugin and die
-// with it: see csi-plugin/README.md "Relay mode" for which crashes that keeps error-free.
+// found the backend dead, reopens it there and retries. A server that cannot serve a passed connection
+// (servesFD: false, or libfuse2) mounts the backend directory itself instead, and the plugin detaches its dead
+// mount before it starts it again. Both processes are children of the plugin and die with it: see
+// csi-plugin/README.md "Relay mode" for which crashes that keeps error-free.
 const RelayName = contract.ModeRelay
 
 // DefaultRelayBackendWait is how long a relay lets requests wait for a dead backend unless told otherwise.
@@ -57,13 +60,16 @@ type Relay struct {
 	onStagingPath
 	opts     Options
 	server   fuseserver.Server
-	serverFD []string // the server's arguments to serve /dev/fd/3
-	relayBin string
-	spawn    *spawn.Spawner
+	serverFD []string // the server's arguments to serve /dev/fd/3; nil: it mounts the backend itself
+	// selfMount says why the server mounts the backend itself (it cannot serve /dev/fd/3); nil when it does not.
+	selfMount error
+	relayBin  string
+	spawn     *spawn.Spawner
 }
 
-// NewRelay checks the real server (it must serve a descriptor: /dev/fd/3) and the relay's executable. Direct
-// I/O (Options.Server.DirectIO) is the relay's: the server behind it is read with the workload's own flags.
+// NewRelay checks the real server and the relay's executable. A server that serves a descriptor (/dev/fd/3)
+// serves a backend the plugin mounts; any other mounts the backend directory itself. Direct I/O
+// (Options.Server.DirectIO) is the relay's: the server behind it is read with the workload's own flags.
 func NewRelay(opts Options) (*Relay, error) {
 	spec := opts.Server
 	spec.DirectIO = false
@@ -71,10 +77,8 @@ func NewRelay(opts Options) (*Relay, error) {
 	if err != nil {
 		return nil, fmt.Errorf("relay mode: %w", err)
 	}
-	args, err := server.FDArgs()
-	if err != nil {
-		return nil, fmt.Errorf("relay mode: the plugin mounts the backend and the server serves it as %s: %w", fuseserver.FDPath, err)
-	}
+	// A server that cannot serve /dev/fd/3 mounts the backend itself, as the plugin's user (startServer).
+	args, selfMount := server.FDArgs()
 	if opts.RelayDir == "" || !filepath.IsAbs(opts.RelayDir) {
 		return nil, fmt.Errorf("relay mode: the relay directory must be an absolute path, got %q", opts.RelayDir)
 	}
@@ -91,7 +95,10 @@ func NewRelay(opts Options) (*Relay, error) {
 	if opts.StartTimeout <= 0 {
 		opts.StartTimeout = 10 * time.Second
 	}
-	return &Relay{opts: opts, server: server, serverFD: args, relayBin: bin, spawn: spawn.New()}, nil
+	if selfMount != nil {
+		klog.InfoS("Relay mode: the real server mounts each backend itself, as the plugin's user", "server", server.Name(), "why", selfMount)
+	}
+	return &Relay{opts: opts, server: server, serverFD: args, selfMount: selfMount, relayBin: bin, spawn: spawn.New()}, nil
 }
 
 // Name implements Mode.
@@ -125,7 +132,7 @@ func (r *Relay) Recollect(recs Records) (map[string]Server, error) {
 func (r *Relay) detachBackend(dir string) {
 	for {
 		top, err := mounts.Top(dir)
-		if err != nil || top == nil || top.Mountpoint != dir || top.FSType != "fuse."+r.server.Name() {
+		if err != nil || top == nil || top.Mountpoint != dir || !r.backendType(top.FSType) {
 			return
 		}
 		if err := unix.Unmount(dir, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW); err != nil {
@@ -133,6 +140,32 @@ func (r *Relay) detachBackend(dir string) {
 			return
 		}
 	}
+}
+
+// backendType reports whether fstype is the type of a backend mount: "fuse.<server>", the type the plugin
+// mounts with, or, for a server that mounts the backend itself and so names its type (libfuse2 after its
+// executable), any FUSE type. Either way the mount must be at a volume's own backend directory, which only
+// the plugin and the server it started mount on.
+func (r *Relay) backendType(fstype string) bool {
+	if r.selfMount != nil {
+		return fstype == "fuse" || strings.HasPrefix(fstype, "fuse.")
+	}
+	return fstype == "fuse."+r.server.Name()
+}
+
+// checkBackend returns an error unless a backend mount (backendType) is on top at dir; it reads the mount
+// table only, never the mount.
+func (r *Relay) checkBackend(dir string) error {
+	top, err := mounts.Top(dir)
+	switch {
+	case err != nil:
+		return fmt.Errorf("reading the mount table: %w", err)
+	case top == nil || top.Mountpoint != dir:
+		return fmt.Errorf("nothing is mounted at %s", dir)
+	case !r.backendType(top.FSType):
+		return fmt.Errorf("the mount at %s is of type %s, not a backend's", dir, top.FSType)
+	}
+	return nil
 }
 
 // Start implements Mode: the backend first (mounted, its server started, answering), then the staging
@@ -158,6 +191,11 @@ func (r *Relay) Start(ctx context.Context, req Request) (Server, error) {
 	srv, err := v.startServer(wctx)
 	if err == nil {
 		err = mounts.WaitAnswering(wctx, v.backend, ServedFile, srv.done)
+	}
+	if err == nil {
+		// The relay takes the first root's filesystem type for the one to wait for after a crash: that root must
+		// be a backend mount at this directory, which the mount table tells without asking the server.
+		err = v.r.checkBackend(v.backend)
 	}
 	if err != nil {
 		v.teardown()
@@ -226,11 +264,13 @@ func (p *relayProc) tail() string {
 	return p.out.String()
 }
 
-// start runs cmd with dev as descriptor 3; dev is the caller's to close.
+// start runs cmd with dev as descriptor 3 (none when dev is nil); dev is the caller's to close.
 func (v *relayVolume) start(ctx context.Context, cmd *exec.Cmd, dev *os.File) (*relayProc, error) {
 	p := &relayProc{cmd: cmd, out: newTail(4096), done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = p.out, p.out
-	cmd.ExtraFiles = []*os.File{dev}
+	if dev != nil {
+		cmd.ExtraFiles = []*os.File{dev}
+	}
 	if err := v.r.spawn.Start(ctx, cmd); err != nil {
 		close(p.done)
 		return p, fmt.Errorf("starting %s: %w", cmd.Path, err)
@@ -243,6 +283,9 @@ func (v *relayVolume) start(ctx context.Context, cmd *exec.Cmd, dev *os.File) (*
 // once the server has it: the server's death must end the backend connection (ENOTCONN, which the relay
 // waits out), not leave its requests queued with nobody to answer them.
 func (v *relayVolume) startServer(ctx context.Context) (*relayProc, error) {
+	if v.r.selfMount != nil {
+		return v.startSelfMounting(ctx)
+	}
 	dev, err := fuseconn.Open()
 	if err != nil {
 		return nil, err
@@ -259,6 +302,22 @@ func (v *relayVolume) startServer(ctx context.Context) (*relayProc, error) {
 	p, err := v.start(ctx, cmd, dev)
 	if err != nil {
 		_ = unix.Unmount(v.backend, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW)
+		return p, err
+	}
+	v.mu.Lock()
+	v.server = p
+	v.mu.Unlock()
+	return p, nil
+}
+
+// startSelfMounting starts a server that mounts the backend directory itself. It runs as the plugin's user,
+// not --relay-server-uid: mounting is the plugin's privilege (libfuse2 as root calls mount(2) in the plugin's
+// mount namespace); as another user it would need the setuid fusermount and user_allow_other in
+// /etc/fuse.conf, which lets every user of the node share FUSE mounts. Its death leaves a dead mount at the
+// backend directory, which restartServer detaches before the next start.
+func (v *relayVolume) startSelfMounting(ctx context.Context) (*relayProc, error) {
+	p, err := v.start(ctx, fuseserver.Command(v.r.server, v.r.server.MountArgs(v.backend)), nil)
+	if err != nil {
 		return p, err
 	}
 	v.mu.Lock()
@@ -318,9 +377,10 @@ func (v *relayVolume) forkStandby() {
 	v.mu.Unlock()
 }
 
-// restartServer detaches the dead backend and starts the server again on a new one.
+// restartServer detaches the dead backend (only a mount of the backend's type at the volume's own backend
+// directory) and starts the server again on a new one.
 func (v *relayVolume) restartServer() (*relayProc, error) {
-	_ = unix.Unmount(v.backend, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW)
+	v.r.detachBackend(v.backend)
 	ctx, cancel := context.WithTimeout(context.Background(), v.r.opts.StartTimeout)
 	defer cancel()
 	return v.startServer(ctx)

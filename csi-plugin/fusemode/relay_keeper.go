@@ -52,6 +52,11 @@ func NewRelayKeeper(opts Options) (*RelayKeeper, error) {
 	if err != nil {
 		return nil, fmt.Errorf("relay-keeper mode: %w", err)
 	}
+	// The keeper runs the server in its own mount namespace, unprivileged: it can only serve a backend the
+	// plugin mounted and passed, never mount one itself.
+	if r.selfMount != nil {
+		return nil, fmt.Errorf("relay-keeper mode: the plugin mounts the backend and the keeper's server serves it as %s: %w", fuseserver.FDPath, r.selfMount)
+	}
 	ko := opts
 	ko.Server = fuseserver.Spec{Name: fuseserver.DummyFuse}
 	k, err := NewKeeper(ko)

@@ -2,6 +2,7 @@ package fusemode
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -220,6 +221,41 @@ func TestRelayRecollectDetachesOnlyItsBackends(t *testing.T) {
 		if got, err := mounts.IsMountPoint(dir); err != nil || got != want {
 			t.Errorf("%s mounted = %v (%v) after Recollect, want %v", dir, got, err, want)
 		}
+	}
+
+	// A server that mounts the backend itself names the type (libfuse2 after its executable): any FUSE mount
+	// at a recorded backend directory is the plugin's, still nothing else.
+	r.selfMount = errors.New("servesFD: false")
+	selfMounted := mount("self-mounted", "s3fs")
+	selfForeign := mount("self-foreign", "tmpfs")
+	if _, err := r.Recollect(Records{Stages: []Recorded{{VolumeID: "self-mounted"}, {VolumeID: "self-foreign"}}}); err != nil {
+		t.Fatal(err)
+	}
+	for dir, want := range map[string]bool{selfMounted: false, selfForeign: true} {
+		if got, err := mounts.IsMountPoint(dir); err != nil || got != want {
+			t.Errorf("self-mounting server: %s mounted = %v (%v) after Recollect, want %v", dir, got, err, want)
+		}
+	}
+}
+
+// TestSelfMountingServerPlacements: a server that cannot serve a passed connection runs behind the plugin's
+// relay, mounting the backend itself; the relay-keeper mode refuses it, whose keeper could not mount.
+func TestSelfMountingServerPlacements(t *testing.T) {
+	spec := filepath.Join(t.TempDir(), "self.yaml")
+	if err := os.WriteFile(spec, []byte("name: self\nexecutable: /bin/true\nargs: [\"{mountpoint}\"]\nwhyNot: EIO\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	o := Options{Server: fuseserver.Spec{Name: spec}, RelayDir: "/tmp/x", RelayPath: "/bin/true"}
+	r, err := NewRelay(o)
+	if err != nil {
+		t.Fatalf("NewRelay: %v", err)
+	}
+	_ = r.Close()
+	if r.selfMount == nil || r.serverFD != nil {
+		t.Errorf("NewRelay would give the server %q, want it to mount the backend itself", r.serverFD)
+	}
+	if _, err := NewRelayKeeper(o); err == nil || !strings.Contains(err.Error(), "servesFD: false") {
+		t.Errorf("NewRelayKeeper: %v, want a refusal naming servesFD: false", err)
 	}
 }
 

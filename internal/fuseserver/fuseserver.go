@@ -215,7 +215,7 @@ func (s *specServer) MountArgs(dir string) []string { return s.args(dir) }
 func (s *specServer) FDArgs() ([]string, error) {
 	switch {
 	case !s.kind.def.ServesFD:
-		return nil, errors.New("its spec says it cannot serve a connection it did not mount (servesFD: false); it can only mount a directory itself (child placement)")
+		return nil, errors.New("its spec says it cannot serve a connection it did not mount (servesFD: false); it can only mount a directory itself (child placement; behind the relay, its backend directory)")
 	case s.libfuse2:
 		return nil, errLibfuse2
 	}
@@ -264,7 +264,7 @@ func Command(s Server, args []string) *exec.Cmd {
 
 // errLibfuse2 is why a libfuse2 server never gets a /dev/fd/N mountpoint: libfuse2 treats it as an ordinary
 // path and mounts a new FUSE filesystem on top of /dev/fuse (seen with Debian 12's bindfs).
-var errLibfuse2 = errors.New("it is linked against libfuse2 (libfuse.so.2), which would take /dev/fd/3 for a directory and mount a new filesystem over /dev/fuse; it can only mount a directory itself (child placement)")
+var errLibfuse2 = errors.New("it is linked against libfuse2 (libfuse.so.2), which would take /dev/fd/3 for a directory and mount a new filesystem over /dev/fuse; it can only mount a directory itself (child placement; behind the relay, its backend directory)")
 
 // errNotELF is a server executable that is not an ELF binary (a script): which library it runs is not known.
 var errNotELF = errors.New("not an ELF executable")

@@ -265,7 +265,7 @@ func TestServerSpecFlags(t *testing.T) {
 	}{
 		{[]string{file, opt, "keeper-restart"}, "runs with dummy-fuse only"},
 		{[]string{file, opt, "relay-server-upgrade"}, "needs the upgradeArg of its spec"},
-		{[]string{"--fuse-server=" + childOnly, "relay-server-crash"}, "says it cannot (servesFD: false)"},
+		{[]string{"--fuse-server=" + childOnly, "relay-keeper-server-crash"}, "says it cannot (servesFD: false)"},
 		{[]string{"--fuse-server=" + childOnly, "sidecar-killed"}, "says it cannot (servesFD: false)"},
 		{[]string{file, "restart"}, "needs its setting remote (--fuse-server-opt=remote=<value>)"},
 		{[]string{file, opt, "--backend=kube", "restart"}, "--kube-set fuseServer.image=IMAGE"},

@@ -54,7 +54,8 @@ type Topology struct {
 	// connection (and the mount) ends only when all of them are gone.
 	HeldBy []Component
 	// ServerGetsFD: the FUSE server serves a connection it did not mount (the plugin mounted it and passed the
-	// descriptor), which a server's spec must allow (servesFD).
+	// descriptor), which a server's spec must allow (servesFD). False where a server that cannot mounts its
+	// directory itself (child, relay).
 	ServerGetsFD bool
 	// Nodes are its components, in the order a backend sets them up (the pod last).
 	Nodes []Node
@@ -81,8 +82,9 @@ var (
 			{FuseSuccessor, InKeeper, killStart}, {FuseCrashLoop, InKeeper, killStart},
 			{PluginRecollecting, InPlugin, killStart}, pod}}
 	// Relay: the plugin's relay serves the staging path in front of the real server's private mount; both are
-	// children of the plugin, which keeps a copy of the staging connection.
-	Relay = &Topology{Mode: contract.ModeRelay, HeldBy: []Component{RelayProcess, PluginContainer}, ServerGetsFD: true,
+	// children of the plugin, which keeps a copy of the staging connection. Any server: one that cannot serve a
+	// connection the plugin mounted mounts the private directory itself.
+	Relay = &Topology{Mode: contract.ModeRelay, HeldBy: []Component{RelayProcess, PluginContainer},
 		Nodes: []Node{plugin, {RelayServer, InPlugin, killStartUpg},
 			{RelayServerGone, InPlugin, killStart}, {RelayProcess, InPlugin, killStart}, pod}}
 	// RelayKeeper: the relay and the real server run in the keeper; the plugin mounts each backend, hands the

@@ -1,0 +1,148 @@
+package fusemode
+
+import (
+	"context"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/fuseserver"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/fuseserver/backing"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/mounts"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/testenv"
+)
+
+// s3fsSpec is the spec of Debian's s3fs (libfuse2), a server that cannot serve a passed connection.
+var s3fsSpec = filepath.Join("..", "..", "docs", "servers", "s3fs.yaml")
+
+// TestRelaySelfMountingServerKeepsReads: s3fs, which mounts its directory itself, runs behind the relay on the
+// relay's backend directory, against a fake S3 (rclone serve s3). A workload's O_DIRECT descriptor reads on with
+// no error while the plugin detaches the dead backend of a SIGKILLed s3fs and starts it again, twice; nothing
+// stays mounted in the relay directory once the volume ends.
+func TestRelaySelfMountingServerKeepsReads(t *testing.T) {
+	testenv.RequireFUSE(t)
+	s3fs := testenv.FindRealServer("s3fs")
+	if s3fs == "" {
+		testenv.SkipOrFail(t, "needs s3fs, a libfuse2 server: apt-get install s3fs")
+	}
+	rclone := testenv.FindRealServer("rclone")
+	if rclone == "" {
+		testenv.SkipOrFail(t, "needs rclone for its fake S3 (rclone serve s3): make servers WITH_RCLONE=1")
+	}
+	lab := testenv.NewLab(t)
+	url, passwd := startFakeS3(t, lab, rclone)
+
+	bin := bins.Path(t, "dummy-fuse")
+	dir := filepath.Join(lab.Dir(), "relay")
+	r, err := NewRelay(Options{Server: fuseserver.Spec{Name: s3fsSpec, Path: s3fs, Opts: map[string]string{"url": url, "passwd-file": passwd}},
+		RelayDir: dir, RelayPath: bin, RelayBackendWait: 10 * time.Second, StartTimeout: 20 * time.Second, RelayServerUID: DefaultRelayServerUID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.Close() })
+	if r.selfMount == nil {
+		t.Fatal("the relay mode would hand s3fs /dev/fd/3, which libfuse2 takes for a directory")
+	}
+	mnt := filepath.Join(lab.Dir(), "staging")
+	if err := os.Mkdir(mnt, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s, err := r.Start(ctx, Request{VolumeID: "vol/s3fs", Mountpoint: mnt})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := s.(*relayVolume)
+	// On failure: the connections under the test's directory aborted first, so that no kill waits on a server.
+	t.Cleanup(func() {
+		if _, err := testenv.AbortFUSEUnder([]string{lab.Dir()}, nil); err != nil {
+			t.Error(err)
+		}
+		stopped(t, s)
+	})
+	// Mounting is the plugin's privilege: the self-mounting server runs as the plugin's user, not nobody.
+	if uid := procUID(t, v.server.pid()); uid != strconv.Itoa(os.Geteuid()) {
+		t.Errorf("s3fs runs as uid %s, want the plugin's %d", uid, os.Geteuid())
+	}
+	rd := startDirectReader(t, filepath.Join(mnt, ServedFile))
+
+	for kill := 1; kill <= 2; kill++ {
+		v.mu.Lock()
+		p := v.server
+		v.mu.Unlock()
+		good, _ := rd.counts()
+		if err := p.cmd.Process.Kill(); err != nil {
+			t.Fatal(err)
+		}
+		testenv.Eventually(t, 20*time.Second, "s3fs to be started again and the reader to read 5 times more", func() bool {
+			v.mu.Lock()
+			np := v.server
+			v.mu.Unlock()
+			now, _ := rd.counts()
+			return np != p && now >= good+5
+		})
+		// The dead mount was detached, not stacked under the new one.
+		if at, err := mounts.MountsAt(v.backend); err != nil || len(at) != 1 || at[0].FSType != "fuse.s3fs" {
+			t.Fatalf("after kill %d, mounts at the backend %s: %v (%v), want one of type fuse.s3fs", kill, v.backend, at, err)
+		}
+	}
+	rd.end()
+	<-rd.stoppedCh
+	good, failures := rd.counts()
+	if len(failures) > 0 {
+		t.Fatalf("%d failed reads (of %d) through two kills of s3fs: %q", len(failures), good+len(failures), failures)
+	}
+	t.Logf("%d good reads, none failed, through two kills of s3fs", good)
+
+	if _, err := mounts.UnmountAll(mnt); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-s.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the volume did not end within 10s after its staging path was unmounted")
+	}
+	if left, err := mounts.Under(dir); err != nil || len(left) > 0 {
+		t.Fatalf("mounts left under the relay directory %s: %d (%v)", dir, len(left), err)
+	}
+}
+
+// startFakeS3 starts rclone serve s3 on 127.0.0.1 (a port of its choosing) over a directory whose bucket dfc
+// (the spec's default) holds the served tree, and returns its URL and an s3fs credentials file for it.
+func startFakeS3(t *testing.T, lab *testenv.Lab, rclone string) (url, passwd string) {
+	t.Helper()
+	root := filepath.Join(lab.Dir(), "s3")
+	if err := backing.WriteTree(filepath.Join(root, "dfc")); err != nil {
+		t.Fatal(err)
+	}
+	// s3fs refuses a credentials file that others may read.
+	passwd = filepath.Join(lab.Dir(), "s3.passwd")
+	if err := os.WriteFile(passwd, []byte("dfcaccesskey:dfcsecretkey\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(rclone, "serve", "s3", root, "--addr=127.0.0.1:0", "--auth-key=dfcaccesskey,dfcsecretkey")
+	cmd.Env = append(os.Environ(), "RCLONE_CONFIG=/dev/null")
+	p := lab.Start("rclone serve s3", cmd)
+	started := regexp.MustCompile(`Starting s3 server on \[(http://127\.0\.0\.1:[0-9]+)/?\]`)
+	client := &http.Client{Timeout: time.Second}
+	testenv.Eventually(t, 20*time.Second, "rclone serve s3 to answer (its log: "+p.LogPath+")", func() bool {
+		m := started.FindStringSubmatch(p.Log())
+		if m == nil {
+			return false
+		}
+		resp, err := client.Get(m[1] + "/")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		url = m[1]
+		return true
+	})
+	return url, passwd
+}
