@@ -15,7 +15,7 @@ func TestUsageErrors(t *testing.T) {
 	var stdout, stderr bytes.Buffer
 	streams := command.Streams{In: strings.NewReader(""), Out: &stdout, Err: &stderr}
 	for _, args := range [][]string{
-		{}, // no --node-name, neither --state-dir nor --driver
+		{},                // no --node-name, neither --state-dir nor --driver
 		{"--node-name=n"}, // nothing to look after
 		{"--node-name=n", "--driver="},
 		{"--node-name=n", "--driver=s3.csi.example.com", "--driver=s3.csi.example.com"},
