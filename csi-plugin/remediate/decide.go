@@ -20,7 +20,9 @@ var subPathFixed = version.MustParseGeneric("1.37.0")
 // volumeState is what the remediator knows about one of the plugin's targets in a pod.
 type volumeState struct {
 	VolumeID string
-	Target   string
+	// Key names the volume across pods: its driver ("" for the plugin's own) and ID.
+	Key    string
+	Target string
 	// PodVolumes are the names of the pod's volumes this target backs (the containers refer to those).
 	PodVolumes []string
 	// MountedAt is when the plugin made the target's current mount (its publish record's time).
@@ -32,6 +34,27 @@ type volumeState struct {
 	Problem string
 	// UnhealthySince is when this remediator first saw the target unhealthy without a healthy answer since.
 	UnhealthySince time.Time
+	// DeletedFor is when this remediator last deleted a pod because this volume was dead, with no healthy
+	// answer for it since; zero when it did not.
+	DeletedFor time.Time
+}
+
+// deletionDidNotHeal says why deleting pod would not heal it ("" when it may): one of its volumes is dead, and
+// the pod got that volume after the remediator had deleted a pod for the same dead volume. Kubelet keeps a
+// volume staged while any pod on the node uses it, so a driver that hands new pods the dead staging mount
+// (k8s-csi-s3 v0.43.7: its NodePublishVolume binds the staging mount whose check fails with ENOTCONN, its
+// issue #179) gives every successor the dead volume, and deleting them would only churn pods.
+func deletionDidNotHeal(pod *corev1.Pod, vols []volumeState) string {
+	for _, v := range vols {
+		// The API keeps creation times to the second: a successor made within the second of the deletion may
+		// show a time up to a second earlier.
+		if v.Problem != "" && !v.DeletedFor.IsZero() && !pod.CreationTimestamp.Time.Before(v.DeletedFor.Add(-time.Second)) {
+			return fmt.Sprintf("a pod was deleted at %s for the dead volume %s, and this pod, created after it (%s), got the volume dead too: "+
+				"the driver hands new pods the dead mount (its staging mount on this node is likely dead, and kubelet keeps it while a pod uses the volume), so deleting pods does not heal it",
+				stamp(v.DeletedFor), v.VolumeID, stamp(pod.CreationTimestamp.Time))
+		}
+	}
+	return ""
 }
 
 // finding is one reason why nothing will heal a pod: the evidence, and when its condition began (the grace

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/state"
@@ -219,5 +220,59 @@ func TestMountHealthOnRealMounts(t *testing.T) {
 		case tc.want == "" && got != "" || tc.want != "" && !strings.HasPrefix(got, tc.want):
 			t.Errorf("%s: problem %q, want %q", tc.name, got, tc.want)
 		}
+	}
+}
+
+// TestDeletionThatDidNotHeal: when the pod that replaced a deleted one gets the same volume dead (a driver that
+// hands new pods its dead staging mount), the remediator stops deleting and says why in a Warning event, instead
+// of churning pods; once a target of the volume answers again, a later death is remediated as before.
+func TestDeletionThatDidNotHeal(t *testing.T) {
+	first := pod("web-1", ownedBy("apps/v1", "ReplicaSet"))
+	w, root, health := driversWorld(t, first)
+	dead := "FuseServerGone: the FUSE mount of volume bucket/data answers transport endpoint is not connected"
+	target := mountedBy(t, root, first, "pv-data", s3Driver, "bucket/data")
+	health.problems[target] = dead
+	w.pass()
+	w.now = w.now.Add(grace)
+	w.pass()
+	if w.podExists(first) {
+		t.Fatal("the first pod with the dead volume was not deleted")
+	}
+
+	// Its successor, created a moment later (the API's creation time is to the second, before the deletion).
+	successor := func(name string) (*corev1.Pod, string) {
+		p := pod(name, ownedBy("apps/v1", "ReplicaSet"))
+		p.CreationTimestamp = metav1.NewTime(w.now.Add(-500 * time.Millisecond).Truncate(time.Second))
+		startedAt(w.now.Add(time.Second))(p)
+		if _, err := w.client.CoreV1().Pods(p.Namespace).Create(context.Background(), p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		return p, mountedBy(t, root, p, "pv-data", s3Driver, "bucket/data")
+	}
+	second, target2 := successor("web-2")
+	health.problems[target2] = dead
+	w.now = w.now.Add(time.Second)
+	w.pass()
+	w.now = w.now.Add(grace)
+	w.pass()
+	if !w.podExists(second) {
+		t.Fatal("the successor, dead like its predecessor, was deleted too: the remediator churns pods")
+	}
+	evs := w.events(second)
+	if len(evs) != 1 || evs[0].Type != corev1.EventTypeWarning || evs[0].Reason != contract.ReasonLeftAlone || !strings.Contains(evs[0].Message, "deleting pods does not heal it") {
+		t.Fatalf("successor's events %+v, want one Warning %s saying that deleting pods does not heal the volume", evs, contract.ReasonLeftAlone)
+	}
+
+	// The volume answers again (someone fixed the node), then dies anew: remediated as a new death.
+	delete(health.problems, target2)
+	w.now = w.now.Add(time.Minute)
+	w.pass()
+	health.problems[target2] = dead
+	w.now = w.now.Add(limit) // past the rate limit of the successor's warning
+	w.pass()
+	w.now = w.now.Add(grace)
+	w.pass()
+	if w.podExists(second) {
+		t.Error("after the volume had answered again, its next death was not remediated")
 	}
 }

@@ -97,6 +97,10 @@ type Remediator struct {
 	mu             sync.Mutex
 	unhealthySince map[string]time.Time    // by target path
 	lastAction     map[types.UID]time.Time // by pod UID
+	// deletedFor is when the remediator last deleted a pod for each dead volume (by volumeKey), until a
+	// target of that volume answers again: a pod that got the volume since and is dead too shows that deleting
+	// pods does not heal it.
+	deletedFor map[string]time.Time
 }
 
 // New checks cfg and returns a Remediator.
@@ -126,7 +130,7 @@ func New(cfg Config) (*Remediator, error) {
 	if cfg.Log.GetSink() == nil {
 		cfg.Log = klog.Background()
 	}
-	return &Remediator{cfg: cfg, unhealthySince: map[string]time.Time{}, lastAction: map[types.UID]time.Time{}}, nil
+	return &Remediator{cfg: cfg, unhealthySince: map[string]time.Time{}, lastAction: map[types.UID]time.Time{}, deletedFor: map[string]time.Time{}}, nil
 }
 
 // Run makes a pass every interval until ctx ends. A failed pass is logged; the next one starts afresh.
@@ -204,6 +208,8 @@ func (r *Remediator) Pass(ctx context.Context) error {
 
 // target is a pod's CSI volume mount that the remediator looks after, and who answers for its health.
 type target struct {
+	// Driver is the CSI driver that mounted it, "" for the plugin's own.
+	Driver         string
 	VolumeID, Path string
 	// MountedAt is when the plugin made the target's current mount (its publish record's time); zero for
 	// another driver's volume, whose history the remediator does not know.
@@ -269,7 +275,7 @@ func (r *Remediator) driverTargets(pod *corev1.Pod, own []target) []target {
 			continue
 		}
 		if slices.Contains(r.cfg.Drivers, d.Driver) {
-			out = append(out, target{VolumeID: d.VolumeHandle, Path: path, health: r.cfg.Mounts})
+			out = append(out, target{Driver: d.Driver, VolumeID: d.VolumeHandle, Path: path, health: r.cfg.Mounts})
 		}
 	}
 	return out
@@ -325,7 +331,7 @@ func (r *Remediator) volumes(ctx context.Context, pod *corev1.Pod, checks []chec
 			r.cfg.Log.Error(c.err, "Could not tell whether the volume is healthy; no decision on it this pass", "pod", klog.KObj(pod), "volumeID", t.VolumeID, "target", t.Path)
 			continue
 		}
-		v := volumeState{VolumeID: t.VolumeID, Target: t.Path, MountedAt: t.MountedAt, Problem: c.problem, ReboundInside: t.ReboundInside}
+		v := volumeState{VolumeID: t.VolumeID, Key: t.Driver + "/" + t.VolumeID, Target: t.Path, MountedAt: t.MountedAt, Problem: c.problem, ReboundInside: t.ReboundInside}
 		if !t.MountedAt.IsZero() && olderContainer(pod, t.MountedAt) {
 			_, specName, _ := kubeletpath.ParseTarget(r.cfg.KubeletDir, t.Path)
 			names, err := podVolumes(ctx, pod, specName, claims)
@@ -337,10 +343,12 @@ func (r *Remediator) volumes(ctx context.Context, pod *corev1.Pod, checks []chec
 		r.mu.Lock()
 		if c.problem == "" {
 			delete(r.unhealthySince, t.Path)
+			delete(r.deletedFor, v.Key) // healed
 		} else if _, seen := r.unhealthySince[t.Path]; !seen {
 			r.unhealthySince[t.Path] = r.cfg.Now()
 		}
 		v.UnhealthySince = r.unhealthySince[t.Path]
+		v.DeletedFor = r.deletedFor[v.Key]
 		r.mu.Unlock()
 		out = append(out, v)
 	}
@@ -447,11 +455,27 @@ func (r *Remediator) decide(ctx context.Context, pod *corev1.Pod, vols []volumeS
 		return err
 	}
 	log := append(evidence, "owner", owner)
+	futile := ""
+	if recreated {
+		futile = deletionDidNotHeal(pod, vols)
+	}
 	r.mu.Lock()
 	r.lastAction[pod.UID] = now
+	if recreated && futile == "" && !r.cfg.DryRun {
+		for _, v := range vols {
+			if v.Problem != "" {
+				r.deletedFor[v.Key] = now
+			}
+		}
+	}
 	r.mu.Unlock()
 
 	switch {
+	case futile != "" && r.cfg.DryRun:
+		r.cfg.Log.Info("Remediation: would leave the pod alone, deleting pods did not heal its volume (dry run)", append(log, "why", futile)...)
+	case futile != "":
+		r.cfg.Log.Info("Remediation: leaving the pod alone, deleting pods did not heal its volume", append(log, "why", futile)...)
+		r.event(ctx, pod, corev1.EventTypeWarning, contract.ReasonLeftAlone, fmt.Sprintf("Left alone: %s. %s", futile, why))
 	case recreated && r.cfg.DryRun:
 		r.cfg.Log.Info("Remediation: would delete the pod (dry run)", log...)
 	case recreated:

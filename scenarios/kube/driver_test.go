@@ -68,10 +68,13 @@ func TestFindPluginPod(t *testing.T) {
 		{name: "selector matches none", selector: "app=none", objs: []runtime.Object{csiNode("n1", drv), dsPodOf("b", "csi", "n1", "node", nil, byFlag)}, want: `matches --plugin-selector "app=none"`, err: true},
 		{name: "not registered", objs: []runtime.Object{csiNode("n1", "other.example.com"), dsPodOf("flag", "csi", "n1", "node", nil, byFlag)}, want: "not registered on node n1 (CSINode lists: other.example.com)", err: true},
 		{name: "no CSINode", objs: []runtime.Object{dsPodOf("flag", "csi", "n1", "node", nil, byFlag)}, want: "node n1 has no CSINode", err: true},
+		// The run's own remediator (csi-remediate --driver=<driver>) names the driver and is no plugin.
+		{name: "the run's own pods", objs: []runtime.Object{csiNode("n1", drv), dsPodOf("flag", "csi", "n1", "node", nil, byFlag),
+			dsPodOf("remediator", "run-ns", "n1", "remediator", nil, corev1.Container{Name: "remediator", Args: []string{"--driver=" + drv}})}, want: "flag"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			pp, err := findPluginPod(context.Background(), fake.NewClientset(tc.objs...), drv, "n1", tc.selector)
+			pp, err := findPluginPod(context.Background(), fake.NewClientset(tc.objs...), drv, "n1", tc.selector, "run-ns")
 			switch {
 			case tc.err && err == nil:
 				t.Fatalf("found %s/%s (%s), want an error with %q", pp.pod.Namespace, pp.pod.Name, pp.why, tc.want)

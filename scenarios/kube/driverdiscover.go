@@ -27,8 +27,9 @@ type pluginPod struct {
 }
 
 // findPluginPod returns the node plugin pod of driver on node (see the file's comment); selector, when not
-// empty, replaces the search by name with a label selector.
-func findPluginPod(ctx context.Context, cs kubernetes.Interface, driver, node, selector string) (pluginPod, error) {
+// empty, replaces the search by name with a label selector. The pods of namespace own are the run's (its
+// remediator names the driver too) and never the driver's.
+func findPluginPod(ctx context.Context, cs kubernetes.Interface, driver, node, selector, own string) (pluginPod, error) {
 	csiNode, err := cs.StorageV1().CSINodes().Get(ctx, node, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
@@ -51,7 +52,7 @@ func findPluginPod(ctx context.Context, cs kubernetes.Interface, driver, node, s
 	for i := range pods.Items {
 		p := &pods.Items[i]
 		ds := daemonSetOf(p)
-		if ds == "" || p.Spec.NodeName != node || p.DeletionTimestamp != nil || p.Status.Phase != corev1.PodRunning {
+		if ds == "" || p.Namespace == own || p.Spec.NodeName != node || p.DeletionTimestamp != nil || p.Status.Phase != corev1.PodRunning {
 			continue
 		}
 		why := "label selector " + selector
@@ -124,5 +125,5 @@ func hasPathComponent(s, name string) bool {
 
 // discoverPlugin finds the run's driver's node plugin on the workload's node.
 func (b *Backend) discoverPlugin(ctx context.Context) (pluginPod, error) {
-	return findPluginPod(ctx, b.cs, b.opts.Driver.Name, b.node, b.opts.Driver.PluginSelector)
+	return findPluginPod(ctx, b.cs, b.opts.Driver.Name, b.node, b.opts.Driver.PluginSelector, b.n.namespace)
 }
