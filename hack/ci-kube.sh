@@ -7,6 +7,10 @@
 #                              whose expected outcome depends on the kubelet version, and those whose kubelet code
 #                              changed between releases: dfc-scenario --list --every-release)
 #
+# CI's pass (the newest release) also measures a driver this project did not write, k8s-csi-s3 (hack/drivers/
+# k8s-csi-s3: make driver-up), with two driver-agnostic rows: its node plugin pod deleted, and the same with the
+# remediator for any driver; recorded like the others.
+#
 # Either way the scenarios whose outcome is about the FUSE server (dfc-scenario --list --every-server) then run with
 # each real server of SERVERS, with the image's build of that server. Steps: make cluster-build (compiles the
 # release from Go module source the first time, cached after), make cluster-up (installs the Debian packages the
@@ -76,6 +80,11 @@ finish() {
     printf '\n=== kubelet %s, FUSE server %s (%s)\n' "$RELEASE" "$server" "$dir"
     cat "$dir/summary.txt"
   done
+  dir=$ARTIFACTS/$RELEASE-k8s-csi-s3
+  if [ -f "$dir/summary.txt" ]; then
+    printf '\n=== kubelet %s, driver k8s-csi-s3 (%s)\n' "$RELEASE" "$dir"
+    cat "$dir/summary.txt"
+  fi
   print_times "$COMMAND"
   exit "$rc"
 }
@@ -99,4 +108,16 @@ for server in "${SERVERS[@]}"; do
     DFC_FUSE_SERVER="$server" DFC_SCENARIOS="$EVERY_SERVER_SCENARIOS" || failed=1
   timed "record $RELEASE, FUSE server $server" record "$RELEASE-$server" || failed=1
 done
+if [ "$RELEASE" = "$K8S_DEFAULT_VERSION" ]; then
+  DRIVER_ROWS="driver-pod-delete driver-remediate"
+  if timed "driver-up k8s-csi-s3" "$MAKE" driver-up DRIVER=k8s-csi-s3; then
+    timed "test-kube $RELEASE: driver k8s-csi-s3: $DRIVER_ROWS" "$MAKE" test-kube DFC_KUBE_ARTIFACTS="$ARTIFACTS/$RELEASE-k8s-csi-s3" \
+      DFC_DRIVER=ru.yandex.s3.csi DFC_DRIVER_PV=hack/drivers/k8s-csi-s3/pv.yaml DFC_DRIVER_READ_PATH=dummy-file.txt \
+      DFC_DRIVER_FUSE_PROCESS=rclone DFC_DRIVER_PLACEMENT=child DFC_SCENARIOS="$DRIVER_ROWS" || failed=1
+    timed "record $RELEASE, driver k8s-csi-s3" record "$RELEASE-k8s-csi-s3" || failed=1
+    timed "driver-down k8s-csi-s3" "$MAKE" driver-down DRIVER=k8s-csi-s3 || failed=1
+  else
+    failed=1
+  fi
+fi
 exit "$failed"

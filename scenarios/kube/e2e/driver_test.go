@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"os"
+	"strings"
 	"testing"
 
 	"sigs.k8s.io/e2e-framework/pkg/features"
@@ -12,7 +13,8 @@ import (
 
 // The driver-agnostic rows against a CSI driver the caller installed (e.g. this chart as a black box, see
 // scenarios/README.md "Bring your own driver"): DFC_DRIVER names it, and the volume comes from DFC_DRIVER_PV
-// (a static PV file) or DFC_DRIVER_STORAGE_CLASS; DFC_DRIVER_READ_PATH is the file to read.
+// (a static PV file) or DFC_DRIVER_STORAGE_CLASS; DFC_DRIVER_READ_PATH is the file to read; DFC_SCENARIOS, when
+// set, names the rows to run (all that the flags allow when empty).
 const (
 	driverEnv       = "DFC_DRIVER"
 	driverPVEnv     = "DFC_DRIVER_PV"
@@ -20,6 +22,7 @@ const (
 	driverReadEnv   = "DFC_DRIVER_READ_PATH"
 	driverFuseEnv   = "DFC_DRIVER_FUSE_PROCESS"
 	driverMountPods = "DFC_DRIVER_MOUNT_POD_SELECTOR"
+	driverPlacement = "DFC_DRIVER_PLACEMENT"
 )
 
 func TestDriver(t *testing.T) {
@@ -31,17 +34,30 @@ func TestDriver(t *testing.T) {
 		t.Skip(driverEnv + " not set: no foreign CSI driver to measure")
 	}
 	d := kube.DriverTarget{Name: os.Getenv(driverEnv), PVFile: os.Getenv(driverPVEnv), StorageClass: os.Getenv(driverClassEnv),
-		ReadPath: os.Getenv(driverReadEnv), FuseProcess: os.Getenv(driverFuseEnv), MountPodSelector: os.Getenv(driverMountPods)}
+		ReadPath: os.Getenv(driverReadEnv), FuseProcess: os.Getenv(driverFuseEnv), MountPodSelector: os.Getenv(driverMountPods),
+		Placement: os.Getenv(driverPlacement)}
 	if err := d.Validate(); err != nil {
 		t.Fatal(err)
 	}
+	rows := catalog.Drivers()
+	if names := strings.Fields(os.Getenv(selectEnv)); len(names) > 0 {
+		var err error
+		if rows, err = catalog.SelectDrivers(names); err != nil {
+			t.Fatalf("%s: %v", selectEnv, err)
+		}
+		for _, sc := range rows {
+			if why := d.Runnable(sc.Name); why != "" {
+				t.Fatalf("%s names %s: %s", selectEnv, sc.Name, why)
+			}
+		}
+	}
 	var feats []features.Feature
-	for _, sc := range catalog.Drivers() {
+	for _, sc := range rows {
 		if why := d.Runnable(sc.Name); why != "" {
 			t.Logf("left out: %s", why)
 			continue
 		}
-		sc.Driver, sc.DriverServer = d.Name, d.FuseProcess
+		sc.Driver, sc.DriverPlacement, sc.DriverServer = d.Name, d.Placement, d.FuseProcess
 		feats = append(feats, scenarioFeature(sc, &d))
 	}
 	testEnv.Test(t, feats...)
