@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -38,6 +39,14 @@ func TestDriver(t *testing.T) {
 		Placement: os.Getenv(driverPlacement)}
 	if err := d.Validate(); err != nil {
 		t.Fatal(err)
+	}
+	if d.PVFile != "" && !filepath.IsAbs(d.PVFile) {
+		// go test runs in the package's directory; a relative path is the repository's, where make runs.
+		repo, err := kube.FindRepo(".")
+		if err != nil {
+			t.Fatal(err)
+		}
+		d.PVFile = filepath.Join(repo, d.PVFile)
 	}
 	rows := catalog.Drivers()
 	if names := strings.Fields(os.Getenv(selectEnv)); len(names) > 0 {
