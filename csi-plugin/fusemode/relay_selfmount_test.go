@@ -92,25 +92,7 @@ func TestRelaySelfMountingServerKeepsReads(t *testing.T) {
 			t.Fatalf("after kill %d, mounts at the backend %s: %v (%v), want one of type fuse.s3fs", kill, v.backend, at, err)
 		}
 	}
-	rd.end()
-	<-rd.stoppedCh
-	good, failures := rd.counts()
-	if len(failures) > 0 {
-		t.Fatalf("%d failed reads (of %d) through two kills of s3fs: %q", len(failures), good+len(failures), failures)
-	}
-	t.Logf("%d good reads, none failed, through two kills of s3fs", good)
-
-	if _, err := mounts.UnmountAll(mnt); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-s.Done():
-	case <-time.After(10 * time.Second):
-		t.Fatal("the volume did not end within 10s after its staging path was unmounted")
-	}
-	if left, err := mounts.Under(dir); err != nil || len(left) > 0 {
-		t.Fatalf("mounts left under the relay directory %s: %d (%v)", dir, len(left), err)
-	}
+	endRelayVolume(t, rd, s, mnt, dir, "two kills of s3fs")
 }
 
 // startFakeS3 starts rclone serve s3 on 127.0.0.1 (a port of its choosing) over a directory whose bucket dfc

@@ -163,13 +163,21 @@ func TestRelayKeepsReadsThroughKills(t *testing.T) {
 			return np != p && now >= good+5
 		})
 	}
+	endRelayVolume(t, rd, s, mnt, dir, "a server kill and a relay kill")
+}
+
+// endRelayVolume ends the reader and fails on any read of it that failed through what the test did, then
+// unmounts the volume's staging path and checks that the volume ended and left no mount under the relay
+// directory dir.
+func endRelayVolume(t *testing.T, rd *directReader, s Server, mnt, dir, through string) {
+	t.Helper()
 	rd.end()
 	<-rd.stoppedCh
 	good, failures := rd.counts()
 	if len(failures) > 0 {
-		t.Fatalf("%d failed reads (of %d) through the kills: %q", len(failures), good+len(failures), failures)
+		t.Fatalf("%d failed reads (of %d) through %s: %q", len(failures), good+len(failures), through, failures)
 	}
-	t.Logf("%d good reads, none failed, through a server kill and a relay kill", good)
+	t.Logf("%d good reads, none failed, through %s", good, through)
 
 	if _, err := mounts.UnmountAll(mnt); err != nil {
 		t.Fatal(err)
