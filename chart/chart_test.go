@@ -1373,7 +1373,7 @@ func TestUserServer(t *testing.T) {
 	const dir, specFile = "/usr/local/share/dummy-fuse-csi/server", "/etc/dummy-fuse-csi/server/spec.yaml"
 	for _, mode := range []string{"child", "relay", "relay-keeper"} {
 		t.Run(mode, func(t *testing.T) {
-			vals := userValues(t, append(user, "csi.plugin.fuseMode="+mode)...)
+			vals := userValues(t, slices.Concat(user, []string{"csi.plugin.fuseMode=" + mode})...)
 			vals["fuseServer"].(map[string]any)["spec"] = rcloneSpec
 			out, err := renderChart(loadChart(t), vals)
 			if err != nil {
@@ -1425,12 +1425,13 @@ func TestUserServer(t *testing.T) {
 		want       string
 	}{
 		{"keeper", rcloneSpec, user, "keeper"},
-		{"relay", "name: s3fs\nexecutable: s3fs\nargs: [\"{mountpoint}\"]\n", user, "servesFD"},
+		{"relay-keeper", "name: s3fs\nexecutable: s3fs\nargs: [\"{mountpoint}\"]\n", user, "servesFD"},
+		{"sidecar", "name: s3fs\nexecutable: s3fs\nargs: [\"{mountpoint}\"]\n", user, "servesFD"},
 		{"child", rcloneSpec, user[:1], "fuseServer.files"},
 		{"child", rcloneSpec, user[1:], "fuseServer.image"},
 		{"child", "name: x\n", user, "no executable"},
 	} {
-		vals := userValues(t, append(tc.sets, "csi.plugin.fuseMode="+tc.mode)...)
+		vals := userValues(t, slices.Concat(tc.sets, []string{"csi.plugin.fuseMode=" + tc.mode})...) // not append: tc.sets may be a prefix of user
 		if vals["fuseServer"] == nil {
 			vals["fuseServer"] = map[string]any{}
 		}
@@ -1438,6 +1439,17 @@ func TestUserServer(t *testing.T) {
 		if _, err := renderChart(loadChart(t), vals); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s mode, spec %q, values %q: %v, want a refusal naming %s", tc.mode, tc.spec, tc.sets, err, tc.want)
 		}
+	}
+	// A server that cannot serve a passed connection mounts its directory itself: the child and relay modes.
+	for _, mode := range []string{"child", "relay"} {
+		vals := userValues(t, slices.Concat(user, []string{"csi.plugin.fuseMode=" + mode})...)
+		vals["fuseServer"].(map[string]any)["spec"] = "name: s3fs\nexecutable: s3fs\nargs: [\"{mountpoint}\"]\n"
+		out, err := renderChart(loadChart(t), vals)
+		if err != nil {
+			t.Errorf("%s mode, a self-mounting server: %v", mode, err)
+			continue
+		}
+		wantArg(t, container(t, decode(t, out).ds, pluginContainer), "--fuse-server-path", "--fuse-server-path=/usr/local/share/dummy-fuse-csi/server/s3fs")
 	}
 }
 

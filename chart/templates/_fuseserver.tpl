@@ -20,8 +20,10 @@ chart can check before any pod starts. */}}
 {{- if eq $mode "keeper" }}
 {{- fail "fuseServer.spec cannot run in csi.plugin.fuseMode=keeper: the keeper takes over live FUSE connections, which only dummy-fuse can (relay-keeper keeps them with any server)" }}
 {{- end }}
-{{- if and (has $mode (list "sidecar" "relay" "relay-keeper")) (not $def.servesFD) }}
-{{- fail (printf "fuseServer.spec: csi.plugin.fuseMode=%s hands the server a connection the plugin mounted, and the spec of %s says it cannot serve one (servesFD)" $mode (default "the server" $def.name)) }}
+{{- /* Behind the relay a server that cannot serve a passed connection mounts the backend itself, as the
+plugin's user; the sidecar and the keeper's relay-keeper cannot mount. */}}
+{{- if and (has $mode (list "sidecar" "relay-keeper")) (not $def.servesFD) }}
+{{- fail (printf "fuseServer.spec: csi.plugin.fuseMode=%s hands the server a connection the plugin mounted, and the spec of %s says it cannot serve one (servesFD); it runs in the child and relay modes, where it mounts its directory itself" $mode (default "the server" $def.name)) }}
 {{- end }}
 {{- if not .Values.fuseServer.image }}
 {{- fail "fuseServer.spec needs fuseServer.image: the image that holds its executable" }}
