@@ -51,17 +51,26 @@ func newRelayServerPart(b *Backend, _ *scenarios.Env) (part, error) {
 	}
 	name := filepath.Base(sp.path) // the server's executable: its built-in name, or what a user's spec runs
 	s.dir, s.real, s.exe = dir, filepath.Join(dir, "real-"+name), filepath.Join(dir, name)
-	if err := os.Chmod(dir, 0o755); err != nil {
-		return s, err
+	if err := s.copyExecutable(sp.path); err != nil {
+		_ = os.RemoveAll(dir) // a part that failed to be made gets no teardown
+		return nil, fmt.Errorf("the relay's real server %s: %w", sp.path, err)
 	}
-	exe, err := os.ReadFile(sp.path)
+	return s, nil
+}
+
+// copyExecutable puts a copy of the executable at path in s.dir, which anyone may enter, and installs it.
+func (s *relayServerPart) copyExecutable(path string) error {
+	if err := os.Chmod(s.dir, 0o755); err != nil {
+		return err
+	}
+	exe, err := os.ReadFile(path)
 	if err != nil {
-		return s, err
+		return err
 	}
 	if err := os.WriteFile(s.real, exe, 0o755); err != nil {
-		return s, err
+		return err
 	}
-	return s, s.install("")
+	return s.install("")
 }
 
 // teardown removes the executables.
