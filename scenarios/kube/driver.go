@@ -204,20 +204,13 @@ func (b *Backend) installDriverRemediator(ctx context.Context) error {
 	if b.logs.remediator, err = b.env.Log("remediator.log"); err != nil {
 		return err
 	}
-	repo, tag := splitImage(b.opts.Image)
-	vals := map[string]any{
-		"fullnameOverride": releaseName,
-		"image":            map[string]any{"repository": repo, "tag": tag, "pullPolicy": "IfNotPresent"},
-		"kubeletDir":       b.opts.KubeletDir,
-		"logVerbosity":     5,
-		"csi":              map[string]any{"enabled": false},
-	}
+	vals := b.releaseValues()
+	vals["csi"] = map[string]any{"enabled": false}
 	if err := mergeSets(vals, append(r.ChartSets(), "remediation.drivers={"+b.opts.Driver.Name+"}")); err != nil {
 		return err
 	}
 	writeYAML(filepath.Join(b.dir, "chart-values.yaml"), vals)
-	b.helm = &helmRelease{getter: RESTClientGetter(b.opts, b.n.namespace), chartDir: filepath.Join(b.opts.Repo, "chart"),
-		name: releaseName, namespace: b.n.namespace, logf: func(f string, a ...any) { b.logf("helm: "+f, a...) }}
+	b.helm = b.release()
 	b.progress("helm install %s: the remediator alone, for driver %s (grace %s, interval %s)", releaseName, b.opts.Driver.Name, r.Grace, r.Interval)
 	b.life.installed = true // a failed install may have created objects: uninstall in Stop either way
 	if err := b.helm.install(ctx, vals, b.opts.SetupTimeout); err != nil {

@@ -336,8 +336,7 @@ func (b *Backend) Setup(ctx context.Context, sc *scenarios.Scenario, env *scenar
 	}
 
 	b.n = runNames(sc.Name)
-	b.helm = &helmRelease{getter: RESTClientGetter(b.opts, b.n.namespace), chartDir: filepath.Join(b.opts.Repo, "chart"),
-		name: releaseName, namespace: b.n.namespace, logf: func(f string, a ...any) { b.logf("helm: "+f, a...) }}
+	b.helm = b.release()
 
 	// Namespace: privileged Pod Security (the plugin is privileged), labelled as a run's.
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: b.n.namespace, Labels: map[string]string{
@@ -588,17 +587,27 @@ func strategyOf(p scenarios.Plugin) string {
 	return p.RestoreStrategy
 }
 
-// chartValues are the chart's values for the scenario's plugin setup.
-func (b *Backend) chartValues() (map[string]any, error) {
+// release is the run's helm release of the chart, in the run's namespace.
+func (b *Backend) release() *helmRelease {
+	return &helmRelease{getter: RESTClientGetter(b.opts, b.n.namespace), chartDir: filepath.Join(b.opts.Repo, "chart"),
+		name: releaseName, namespace: b.n.namespace, logf: func(f string, a ...any) { b.logf("helm: "+f, a...) }}
+}
+
+// releaseValues are the chart values of every release a run installs: its names, the run's image and kubelet.
+func (b *Backend) releaseValues() map[string]any {
 	repo, tag := splitImage(b.opts.Image)
-	vals := map[string]any{
+	return map[string]any{
 		"fullnameOverride": releaseName,
 		"image":            map[string]any{"repository": repo, "tag": tag, "pullPolicy": "IfNotPresent"},
 		"kubeletDir":       b.opts.KubeletDir,
-		"driverName":       b.opts.DriverName,
-		"stateDir":         b.opts.StateDir,
 		"logVerbosity":     5, // every GRPC call with request and response, as the local backend logs
 	}
+}
+
+// chartValues are the chart's values for the scenario's plugin setup.
+func (b *Backend) chartValues() (map[string]any, error) {
+	vals := b.releaseValues()
+	vals["driverName"], vals["stateDir"] = b.opts.DriverName, b.opts.StateDir
 	if b.parts.Has(topology.SidecarContainer) {
 		// The plugin finds the pod's socket volume by the pod UID that kubelet puts in the volume context.
 		vals["csiDriver"] = map[string]any{"podInfoOnMount": true}
