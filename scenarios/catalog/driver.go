@@ -64,7 +64,7 @@ func Drivers() []scenarios.Scenario {
 	}
 	// The remediator for any driver (csi-remediate --driver), run as the chart's remediate rows run it; the
 	// workload is a Deployment's pod, which the remediator may delete. Its successor gets a minute to read: a
-	// node plugin comes back and a new pod starts within seconds (k8s-csi-s3: 5 s).
+	// node plugin comes back and a new pod starts within seconds (docs/outage-matrix.md, driver-remediate).
 	remediated := row(DriverRemediate, "the driver's node plugin pod deleted, with the remediator for any driver (csi-remediate --driver)",
 		"whether the remediator brings a Deployment's workload back by itself after its driver's node plugin restarts, and how long that takes",
 		scenarios.Kill(topology.DriverPod), scenarios.Start(topology.DriverPod),
