@@ -1425,7 +1425,8 @@ func TestUserServer(t *testing.T) {
 		want       string
 	}{
 		{"keeper", rcloneSpec, user, "keeper"},
-		{"relay-keeper", "name: s3fs\nexecutable: s3fs\nargs: [\"{mountpoint}\"]\n", user, "servesFD"},
+		{"relay-keeper", "name: s3fs\nexecutable: s3fs\nargs: [\"{mountpoint}\"]\n", user, "nor ask fusermount"},
+		{"sidecar", "name: s3fs\nexecutable: s3fs\nargs: [\"{mountpoint}\"]\nfusermount: true\n", user, "servesFD"},
 		{"sidecar", "name: s3fs\nexecutable: s3fs\nargs: [\"{mountpoint}\"]\n", user, "servesFD"},
 		{"child", rcloneSpec, user[:1], "fuseServer.files"},
 		{"child", rcloneSpec, user[1:], "fuseServer.image"},
@@ -1450,6 +1451,16 @@ func TestUserServer(t *testing.T) {
 			continue
 		}
 		wantArg(t, container(t, decode(t, out).ds, pluginContainer), "--fuse-server-path", "--fuse-server-path=/usr/local/share/dummy-fuse-csi/server/s3fs")
+	}
+	// One that asks fusermount for its connection runs in the keeper of relay-keeper too (its stand-in answers).
+	vals := userValues(t, slices.Concat(user, []string{"csi.plugin.fuseMode=relay-keeper"})...)
+	vals["fuseServer"].(map[string]any)["spec"] = "name: s3fs\nexecutable: s3fs\nargs: [\"{mountpoint}\"]\nfusermount: true\n"
+	if out, err := renderChart(loadChart(t), vals); err != nil {
+		t.Errorf("relay-keeper mode, a server that asks fusermount: %v", err)
+	} else if o := decode(t, out); o.keeperDS == nil {
+		t.Error("relay-keeper mode, a server that asks fusermount: no keeper DaemonSet")
+	} else {
+		wantArg(t, container(t, o.keeperDS, "keeper"), "--relay-server-path", "--relay-server-path=/usr/local/share/dummy-fuse-csi/server/s3fs")
 	}
 }
 

@@ -5,7 +5,8 @@
 // mode, kills its FUSE servers as a crash would; `csi-plugin keeper` the unprivileged keeper of FUSE connections in the keeper mode (package keeper).
 // `csi-plugin register` registers another driver's node plugin with kubelet, as node-driver-registrar does
 // (package registration), for foreign drivers on a cluster that cannot fetch that sidecar.
-// The remediator is a binary of its own, csi-remediate (cmd/csi-remediate).
+// The remediator is a binary of its own, csi-remediate (cmd/csi-remediate). Run as fusermount (a link by that
+// name, which the keeper makes for its real servers), it is the stand-in of fuseserver.Fusermount.
 package main
 
 import (
@@ -25,10 +26,16 @@ import (
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/restore"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/sidecar"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/command"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/fuseserver"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/version"
 )
 
-func main() { os.Exit(command.Main("csi-plugin", run, os.Args[1:], command.OS())) }
+func main() {
+	if fuseserver.IsFusermount(os.Args[0]) {
+		os.Exit(fuseserver.Fusermount(os.Args[1:], os.Stderr))
+	}
+	os.Exit(command.Main("csi-plugin", run, os.Args[1:], command.OS()))
+}
 
 // run is the whole command: it serves until ctx ends (SIGTERM/SIGINT) and returns nil then. Bad flags or a
 // configuration the driver refuses are a *command.UsageError (exit 2); a failure to start or serve is exit 1.

@@ -21,9 +21,13 @@ chart can check before any pod starts. */}}
 {{- fail "fuseServer.spec cannot run in csi.plugin.fuseMode=keeper: the keeper takes over live FUSE connections, which only dummy-fuse can (relay-keeper keeps them with any server)" }}
 {{- end }}
 {{- /* Behind the relay a server that cannot serve a passed connection mounts the backend itself, as the
-plugin's user; the sidecar and the keeper's relay-keeper cannot mount. */}}
-{{- if and (has $mode (list "sidecar" "relay-keeper")) (not $def.servesFD) }}
-{{- fail (printf "fuseServer.spec: csi.plugin.fuseMode=%s hands the server a connection the plugin mounted, and the spec of %s says it cannot serve one (servesFD); it runs in the child and relay modes, where it mounts its directory itself" $mode (default "the server" $def.name)) }}
+plugin's user; the sidecar and the keeper's relay-keeper cannot mount: the keeper hands the connection to a
+server that asks fusermount for it (its spec's fusermount), the sidecar only as /dev/fd/N. */}}
+{{- if and (eq $mode "sidecar") (not $def.servesFD) }}
+{{- fail (printf "fuseServer.spec: csi.plugin.fuseMode=sidecar hands the server a connection the plugin mounted, and the spec of %s says it cannot serve one (servesFD); it runs in the child, relay and (with fusermount) relay-keeper modes" (default "the server" $def.name)) }}
+{{- end }}
+{{- if and (eq $mode "relay-keeper") (not $def.servesFD) (not $def.fusermount) }}
+{{- fail (printf "fuseServer.spec: csi.plugin.fuseMode=relay-keeper hands the server a connection the plugin mounted, and the spec of %s says it can neither serve one (servesFD) nor ask fusermount for it (fusermount); it runs in the child and relay modes, where it mounts its directory itself" (default "the server" $def.name)) }}
 {{- end }}
 {{- if not .Values.fuseServer.image }}
 {{- fail "fuseServer.spec needs fuseServer.image: the image that holds its executable" }}

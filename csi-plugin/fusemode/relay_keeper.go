@@ -53,9 +53,9 @@ func NewRelayKeeper(opts Options) (*RelayKeeper, error) {
 		return nil, fmt.Errorf("relay-keeper mode: %w", err)
 	}
 	// The keeper runs the server in its own mount namespace, unprivileged: it can only serve a backend the
-	// plugin mounted and passed, never mount one itself.
-	if r.selfMount != nil {
-		return nil, fmt.Errorf("relay-keeper mode: the plugin mounts the backend and the keeper's server serves it as %s: %w", fuseserver.FDPath, r.selfMount)
+	// plugin mounted and passed, as /dev/fd/N or through the keeper's fusermount stand-in, never mount one.
+	if r.selfMount != nil && !r.server.Kind().Fusermount() {
+		return nil, fmt.Errorf("relay-keeper mode: the plugin mounts the backend and the keeper's server serves it as %s or asks fusermount for it (its spec's fusermount): %w", fuseserver.FDPath, r.selfMount)
 	}
 	ko := opts
 	ko.Server = fuseserver.Spec{Name: fuseserver.DummyFuse}

@@ -2,11 +2,8 @@ package fusemode
 
 import (
 	"context"
-	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"testing"
 	"time"
@@ -95,36 +92,21 @@ func TestRelaySelfMountingServerKeepsReads(t *testing.T) {
 	endRelayVolume(t, rd, s, mnt, dir, "two kills of s3fs")
 }
 
-// startFakeS3 starts rclone serve s3 on 127.0.0.1 (a port of its choosing) over a directory whose bucket dfc
-// (the spec's default) holds the served tree, and returns its URL and an s3fs credentials file for it.
+// startFakeS3 starts rclone serve s3 (backing.StartFakeS3) for s3fs run as the plugin's user, stopped by the
+// test's cleanup, and returns its URL and credentials file.
 func startFakeS3(t *testing.T, lab *testenv.Lab, rclone string) (url, passwd string) {
 	t.Helper()
-	root := filepath.Join(lab.Dir(), "s3")
-	if err := backing.WriteTree(filepath.Join(root, "dfc")); err != nil {
+	log, err := os.Create(filepath.Join(lab.Dir(), "rclone-serve-s3.log"))
+	if err != nil {
 		t.Fatal(err)
 	}
-	// s3fs refuses a credentials file that others may read.
-	passwd = filepath.Join(lab.Dir(), "s3.passwd")
-	if err := os.WriteFile(passwd, []byte("dfcaccesskey:dfcsecretkey\n"), 0o600); err != nil {
-		t.Fatal(err)
+	t.Cleanup(func() { log.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	f, err := backing.StartFakeS3(ctx, rclone, lab.Dir(), os.Geteuid(), log)
+	if err != nil {
+		t.Fatalf("%v (its log: %s)", err, log.Name())
 	}
-	cmd := exec.Command(rclone, "serve", "s3", root, "--addr=127.0.0.1:0", "--auth-key=dfcaccesskey,dfcsecretkey")
-	cmd.Env = append(os.Environ(), "RCLONE_CONFIG=/dev/null")
-	p := lab.Start("rclone serve s3", cmd)
-	started := regexp.MustCompile(`Starting s3 server on \[(http://127\.0\.0\.1:[0-9]+)/?\]`)
-	client := &http.Client{Timeout: time.Second}
-	testenv.Eventually(t, 20*time.Second, "rclone serve s3 to answer (its log: "+p.LogPath+")", func() bool {
-		m := started.FindStringSubmatch(p.Log())
-		if m == nil {
-			return false
-		}
-		resp, err := client.Get(m[1] + "/")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		url = m[1]
-		return true
-	})
-	return url, passwd
+	t.Cleanup(f.Stop)
+	return f.URL, f.Passwd
 }

@@ -34,6 +34,7 @@ func (k *Keeper) serveBackend(volume string, f *os.File) {
 	}
 	k.stopBackend(volume)
 	cmd := fuseserver.Command(k.realServer, k.realArgs)
+	cmd.Env = append(cmd.Env, k.realEnv...)
 	cmd.ExtraFiles = []*os.File{f}
 	cmd.Stdout, cmd.Stderr = k.log, k.log
 	if err := k.spawn.Start(context.Background(), cmd); err != nil {

@@ -107,6 +107,7 @@ func Command(ctx context.Context, args []string, streams command.Streams) error 
 			return command.Usagef("--relay-server runs the real server of a relay: it needs --relay-node-dir")
 		}
 		cfg.RealServer = &real
+		cfg.HandoffDir = filepath.Join(relayDir, "fusermount")
 	}
 	if relayDir != "" {
 		cfg.Relay = true

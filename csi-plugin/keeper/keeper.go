@@ -65,6 +65,10 @@ type Config struct {
 	// RealServer, when set (the plugin's relay-keeper mode), is the real FUSE server the keeper runs on each
 	// backend connection the plugin hands over (backend.go).
 	RealServer *fuseserver.Spec
+	// HandoffDir is where the keeper makes the fusermount stand-in (fuseserver.Handoff) for a real server that
+	// cannot serve /dev/fd/N and asks fusermount for its connection instead (a libfuse2 one); a directory of
+	// the keeper's own that outlives nothing it needs.
+	HandoffDir string
 	// ExitWithServer makes the keeper exit when a FUSE server dies instead of starting another one: a pod's
 	// sidecar lives and dies with its FUSE server, as in the sidecar mode without a kept copy, and kubelet's
 	// restart of the container is what takes the connection over.
@@ -85,10 +89,12 @@ type Keeper struct {
 	// roots are the newest backend roots the plugin handed over (relay-keeper mode), by volume: every server
 	// that gets the volume gets its root first.
 	roots map[string]*os.File
-	// backends are the real servers of the relay-keeper mode, by volume; realServer and realArgs run them.
+	// backends are the real servers of the relay-keeper mode, by volume; realServer, realArgs and realEnv
+	// (what a server that asks fusermount needs) run them.
 	backends   map[string]*backendServer
 	realServer fuseserver.Server
 	realArgs   []string
+	realEnv    []string
 	servers    []*server
 	nextID     int
 	plugin     *handover.Conn // the session with the plugin, nil while there is none
@@ -151,14 +157,14 @@ func New(cfg Config, log io.Writer) (*Keeper, error) {
 		cfg.Role = "keeper"
 	}
 	var real fuseserver.Server
-	var realArgs []string
+	var realArgs, realEnv []string
 	if cfg.RealServer != nil {
 		var err error
 		if real, err = fuseserver.New(*cfg.RealServer); err != nil {
 			return nil, fmt.Errorf("real server: %w", err)
 		}
-		if realArgs, err = real.FDArgs(); err != nil {
-			return nil, fmt.Errorf("real server: it must serve %s: %w", fuseserver.FDPath, err)
+		if realArgs, realEnv, err = passedConnection(real, cfg.HandoffDir); err != nil {
+			return nil, fmt.Errorf("real server: %w", err)
 		}
 	}
 	if cfg.StatusFile != "" {
@@ -166,7 +172,7 @@ func New(cfg Config, log io.Writer) (*Keeper, error) {
 			return nil, fmt.Errorf("status file: %w", err)
 		}
 	}
-	return &Keeper{cfg: cfg, log: log, closer: fdpass.NewCloser(2, 16), realServer: real, realArgs: realArgs, events: make(chan event, 64), conns: map[string]*conn{}, roots: map[string]*os.File{}, backends: map[string]*backendServer{}, quit: make(chan struct{})}, nil
+	return &Keeper{cfg: cfg, log: log, closer: fdpass.NewCloser(2, 16), realServer: real, realArgs: realArgs, realEnv: realEnv, events: make(chan event, 64), conns: map[string]*conn{}, roots: map[string]*os.File{}, backends: map[string]*backendServer{}, quit: make(chan struct{})}, nil
 }
 
 // Run keeps connections until ctx ends; then it stops its servers (SIGTERM: they exit without unmounting
@@ -628,6 +634,31 @@ func (k *Keeper) serverCmd(child *os.File) *exec.Cmd {
 	// One OS thread per server process is plenty (its requests take microseconds unless told to be slow).
 	cmd.Env = append(os.Environ(), "GOMAXPROCS=1")
 	return cmd
+}
+
+// passedConnection returns how the real server serves a backend connection passed as descriptor
+// fuseserver.FD: as /dev/fd/N, or, when it cannot, asking the fusermount stand-in made in handoffDir.
+func passedConnection(real fuseserver.Server, handoffDir string) (args, env []string, err error) {
+	args, fdErr := real.FDArgs()
+	switch {
+	case fdErr == nil:
+		return args, nil, nil
+	case !real.Kind().Fusermount():
+		return nil, nil, fmt.Errorf("it must serve %s or ask fusermount for its connection (its spec's fusermount): %w", fuseserver.FDPath, fdErr)
+	case handoffDir == "":
+		return nil, nil, fmt.Errorf("it asks fusermount for its connection, and no directory for the stand-in was given: %w", fdErr)
+	}
+	if err := fuseserver.NoRealFusermount(); err != nil {
+		return nil, nil, err
+	}
+	h, err := fuseserver.NewHandoff(handoffDir)
+	if err != nil {
+		return nil, nil, err
+	}
+	if args, err = real.FusermountArgs(h.Mountpoint()); err != nil {
+		return nil, nil, err
+	}
+	return args, h.Env(), nil
 }
 
 // readSecret reads the plugin's per-node secret.

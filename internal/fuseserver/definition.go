@@ -30,6 +30,13 @@ type Definition struct {
 	// (libfuse ≥ 3.3, go-fuse, jacobsa/fuse): the sidecar, keeper and relay placements need it. A libfuse2 binary
 	// never gets such a path, whatever this says: it would mount a new filesystem over /dev/fuse.
 	ServesFD bool `json:"servesFD"`
+	// Fusermount says the server, when it may not mount, asks libfuse's helper fusermount (libfuse2's
+	// fusermount, libfuse3's and bazil.org/fuse's fusermount3) for its connection, which it then serves: where
+	// the plugin mounted the connection and the server runs unprivileged (the relay-keeper placement), a
+	// stand-in fusermount answers with that connection (fusermount.go). FusermountArgs come before Args then:
+	// what makes the server ask even where it could open /dev/fuse itself (libfuse: -o auto_unmount).
+	Fusermount     bool     `json:"fusermount"`
+	FusermountArgs []string `json:"fusermountArgs"`
 	// TakesOver says the server takes over a live connection another process initialised (it replays the INIT),
 	// which the keeper placement needs; WhyNot says what a server that cannot does with such a connection.
 	TakesOver bool   `json:"takesOver"`
@@ -160,6 +167,14 @@ func (d *Definition) check() error {
 	for i, e := range d.Env {
 		if k, _, ok := strings.Cut(e, "="); !ok || k == "" {
 			bad(fmt.Sprintf("env[%d]", i), "%q: want NAME=value", e)
+		}
+	}
+	if len(d.FusermountArgs) > 0 && !d.Fusermount {
+		bad("fusermountArgs", "given for a server that does not ask fusermount for its connection (fusermount: false)")
+	}
+	for i, a := range d.FusermountArgs {
+		if placeholder.MatchString(a) {
+			bad(fmt.Sprintf("fusermountArgs[%d]", i), "%q: these arguments take no {placeholder}", a)
 		}
 	}
 	if d.TakesOver && !d.ServesFD {

@@ -130,25 +130,44 @@ settings:
 	if _, err := s.FDArgs(); err == nil || !strings.Contains(err.Error(), "servesFD: false") {
 		t.Errorf("FDArgs of a server whose spec says it cannot serve a passed connection: %v", err)
 	}
+	if _, err := s.FusermountArgs("/m"); err == nil || !strings.Contains(err.Error(), "fusermount: true") {
+		t.Errorf("FusermountArgs of a server whose spec says it never asks fusermount: %v", err)
+	}
+	asks := writeSpec(t, "asks.yaml", "name: a\nexecutable: "+exe+"\nargs: [\"-f\", \"{mountpoint}\"]\nwhyNot: EIO\nfusermount: true\nfusermountArgs: [\"-o\", \"auto_unmount\"]\n")
+	s, err = fuseserver.New(fuseserver.Spec{Name: asks, Extra: []string{"-d"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !s.Kind().Fusermount() || !s.Kind().GetsConnection() || s.Kind().ServesFD() {
+		t.Errorf("kind of a server that asks fusermount: %+v", s.Kind())
+	}
+	if got, err := s.FusermountArgs("/m"); err != nil || !slices.Equal(got, []string{"-d", "-o", "auto_unmount", "-f", "/m"}) {
+		t.Errorf("FusermountArgs = %q, %v; want the operator's first, then fusermountArgs, then args", got, err)
+	}
+	if got := s.MountArgs("/m"); !slices.Equal(got, []string{"-d", "-f", "/m"}) {
+		t.Errorf("MountArgs = %q: fusermountArgs are for a passed connection only", got)
+	}
 }
 
 // TestBadSpecFilesNameTheFileAndTheField: every mistake in a spec is reported with the file and the field, and
 // all of them at once.
 func TestBadSpecFilesNameTheFileAndTheField(t *testing.T) {
 	for name, tc := range map[string]struct{ body, want string }{
-		"not YAML":              {"name: [", "myfs.yaml"},
-		"misspelt field":        {"name: x\nexecutable: x\nargz: [\"{mountpoint}\"]\nwhyNot: EIO\n", `unknown field "argz"`},
-		"no executable":         {"name: x\nargs: [\"{mountpoint}\"]\nwhyNot: EIO\n", "executable: missing"},
-		"relative executable":   {"name: x\nexecutable: bin/x\nargs: [\"{mountpoint}\"]\nwhyNot: EIO\n", "not a relative one"},
-		"no mountpoint":         {"name: x\nexecutable: x\nargs: [\"-f\"]\nwhyNot: EIO\n", "{mountpoint} must appear exactly once (found 0)"},
-		"two mountpoints":       {"name: x\nexecutable: x\nargs: [\"{mountpoint}\", \"{mountpoint}\"]\nwhyNot: EIO\n", "(found 2)"},
-		"unknown placeholder":   {"name: x\nexecutable: x\nargs: [\"--r={remote}\", \"{mountpoint}\"]\nwhyNot: EIO\n", `args[0]: "--r={remote}" names {remote}, which is neither`},
-		"bad name":              {"name: My FS\nexecutable: x\nargs: [\"{mountpoint}\"]\nwhyNot: EIO\n", `name: "My FS"`},
-		"no whyNot":             {"name: x\nexecutable: x\nargs: [\"{mountpoint}\"]\n", "whyNot: missing"},
-		"takes over, no fd":     {"name: x\nexecutable: x\nargs: [\"{mountpoint}\"]\ntakesOver: true\n", "takesOver: a server that takes"},
-		"bad env":               {"name: x\nexecutable: x\nargs: [\"{mountpoint}\"]\nwhyNot: EIO\nenv: [\"NOVALUE\"]\n", `env[0]: "NOVALUE"`},
-		"duplicate setting":     {"name: x\nexecutable: x\nargs: [\"{mountpoint}\"]\nwhyNot: EIO\nsettings: [{name: a}, {name: a}]\n", `settings[1].name: "a" twice`},
-		"required with default": {"name: x\nexecutable: x\nargs: [\"{mountpoint}\"]\nwhyNot: EIO\nsettings: [{name: a, required: true, default: b}]\n", "one or the other"},
+		"not YAML":                   {"name: [", "myfs.yaml"},
+		"misspelt field":             {"name: x\nexecutable: x\nargz: [\"{mountpoint}\"]\nwhyNot: EIO\n", `unknown field "argz"`},
+		"no executable":              {"name: x\nargs: [\"{mountpoint}\"]\nwhyNot: EIO\n", "executable: missing"},
+		"relative executable":        {"name: x\nexecutable: bin/x\nargs: [\"{mountpoint}\"]\nwhyNot: EIO\n", "not a relative one"},
+		"no mountpoint":              {"name: x\nexecutable: x\nargs: [\"-f\"]\nwhyNot: EIO\n", "{mountpoint} must appear exactly once (found 0)"},
+		"two mountpoints":            {"name: x\nexecutable: x\nargs: [\"{mountpoint}\", \"{mountpoint}\"]\nwhyNot: EIO\n", "(found 2)"},
+		"unknown placeholder":        {"name: x\nexecutable: x\nargs: [\"--r={remote}\", \"{mountpoint}\"]\nwhyNot: EIO\n", `args[0]: "--r={remote}" names {remote}, which is neither`},
+		"bad name":                   {"name: My FS\nexecutable: x\nargs: [\"{mountpoint}\"]\nwhyNot: EIO\n", `name: "My FS"`},
+		"no whyNot":                  {"name: x\nexecutable: x\nargs: [\"{mountpoint}\"]\n", "whyNot: missing"},
+		"takes over, no fd":          {"name: x\nexecutable: x\nargs: [\"{mountpoint}\"]\ntakesOver: true\n", "takesOver: a server that takes"},
+		"bad env":                    {"name: x\nexecutable: x\nargs: [\"{mountpoint}\"]\nwhyNot: EIO\nenv: [\"NOVALUE\"]\n", `env[0]: "NOVALUE"`},
+		"duplicate setting":          {"name: x\nexecutable: x\nargs: [\"{mountpoint}\"]\nwhyNot: EIO\nsettings: [{name: a}, {name: a}]\n", `settings[1].name: "a" twice`},
+		"fusermountArgs alone":       {"name: x\nexecutable: x\nargs: [\"{mountpoint}\"]\nwhyNot: EIO\nfusermountArgs: [\"-o\", \"auto_unmount\"]\n", "fusermountArgs: given for a server that does not ask"},
+		"fusermountArgs placeholder": {"name: x\nexecutable: x\nargs: [\"{mountpoint}\"]\nwhyNot: EIO\nfusermount: true\nfusermountArgs: [\"{mountpoint}\"]\n", "fusermountArgs[0]"},
+		"required with default":      {"name: x\nexecutable: x\nargs: [\"{mountpoint}\"]\nwhyNot: EIO\nsettings: [{name: a, required: true, default: b}]\n", "one or the other"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			file := writeSpec(t, "myfs.yaml", tc.body)

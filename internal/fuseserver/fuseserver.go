@@ -77,6 +77,10 @@ type Server interface {
 	// FDArgs are the arguments that serve the connection passed as descriptor FD, already mounted by someone
 	// else; an error when the server cannot (a libfuse2 server would mount a new filesystem on /dev/fd/3).
 	FDArgs() ([]string, error)
+	// FusermountArgs are the arguments that make the server ask fusermount for a connection to serve on dir, a
+	// directory nothing is mounted on: run with a Handoff's environment, it gets descriptor FD, already mounted
+	// by someone else, from the stand-in (fusermount.go); an error when its spec says it never asks.
+	FusermountArgs(dir string) ([]string, error)
 	// Env is added to the process's environment.
 	Env() []string
 }
@@ -95,6 +99,14 @@ type Kind struct {
 
 // ServesFD reports whether the spec says the server serves a connection someone else mounted (/dev/fd/N).
 func (k Kind) ServesFD() bool { return k.def.ServesFD }
+
+// Fusermount reports whether the spec says the server asks fusermount for its connection when it may not
+// mount, so that it can serve one someone else mounted through the stand-in (FusermountArgs).
+func (k Kind) Fusermount() bool { return k.def.Fusermount }
+
+// GetsConnection reports whether the server can serve a connection someone else mounted: as /dev/fd/N, or
+// asking the stand-in fusermount for it. Only New knows whether a ServesFD binary is libfuse2.
+func (k Kind) GetsConnection() bool { return k.def.ServesFD || k.def.Fusermount }
 
 // UpgradeArg is the argument that tells the server's next build from the running one in the upgrade rows ("":
 // its spec gives none).
@@ -201,16 +213,24 @@ func (s *specServer) Env() []string { return s.kind.def.Env }
 
 // args renders the command line for mountpoint: the operator's extra arguments first, not last (every server
 // here takes its options before its operands; dummy-fuse's Go flags stop at the first operand), then the
-// direct-I/O ones, then the spec's.
-func (s *specServer) args(mountpoint string) []string {
+// direct-I/O ones, then those of how it gets its connection (pre), then the spec's.
+func (s *specServer) args(mountpoint string, pre ...string) []string {
 	args := slices.Clone(s.spec.Extra)
 	if s.spec.DirectIO {
 		args = append(args, s.kind.def.DirectIOArgs...)
 	}
+	args = append(args, pre...)
 	return append(args, expand(s.kind.def.Args, mountpoint, s.vals)...)
 }
 
 func (s *specServer) MountArgs(dir string) []string { return s.args(dir) }
+
+func (s *specServer) FusermountArgs(dir string) ([]string, error) {
+	if !s.kind.def.Fusermount {
+		return nil, errors.New("its spec does not say it asks fusermount for its connection (fusermount: true)")
+	}
+	return s.args(dir, s.kind.def.FusermountArgs...), nil
+}
 
 func (s *specServer) FDArgs() ([]string, error) {
 	switch {

@@ -39,6 +39,9 @@ type initMount struct {
 	Source      string `json:"source"` // host path (volume dir or kubelet's subPath bind)
 	Target      string `json:"target"` // path in the container
 	Propagation string `json:"propagation"`
+	// Over puts Source over a file the host's tree has at Target, as a container image's own file at that path
+	// would be: no tmpfs is put over Target's top directory (the container sees the host's tree there).
+	Over bool `json:"over,omitempty"`
 }
 
 // MaybeInit runs the container init and exits when this process was started as one (by the local backend,
@@ -80,6 +83,9 @@ func containerInit(cfgJSON string) error {
 	}
 	roots := map[string]bool{}
 	for _, m := range cfg.Mounts {
+		if m.Over {
+			continue
+		}
 		top := "/" + strings.SplitN(strings.TrimPrefix(filepath.Clean(m.Target), "/"), "/", 2)[0]
 		if top == "/" {
 			return fmt.Errorf("mount target %q: cannot mount over /", m.Target)

@@ -165,6 +165,7 @@ func (k *keeperPart) startInstance(pluginPath, fusePath string) (*keeperInstance
 			return nil, err
 		}
 		args, mounts = append(args, relayArgs...), append(mounts, relayMount)
+		mounts = append(mounts, hideFusermount(pluginPath)...)
 	}
 	logPath := filepath.Join(b.dir, "containers", fmt.Sprintf("keeper-%d.log", n))
 	p, err := b.launch(initConfig{
@@ -400,4 +401,22 @@ func innermostPID(pid int) (int, bool) {
 		}
 	}
 	return 0, false
+}
+
+// hideFusermount puts the stand-in (csi-plugin) over the host's fusermount helpers in the keeper container, as
+// the chart's image has no real one: libfuse runs the helper at the path it was built with before it searches
+// $PATH, where the keeper puts the stand-in for a real server that asks fusermount for its connection
+// (fuseserver.Handoff). Elsewhere the host's setuid helper would mount a filesystem of its own.
+func hideFusermount(pluginPath string) []initMount {
+	var out []initMount
+	seen := map[string]bool{}
+	for _, p := range []string{"/bin/fusermount", "/bin/fusermount3", "/usr/bin/fusermount", "/usr/bin/fusermount3"} {
+		real, err := filepath.EvalSymlinks(p)
+		if err != nil || seen[real] {
+			continue
+		}
+		seen[real] = true
+		out = append(out, initMount{Source: pluginPath, Target: real, Propagation: "rprivate", Over: true})
+	}
+	return out
 }

@@ -467,6 +467,51 @@ func TestServerFromASpecFile(t *testing.T) {
 	}
 }
 
+// TestServerThatAsksFusermount: a libfuse2 server (Debian's s3fs, docs/servers/s3fs.yaml) cannot take a passed
+// /dev/fd/N, yet runs unprivileged in the keeper behind the relay-keeper placement: it asks fusermount for the
+// backend connection the plugin mounted, which the keeper's stand-in hands it (the host's setuid helper is hidden
+// in the keeper container, as the chart's image has none). Its crash costs the workload no read.
+func TestServerThatAsksFusermount(t *testing.T) {
+	testenv.RealServer(t, "s3fs") // found in $PATH by the backend, as by dfc-scenario
+	rclone := testenv.FindRealServer("rclone")
+	if rclone == "" {
+		testenv.SkipOrFail(t, "needs rclone for its fake S3 (rclone serve s3): make servers WITH_RCLONE=1")
+	}
+	dir := publicTempDir(t)
+	log, err := os.Create(filepath.Join(dir, "rclone-serve-s3.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer log.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	// The keeper runs s3fs as its own user, which must own the credentials file.
+	fake, err := backing.StartFakeS3(ctx, rclone, dir, keeperUser, log)
+	if err != nil {
+		t.Fatalf("%v (its log: %s)", err, log.Name())
+	}
+	defer fake.Stop()
+	spec, err := filepath.Abs(filepath.Join("..", "..", "docs", "servers", "s3fs.yaml")) // as dfc-scenario passes it
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc, err := catalog.Lookup("relay-keeper-server-crash")
+	if err == nil {
+		sc, err = sc.ForServer(spec)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, runDir := newBackend(t, Options{ServerOpts: map[string]string{"url": fake.URL, "passwd-file": fake.Passwd}})
+	if o := run(t, context.Background(), b, sc, runDir); !o.Passed() {
+		t.Errorf("relay-keeper-server-crash with s3fs failed (see the log above); report in %s", runDir)
+	}
+	keeper, err := os.ReadFile(filepath.Join(runDir, "keeper.log"))
+	if err != nil || !strings.Contains(string(keeper), "auto_unmount") || !strings.Contains(string(keeper), "fusermount/mnt") {
+		t.Errorf("the keeper did not run s3fs asking fusermount on the stand-in's mountpoint (%v); keeper.log in %s", err, runDir)
+	}
+}
+
 // TestUnservedVolumeDoesNotHangTheRun: a sidecar that fails before it takes the connection (it cannot read the
 // server's spec, which only root may) leaves the volume mounted and never initialised, held by the plugin, where
 // every stat waits in D state: kubelet's start of the pod's containers and the host probe's alike. The run must still end, within its bounds: setup fails naming the

@@ -57,6 +57,9 @@ type Topology struct {
 	// descriptor), which a server's spec must allow (servesFD). False where a server that cannot mounts its
 	// directory itself (child, relay).
 	ServerGetsFD bool
+	// Fusermount: a server that cannot serve a passed descriptor may still get the connection by asking
+	// fusermount for it, which the placement answers (the keeper's stand-in; a server's spec says fusermount).
+	Fusermount bool
 	// Nodes are its components, in the order a backend sets them up (the pod last).
 	Nodes []Node
 }
@@ -89,7 +92,7 @@ var (
 			{RelayServerGone, InPlugin, killStart}, {RelayProcess, InPlugin, killStart}, pod}}
 	// RelayKeeper: the relay and the real server run in the keeper; the plugin mounts each backend, hands the
 	// keeper its descriptors and keeps a copy of the staging connection.
-	RelayKeeper = &Topology{Mode: contract.ModeRelayKeeper, HeldBy: []Component{RelayProcess, KeeperContainer, PluginContainer}, ServerGetsFD: true,
+	RelayKeeper = &Topology{Mode: contract.ModeRelayKeeper, HeldBy: []Component{RelayProcess, KeeperContainer, PluginContainer}, ServerGetsFD: true, Fusermount: true,
 		Nodes: []Node{plugin, {KeeperContainer, InKeeper, killStartUpg},
 			{RelayServer, InKeeper, killStartUpg}, {RelayServerGone, InKeeper, killStart},
 			{RelayProcess, InKeeper, killStart}, pod}}

@@ -1,6 +1,6 @@
 // Package backing makes what the real FUSE servers read: the one-file tree every server serves
-// (fuseserver.ServedFile holding fuseserver.Content), as a squashfs image for squashfuse and as a bucket of a
-// fake GCS server for gcsfuse. The local scenario backend and the tests use it; the kube backend bakes the same
+// (fuseserver.ServedFile holding fuseserver.Content), as a squashfs image for squashfuse, as a bucket of a
+// fake GCS server for gcsfuse and as one of a fake S3 (rclone serve s3) for s3fs. The local scenario backend and the tests use it; the kube backend bakes the same
 // into its image.
 package backing
 
@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -195,4 +196,75 @@ func Prepare(ctx context.Context, name string, env Env) (*Backing, error) {
 		return &Backing{}, nil
 	}
 	return p(ctx, env)
+}
+
+// FakeS3 is a running fake S3 (rclone's `serve s3` over a directory) whose bucket S3Bucket holds the served
+// tree, and the credentials file s3fs reads for it (docs/servers/s3fs.yaml).
+type FakeS3 struct {
+	// URL is the endpoint to give s3fs (its url setting); Passwd is its passwd-file setting.
+	URL, Passwd string
+	cmd         *exec.Cmd
+	done        chan struct{}
+}
+
+// S3Bucket is the bucket of a FakeS3 (the s3fs spec's default), and s3Key its access key and secret.
+const (
+	S3Bucket = "dfc"
+	s3Key    = "dfcaccesskey:dfcsecretkey"
+)
+
+// StartFakeS3 starts the rclone executable bin serving dir/s3 on 127.0.0.1 (a free port), logging to log, writes
+// the credentials file dir/s3.passwd owned by uid (s3fs refuses one that others may read, and must read it as
+// the user it runs as), and waits (bounded by ctx) until the fake answers.
+func StartFakeS3(ctx context.Context, bin, dir string, uid int, log *os.File) (*FakeS3, error) {
+	root := filepath.Join(dir, "s3")
+	if err := WriteTree(filepath.Join(root, S3Bucket)); err != nil {
+		return nil, err
+	}
+	passwd := filepath.Join(dir, "s3.passwd")
+	if err := os.WriteFile(passwd, []byte(s3Key+"\n"), 0o600); err != nil {
+		return nil, err
+	}
+	if err := os.Chown(passwd, uid, uid); err != nil {
+		return nil, err
+	}
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	key, secret, _ := strings.Cut(s3Key, ":")
+	cmd := exec.Command(bin, "serve", "s3", root, "--addr="+addr, "--auth-key="+key+","+secret)
+	cmd.Env = append(os.Environ(), "RCLONE_CONFIG=/dev/null") // a local directory needs no config file
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("starting %s serve s3: %w", bin, err)
+	}
+	f := &FakeS3{URL: "http://" + addr, Passwd: passwd, cmd: cmd, done: make(chan struct{})}
+	go func() { _ = cmd.Wait(); close(f.done) }()
+	client := &http.Client{Timeout: time.Second}
+	for {
+		resp, err := client.Get(f.URL + "/")
+		if err == nil {
+			resp.Body.Close()
+			return f, nil
+		}
+		select {
+		case <-f.done:
+			return nil, fmt.Errorf("rclone serve s3 (pid %d) exited before it answered %s", cmd.Process.Pid, f.URL)
+		case <-ctx.Done():
+			f.Stop()
+			return nil, fmt.Errorf("rclone serve s3 (pid %d) did not answer %s: %w (last: %v)", cmd.Process.Pid, f.URL, ctx.Err(), err)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// Stop kills the fake by its PID and waits for it (bounded: it serves no FUSE mount).
+func (f *FakeS3) Stop() {
+	_ = f.cmd.Process.Kill()
+	select {
+	case <-f.done:
+	case <-time.After(10 * time.Second):
+	}
 }
