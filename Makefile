@@ -62,7 +62,7 @@ clean: ## remove build output
 image: ## build image tarballs dummy-fuse-csi:<version> + pause into _output/images (no container engine)
 	hack/mkimage/image.sh
 
-server-image: ## SERVER's image as an operator has one (make servers first; e.g. SERVER=rclone), for the chart's fuseServer.image
+server-image: ## SERVER's image as an operator has one (a static one of make servers, e.g. SERVER=rclone, or a dynamic one on the PATH with its libraries, e.g. SERVER=s3fs), for the chart's fuseServer.image
 	hack/mkimage/server-image.sh $(SERVER)
 
 cluster-build: ## compile Kubernetes K8S_VERSION, etcd, helm from module source into its cache (once per version)

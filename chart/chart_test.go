@@ -1461,6 +1461,44 @@ func TestUserServer(t *testing.T) {
 		t.Error("relay-keeper mode, a server that asks fusermount: no keeper DaemonSet")
 	} else {
 		wantArg(t, container(t, o.keeperDS, "keeper"), "--relay-server-path", "--relay-server-path=/usr/local/share/dummy-fuse-csi/server/s3fs")
+		// The keeper's root filesystem is read-only: the server gets a writable /tmp of the pod's own.
+		tmp := false
+		for _, m := range container(t, o.keeperDS, "keeper").VolumeMounts {
+			tmp = tmp || (m.MountPath == "/tmp" && !m.ReadOnly)
+		}
+		if !tmp {
+			t.Error("relay-keeper mode with the operator's server: the keeper has no writable /tmp")
+		}
+	}
+	// A dynamic executable's loader is copied too and mounted where its ELF header names it, in every pod that
+	// runs or checks the server; a loader path that is not one is refused.
+	const loader = "/lib64/ld-linux-x86-64.so.2"
+	vals["fuseServer"].(map[string]any)["interpreter"] = loader
+	out, err := renderChart(loadChart(t), vals)
+	if err != nil {
+		t.Fatalf("fuseServer.interpreter: %v", err)
+	}
+	o := decode(t, out)
+	for _, ds := range []*appsv1.DaemonSet{o.ds, o.keeperDS} {
+		spec := ds.Spec.Template.Spec
+		if cmd := spec.InitContainers[0].Command; len(cmd) < 2 || cmd[len(cmd)-2] != loader {
+			t.Errorf("%s: copy %q, want the loader copied with the files", ds.Name, cmd)
+		}
+		found := false
+		for _, m := range spec.Containers[0].VolumeMounts {
+			if m.MountPath == loader {
+				found = m.Name == "server-files" && m.SubPath == "ld-linux-x86-64.so.2" && m.ReadOnly
+			}
+		}
+		if !found {
+			t.Errorf("%s: no read-only mount of the copied loader at %s", ds.Name, loader)
+		}
+	}
+	for _, bad := range []string{"lib64/ld.so", "/usr/local/share/dummy-fuse-csi/server/ld.so"} {
+		vals["fuseServer"].(map[string]any)["interpreter"] = bad
+		if _, err := renderChart(loadChart(t), vals); err == nil || !strings.Contains(err.Error(), "interpreter") {
+			t.Errorf("fuseServer.interpreter %q: %v, want a refusal", bad, err)
+		}
 	}
 }
 

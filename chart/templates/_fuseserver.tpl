@@ -32,6 +32,11 @@ server that asks fusermount for it (its spec's fusermount), the sidecar only as 
 {{- if not .Values.fuseServer.image }}
 {{- fail "fuseServer.spec needs fuseServer.image: the image that holds its executable" }}
 {{- end }}
+{{- with .Values.fuseServer.interpreter }}
+{{- if or (not (isAbs .)) (hasPrefix (printf "%s/" (include "dummy-fuse-csi.userServerDir" $)) .) (has (base .) (list "/" "." "..")) }}
+{{- fail (printf "fuseServer.interpreter %q: want the absolute path of the loader in your image (e.g. /lib64/ld-linux-x86-64.so.2), outside %s" . (include "dummy-fuse-csi.userServerDir" $)) }}
+{{- end }}
+{{- end }}
 {{- if not .Values.fuseServer.files }}
 {{- fail "fuseServer.spec needs fuseServer.files: the paths in fuseServer.image to copy, the executable among them" }}
 {{- end }}
@@ -60,7 +65,7 @@ the pod's container that runs the server, so that it owns them). */}}
 - name: server-files
   image: {{ $.Values.fuseServer.image | quote }}
   imagePullPolicy: {{ $.Values.fuseServer.pullPolicy }}
-  command: {{ concat $.Values.fuseServer.copyCommand $.Values.fuseServer.files (list (printf "%s/" (include "dummy-fuse-csi.userServerDir" $))) | toJson }}
+  command: {{ concat $.Values.fuseServer.copyCommand $.Values.fuseServer.files (compact (list $.Values.fuseServer.interpreter)) (list (printf "%s/" (include "dummy-fuse-csi.userServerDir" $))) | toJson }}
   securityContext:
     {{- with index . 1 }}
     runAsUser: {{ . }}
@@ -78,6 +83,13 @@ the pod's container that runs the server, so that it owns them). */}}
 - name: server-files
   mountPath: {{ include "dummy-fuse-csi.userServerDir" . }}
   readOnly: true
+{{- /* A dynamic executable's loader where its ELF header says it is: this project's images have none. */}}
+{{- with .Values.fuseServer.interpreter }}
+- name: server-files
+  mountPath: {{ . }}
+  subPath: {{ base . }}
+  readOnly: true
+{{- end }}
 - name: server-spec
   mountPath: {{ include "dummy-fuse-csi.userServerSpecDir" . }}
   readOnly: true

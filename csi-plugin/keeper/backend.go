@@ -34,7 +34,14 @@ func (k *Keeper) serveBackend(volume string, f *os.File) {
 	}
 	k.stopBackend(volume)
 	cmd := fuseserver.Command(k.realServer, k.realArgs)
-	cmd.Env = append(cmd.Env, k.realEnv...)
+	if h := k.handoff; h != nil {
+		if err := h.Make(); err != nil {
+			k.logf("volume %s: cannot start the real server: %v", volume, err)
+			k.tellPlugin(handover.Msg{Kind: handover.BackendEnded, Volume: volume, Reason: fmt.Sprintf("starting it: %v", err)})
+			return
+		}
+		cmd.Env = append(cmd.Env, h.Env()...)
+	}
 	cmd.ExtraFiles = []*os.File{f}
 	cmd.Stdout, cmd.Stderr = k.log, k.log
 	if err := k.spawn.Start(context.Background(), cmd); err != nil {

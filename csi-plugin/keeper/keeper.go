@@ -89,12 +89,12 @@ type Keeper struct {
 	// roots are the newest backend roots the plugin handed over (relay-keeper mode), by volume: every server
 	// that gets the volume gets its root first.
 	roots map[string]*os.File
-	// backends are the real servers of the relay-keeper mode, by volume; realServer, realArgs and realEnv
-	// (what a server that asks fusermount needs) run them.
+	// backends are the real servers of the relay-keeper mode, by volume; realServer and realArgs run them, with
+	// handoff's stand-in when the server asks fusermount for its connection (nil: it serves /dev/fd/N).
 	backends   map[string]*backendServer
 	realServer fuseserver.Server
 	realArgs   []string
-	realEnv    []string
+	handoff    *fuseserver.Handoff
 	servers    []*server
 	nextID     int
 	plugin     *handover.Conn // the session with the plugin, nil while there is none
@@ -157,13 +157,14 @@ func New(cfg Config, log io.Writer) (*Keeper, error) {
 		cfg.Role = "keeper"
 	}
 	var real fuseserver.Server
-	var realArgs, realEnv []string
+	var realArgs []string
+	var handoff *fuseserver.Handoff
 	if cfg.RealServer != nil {
 		var err error
 		if real, err = fuseserver.New(*cfg.RealServer); err != nil {
 			return nil, fmt.Errorf("real server: %w", err)
 		}
-		if realArgs, realEnv, err = passedConnection(real, cfg.HandoffDir); err != nil {
+		if realArgs, handoff, err = passedConnection(real, cfg.HandoffDir); err != nil {
 			return nil, fmt.Errorf("real server: %w", err)
 		}
 	}
@@ -172,7 +173,7 @@ func New(cfg Config, log io.Writer) (*Keeper, error) {
 			return nil, fmt.Errorf("status file: %w", err)
 		}
 	}
-	return &Keeper{cfg: cfg, log: log, closer: fdpass.NewCloser(2, 16), realServer: real, realArgs: realArgs, realEnv: realEnv, events: make(chan event, 64), conns: map[string]*conn{}, roots: map[string]*os.File{}, backends: map[string]*backendServer{}, quit: make(chan struct{})}, nil
+	return &Keeper{cfg: cfg, log: log, closer: fdpass.NewCloser(2, 16), realServer: real, realArgs: realArgs, handoff: handoff, events: make(chan event, 64), conns: map[string]*conn{}, roots: map[string]*os.File{}, backends: map[string]*backendServer{}, quit: make(chan struct{})}, nil
 }
 
 // Run keeps connections until ctx ends; then it stops its servers (SIGTERM: they exit without unmounting
@@ -638,7 +639,7 @@ func (k *Keeper) serverCmd(child *os.File) *exec.Cmd {
 
 // passedConnection returns how the real server serves a backend connection passed as descriptor
 // fuseserver.FD: as /dev/fd/N, or, when it cannot, asking the fusermount stand-in made in handoffDir.
-func passedConnection(real fuseserver.Server, handoffDir string) (args, env []string, err error) {
+func passedConnection(real fuseserver.Server, handoffDir string) ([]string, *fuseserver.Handoff, error) {
 	args, fdErr := real.FDArgs()
 	switch {
 	case fdErr == nil:
@@ -651,14 +652,12 @@ func passedConnection(real fuseserver.Server, handoffDir string) (args, env []st
 	if err := fuseserver.NoRealFusermount(); err != nil {
 		return nil, nil, err
 	}
-	h, err := fuseserver.NewHandoff(handoffDir)
+	h := fuseserver.NewHandoff(handoffDir)
+	args, err := real.FusermountArgs(h.Mountpoint())
 	if err != nil {
 		return nil, nil, err
 	}
-	if args, err = real.FusermountArgs(h.Mountpoint()); err != nil {
-		return nil, nil, err
-	}
-	return args, h.Env(), nil
+	return args, h, nil
 }
 
 // readSecret reads the plugin's per-node secret.

@@ -94,34 +94,40 @@ func envFD(name string) (int, error) {
 // root of what it serves that directory's owner and mode).
 type Handoff struct{ dir string }
 
-// NewHandoff makes (or makes again) the stand-in's directory at dir, owned by the caller, who runs the servers.
-func NewHandoff(dir string) (*Handoff, error) {
+// NewHandoff returns the stand-in's directory at dir; Make creates it.
+func NewHandoff(dir string) *Handoff { return &Handoff{dir: dir} }
+
+// Make makes (or makes again) the directory, owned by the caller, who runs the servers: before each server
+// starts, since its parent may appear only later (the relay-keeper's node directory, which the plugin makes).
+func (h *Handoff) Make() error {
 	exe, err := os.Executable()
 	if err != nil {
-		return nil, fmt.Errorf("fusermount stand-in: %w", err)
+		return fmt.Errorf("fusermount stand-in: %w", err)
 	}
-	h := &Handoff{dir: dir}
 	for _, d := range []string{h.bin(), h.Mountpoint()} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
-			return nil, fmt.Errorf("fusermount stand-in: %w", err)
+			return fmt.Errorf("fusermount stand-in: %w", err)
 		}
 	}
 	for _, n := range fusermountNames {
 		// A new link replaces the old by rename: an executable of another version may have made it.
 		link := filepath.Join(h.bin(), n)
+		if cur, err := os.Readlink(link); err == nil && cur == exe {
+			continue
+		}
 		tmp := link + ".new"
 		_ = os.Remove(tmp)
 		if err := os.Symlink(exe, tmp); err != nil {
-			return nil, fmt.Errorf("fusermount stand-in: %w", err)
+			return fmt.Errorf("fusermount stand-in: %w", err)
 		}
 		if err := os.Rename(tmp, link); err != nil {
-			return nil, fmt.Errorf("fusermount stand-in: %w", err)
+			return fmt.Errorf("fusermount stand-in: %w", err)
 		}
 	}
 	if ents, err := os.ReadDir(h.Mountpoint()); err != nil || len(ents) > 0 {
-		return nil, errors.Join(fmt.Errorf("fusermount stand-in: %s must be an empty directory (servers refuse a non-empty mountpoint)", h.Mountpoint()), err)
+		return errors.Join(fmt.Errorf("fusermount stand-in: %s must be an empty directory (servers refuse a non-empty mountpoint)", h.Mountpoint()), err)
 	}
-	return h, nil
+	return nil
 }
 
 // builtHelpers are the paths libfuse is built to run its helper at (FUSERMOUNT_DIR: /bin on Debian, /usr/bin

@@ -99,9 +99,12 @@ func TestFusermountStandInHandsThePassedConnection(t *testing.T) {
 // fusermount's names and gives servers an empty mountpoint; making it again (a keeper's successor) works.
 func TestHandoffDirectory(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "fusermount")
+	h := fuseserver.NewHandoff(dir)
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Fatalf("NewHandoff made %s already (%v): its parent may not exist yet", dir, err)
+	}
 	for range 2 {
-		h, err := fuseserver.NewHandoff(dir)
-		if err != nil {
+		if err := h.Make(); err != nil {
 			t.Fatal(err)
 		}
 		exe, _ := os.Executable()
@@ -124,7 +127,7 @@ func TestHandoffDirectory(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "mnt", "x"), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := fuseserver.NewHandoff(dir); err == nil || !strings.Contains(err.Error(), "must be an empty directory") {
+	if err := h.Make(); err == nil || !strings.Contains(err.Error(), "must be an empty directory") {
 		t.Errorf("a mountpoint with a file in it: %v", err)
 	}
 }
