@@ -466,7 +466,11 @@ func (s Scenario) ForServer(server string) (Scenario, error) {
 		return s, fmt.Errorf("scenario %s runs with dummy-fuse only, not %s: its outcome depends on the server (runs with: %s)", s.Name, server, strings.Join(append([]string{fuseserver.DummyFuse}, s.Servers...), ", "))
 	}
 	if t := s.Plugin.Topology(); t.ServerGetsFD && !k.ServesFD() && !(t.Fusermount && k.Fusermount()) {
-		return s, fmt.Errorf("scenario %s has the server serve a connection the plugin mounted (%s mode), and the spec of %s says it cannot (servesFD: false, fusermount: false): it runs where the server mounts its directory itself", s.Name, t, server)
+		cannot := "servesFD: false"
+		if t.Fusermount {
+			cannot += ", fusermount: false"
+		}
+		return s, fmt.Errorf("scenario %s has the server serve a connection the plugin mounted (%s mode), and the spec of %s says it cannot (%s): it runs where the server mounts its directory itself", s.Name, t, server, cannot)
 	}
 	if s.upgradesServer() && k.UpgradeArg() == "" {
 		return s, fmt.Errorf("scenario %s gives the server a next build, which needs the upgradeArg of its spec, and %s has none", s.Name, server)

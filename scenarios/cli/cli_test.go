@@ -230,6 +230,14 @@ func TestServerSpecFlags(t *testing.T) {
 	if err := os.WriteFile(childOnly, []byte("name: c\nexecutable: /bin/true\nargs: [\"{mountpoint}\"]\nwhyNot: EIO\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// One that asks fusermount for its connection runs where the keeper's stand-in answers (relay-keeper) only.
+	asksFusermount := filepath.Join(t.TempDir(), "asks.yaml")
+	if err := os.WriteFile(asksFusermount, []byte("name: a\nexecutable: /bin/true\nargs: [\"{mountpoint}\"]\nwhyNot: EIO\nfusermount: true\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if cfg, err := parse([]string{"--fuse-server=" + asksFusermount, "relay-keeper-server-crash"}, io.Discard); err != nil || len(cfg.scenarios) != 1 {
+		t.Errorf("relay-keeper-server-crash with a server that asks fusermount: %v", err)
+	}
 	cfg, err := parse([]string{file, opt, "all"}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
@@ -265,8 +273,9 @@ func TestServerSpecFlags(t *testing.T) {
 	}{
 		{[]string{file, opt, "keeper-restart"}, "runs with dummy-fuse only"},
 		{[]string{file, opt, "relay-server-upgrade"}, "needs the upgradeArg of its spec"},
-		{[]string{"--fuse-server=" + childOnly, "relay-keeper-server-crash"}, "says it cannot (servesFD: false)"},
+		{[]string{"--fuse-server=" + childOnly, "relay-keeper-server-crash"}, "says it cannot (servesFD: false, fusermount: false)"},
 		{[]string{"--fuse-server=" + childOnly, "sidecar-killed"}, "says it cannot (servesFD: false)"},
+		{[]string{"--fuse-server=" + asksFusermount, "sidecar-killed"}, "says it cannot (servesFD: false)"},
 		{[]string{file, "restart"}, "needs its setting remote (--fuse-server-opt=remote=<value>)"},
 		{[]string{file, opt, "--backend=kube", "restart"}, "--kube-set fuseServer.image=IMAGE"},
 		{[]string{opt, "restart"}, "goes with a server spec file"},
