@@ -138,7 +138,7 @@ settings:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !s.Kind().Fusermount() || !s.Kind().GetsConnection() || s.Kind().ServesFD() {
+	if !s.Kind().Fusermount() || s.Kind().ServesFD() {
 		t.Errorf("kind of a server that asks fusermount: %+v", s.Kind())
 	}
 	if got, err := s.FusermountArgs("/m"); err != nil || !slices.Equal(got, []string{"-d", "-o", "auto_unmount", "-f", "/m"}) {

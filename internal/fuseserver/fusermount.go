@@ -130,9 +130,17 @@ func (h *Handoff) Make() error {
 	return nil
 }
 
-// builtHelpers are the paths libfuse is built to run its helper at (FUSERMOUNT_DIR: /bin on Debian, /usr/bin
-// or /usr/local/bin elsewhere), before it searches $PATH.
-var builtHelpers = []string{"/bin", "/usr/bin", "/usr/local/bin"}
+// HelperPaths are the paths libfuse is built to run its helper at (FUSERMOUNT_DIR: /bin on Debian, /usr/bin or
+// /usr/local/bin elsewhere) before it searches $PATH, under each of the helper's names.
+func HelperPaths() []string {
+	var paths []string
+	for _, d := range []string{"/bin", "/usr/bin", "/usr/local/bin"} {
+		for _, n := range fusermountNames {
+			paths = append(paths, filepath.Join(d, n))
+		}
+	}
+	return paths
+}
 
 // NoRealFusermount refuses a filesystem where a helper other than the stand-in (the running executable) is at a
 // path libfuse runs before $PATH: the server would get a mount of that helper's making, or fail, instead of the
@@ -146,12 +154,9 @@ func NoRealFusermount() error {
 	if err != nil {
 		return fmt.Errorf("fusermount stand-in: %w", err)
 	}
-	for _, d := range builtHelpers {
-		for _, n := range fusermountNames {
-			p := filepath.Join(d, n)
-			if st, err := os.Stat(p); err == nil && !os.SameFile(st, self) {
-				return fmt.Errorf("fusermount stand-in: a real helper is at %s, which libfuse runs before it searches $PATH: the server would not get the connection passed to it (run it where that path has no helper, as in this project's image)", p)
-			}
+	for _, p := range HelperPaths() {
+		if st, err := os.Stat(p); err == nil && !os.SameFile(st, self) {
+			return fmt.Errorf("fusermount stand-in: a real helper is at %s, which libfuse runs before it searches $PATH: the server would not get the connection passed to it (run it where that path has no helper, as in this project's image)", p)
 		}
 	}
 	return nil

@@ -136,7 +136,7 @@ func TestHandoffDirectory(t *testing.T) {
 // it has one), the stand-in cannot answer: that is an error naming the helper, not a server that fails later.
 func TestARealHelperIsRefused(t *testing.T) {
 	real := ""
-	for _, p := range []string{"/bin/fusermount", "/usr/bin/fusermount", "/bin/fusermount3", "/usr/bin/fusermount3"} {
+	for _, p := range fuseserver.HelperPaths() {
 		if _, err := os.Stat(p); err == nil {
 			real = p
 			break

@@ -104,10 +104,6 @@ func (k Kind) ServesFD() bool { return k.def.ServesFD }
 // mount, so that it can serve one someone else mounted through the stand-in (FusermountArgs).
 func (k Kind) Fusermount() bool { return k.def.Fusermount }
 
-// GetsConnection reports whether the server can serve a connection someone else mounted: as /dev/fd/N, or
-// asking the stand-in fusermount for it. Only New knows whether a ServesFD binary is libfuse2.
-func (k Kind) GetsConnection() bool { return k.def.ServesFD || k.def.Fusermount }
-
 // UpgradeArg is the argument that tells the server's next build from the running one in the upgrade rows ("":
 // its spec gives none).
 func (k Kind) UpgradeArg() string { return k.def.UpgradeArg }

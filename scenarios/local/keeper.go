@@ -16,6 +16,7 @@ import (
 
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/keeper"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/contract"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/fuseserver"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios/topology"
 )
@@ -410,7 +411,7 @@ func innermostPID(pid int) (int, bool) {
 func hideFusermount(pluginPath string) []initMount {
 	var out []initMount
 	seen := map[string]bool{}
-	for _, p := range []string{"/bin/fusermount", "/bin/fusermount3", "/usr/bin/fusermount", "/usr/bin/fusermount3"} {
+	for _, p := range fuseserver.HelperPaths() {
 		real, err := filepath.EvalSymlinks(p)
 		if err != nil || seen[real] {
 			continue
