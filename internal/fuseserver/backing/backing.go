@@ -52,8 +52,7 @@ func SquashfsImage(ctx context.Context, image string) error {
 type FakeGCS struct {
 	// Endpoint is the JSON API URL to give gcsfuse (its endpoint setting).
 	Endpoint string
-	cmd      *exec.Cmd
-	done     chan struct{}
+	*fake
 }
 
 // StartFakeGCS starts the fake-gcs-server executable bin on 127.0.0.1 (a free port), logging to log, and waits
@@ -77,41 +76,51 @@ func StartFakeGCS(ctx context.Context, bin string, log *os.File) (*FakeGCS, erro
 	cmd := exec.Command(bin, "-backend", "memory", "-scheme", "http", "-host", "127.0.0.1", "-port", strconv.Itoa(port),
 		"-public-host", host, "-data", data, "-log-level", "warn")
 	cmd.Stdout, cmd.Stderr = log, log
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("starting %s: %w", bin, err)
-	}
-	f := &FakeGCS{Endpoint: "http://" + host + "/storage/v1/", cmd: cmd, done: make(chan struct{})}
-	go func() { _ = cmd.Wait(); close(f.done) }()
-	if err := f.wait(ctx); err != nil {
-		f.Stop()
+	endpoint := "http://" + host + "/storage/v1/"
+	fk, err := startFake(ctx, "fake-gcs-server", cmd, endpoint+"b/"+fuseserver.DefaultBucket+"/o", true)
+	if err != nil {
 		return nil, err
 	}
-	return f, nil
+	return &FakeGCS{Endpoint: endpoint, fake: fk}, nil
 }
 
-func (f *FakeGCS) wait(ctx context.Context) error {
-	url := f.Endpoint + "b/" + fuseserver.DefaultBucket + "/o"
+// fake is a fake service's process: started, waited for until it answers, stopped by its PID.
+type fake struct {
+	name string
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+// startFake starts cmd and waits (bounded by ctx) until url answers (with 200 OK when ok200), or fails, killing
+// it, when it exits first or ctx ends.
+func startFake(ctx context.Context, name string, cmd *exec.Cmd, url string, ok200 bool) (*fake, error) {
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("starting %s (%s): %w", name, cmd.Path, err)
+	}
+	f := &fake{name: name, cmd: cmd, done: make(chan struct{})}
+	go func() { _ = cmd.Wait(); close(f.done) }()
 	client := &http.Client{Timeout: time.Second}
 	for {
 		resp, err := client.Get(url)
 		if err == nil {
 			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
+			if !ok200 || resp.StatusCode == http.StatusOK {
+				return f, nil
 			}
 		}
 		select {
 		case <-f.done:
-			return fmt.Errorf("fake-gcs-server (pid %d) exited before it served %s", f.PID(), url)
+			return nil, fmt.Errorf("%s (pid %d) exited before it served %s", name, f.PID(), url)
 		case <-ctx.Done():
-			return fmt.Errorf("fake-gcs-server (pid %d) did not serve %s: %w (last: %v)", f.PID(), url, ctx.Err(), err)
+			f.Stop()
+			return nil, fmt.Errorf("%s (pid %d) did not serve %s: %w (last: %v)", name, f.PID(), url, ctx.Err(), err)
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
 }
 
 // PID is the fake's process.
-func (f *FakeGCS) PID() int { return f.cmd.Process.Pid }
+func (f *fake) PID() int { return f.cmd.Process.Pid }
 
 // Pause stops the fake (SIGSTOP): a read that needs it is in flight inside gcsfuse until Resume.
 func (f *FakeGCS) Pause() error { return f.cmd.Process.Signal(syscall.SIGSTOP) }
@@ -120,7 +129,7 @@ func (f *FakeGCS) Pause() error { return f.cmd.Process.Signal(syscall.SIGSTOP) }
 func (f *FakeGCS) Resume() error { return f.cmd.Process.Signal(syscall.SIGCONT) }
 
 // Stop kills the fake by its PID and waits for it (bounded: it serves no FUSE mount, nothing can hold it).
-func (f *FakeGCS) Stop() {
+func (f *fake) Stop() {
 	_ = f.cmd.Process.Kill()
 	select {
 	case <-f.done:
@@ -203,8 +212,7 @@ func Prepare(ctx context.Context, name string, env Env) (*Backing, error) {
 type FakeS3 struct {
 	// URL is the endpoint to give s3fs (its url setting); Passwd is its passwd-file setting.
 	URL, Passwd string
-	cmd         *exec.Cmd
-	done        chan struct{}
+	*fake
 }
 
 // S3Bucket is the bucket of a FakeS3 (the s3fs spec's default), and s3Key its access key and secret.
@@ -237,34 +245,10 @@ func StartFakeS3(ctx context.Context, bin, dir string, uid int, log *os.File) (*
 	cmd := exec.Command(bin, "serve", "s3", root, "--addr="+addr, "--auth-key="+key+","+secret)
 	cmd.Env = append(os.Environ(), "RCLONE_CONFIG=/dev/null") // a local directory needs no config file
 	cmd.Stdout, cmd.Stderr = log, log
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("starting %s serve s3: %w", bin, err)
+	url := "http://" + addr
+	fk, err := startFake(ctx, "rclone serve s3", cmd, url+"/", false)
+	if err != nil {
+		return nil, err
 	}
-	f := &FakeS3{URL: "http://" + addr, Passwd: passwd, cmd: cmd, done: make(chan struct{})}
-	go func() { _ = cmd.Wait(); close(f.done) }()
-	client := &http.Client{Timeout: time.Second}
-	for {
-		resp, err := client.Get(f.URL + "/")
-		if err == nil {
-			resp.Body.Close()
-			return f, nil
-		}
-		select {
-		case <-f.done:
-			return nil, fmt.Errorf("rclone serve s3 (pid %d) exited before it answered %s", cmd.Process.Pid, f.URL)
-		case <-ctx.Done():
-			f.Stop()
-			return nil, fmt.Errorf("rclone serve s3 (pid %d) did not answer %s: %w (last: %v)", cmd.Process.Pid, f.URL, ctx.Err(), err)
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
-}
-
-// Stop kills the fake by its PID and waits for it (bounded: it serves no FUSE mount).
-func (f *FakeS3) Stop() {
-	_ = f.cmd.Process.Kill()
-	select {
-	case <-f.done:
-	case <-time.After(10 * time.Second):
-	}
+	return &FakeS3{URL: url, Passwd: passwd, fake: fk}, nil
 }
