@@ -44,9 +44,9 @@ func TestBuiltinCommandLines(t *testing.T) {
 		"dummy-fuse, direct I/O, extra": {spec: fuseserver.Spec{DirectIO: true, Extra: []string{"--x"}},
 			mount: []string{"--x", "--direct-io", "/mnt"}, fd: []string{"--x", "--direct-io", "/dev/fd/3"}, env: []string{"GOMAXPROCS=1"}},
 		"gcsfuse, defaults": {spec: fuseserver.Spec{Name: "gcsfuse", Opts: map[string]string{"endpoint": "http://e/"}},
-			mount: []string{"--foreground", "--anonymous-access", "--implicit-dirs", "--enable-hns=false", "-o", "allow_other", "--custom-endpoint", "http://e/", fuseserver.DefaultBucket, "/mnt"}},
+			mount: []string{"--foreground", "--anonymous-access", "--implicit-dirs", "--enable-hns=false", "--enable-atomic-rename-object=false", "-o", "allow_other", "--custom-endpoint", "http://e/", fuseserver.DefaultBucket, "/mnt"}},
 		"gcsfuse, every setting": {spec: fuseserver.Spec{Name: "gcsfuse", Opts: map[string]string{"endpoint": "http://e/", "bucket": "b", "metadata-cache-ttl-secs": "0"}},
-			mount: []string{"--foreground", "--anonymous-access", "--implicit-dirs", "--enable-hns=false", "-o", "allow_other", "--custom-endpoint", "http://e/", "--metadata-cache-ttl-secs=0", "b", "/mnt"}},
+			mount: []string{"--foreground", "--anonymous-access", "--implicit-dirs", "--enable-hns=false", "--enable-atomic-rename-object=false", "-o", "allow_other", "--custom-endpoint", "http://e/", "--metadata-cache-ttl-secs=0", "b", "/mnt"}},
 		"squashfuse": {spec: fuseserver.Spec{Name: "squashfuse", Opts: map[string]string{"image": image}},
 			mount: []string{"-f", "-o", "allow_other", image, "/mnt"}},
 	} {
