@@ -39,6 +39,12 @@ const (
 	EventReadError = contract.WorkloadReadError
 	EventClose     = contract.WorkloadClose
 	EventExit      = contract.WorkloadExit
+
+	EventWriteStart = contract.WorkloadWriteStart
+	EventWrite      = contract.WorkloadWrite
+	EventSync       = contract.WorkloadSync
+	EventCheckpoint = contract.WorkloadCheckpoint
+	EventWriteError = contract.WorkloadWriteError
 )
 
 // Record is one JSON log line.
@@ -84,8 +90,38 @@ func (l *logger) emit(rec Record, text string) {
 func ptr[T any](v T) *T { return &v }
 
 func (l *logger) start(c Config) {
+	if c.Write {
+		l.emit(Record{Event: EventStart, ExitOnError: ptr(c.ExitOnError), Interval: c.Interval.String(), Bytes: ptr(c.WriteSize)},
+			fmt.Sprintf("starting to write: file %s, pieces of %d bytes every %s, fsync every %d, checkpoint every %d, exit-on-error %t",
+				l.file, c.WriteSize, c.Interval, c.SyncEvery, c.CheckpointEvery, c.ExitOnError))
+		return
+	}
 	l.emit(Record{Event: EventStart, KeepOpen: ptr(c.KeepOpen), ExitOnError: ptr(c.ExitOnError), DirectIO: ptr(c.DirectIO), Interval: c.Interval.String()},
 		fmt.Sprintf("starting: file %s, keep-open %t, exit-on-error %t, direct-io %t, read interval %s", l.file, c.KeepOpen, c.ExitOnError, c.DirectIO, c.Interval))
+}
+
+// writeStart marks a write that began: one without its end is in flight (or hung).
+func (l *logger) writeStart(seq int, off int64) {
+	l.emit(Record{Event: EventWriteStart, Seq: ptr(seq), Offset: ptr(off)}, "")
+}
+
+func (l *logger) wrote(seq int, off int64, p []byte) {
+	l.emit(Record{Event: EventWrite, Seq: ptr(seq), Offset: ptr(off), Bytes: ptr(len(p)), SHA256: sum(p)},
+		fmt.Sprintf("wrote piece %d: %d bytes at %d", seq, len(p), off))
+}
+
+func (l *logger) synced(seq int, end int64) {
+	l.emit(Record{Event: EventSync, Seq: ptr(seq), Offset: ptr(end)}, fmt.Sprintf("fsync after piece %d: durable up to %d", seq, end))
+}
+
+func (l *logger) checkpointed(seq int, data []byte) {
+	l.emit(Record{Event: EventCheckpoint, Seq: ptr(seq), Bytes: ptr(len(data)), SHA256: sum(data)},
+		fmt.Sprintf("checkpoint after piece %d: %d bytes renamed into place", seq, len(data)))
+}
+
+func (l *logger) writeError(op string, seq int, err error) {
+	l.emit(Record{Event: EventWriteError, Op: op, Seq: ptr(seq), Errno: ptr(contract.ErrnoName(err)), Error: err.Error()},
+		fmt.Sprintf("%s error at piece %d: %v", op, seq, err))
 }
 
 func (l *logger) opened(latency time.Duration) {

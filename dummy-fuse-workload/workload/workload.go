@@ -1,5 +1,6 @@
 // Package workload is an application that keeps reading a file, the way a pod reads from a FUSE volume, and
-// logs every open, read and error so that a mount loss can be seen and measured.
+// logs every open, read and error so that a mount loss can be seen and measured; or, with Config.Write, keeps
+// writing one (see writer).
 //
 // With KeepOpen it opens the file once and re-reads the same descriptor (pread at offset 0) forever, even
 // after an error: a descriptor opened before a FUSE server crash stays broken, and that is what it shows.
@@ -33,6 +34,11 @@ type Config struct {
 	// (fuse_direct_IO in fs/fuse/file.c), whether or not the server asked for direct I/O itself.
 	DirectIO bool
 	Format   Format
+	// Write makes it write instead (see writer): pieces of WriteSize bytes every Interval, an fsync every
+	// SyncEvery pieces and a checkpoint every CheckpointEvery (0: never).
+	Write                      bool
+	WriteSize                  int
+	SyncEvery, CheckpointEvery int
 }
 
 // File is an open file that reads with one pread(2) per call, so that every read is one FUSE READ request
@@ -71,7 +77,13 @@ func Run(ctx context.Context, cfg Config, env Env) int {
 	if env.Open == nil {
 		env.Open = func(path string) (File, error) { return openFile(path, cfg.DirectIO) }
 	}
-	r := &runner{cfg: cfg, env: env, log: newLogger(cfg.Format, env.Out, env.Clock, cfg.File), buf: make([]byte, readBufSize)}
+	log := newLogger(cfg.Format, env.Out, env.Clock, cfg.File)
+	if cfg.Write {
+		code, reason := (&writer{cfg: cfg, env: env, log: log, fd: -1}).loop(ctx)
+		log.exit(code, reason)
+		return code
+	}
+	r := &runner{cfg: cfg, env: env, log: log, buf: make([]byte, readBufSize)}
 	code, reason := r.loop(ctx)
 	if r.f != nil {
 		r.close()

@@ -347,6 +347,9 @@ func TestMainUsage(t *testing.T) {
 		{args: []string{"--file", "x", "--read-interval", "soon"}, code: ExitUsage, stderr: "invalid value"},
 		{args: []string{"--file", "x", "--log-format", "yaml"}, code: ExitUsage, stderr: `unknown log format "yaml"`},
 		{args: []string{"--no-such-flag"}, code: ExitUsage, stderr: "flag provided but not defined"},
+		{args: []string{"--file", "x", "--sync-every", "2"}, code: ExitUsage, stderr: "--sync-every is for --write"},
+		{args: []string{"--file", "x", "--write", "--write-size", "0"}, code: ExitUsage, stderr: "--write-size must be positive"},
+		{args: []string{"--file", "x", "--write", "--direct-io"}, code: ExitUsage, stderr: "--keep-open and --direct-io are for reading"},
 		{args: []string{"--help"}, code: ExitOK, stderr: "Usage: dummy-fuse-workload"},
 		{args: []string{"--version"}, code: ExitOK, stdoutN: true},
 	} {

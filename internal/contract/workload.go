@@ -19,6 +19,14 @@ const (
 	WorkloadReadError = "read_error"
 	WorkloadClose     = "close"
 	WorkloadExit      = "exit"
+
+	// The writer's (dummy-fuse-workload --write): each write of a piece starts and ends (or fails); a sync
+	// follows every few, a checkpoint (written beside the file, fsync'ed, renamed into place) every few more.
+	WorkloadWriteStart = "write_start"
+	WorkloadWrite      = "write"
+	WorkloadSync       = "sync"
+	WorkloadCheckpoint = "checkpoint"
+	WorkloadWriteError = "write_error"
 )
 
 // WorkloadRecord is one line of the workload's JSON log; the fields of other events are omitted.
@@ -39,6 +47,14 @@ type WorkloadRecord struct {
 	Error string  `json:"error,omitempty"`
 	// LatencyUS is how long the open or read took (a read or open that waited for a FUSE server shows here).
 	LatencyUS *int64 `json:"latency_us,omitempty"`
+
+	// The writer's: the piece's sequence number (or the checkpoint's), where it went in the file, and the
+	// SHA-256 of what was written (hex); Op names what failed in a write_error (create, write, fsync, close,
+	// rename). Bytes is how much was written.
+	Seq    *int   `json:"seq,omitempty"`
+	Offset *int64 `json:"offset,omitempty"`
+	SHA256 string `json:"sha256,omitempty"`
+	Op     string `json:"op,omitempty"`
 
 	Code   *int   `json:"code,omitempty"`
 	Reason string `json:"reason,omitempty"`

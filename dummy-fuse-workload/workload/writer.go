@@ -1,0 +1,287 @@
+package workload
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+
+	"golang.org/x/sys/unix"
+)
+
+// The writer (Config.Write) is what a training job does to a volume: it appends pieces to a log kept open
+// (fsync every Config.SyncEvery pieces) and, every Config.CheckpointEvery pieces, writes a checkpoint beside
+// it, fsyncs and closes it and renames it into place. Every piece and checkpoint is logged only once the
+// kernel acknowledged it, with where it went and its SHA-256, so that CheckWritten can tell, byte for byte,
+// whether what the volume's storage holds afterwards is everything the writer was told was written.
+//
+// Pieces and checkpoints are made from their sequence numbers (Piece, CheckpointData), so a checker needs
+// only the log.
+
+// Piece is the seq-th piece the writer appends: size bytes, distinct for every seq, ending in a newline.
+func Piece(seq, size int) []byte { return pattern(fmt.Sprintf("piece %08d ", seq), size) }
+
+// CheckpointData is the checkpoint the writer writes after piece seq.
+func CheckpointData(seq, size int) []byte { return pattern(fmt.Sprintf("checkpoint %08d ", seq), size) }
+
+func pattern(unit string, size int) []byte {
+	b := bytes.Repeat([]byte(unit), size/len(unit)+1)[:size]
+	if size > 0 {
+		b[size-1] = '\n'
+	}
+	return b
+}
+
+// CheckpointPath and its temporary name, beside the file.
+func CheckpointPath(file string) string { return file + ".ckpt" }
+func checkpointTemp(file string) string { return file + ".ckpt.tmp" }
+
+func sum(b []byte) string {
+	s := sha256.Sum256(b)
+	return hex.EncodeToString(s[:])
+}
+
+type writer struct {
+	cfg Config
+	env Env
+	log *logger
+	fd  int // the file, -1 while not open
+	off int64
+	seq int
+}
+
+func (w *writer) loop(ctx context.Context) (code int, reason string) {
+	w.log.start(w.cfg)
+	defer w.close()
+	for {
+		if err := w.step(ctx); err != nil {
+			if ctx.Err() != nil {
+				return ExitOK, stopReason(ctx)
+			}
+			if w.cfg.ExitOnError {
+				return ExitError, err.Error()
+			}
+		}
+		if ctx.Err() != nil {
+			return ExitOK, stopReason(ctx)
+		}
+		select {
+		case <-ctx.Done():
+			return ExitOK, stopReason(ctx)
+		case <-w.env.Clock.After(w.cfg.Interval):
+		}
+	}
+}
+
+// step appends the next piece, then syncs and checkpoints when it is their turn. It returns the error that
+// counts for ExitOnError, already logged.
+func (w *writer) step(ctx context.Context) error {
+	if w.fd < 0 {
+		if err := w.open(ctx); err != nil {
+			return err
+		}
+	}
+	p := Piece(w.seq, w.cfg.WriteSize)
+	w.log.writeStart(w.seq, w.off)
+	err, stuck := bounded(ctx, func() error { return writeAll(w.fd, p) })
+	if stuck {
+		w.fd = -1 // still in use by the stuck write: not closed under it
+		return ctx.Err()
+	}
+	if err != nil {
+		// The descriptor is kept: what happens to it is what the workload shows.
+		w.log.writeError("write", w.seq, err)
+		return fmt.Errorf("write error: %w", err)
+	}
+	w.log.wrote(w.seq, w.off, p)
+	w.off += int64(len(p))
+	w.seq++
+	if w.cfg.SyncEvery > 0 && w.seq%w.cfg.SyncEvery == 0 {
+		err, stuck := bounded(ctx, func() error { return unix.Fsync(w.fd) })
+		if stuck {
+			w.fd = -1
+			return ctx.Err()
+		}
+		if err != nil {
+			w.log.writeError("fsync", w.seq-1, err)
+			return fmt.Errorf("fsync error: %w", err)
+		}
+		w.log.synced(w.seq-1, w.off)
+	}
+	if w.cfg.CheckpointEvery > 0 && w.seq%w.cfg.CheckpointEvery == 0 {
+		return w.checkpoint(ctx, w.seq-1)
+	}
+	return nil
+}
+
+func (w *writer) open(ctx context.Context) error {
+	var fd int
+	var st unix.Stat_t
+	err, stuck := bounded(ctx, func() error {
+		var err error
+		if fd, err = unix.Open(w.cfg.File, unix.O_WRONLY|unix.O_CREAT|unix.O_APPEND|unix.O_CLOEXEC, 0o644); err != nil {
+			return err
+		}
+		if err := unix.Fstat(fd, &st); err != nil {
+			unix.Close(fd)
+			return err
+		}
+		return nil
+	})
+	if stuck {
+		return ctx.Err()
+	}
+	if err != nil {
+		w.log.openError(&os.PathError{Op: "open", Path: w.cfg.File, Err: err}, 0)
+		return fmt.Errorf("open error: %w", err)
+	}
+	w.fd, w.off = fd, st.Size
+	w.log.opened(0)
+	return nil
+}
+
+// checkpoint writes the checkpoint of piece seq beside the file, fsyncs and closes it, and renames it into
+// place, as a training job saves its state.
+func (w *writer) checkpoint(ctx context.Context, seq int) error {
+	data := CheckpointData(seq, w.cfg.WriteSize*w.cfg.CheckpointEvery)
+	tmp := checkpointTemp(w.cfg.File)
+	op := "create"
+	err, stuck := bounded(ctx, func() error {
+		fd, err := unix.Open(tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC|unix.O_CLOEXEC, 0o644)
+		if err != nil {
+			return err
+		}
+		op = "write"
+		if err := writeAll(fd, data); err != nil {
+			unix.Close(fd)
+			return err
+		}
+		op = "fsync"
+		if err := unix.Fsync(fd); err != nil {
+			unix.Close(fd)
+			return err
+		}
+		op = "close"
+		if err := unix.Close(fd); err != nil {
+			return err
+		}
+		op = "rename"
+		return unix.Rename(tmp, CheckpointPath(w.cfg.File))
+	})
+	if stuck {
+		return ctx.Err()
+	}
+	if err != nil {
+		w.log.writeError(op, seq, err)
+		return fmt.Errorf("checkpoint %s error: %w", op, err)
+	}
+	w.log.checkpointed(seq, data)
+	return nil
+}
+
+func (w *writer) close() {
+	if w.fd < 0 {
+		return
+	}
+	err := unix.Close(w.fd)
+	w.fd = -1
+	if err != nil {
+		w.log.closed(&os.PathError{Op: "close", Path: w.cfg.File, Err: err})
+		return
+	}
+	w.log.closed(nil)
+}
+
+// bounded runs op in a goroutine, so that an operation stuck in a FUSE server does not keep the workload
+// from stopping; stuck reports that ctx ended first.
+func bounded(ctx context.Context, op func() error) (err error, stuck bool) {
+	done := make(chan error, 1)
+	go func() { done <- op() }()
+	select {
+	case err := <-done:
+		return err, false
+	case <-ctx.Done():
+		return nil, true
+	}
+}
+
+// writeAll writes all of p to fd (a short write goes on where it stopped).
+func writeAll(fd int, p []byte) error {
+	for len(p) > 0 {
+		n, err := unix.Write(fd, p)
+		switch {
+		case err == unix.EINTR:
+			continue
+		case err != nil:
+			return err
+		case n == 0:
+			return unix.EIO
+		}
+		p = p[n:]
+	}
+	return nil
+}
+
+// CheckWritten checks what a writer's log says it was told against what the storage holds afterwards: file
+// (from the first piece's offset on) must be every acknowledged piece in order, with at most the piece that
+// was in flight when the log ends after them, and ckpt must be the last acknowledged checkpoint or the one
+// in flight after it. nil ckpt: the writer wrote no checkpoint.
+func CheckWritten(recs []Record, file, ckpt []byte) error {
+	var want bytes.Buffer
+	start, inFlight := int64(-1), -1
+	lastCkpt := Record{}
+	for _, r := range recs {
+		switch r.Event {
+		case EventWriteStart:
+			inFlight = *r.Seq
+		case EventWrite:
+			if start < 0 {
+				start = *r.Offset
+			}
+			if *r.Offset != start+int64(want.Len()) {
+				return fmt.Errorf("piece %d was written at %d, after %d bytes from %d: the log is not one writer's", *r.Seq, *r.Offset, want.Len(), start)
+			}
+			p := Piece(*r.Seq, *r.Bytes)
+			if sum(p) != r.SHA256 {
+				return fmt.Errorf("piece %d: the log's SHA-256 is not the piece's", *r.Seq)
+			}
+			want.Write(p)
+			inFlight = -1
+		case EventCheckpoint:
+			lastCkpt = r
+		}
+	}
+	if start < 0 {
+		return errors.New("the log has no acknowledged write")
+	}
+	if int64(len(file)) < start {
+		return fmt.Errorf("the file holds %d bytes, less than the %d before the first piece", len(file), start)
+	}
+	got := file[start:]
+	if !bytes.HasPrefix(got, want.Bytes()) {
+		i := 0
+		for i < len(got) && i < want.Len() && got[i] == want.Bytes()[i] {
+			i++
+		}
+		return fmt.Errorf("the file differs from the %d acknowledged bytes at byte %d (%d bytes there): an acknowledged write was lost or changed", want.Len(), start+int64(i), len(got))
+	}
+	if extra := got[want.Len():]; len(extra) > 0 && (inFlight < 0 || !bytes.Equal(extra, Piece(inFlight, len(extra)))) {
+		return fmt.Errorf("the file holds %d bytes after the acknowledged ones that are not the piece in flight", len(extra))
+	}
+	if lastCkpt.Event == "" {
+		return nil
+	}
+	if ckpt == nil {
+		return fmt.Errorf("checkpoint %d was acknowledged but there is none", *lastCkpt.Seq)
+	}
+	if sum(ckpt) != lastCkpt.SHA256 {
+		var seq int
+		if _, err := fmt.Sscanf(string(ckpt), "checkpoint %d ", &seq); err != nil || seq <= *lastCkpt.Seq || !bytes.Equal(ckpt, CheckpointData(seq, len(ckpt))) {
+			return fmt.Errorf("the checkpoint (%d bytes) is neither the acknowledged checkpoint %d nor a later one whole", len(ckpt), *lastCkpt.Seq)
+		}
+	}
+	return nil
+}

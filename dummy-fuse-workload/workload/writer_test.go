@@ -1,0 +1,83 @@
+package workload
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// writeRun runs the writer on a file of a temporary directory for rounds pieces and returns its JSON log,
+// the file and the checkpoint.
+func writeRun(t *testing.T, cfg Config, rounds int) (recs []Record, file, ckpt []byte) {
+	t.Helper()
+	cfg.File = filepath.Join(t.TempDir(), "train.log")
+	cfg.Write, cfg.Format, cfg.Interval = true, FormatJSON, time.Second
+	ctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	var out bytes.Buffer
+	if code := Run(ctx, cfg, Env{Out: &out, Clock: &fakeClock{now: t0, step: time.Millisecond, rounds: rounds, cancel: cancel}}); code != ExitOK {
+		t.Fatalf("exit code %d; log:\n%s", code, out.String())
+	}
+	file, err := os.ReadFile(cfg.File)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ckpt, err = os.ReadFile(CheckpointPath(cfg.File))
+	if err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	return records(t, out.String()), file, ckpt
+}
+
+// TestWriterLogsWhatItWrote: pieces, fsyncs and checkpoints in the order and number the flags say, and the
+// checker accepts what a local filesystem kept.
+func TestWriterLogsWhatItWrote(t *testing.T) {
+	recs, file, ckpt := writeRun(t, Config{WriteSize: 100, SyncEvery: 2, CheckpointEvery: 3}, 7)
+	want := "start open write_start write write_start write sync write_start write checkpoint write_start write sync " +
+		"write_start write write_start write sync checkpoint write_start write close exit"
+	if got := events(recs); got != want {
+		t.Errorf("events:\n%s\nwant\n%s", got, want)
+	}
+	if len(file) != 700 || !bytes.HasPrefix(file, []byte("piece 00000000 ")) {
+		t.Errorf("the file: %d bytes, starting %q", len(file), file[:min(len(file), 20)])
+	}
+	if !bytes.Equal(ckpt, CheckpointData(5, 300)) {
+		t.Errorf("the checkpoint: %q", ckpt[:min(len(ckpt), 20)])
+	}
+	if err := CheckWritten(recs, file, ckpt); err != nil {
+		t.Errorf("CheckWritten on what the writer wrote: %v", err)
+	}
+}
+
+// TestCheckWrittenFindsLosses: every way storage can differ from what the writer was told is an error that
+// says what.
+func TestCheckWrittenFindsLosses(t *testing.T) {
+	recs, file, ckpt := writeRun(t, Config{WriteSize: 100, SyncEvery: 2, CheckpointEvery: 3}, 7)
+	changed := bytes.Clone(file)
+	changed[250] ^= 1
+	older := CheckpointData(2, 300)
+	for name, tc := range map[string]struct {
+		file, ckpt []byte
+		want       string
+	}{
+		"a lost piece":            {file[:600], ckpt, "differs from the 700 acknowledged bytes at byte 600"},
+		"a changed byte":          {changed, ckpt, "at byte 250"},
+		"bytes after":             {append(bytes.Clone(file), "junk"...), ckpt, "not the piece in flight"},
+		"the older checkpoint":    {file, older, "neither the acknowledged checkpoint 5"},
+		"no checkpoint":           {file, nil, "checkpoint 5 was acknowledged but there is none"},
+		"a torn later checkpoint": {file, CheckpointData(8, 300)[:150], "neither"},
+	} {
+		err := CheckWritten(recs, tc.file, tc.ckpt)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want an error with %q", name, err, tc.want)
+		}
+	}
+	// A later checkpoint, whole, is one whose rename was in flight when the log ended.
+	if err := CheckWritten(recs, file, CheckpointData(8, 300)); err != nil {
+		t.Errorf("a later whole checkpoint: %v", err)
+	}
+}
