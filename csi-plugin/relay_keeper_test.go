@@ -205,7 +205,7 @@ func relayServerSpec(t *testing.T, e *env, name string) fuseserver.Spec {
 		}
 		spec.Opts = map[string]string{"image": image}
 	case fuseserver.Gcsfuse:
-		spec.Opts = map[string]string{"endpoint": testenv.FakeGCS(ctx, t, pub)}
+		spec.Opts = map[string]string{"endpoint": testenv.FakeGCS(ctx, t, pub).Endpoint}
 	}
 	return spec
 }

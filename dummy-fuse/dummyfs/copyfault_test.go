@@ -75,7 +75,7 @@ func initialised(t *testing.T) (fd int, id uint32, mnt string, c *Conn) {
 	t.Helper()
 	mnt = t.TempDir()
 	mo := MountOptions(DefaultOptions())
-	fd, err := mountDev(mnt, mo)
+	fd, err := mountDev(mnt, mo, false)
 	if err != nil {
 		t.Fatalf("mount %s: %v", mnt, err)
 	}

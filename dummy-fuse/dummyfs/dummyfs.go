@@ -62,6 +62,9 @@ type Options struct {
 	ReadLatency time.Duration
 	// Workers bounds how many requests are handled at once (DefaultWorkers when 0).
 	Workers int
+	// Writable mounts a new connection read-write with default_permissions, for an FS that changes files
+	// (the writable relay); otherwise it is mounted read-only.
+	Writable bool
 	// FS, when set, is served instead of the hello-world filesystem (the relay, package relayfs); the
 	// options above that describe the tree (DirectIO, timeouts, UID, GID, ReadLatency) are then its own.
 	FS fuse.RawFileSystem

@@ -73,7 +73,7 @@ func Mount(mountpoint string, opts Options) (*Server, error) {
 		unix.CloseOnExec(fd) // ours now, not for children
 	} else {
 		var err error
-		if fd, err = mountDev(mountpoint, mo); err != nil {
+		if fd, err = mountDev(mountpoint, mo, opts.Writable); err != nil {
 			return nil, err
 		}
 	}
@@ -137,7 +137,9 @@ func (s *Server) start() {
 }
 
 // mountDev opens /dev/fuse and mounts it at mountpoint, read-only; it returns the descriptor to serve.
-func mountDev(mountpoint string, mo *fuse.MountOptions) (int, error) {
+// mountDev mounts a new connection at mountpoint: read-only unless writable, which also makes the kernel check
+// the caller's permissions (default_permissions): the server acts as its own user, root.
+func mountDev(mountpoint string, mo *fuse.MountOptions, writable bool) (int, error) {
 	var st unix.Stat_t
 	if err := unix.Stat(mountpoint, &st); err != nil {
 		return -1, err // the caller names the mount point
@@ -150,7 +152,7 @@ func mountDev(mountpoint string, mo *fuse.MountOptions) (int, error) {
 	if err != nil {
 		return -1, err
 	}
-	o := fuseconn.MountOptions{Name: mo.Name, Source: mo.FsName, ReadOnly: true, AllowOther: mo.AllowOther, MaxRead: mo.MaxWrite}
+	o := fuseconn.MountOptions{Name: mo.Name, Source: mo.FsName, ReadOnly: !writable, DefaultPermissions: writable, AllowOther: mo.AllowOther, MaxRead: mo.MaxWrite}
 	if err := fuseconn.Mount(dev, mountpoint, o); err != nil {
 		dev.Close()
 		return -1, err

@@ -321,7 +321,7 @@ func TestSlowReadDoesNotBlockOthers(t *testing.T) {
 	opts := DefaultOptions()
 	opts.DirectIO = true
 	mo := MountOptions(opts)
-	fd, err := mountDev(mnt, mo)
+	fd, err := mountDev(mnt, mo, false)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -89,6 +89,7 @@ type handle struct {
 	path  string
 	flags int
 	dir   []dirent // the listing of a directory handle (nil for a file)
+	w     *writer  // what a file opened for writing adds (nil otherwise)
 
 	mu     sync.Mutex
 	f      *backendFile // the backend file, nil until opened
@@ -157,9 +158,22 @@ func (h *handle) file(r *rootFD) (*backendFile, error) {
 		h.f.refs.Add(1) // the handle's own reference keeps it open meanwhile
 		return h.f, nil
 	}
-	fd, err := openAt(r, h.path, h.flags)
+	flags := h.flags
+	if h.w != nil && h.f != nil {
+		flags = h.w.reopen
+	}
+	fd, err := openAtMode(r, h.path, flags, h.w.createMode())
 	if err != nil {
 		return nil, err
+	}
+	if h.w != nil && h.f != nil {
+		if err := h.w.j.replay(fd); err != nil {
+			unix.Close(fd)
+			return nil, err
+		}
+		if !h.w.j.empty() {
+			h.w.logf("%s: replayed %d writes and truncations (%d bytes) the dead backend had not made durable", h.path, len(h.w.j.ops), h.w.j.bytes)
+		}
 	}
 	if h.f != nil {
 		h.f.release() // open on a dead backend: the kernel fails its FLUSH at once
@@ -172,6 +186,10 @@ func (h *handle) file(r *rootFD) (*backendFile, error) {
 // readAt reads from the file as opened on r (or on a newer root): one pread, whose short count is the end of
 // the file (the kernel asks for no more than it wants).
 func (h *handle) readAt(r *rootFD, buf []byte, off int64) (int, error) {
+	if h.w != nil {
+		h.w.mu.Lock() // a reopen replays the journal, which only changes under this lock
+		defer h.w.mu.Unlock()
+	}
 	f, err := h.file(r)
 	if err != nil {
 		return 0, err

@@ -38,7 +38,8 @@ type node struct {
 	restored bool
 }
 
-// Journal records, one a line: "+ID PATH" (PATH as a Go quoted string) when a node is handed out, "-ID" when
+// Journal records, one a line: "+ID PATH" (PATH as a Go quoted string) when a node is handed out or a rename
+// moved it, "-ID" when
 // the kernel forgot it, "next ID" for the first ID a successor may hand out. A write(2) of one line to a
 // file survives the death of the process that made it (it is in the page cache), which is the crash the
 // journal is for; a machine crash ends the FUSE connection too.
@@ -105,6 +106,9 @@ func (n *nodes) replay(rec string) error {
 		if old, ok := n.byPath[path]; ok && old != id {
 			delete(n.byID, old)
 		}
+		if nd := n.byID[id]; nd != nil && nd.path != path && n.byPath[nd.path] == id {
+			delete(n.byPath, nd.path) // a rename moved the node
+		}
 		n.add(id, path, true)
 		n.next = max(n.next, id+1)
 	case strings.HasPrefix(rec, "-"):
@@ -113,8 +117,7 @@ func (n *nodes) replay(rec string) error {
 			return fmt.Errorf("bad record %q", rec)
 		}
 		if nd := n.byID[id]; nd != nil {
-			delete(n.byPath, nd.path)
-			delete(n.byID, id)
+			n.drop(id, nd)
 		}
 	default:
 		return fmt.Errorf("bad record %q", rec)
@@ -205,8 +208,47 @@ func (n *nodes) forget(id, count uint64) {
 	}
 	// A failed record only leaves a stale entry for a successor: harmless, the kernel holds no such ID.
 	_ = n.record(fmt.Sprintf("-%d\n", id))
-	delete(n.byPath, nd.path)
+	n.drop(id, nd)
+}
+
+// drop removes node id, and its path unless another node has it now (its file was removed and made anew).
+func (n *nodes) drop(id uint64, nd *node) {
+	if n.byPath[nd.path] == id {
+		delete(n.byPath, nd.path)
+	}
 	delete(n.byID, id)
+}
+
+// rename moves the node of oldPath, and those beneath it, to newPath (the writable relay's RENAME). A node the
+// kernel held for newPath is no longer found by its path: the file it stood for was replaced.
+func (n *nodes) rename(oldPath, newPath string) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	delete(n.byPath, newPath)
+	var moving []string
+	for path := range n.byPath {
+		if path == oldPath || strings.HasPrefix(path, oldPath+"/") {
+			moving = append(moving, path)
+		}
+	}
+	for _, path := range moving {
+		id, moved := n.byPath[path], newPath+path[len(oldPath):]
+		if err := n.record(fmt.Sprintf("+%d %s\n", id, strconv.Quote(moved))); err != nil {
+			return err
+		}
+		delete(n.byPath, path)
+		n.byPath[moved] = id
+		n.byID[id].path = moved
+	}
+	return nil
+}
+
+// removed forgets the path of a node whose file was unlinked: a new file of that name gets a new node, while
+// the kernel may still hold the old one (an open file) until it forgets it.
+func (n *nodes) removed(path string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	delete(n.byPath, path)
 }
 
 // record appends one journal record; n.mu is held.

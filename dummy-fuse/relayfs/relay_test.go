@@ -36,6 +36,8 @@ type realBackend struct {
 	// startKill is how long each start after a kill took, from the kill to serving (as start's probe saw it).
 	startKill []time.Duration
 	killedAt  time.Time
+	// gcs is gcsfuse's bucket (nil for another server).
+	gcs *backing.FakeGCS
 }
 
 // newBackend prepares the server called name (squashfuse or gcsfuse) with what it reads.
@@ -44,6 +46,7 @@ func newBackend(t testing.TB, lab *testenv.Lab, name string) *realBackend {
 	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
 	defer cancel()
 	spec := fuseserver.Spec{Name: name, Path: testenv.RealServer(t, name)}
+	var gcs *backing.FakeGCS
 	switch name {
 	case fuseserver.Squashfuse:
 		testenv.RealServer(t, "mksquashfs")
@@ -53,13 +56,14 @@ func newBackend(t testing.TB, lab *testenv.Lab, name string) *realBackend {
 		}
 		spec.Opts = map[string]string{"image": image}
 	case fuseserver.Gcsfuse:
-		spec.Opts = map[string]string{"endpoint": testenv.FakeGCS(ctx, t, t.TempDir())}
+		gcs = testenv.FakeGCS(ctx, t, t.TempDir())
+		spec.Opts = map[string]string{"endpoint": gcs.Endpoint}
 	}
 	server, err := fuseserver.New(spec)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &realBackend{t: t, lab: lab, server: server, dir: lab.Dir()}
+	return &realBackend{t: t, lab: lab, server: server, dir: lab.Dir(), gcs: gcs}
 }
 
 // start mounts the server on its directory and waits until it serves the file.
@@ -130,7 +134,8 @@ func startRelay(t *testing.T, lab *testenv.Lab, backend string, extra ...string)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := fuseconn.Mount(dev, r.mnt, fuseconn.MountOptions{Name: "dummy-fuse", Source: "dummy-fuse-relay", ReadOnly: true, AllowOther: true}); err != nil {
+	writable := slices.Contains(extra, "--relay-writable") // mounted as dummy-fuse mounts it
+	if err := fuseconn.Mount(dev, r.mnt, fuseconn.MountOptions{Name: "dummy-fuse", Source: "dummy-fuse-relay", ReadOnly: !writable, DefaultPermissions: writable, AllowOther: true}); err != nil {
 		dev.Close()
 		t.Fatal(err)
 	}

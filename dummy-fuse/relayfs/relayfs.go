@@ -51,6 +51,11 @@ type Options struct {
 	DirectIO bool
 	// AttrTimeout and EntryTimeout are how long the kernel may cache attributes and name lookups.
 	AttrTimeout, EntryTimeout time.Duration
+	// SpillDir is where a writable relay keeps the data of its journals (NewWritable: os.TempDir() when
+	// empty), JournalBound how much one handle's journal holds before the relay makes the file durable itself
+	// (DefaultJournalBound when 0).
+	SpillDir     string
+	JournalBound int64
 	// Log receives a line when the backend dies, comes back or does not (nil: discarded).
 	Log io.Writer
 }
@@ -156,9 +161,16 @@ func openHow(flags int) *unix.OpenHow {
 }
 
 // openAt opens path beneath root r.
-func openAt(r *rootFD, path string, flags int) (int, error) {
+func openAt(r *rootFD, path string, flags int) (int, error) { return openAtMode(r, path, flags, 0) }
+
+// openAtMode opens path beneath root r, creating it with mode when flags say O_CREAT.
+func openAtMode(r *rootFD, path string, flags int, mode uint32) (int, error) {
+	how := openHow(flags)
+	if flags&unix.O_CREAT != 0 {
+		how.Mode = uint64(mode)
+	}
 	for {
-		fd, err := unix.Openat2(r.fd, path, openHow(flags))
+		fd, err := unix.Openat2(r.fd, path, how)
 		if err != unix.EINTR && err != unix.EAGAIN { // EAGAIN: a rename raced RESOLVE_BENEATH's check
 			return fd, err
 		}
@@ -262,18 +274,20 @@ func (fs *FS) Readlink(_ <-chan struct{}, h *fuse.InHeader) ([]byte, fuse.Status
 		return nil, fuse.Status(syscall.ESTALE)
 	}
 	var target []byte
-	err := fs.do(func(r *rootFD) error {
-		fd, err := openAt(r, path, unix.O_PATH|unix.O_NOFOLLOW)
-		if err != nil {
-			return err
-		}
-		defer unix.Close(fd)
-		buf := make([]byte, unix.PathMax)
-		n, err := unix.Readlinkat(fd, "", buf)
-		target = buf[:max(n, 0)]
-		return err
-	})
+	err := fs.do(func(r *rootFD) (err error) { target, err = readlink(r, path); return err })
 	return target, status(err)
+}
+
+// readlink returns the target of the symbolic link at path beneath r.
+func readlink(r *rootFD, path string) ([]byte, error) {
+	fd, err := openAt(r, path, unix.O_PATH|unix.O_NOFOLLOW)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(fd)
+	buf := make([]byte, unix.PathMax)
+	n, err := unix.Readlinkat(fd, "", buf)
+	return buf[:max(n, 0)], err
 }
 
 // StatFs reports the backend's figures.

@@ -30,7 +30,7 @@ func specs(t *testing.T, lab *testenv.Lab, dir string) map[string]fuseserver.Spe
 	if err := backing.SquashfsImage(ctx, image); err != nil {
 		t.Fatal(err)
 	}
-	endpoint := testenv.FakeGCS(ctx, t, t.TempDir())
+	endpoint := testenv.FakeGCS(ctx, t, t.TempDir()).Endpoint
 	// Every server runs from dir, which the user nobody can reach, as a sidecar's image would have it.
 	return map[string]fuseserver.Spec{
 		fuseserver.DummyFuse:  {Path: copyExecutable(t, testenv.Build(t, "dummy-fuse"), dir)},

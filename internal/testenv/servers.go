@@ -56,8 +56,8 @@ func moduleRoot() string {
 }
 
 // FakeGCS starts the fake GCS server (fake-gcs-server of `make servers`) with its log in dir, stopped when t
-// ends, and returns its endpoint for gcsfuse; a start that fails fails t with the server's log.
-func FakeGCS(ctx context.Context, t testing.TB, dir string) string {
+// ends (its Endpoint is gcsfuse's); a start that fails fails t with the server's log.
+func FakeGCS(ctx context.Context, t testing.TB, dir string) *backing.FakeGCS {
 	t.Helper()
 	log, err := os.Create(filepath.Join(dir, "fake-gcs-server.log"))
 	if err != nil {
@@ -70,5 +70,5 @@ func FakeGCS(ctx context.Context, t testing.TB, dir string) string {
 		t.Fatalf("%v; its log:\n%s", err, out)
 	}
 	t.Cleanup(gcs.Stop)
-	return gcs.Endpoint
+	return gcs
 }

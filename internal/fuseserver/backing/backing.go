@@ -8,8 +8,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -82,6 +84,28 @@ func StartFakeGCS(ctx context.Context, bin string, log *os.File) (*FakeGCS, erro
 		return nil, err
 	}
 	return &FakeGCS{Endpoint: endpoint, fake: fk}, nil
+}
+
+// Object reads object name of the fake's bucket through the JSON API, not through any mount: what a
+// writer's data became once the server uploaded it. A missing object is os.ErrNotExist.
+func (g *FakeGCS) Object(ctx context.Context, name string) ([]byte, error) {
+	u := g.Endpoint + "b/" + fuseserver.DefaultBucket + "/o/" + url.PathEscape(name) + "?alt=media"
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("fake GCS: %w", err)
+	}
+	defer resp.Body.Close()
+	switch resp.StatusCode {
+	case http.StatusOK:
+		return io.ReadAll(resp.Body)
+	case http.StatusNotFound:
+		return nil, fmt.Errorf("object %s: %w", name, os.ErrNotExist)
+	}
+	return nil, fmt.Errorf("fake GCS: GET object %s: %s", name, resp.Status)
 }
 
 // fake is a fake service's process: started, waited for until it answers, stopped by its PID.

@@ -1,0 +1,314 @@
+package relayfs_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/dummy-fuse-workload/workload"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/fuseserver"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/testenv"
+)
+
+// TestWritableRelayForwardsChanges: every kind of change made through a writable relay's mount is in the
+// backend (a plain directory here), read there directly; the kernel checks the caller's permissions.
+func TestWritableRelayForwardsChanges(t *testing.T) {
+	testenv.RequireFUSE(t)
+	lab := testenv.NewLab(t)
+	backend := t.TempDir()
+	r := startRelay(t, lab, backend, "--relay-writable", "--spill-dir", t.TempDir())
+	mnt := func(p string) string { return filepath.Join(r.mnt, p) }
+	inBackend := func(p, want string) {
+		t.Helper()
+		got, err := os.ReadFile(filepath.Join(backend, p))
+		if err != nil || string(got) != want {
+			t.Errorf("backend %s: %q, %v; want %q", p, got, err, want)
+		}
+	}
+	must := func(what string, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("%s through the relay: %v", what, err)
+		}
+	}
+
+	must("write a new file", os.WriteFile(mnt("new"), []byte("first\n"), 0o644))
+	inBackend("new", "first\n")
+	if _, err := os.OpenFile(mnt("new"), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644); !errors.Is(err, os.ErrExist) {
+		t.Errorf("O_EXCL create of an existing file: %v, want EEXIST", err)
+	}
+
+	// Appends: the kernel sends each with its offset; the backend file must not be O_APPEND for them.
+	for _, line := range []string{"second\n", "third\n"} {
+		f, err := os.OpenFile(mnt("new"), os.O_APPEND|os.O_WRONLY, 0)
+		must("open for appending", err)
+		_, err = f.WriteString(line)
+		must("append", err)
+		must("close", f.Close())
+	}
+	inBackend("new", "first\nsecond\nthird\n")
+	must("truncate", os.Truncate(mnt("new"), 6))
+	inBackend("new", "first\n")
+	f, err := os.OpenFile(mnt("new"), os.O_WRONLY|os.O_TRUNC, 0)
+	must("open with O_TRUNC", err)
+	_, err = f.WriteAt([]byte("over"), 0)
+	must("overwrite", err)
+	must("fsync", f.Sync())
+	must("close", f.Close())
+	inBackend("new", "over")
+
+	must("mkdir", os.Mkdir(mnt("dir"), 0o750))
+	must("rename into the directory", os.Rename(mnt("new"), mnt("dir/moved")))
+	inBackend("dir/moved", "over")
+	if _, err := os.Lstat(filepath.Join(backend, "new")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the rename's source is still in the backend: %v", err)
+	}
+	// The renamed file is found and read under its new name, also by a node looked up before the rename.
+	got, err := os.ReadFile(mnt("dir/moved"))
+	if err != nil || string(got) != "over" {
+		t.Errorf("reading the renamed file through the relay: %q, %v", got, err)
+	}
+	must("rename the directory", os.Rename(mnt("dir"), mnt("dir2")))
+	inBackend("dir2/moved", "over")
+	got, err = os.ReadFile(mnt("dir2/moved"))
+	if err != nil || string(got) != "over" {
+		t.Errorf("reading beneath the renamed directory through the relay: %q, %v", got, err)
+	}
+
+	must("symlink", os.Symlink("dir2/moved", mnt("link")))
+	if target, err := os.Readlink(filepath.Join(backend, "link")); err != nil || target != "dir2/moved" {
+		t.Errorf("backend link: %q, %v", target, err)
+	}
+	must("chmod", os.Chmod(mnt("dir2/moved"), 0o600))
+	mtime := time.Date(2020, 2, 2, 2, 2, 2, 0, time.UTC)
+	must("set times", os.Chtimes(mnt("dir2/moved"), mtime, mtime))
+	st, err := os.Stat(filepath.Join(backend, "dir2/moved"))
+	if err != nil || st.Mode().Perm() != 0o600 || !st.ModTime().Equal(mtime) {
+		t.Errorf("backend file after chmod and chtimes: %v, %v", st, err)
+	}
+
+	// default_permissions: another user may not write a file only root may write.
+	out, err := exec.Command("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "sh", "-c", "echo x >> "+mnt("dir2/moved")).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "ermission denied") {
+		t.Errorf("an unprivileged user appending to a 0600 root file through the relay: %v, %s; want permission denied", err, out)
+	}
+	inBackend("dir2/moved", "over")
+
+	must("unlink", os.Remove(mnt("link")))
+	must("unlink", os.Remove(mnt("dir2/moved")))
+	must("rmdir", os.Remove(mnt("dir2")))
+	ents, err := os.ReadDir(backend)
+	if err != nil || len(ents) != 0 {
+		t.Errorf("the backend after removing everything: %v, %v", ents, err)
+	}
+	// A file made again under a removed name is the new one.
+	must("write a file under a removed name", os.WriteFile(mnt("again"), []byte("1"), 0o644))
+	must("remove it", os.Remove(mnt("again")))
+	must("write it anew", os.WriteFile(mnt("again"), []byte("2"), 0o644))
+	got, err = os.ReadFile(mnt("again"))
+	if err != nil || string(got) != "2" {
+		t.Errorf("a file made anew under a removed name: %q, %v", got, err)
+	}
+}
+
+// chunk is the i-th piece a writer writes: distinct bytes, so that a piece lost, repeated or misplaced shows.
+func chunk(i int) []byte { return workload.Piece(i, 64<<10) }
+
+// writer is a dummy-fuse-workload --write process: a writer must not be the test process, which forks the
+// real server's restarts; a fork's exec closes the test's copies of the writer's files, and each close is a
+// FLUSH that the relay answers only once a server is back.
+type writer struct {
+	proc *testenv.Proc
+	file string
+}
+
+func startWriter(t *testing.T, lab *testenv.Lab, file string) *writer {
+	t.Helper()
+	cmd := exec.Command(testenv.Build(t, "dummy-fuse-workload"), "--write", "--file", file, "--log-format=json",
+		"--read-interval=20ms", "--write-size=65536", "--sync-every=4", "--checkpoint-every=8")
+	w := &writer{proc: lab.Start("writer", cmd), file: file}
+	t.Cleanup(func() {
+		if t.Failed() { // what the writer did besides writing, for the cause
+			var b strings.Builder
+			for _, r := range w.records(t) {
+				if r.Event != workload.EventWriteStart && r.Event != workload.EventWrite {
+					fmt.Fprintf(&b, "%s %s seq %v %s %s\n", r.Time.Format("15:04:05.000"), r.Event, deref(r.Seq), r.Op, r.Error)
+				}
+			}
+			t.Logf("the writer's log but its writes (%d writes):\n%s", w.count(t, workload.EventWrite), b.String())
+		}
+	})
+	return w
+}
+
+func deref[T any](p *T) any {
+	if p == nil {
+		return "-"
+	}
+	return *p
+}
+
+// records is the writer's log so far.
+func (w *writer) records(t *testing.T) []workload.Record {
+	t.Helper()
+	var recs []workload.Record
+	for _, line := range strings.Split(w.proc.Log(), "\n") {
+		var r workload.Record
+		if !strings.HasPrefix(line, "{") || json.Unmarshal([]byte(line), &r) != nil {
+			continue // the last line may be half written
+		}
+		recs = append(recs, r)
+	}
+	return recs
+}
+
+// count is how many records of event the log has.
+func (w *writer) count(t *testing.T, event string) int {
+	n := 0
+	for _, r := range w.records(t) {
+		if r.Event == event {
+			n++
+		}
+	}
+	return n
+}
+
+// waitFor waits until the writer logged n more records of event than it had.
+func (w *writer) waitFor(t *testing.T, n int, event, what string) {
+	t.Helper()
+	want := w.count(t, event) + n
+	testenv.Eventually(t, waitTimeout, fmt.Sprintf("the writer to log %d more %s %s (its log: %s)", n, event, what, w.proc.LogPath), func() bool {
+		if w.proc.Exited() {
+			t.Fatalf("the writer exited: %v\n%s", w.proc.Err(), w.proc.Tail())
+		}
+		return w.count(t, event) >= want
+	})
+}
+
+// stop ends the writer with SIGTERM (it closes its file: a FLUSH) and returns its log.
+func (w *writer) stop(t *testing.T) []workload.Record {
+	t.Helper()
+	w.proc.Signal(syscall.SIGTERM)
+	if code := w.proc.Wait(waitTimeout); code != 0 {
+		t.Fatalf("the writer exited with %d; its log:\n%s", code, w.proc.Tail())
+	}
+	return w.records(t)
+}
+
+// TestRelayKeepsWritesThroughServerKills: gcsfuse, which keeps what is written in a local staging file or an
+// unfinished upload until a FLUSH finishes it, is killed again and again under a writer that appends to a
+// log (fsync every fourth piece) and renames a checkpoint into place every eighth, once with a write inside
+// it. No write, fsync, close or rename fails, and the objects in the fake GCS, read through its API, hold
+// every byte the writer was told it wrote.
+func TestRelayKeepsWritesThroughServerKills(t *testing.T) {
+	testenv.RequireFUSE(t)
+	lab := testenv.NewLab(t)
+	b := newBackend(t, lab, fuseserver.Gcsfuse)
+	b.start()
+	r := startRelay(t, lab, b.dir, "--relay-writable", "--spill-dir", t.TempDir())
+	w := startWriter(t, lab, filepath.Join(r.mnt, "train.log"))
+	const kills = 6
+	for k := range kills {
+		w.waitFor(t, 3, workload.EventWrite, fmt.Sprintf("before kill %d", k+1))
+		if k == kills/2 {
+			// An operation inside the server when it dies (a write, an fsync or a checkpoint's): the relay's
+			// request fails with ECONNABORTED. The writer logs nothing while it waits.
+			b.stop()
+			var recs []workload.Record
+			testenv.Eventually(t, waitTimeout, "the writer to wait for the stopped gcsfuse (its log not growing for 300 ms)", func() bool {
+				n := len(w.records(t))
+				time.Sleep(300 * time.Millisecond)
+				recs = w.records(t)
+				return len(recs) == n
+			})
+			t.Logf("killing gcsfuse with the writer waiting after %q", recs[len(recs)-1].Event)
+		}
+		b.kill()
+		b.start()
+	}
+	w.waitFor(t, 2, workload.EventCheckpoint, "after the last kill")
+	recs := w.stop(t)
+
+	var errs []string
+	for _, rec := range recs {
+		if rec.Event == workload.EventWriteError || rec.Event == workload.EventOpenError || (rec.Event == workload.EventClose && rec.Error != "") {
+			errs = append(errs, rec.Op+" "+rec.Error)
+		}
+	}
+	if len(errs) > 0 {
+		t.Errorf("the writer saw %d errors, first: %v", len(errs), errs[:min(len(errs), 5)])
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	file, err := b.gcs.Object(ctx, "train.log")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ckpt, err := b.gcs.Object(ctx, "train.log.ckpt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := workload.CheckWritten(recs, file, ckpt); err != nil {
+		t.Errorf("the bucket against the writer's log: %v", err)
+	}
+	if _, err := b.gcs.Object(ctx, "train.log.ckpt.tmp"); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the checkpoint's temporary object is still there: %v", err)
+	}
+	if got := strings.Count(r.proc.Log(), "serves again"); got != kills {
+		t.Errorf("the relay logged %d backends that came back, want %d; its log:\n%s", got, kills, r.proc.Tail())
+	}
+	// The kills found acknowledged writes that only gcsfuse had: without the replay they were lost.
+	replays := strings.Count(r.proc.Log(), "had not made durable")
+	if replays == 0 {
+		t.Errorf("the relay replayed nothing after %d kills: the test did not kill gcsfuse with writes it had not made durable; its log:\n%s", kills, r.proc.Tail())
+	}
+	if t.Failed() {
+		return
+	}
+	t.Logf("%d kills of gcsfuse under the writer, %d replays: %d pieces (%d bytes) and %d checkpoints acknowledged, no error, all in the bucket",
+		kills, replays, w.count(t, workload.EventWrite), len(file), w.count(t, workload.EventCheckpoint))
+}
+
+// TestServerKillLosesWritesWithoutTheRelay is what the relay is for: a writer straight on gcsfuse's mount
+// gets ENOTCONN once gcsfuse dies, and even what it had fsync'ed is not in the bucket.
+func TestServerKillLosesWritesWithoutTheRelay(t *testing.T) {
+	testenv.RequireFUSE(t)
+	lab := testenv.NewLab(t)
+	b := newBackend(t, lab, fuseserver.Gcsfuse)
+	b.start()
+	f, err := os.OpenFile(filepath.Join(b.dir, "ckpt"), os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for i := range 2 {
+		if _, err := f.Write(chunk(i)); err != nil {
+			t.Fatalf("write %d: %v", i, err)
+		}
+	}
+	if err := f.Sync(); err != nil {
+		t.Fatalf("fsync: %v", err)
+	}
+	b.kill()
+	if _, err := f.Write(chunk(2)); !errors.Is(err, unix.ENOTCONN) {
+		t.Errorf("a write after gcsfuse died: %v, want ENOTCONN", err)
+	}
+	b.start()
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	// gcsfuse streams a new file into an upload that only a FLUSH (close) finishes: the fsync that returned 0
+	// left nothing in the bucket.
+	if got, err := b.gcs.Object(ctx, "ckpt"); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the object after the kill: %d bytes, %v; want none (what this test shows has changed: the relay's Fsync comment cites it)", len(got), err)
+	}
+}
