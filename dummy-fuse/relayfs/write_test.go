@@ -312,3 +312,54 @@ func TestServerKillLosesWritesWithoutTheRelay(t *testing.T) {
 		t.Errorf("the object after the kill: %d bytes, %v; want none (what this test shows has changed: the relay's Fsync comment cites it)", len(got), err)
 	}
 }
+
+// TestWritableRelayTakeover kills the writable relay itself under the writer, with writes gcsfuse had only
+// staged, and a successor takes the connection over; then gcsfuse is killed under the successor. The dead
+// relay's descriptors of gcsfuse's files are closed by the kernel, and each close is a FLUSH that makes
+// gcsfuse upload what the relay had acknowledged; the successor adopts the writer's handles at its next
+// request. No operation fails and the bucket holds every acknowledged byte.
+func TestWritableRelayTakeover(t *testing.T) {
+	testenv.RequireFUSE(t)
+	lab := testenv.NewLab(t)
+	b := newBackend(t, lab, fuseserver.Gcsfuse)
+	b.start()
+	spill := t.TempDir()
+	r := startRelay(t, lab, b.dir, "--relay-writable", "--spill-dir", spill)
+	// Forked now, before the writer holds files on the relay's mount (see runLater).
+	succ, takeOver := r.runLater(t, lab, "--relay-backend", b.dir, "--relay-writable", "--spill-dir", spill, "--takeover", r.record)
+	w := startWriter(t, lab, filepath.Join(r.mnt, "train.log"))
+	w.waitFor(t, 5, workload.EventWrite, "before the relay's kill")
+	r.proc.Signal(syscall.SIGKILL)
+	takeOver()
+	r.proc.Wait(waitTimeout)
+	w.waitFor(t, 1, workload.EventCheckpoint, "after the takeover")
+	w.waitFor(t, 2, workload.EventWrite, "before gcsfuse's kill under the successor")
+	b.kill()
+	b.start()
+	w.waitFor(t, 1, workload.EventCheckpoint, "after gcsfuse's kill")
+	recs := w.stop(t)
+	for _, rec := range recs {
+		if rec.Event == workload.EventWriteError || rec.Event == workload.EventOpenError || (rec.Event == workload.EventClose && rec.Error != "") {
+			t.Errorf("the writer saw an error: %s %s %s", rec.Event, rec.Op, rec.Error)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	file, err := b.gcs.Object(ctx, "train.log")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ckpt, err := b.gcs.Object(ctx, "train.log.ckpt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := workload.CheckWritten(recs, file, ckpt); err != nil {
+		t.Errorf("the bucket against the writer's log: %v", err)
+	}
+	if !strings.Contains(succ.Log(), "asked the kernel to resend") {
+		t.Errorf("the successor did not take over with a resend; its log:\n%s", succ.Tail())
+	}
+	if !strings.Contains(succ.Log(), "had not made durable") {
+		t.Errorf("the successor replayed nothing at gcsfuse's kill; its log:\n%s", succ.Tail())
+	}
+}
