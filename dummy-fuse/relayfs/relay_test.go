@@ -36,17 +36,19 @@ type realBackend struct {
 	// startKill is how long each start after a kill took, from the kill to serving (as start's probe saw it).
 	startKill []time.Duration
 	killedAt  time.Time
-	// gcs is gcsfuse's bucket (nil for another server).
+	// gcs is gcsfuse's bucket, s3 s3fs's (nil for another server).
 	gcs *backing.FakeGCS
+	s3  *backing.FakeS3
 }
 
-// newBackend prepares the server called name (squashfuse or gcsfuse) with what it reads.
+// newBackend prepares the server called name (squashfuse, gcsfuse or s3fs) with what it reads.
 func newBackend(t testing.TB, lab *testenv.Lab, name string) *realBackend {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
 	defer cancel()
 	spec := fuseserver.Spec{Name: name, Path: testenv.RealServer(t, name)}
 	var gcs *backing.FakeGCS
+	var s3 *backing.FakeS3
 	switch name {
 	case fuseserver.Squashfuse:
 		testenv.RealServer(t, "mksquashfs")
@@ -58,12 +60,54 @@ func newBackend(t testing.TB, lab *testenv.Lab, name string) *realBackend {
 	case fuseserver.Gcsfuse:
 		gcs = testenv.FakeGCS(ctx, t, t.TempDir())
 		spec.Opts = map[string]string{"endpoint": gcs.Endpoint}
+	case s3fs:
+		// Debian's s3fs (libfuse2, mounts itself) against rclone's fake S3, written to (access=rw).
+		spec.Name = filepath.Join("..", "..", "docs", "servers", "s3fs.yaml")
+		s3 = fakeS3(ctx, t)
+		spec.Opts = map[string]string{"url": s3.URL, "passwd-file": s3.Passwd, "access": "rw"}
 	}
 	server, err := fuseserver.New(spec)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &realBackend{t: t, lab: lab, server: server, dir: lab.Dir(), gcs: gcs}
+	return &realBackend{t: t, lab: lab, server: server, dir: lab.Dir(), gcs: gcs, s3: s3}
+}
+
+// s3fs is the name newBackend knows Debian's s3fs by (its spec is a file, docs/servers/s3fs.yaml).
+const s3fs = "s3fs"
+
+// fakeS3 starts rclone's fake S3 for s3fs run as this test's user, stopped when t ends.
+func fakeS3(ctx context.Context, t testing.TB) *backing.FakeS3 {
+	t.Helper()
+	rclone := testenv.FindRealServer("rclone")
+	if rclone == "" {
+		testenv.SkipOrFail(t, "needs rclone for its fake S3 (rclone serve s3): make servers WITH_RCLONE=1")
+	}
+	dir := t.TempDir()
+	log, err := os.Create(filepath.Join(dir, "rclone-serve-s3.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer log.Close()
+	f, err := backing.StartFakeS3(ctx, rclone, dir, os.Geteuid(), log)
+	if err != nil {
+		out, _ := os.ReadFile(log.Name())
+		t.Fatalf("%v; its log:\n%s", err, out)
+	}
+	t.Cleanup(f.Stop)
+	return f
+}
+
+// object reads object name from the storage behind the server, not through any mount: the fake GCS's API,
+// or the directory that is the fake S3's bucket.
+func (b *realBackend) object(ctx context.Context, name string) ([]byte, error) {
+	switch {
+	case b.gcs != nil:
+		return b.gcs.Object(ctx, name)
+	case b.s3 != nil:
+		return b.s3.Object(name)
+	}
+	return nil, fmt.Errorf("%s has no storage of objects", b.server.Name())
 }
 
 // start mounts the server on its directory and waits until it serves the file.

@@ -212,8 +212,14 @@ func (w *writer) stop(t *testing.T) []workload.Record {
 // every byte the writer was told it wrote.
 func TestRelayKeepsWritesThroughServerKills(t *testing.T) {
 	testenv.RequireFUSE(t)
+	for _, name := range []string{fuseserver.Gcsfuse, s3fs} {
+		t.Run(name, func(t *testing.T) { keepsWritesThroughKills(t, name) })
+	}
+}
+
+func keepsWritesThroughKills(t *testing.T, name string) {
 	lab := testenv.NewLab(t)
-	b := newBackend(t, lab, fuseserver.Gcsfuse)
+	b := newBackend(t, lab, name)
 	b.start()
 	r := startRelay(t, lab, b.dir, "--relay-writable", "--spill-dir", t.TempDir())
 	w := startWriter(t, lab, filepath.Join(r.mnt, "train.log"))
@@ -222,7 +228,8 @@ func TestRelayKeepsWritesThroughServerKills(t *testing.T) {
 		w.waitFor(t, 3, workload.EventWrite, fmt.Sprintf("before kill %d", k+1))
 		if k == kills/2 {
 			// An operation inside the server when it dies (a write, an fsync or a checkpoint's): the relay's
-			// request fails with ECONNABORTED. The writer logs nothing while it waits.
+			// request fails with ECONNABORTED. The writer logs nothing while it waits (the stop waits until
+			// every thread of the server stopped).
 			b.stop()
 			var recs []workload.Record
 			testenv.Eventually(t, waitTimeout, "the writer to wait for the stopped gcsfuse (its log not growing for 300 ms)", func() bool {
@@ -231,7 +238,7 @@ func TestRelayKeepsWritesThroughServerKills(t *testing.T) {
 				recs = w.records(t)
 				return len(recs) == n
 			})
-			t.Logf("killing gcsfuse with the writer waiting after %q", recs[len(recs)-1].Event)
+			t.Logf("killing %s with the writer waiting after %q", name, recs[len(recs)-1].Event)
 		}
 		b.kill()
 		b.start()
@@ -250,18 +257,18 @@ func TestRelayKeepsWritesThroughServerKills(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
 	defer cancel()
-	file, err := b.gcs.Object(ctx, "train.log")
+	file, err := b.object(ctx, "train.log")
 	if err != nil {
 		t.Fatal(err)
 	}
-	ckpt, err := b.gcs.Object(ctx, "train.log.ckpt")
+	ckpt, err := b.object(ctx, "train.log.ckpt")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := workload.CheckWritten(recs, file, ckpt); err != nil {
 		t.Errorf("the bucket against the writer's log: %v", err)
 	}
-	if _, err := b.gcs.Object(ctx, "train.log.ckpt.tmp"); !errors.Is(err, os.ErrNotExist) {
+	if _, err := b.object(ctx, "train.log.ckpt.tmp"); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the checkpoint's temporary object is still there: %v", err)
 	}
 	if got := strings.Count(r.proc.Log(), "serves again"); got != kills {
@@ -275,8 +282,8 @@ func TestRelayKeepsWritesThroughServerKills(t *testing.T) {
 	if t.Failed() {
 		return
 	}
-	t.Logf("%d kills of gcsfuse under the writer, %d replays: %d pieces (%d bytes) and %d checkpoints acknowledged, no error, all in the bucket",
-		kills, replays, w.count(t, workload.EventWrite), len(file), w.count(t, workload.EventCheckpoint))
+	t.Logf("%d kills of %s under the writer, %d replays: %d pieces (%d bytes) and %d checkpoints acknowledged, no error, all in the bucket",
+		kills, name, replays, w.count(t, workload.EventWrite), len(file), w.count(t, workload.EventCheckpoint))
 }
 
 // TestServerKillLosesWritesWithoutTheRelay is what the relay is for: a writer straight on gcsfuse's mount
@@ -345,11 +352,11 @@ func TestWritableRelayTakeover(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
 	defer cancel()
-	file, err := b.gcs.Object(ctx, "train.log")
+	file, err := b.object(ctx, "train.log")
 	if err != nil {
 		t.Fatal(err)
 	}
-	ckpt, err := b.gcs.Object(ctx, "train.log.ckpt")
+	ckpt, err := b.object(ctx, "train.log.ckpt")
 	if err != nil {
 		t.Fatal(err)
 	}

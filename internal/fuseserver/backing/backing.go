@@ -236,8 +236,13 @@ func Prepare(ctx context.Context, name string, env Env) (*Backing, error) {
 type FakeS3 struct {
 	// URL is the endpoint to give s3fs (its url setting); Passwd is its passwd-file setting.
 	URL, Passwd string
+	// Bucket is the directory that is the bucket: what s3fs uploaded is there, read without any mount.
+	Bucket string
 	*fake
 }
+
+// Object reads object name of the bucket (a missing one is os.ErrNotExist).
+func (f *FakeS3) Object(name string) ([]byte, error) { return os.ReadFile(filepath.Join(f.Bucket, name)) }
 
 // S3Bucket is the bucket of a FakeS3 (the s3fs spec's default), and s3Key its access key and secret.
 const (
@@ -274,5 +279,5 @@ func StartFakeS3(ctx context.Context, bin, dir string, uid int, log *os.File) (*
 	if err != nil {
 		return nil, err
 	}
-	return &FakeS3{URL: url, Passwd: passwd, fake: fk}, nil
+	return &FakeS3{URL: url, Passwd: passwd, Bucket: filepath.Join(root, S3Bucket), fake: fk}, nil
 }
