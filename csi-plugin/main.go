@@ -78,6 +78,7 @@ func run(ctx context.Context, args []string, streams command.Streams) error {
 	fl.StringVar(&cfg.FuseOptions.RelayPath, "relay-path", "", "relay mode: the relay's executable, dummy-fuse (default: beside this executable, else in $PATH)")
 	fl.DurationVar(&cfg.FuseOptions.RelayBackendWait, "relay-backend-wait", fusemode.DefaultRelayBackendWait, "relay mode: how long the relay lets requests wait for a dead real server to serve again before they fail (its --backend-wait)")
 	fl.IntVar(&cfg.FuseOptions.RelayServerUID, "relay-server-uid", fusemode.DefaultRelayServerUID, "relay mode: the user and group ID the real FUSE server runs as (-1: as the plugin); it serves the descriptor the plugin mounted and needs no privilege")
+	fl.BoolVar(&cfg.FuseOptions.Writable, "relay-writable", false, "relay and relay-keeper modes: mount volumes read-write and have the relay forward writes, replaying what a dead real server had acknowledged but not made durable (the relay-keeper mode's keeper needs --relay-writable too)")
 	fl.IntVar(&cfg.HealthPort, "health-port", 0, "serve HTTP /healthz (200 once Probe is ready) on this port; 0 disables it")
 	fl.StringVar(&cfg.KubeletRegistrationPath, "kubelet-registration-path", "", "CSI socket path on the host, announced to kubelet by the built-in plugin registration (needs --registration-dir)")
 	fl.StringVar(&cfg.RegistrationDir, "registration-dir", "", "kubelet plugin registration directory (as mounted in this container) where <drivername>-reg.sock is served")

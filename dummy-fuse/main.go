@@ -69,7 +69,7 @@ func run(ctx context.Context, args []string, s command.Streams) error {
 	fl.StringVar(&relay.Backend, "relay-backend", "", "relay this directory (a real FUSE server's mount) read-only instead of serving dummy-file.txt")
 	fl.DurationVar(&relay.BackendWait, "backend-wait", relayfs.DefaultBackendWait, "with --relay-backend: how long requests wait for a dead backend to serve again before they fail")
 	relayNodeDir := fl.String("relay-node-dir", "", "with --session: relay every connection to the backend root its keeper hands over (the relay-keeper mode), journaling node tables in this directory")
-	writable := fl.Bool("relay-writable", false, "with --relay-backend: forward writes too (create, write, truncate, rename, unlink, mkdir, fsync...), journaling each file's writes until the backend says it is durable; the mount is read-write with default_permissions")
+	fl.BoolVar(&relay.Writable, "relay-writable", false, "with --relay-backend or --relay-node-dir: forward writes too (create, write, truncate, rename, unlink, mkdir, fsync...), journaling each file's writes until the backend says it is durable; the mount is read-write with default_permissions")
 	fl.StringVar(&relay.SpillDir, "spill-dir", "", "with --relay-writable: where the journals keep written data (default: $TMPDIR or /tmp)")
 	fl.StringVar(&relay.NodeTable, "node-table", "", "with --relay-backend: the file journaling the relay's node IDs, which a successor (--takeover) needs")
 	showVersion := fl.Bool("version", false, "print the version and exit")
@@ -111,9 +111,9 @@ func run(ctx context.Context, args []string, s command.Streams) error {
 		return command.Usagef("--node-table and --backend-wait need --relay-backend")
 	case relay.Backend != "" && (*session != "" || opts.ReadLatency != 0):
 		return command.Usagef("--relay-backend serves one MOUNTPOINT (no --session yet) and reads at the backend's pace (no --read-latency)")
-	case relay.Backend == "" && (*writable || set["spill-dir"]):
-		return command.Usagef("--relay-writable and --spill-dir need --relay-backend")
-	case set["spill-dir"] && !*writable:
+	case relay.Backend == "" && *relayNodeDir == "" && (relay.Writable || set["spill-dir"]):
+		return command.Usagef("--relay-writable and --spill-dir need --relay-backend or --relay-node-dir")
+	case set["spill-dir"] && !relay.Writable:
 		return command.Usagef("--spill-dir is for --relay-writable")
 	case relay.Backend != "" && relay.BackendWait <= 0:
 		return command.Usagef("--backend-wait must be positive, got %s", relay.BackendWait)
@@ -150,7 +150,7 @@ func run(ctx context.Context, args []string, s command.Streams) error {
 
 	tuneGC()
 	if relay.Backend != "" {
-		opts.Writable = *writable
+		opts.Writable = relay.Writable
 		return runRelay(ctx, fl.Arg(0), opts, relay, h, s.Err)
 	}
 	return dummyfs.Run(ctx, fl.Arg(0), opts, h, s.Err)
@@ -159,21 +159,12 @@ func run(ctx context.Context, args []string, s command.Streams) error {
 // runRelay serves the relay of relay.Backend at mountpoint as dummyfs.Run serves dummy-file.txt.
 func runRelay(ctx context.Context, mountpoint string, opts dummyfs.Options, relay relayfs.Options, h dummyfs.Handover, logw io.Writer) error {
 	relay.DirectIO, relay.AttrTimeout, relay.EntryTimeout, relay.Log = opts.DirectIO, opts.AttrTimeout, opts.EntryTimeout, logw
-	if opts.Writable {
-		fs, err := relayfs.NewWritable(relay)
-		if err != nil {
-			return err
-		}
-		defer fs.Close()
-		opts.FS = fs
-	} else {
-		fs, err := relayfs.New(relay)
-		if err != nil {
-			return err
-		}
-		defer fs.Close()
-		opts.FS = fs
+	fs, err := relayfs.Open(relay)
+	if err != nil {
+		return err
 	}
+	defer fs.Close()
+	opts.FS = fs
 	return dummyfs.Run(ctx, mountpoint, opts, h, logw)
 }
 

@@ -51,7 +51,7 @@ func TestRunFlags(t *testing.T) {
 		{[]string{"--takeover", "rec", "/mnt"}, 2, "", "--takeover needs MOUNTPOINT /dev/fd/N"},
 		{[]string{"--takeover", "/nonexistent/rec", "/dev/fd/3"}, 1, "", "read the handover record: open /nonexistent/rec: no such file"},
 		{[]string{"--backend-wait", "30s", "/mnt"}, 2, "", "--node-table and --backend-wait need --relay-backend"},
-		{[]string{"--relay-writable", "/mnt"}, 2, "", "--relay-writable and --spill-dir need --relay-backend"},
+		{[]string{"--relay-writable", "/mnt"}, 2, "", "--relay-writable and --spill-dir need --relay-backend or --relay-node-dir"},
 		{[]string{"--relay-backend", "/b", "--spill-dir", "/s", "/mnt"}, 2, "", "--spill-dir is for --relay-writable"},
 		{[]string{"--relay-backend", "/b", "--read-latency", "1s", "/mnt"}, 2, "", "no --read-latency"},
 		{[]string{"--relay-backend", "/b", "--backend-wait", "0s", "/mnt"}, 2, "", "--backend-wait must be positive"},

@@ -208,6 +208,9 @@ func (cfg Config) complete() (Config, string, error) {
 		if err := fusemode.CheckName(cfg.FuseMode); err != nil {
 			return cfg, "", err
 		}
+		if cfg.FuseOptions.Writable && cfg.FuseMode != fusemode.RelayName && cfg.FuseMode != fusemode.RelayKeeperName {
+			return cfg, "", fmt.Errorf("writable volumes need --fuse-mode=%s or %s, not %s: only a relay keeps writes through a server's death", fusemode.RelayName, fusemode.RelayKeeperName, cfg.FuseMode)
+		}
 	}
 	return cfg, socket, nil
 }

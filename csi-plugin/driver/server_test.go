@@ -64,6 +64,7 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		"health port out of range":   func(c *Config) { c.HealthPort = 70000 },
 		"unknown FUSE mode":          func(c *Config) { c.Mode, c.FuseMode = nil, "daemon" },
 		"missing dummy-fuse":         func(c *Config) { c.Mode, c.FuseOptions.Server.Path = nil, "/nonexistent/dummy-fuse" },
+		"writable child volumes":     func(c *Config) { c.Mode, c.FuseMode, c.FuseOptions.Writable = nil, "child", true },
 	} {
 		c := good
 		edit(&c)

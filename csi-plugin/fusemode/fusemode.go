@@ -165,6 +165,10 @@ type Options struct {
 	// RelayServerUID is the user (and group) ID the relay mode runs the real server as, without supplementary
 	// groups; -1 runs it as the plugin. It serves a descriptor the plugin mounted, so it needs no privilege.
 	RelayServerUID int
+	// Writable (relay and relay-keeper modes) mounts each volume read-write (with default_permissions) and
+	// has its relay forward writes, keeping them through a real server's death (dummy-fuse --relay-writable);
+	// the relay-keeper mode's keeper must be run with --relay-writable too. Other modes refuse it.
+	Writable bool
 }
 
 // constructors are the modes by name: each mode's file registers itself (Register) from an init function, so that

@@ -205,7 +205,7 @@ func (k *Keeper) Start(ctx context.Context, req Request) (Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	o := fuseconn.MountOptions{Name: fuseserver.DummyFuse, Source: fuseserver.DummyFuse, ReadOnly: true, AllowOther: true, MaxRead: maxReadBytes}
+	o := fuseconn.MountOptions{Name: fuseserver.DummyFuse, Source: fuseserver.DummyFuse, ReadOnly: !k.opts.Writable, DefaultPermissions: k.opts.Writable, AllowOther: true, MaxRead: maxReadBytes}
 	if err := fuseconn.Mount(dev, req.Mountpoint, o); err != nil {
 		dev.Close()
 		return nil, err

@@ -206,7 +206,7 @@ func (r *Relay) Start(ctx context.Context, req Request) (Server, error) {
 		v.teardown()
 		return nil, err
 	}
-	o := fuseconn.MountOptions{Name: fuseserver.DummyFuse, Source: "dummy-fuse-relay", ReadOnly: true, AllowOther: true, MaxRead: maxReadBytes}
+	o := fuseconn.MountOptions{Name: fuseserver.DummyFuse, Source: "dummy-fuse-relay", ReadOnly: !r.opts.Writable, DefaultPermissions: r.opts.Writable, AllowOther: true, MaxRead: maxReadBytes}
 	if err := fuseconn.Mount(dev, req.Mountpoint, o); err != nil {
 		dev.Close()
 		v.teardown()
@@ -292,7 +292,7 @@ func (v *relayVolume) startServer(ctx context.Context) (*relayProc, error) {
 	}
 	defer dev.Close()
 	name := v.r.server.Name()
-	if err := fuseconn.Mount(dev, v.backend, fuseconn.MountOptions{Name: name, Source: name, ReadOnly: true, AllowOther: true}); err != nil {
+	if err := fuseconn.Mount(dev, v.backend, fuseconn.MountOptions{Name: name, Source: name, ReadOnly: !v.r.opts.Writable, AllowOther: true}); err != nil {
 		return nil, err
 	}
 	cmd := fuseserver.Command(v.r.server, v.r.serverFD)
@@ -331,6 +331,10 @@ func (v *relayVolume) relayCommand(extra ...string) *exec.Cmd {
 	args := []string{"--relay-backend", v.backend, "--node-table", v.nodes, "--backend-wait", v.r.opts.RelayBackendWait.String()}
 	if v.r.opts.Server.DirectIO {
 		args = append(args, "--direct-io")
+	}
+	if v.r.opts.Writable {
+		// The journals' data is in unlinked files: the directory only gives them a filesystem.
+		args = append(args, "--relay-writable", "--spill-dir", v.dir)
 	}
 	args = append(append(args, extra...), fuseserver.FDPath)
 	cmd := exec.Command(v.r.relayBin, args...)

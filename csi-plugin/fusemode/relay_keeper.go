@@ -311,7 +311,7 @@ func (v *keptRelay) startBackend(ctx context.Context) error {
 		return err
 	}
 	name := r.server.Name()
-	if err := fuseconn.Mount(dev, v.backend, fuseconn.MountOptions{Name: name, Source: name, ReadOnly: true, AllowOther: true}); err != nil {
+	if err := fuseconn.Mount(dev, v.backend, fuseconn.MountOptions{Name: name, Source: name, ReadOnly: !r.opts.Writable, AllowOther: true}); err != nil {
 		dev.Close()
 		return err
 	}

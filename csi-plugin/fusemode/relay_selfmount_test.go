@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/dummy-fuse-workload/workload"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/fuseserver"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/fuseserver/backing"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/mounts"
@@ -32,7 +33,8 @@ func TestRelaySelfMountingServerKeepsReads(t *testing.T) {
 		testenv.SkipOrFail(t, "needs rclone for its fake S3 (rclone serve s3): make servers WITH_RCLONE=1")
 	}
 	lab := testenv.NewLab(t)
-	url, passwd := startFakeS3(t, lab, rclone)
+	s3 := startFakeS3(t, lab, rclone)
+	url, passwd := s3.URL, s3.Passwd
 
 	bin := bins.Path(t, "dummy-fuse")
 	dir := filepath.Join(lab.Dir(), "relay")
@@ -93,8 +95,8 @@ func TestRelaySelfMountingServerKeepsReads(t *testing.T) {
 }
 
 // startFakeS3 starts rclone serve s3 (backing.StartFakeS3) for s3fs run as the plugin's user, stopped by the
-// test's cleanup, and returns its URL and credentials file.
-func startFakeS3(t *testing.T, lab *testenv.Lab, rclone string) (url, passwd string) {
+// test's cleanup.
+func startFakeS3(t *testing.T, lab *testenv.Lab, rclone string) *backing.FakeS3 {
 	t.Helper()
 	log, err := os.Create(filepath.Join(lab.Dir(), "rclone-serve-s3.log"))
 	if err != nil {
@@ -108,5 +110,96 @@ func startFakeS3(t *testing.T, lab *testenv.Lab, rclone string) (url, passwd str
 		t.Fatalf("%v (its log: %s)", err, log.Name())
 	}
 	t.Cleanup(f.Stop)
-	return f.URL, f.Passwd
+	return f
+}
+
+// TestRelayWritableVolumeKeepsWrites: a writable volume of the relay mode (Options.Writable) with s3fs, which
+// uploads a file at flush and fsync, written by dummy-fuse-workload --write while the plugin restarts a
+// SIGKILLed s3fs twice and a SIGKILLed relay once (its standby successor takes over): no write, fsync, close
+// or rename fails, and the fake S3's bucket holds every byte the writer was told it wrote.
+func TestRelayWritableVolumeKeepsWrites(t *testing.T) {
+	testenv.RequireFUSE(t)
+	s3fs := testenv.FindRealServer("s3fs")
+	if s3fs == "" {
+		testenv.SkipOrFail(t, "needs s3fs, a libfuse2 server: apt-get install s3fs")
+	}
+	rclone := testenv.FindRealServer("rclone")
+	if rclone == "" {
+		testenv.SkipOrFail(t, "needs rclone for its fake S3 (rclone serve s3): make servers WITH_RCLONE=1")
+	}
+	lab := testenv.NewLab(t)
+	s3 := startFakeS3(t, lab, rclone)
+	dir := filepath.Join(lab.Dir(), "relay")
+	r, err := NewRelay(Options{Server: fuseserver.Spec{Name: s3fsSpec, Path: s3fs, Opts: map[string]string{"url": s3.URL, "passwd-file": s3.Passwd, "access": "rw"}},
+		RelayDir: dir, RelayPath: bins.Path(t, "dummy-fuse"), RelayBackendWait: 10 * time.Second, StartTimeout: 20 * time.Second,
+		RelayServerUID: DefaultRelayServerUID, Writable: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.Close() })
+	mnt := filepath.Join(lab.Dir(), "staging")
+	if err := os.Mkdir(mnt, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s, err := r.Start(ctx, Request{VolumeID: "vol/s3fs-rw", Mountpoint: mnt})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := s.(*relayVolume)
+	t.Cleanup(func() {
+		if _, err := testenv.AbortFUSEUnder([]string{lab.Dir()}, nil); err != nil {
+			t.Error(err)
+		}
+		stopped(t, s)
+	})
+	w := testenv.StartWriter(t, lab, bins.Path(t, "dummy-fuse-workload"), filepath.Join(mnt, "train.log"))
+	for _, kind := range []string{"server", "relay", "server"} {
+		w.WaitFor(t, 3, workload.EventWrite, "before the "+kind+"'s kill")
+		v.mu.Lock()
+		p := v.server
+		if kind == "relay" {
+			p = v.relay
+		}
+		v.mu.Unlock()
+		if err := p.cmd.Process.Kill(); err != nil {
+			t.Fatal(err)
+		}
+		testenv.Eventually(t, 20*time.Second, "the "+kind+" to be started again", func() bool {
+			v.mu.Lock()
+			defer v.mu.Unlock()
+			if kind == "relay" {
+				return v.relay != p
+			}
+			return v.server != p
+		})
+	}
+	w.WaitFor(t, 1, workload.EventCheckpoint, "after the kills")
+	recs := w.Stop(t)
+	if errs := testenv.Failures(recs); len(errs) > 0 {
+		t.Errorf("the writer saw %d errors, first: %v", len(errs), errs[:min(len(errs), 5)])
+	}
+	file, err := s3.Object("train.log")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ckpt, err := s3.Object("train.log.ckpt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := workload.CheckWritten(recs, file, ckpt); err != nil {
+		t.Errorf("the bucket against the writer's log: %v", err)
+	}
+	if _, err := mounts.UnmountAll(mnt); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-s.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the volume did not end within 10s after its staging path was unmounted")
+	}
+	if left, err := mounts.Under(dir); err != nil || len(left) > 0 {
+		t.Fatalf("mounts left under the relay directory %s: %d (%v)", dir, len(left), err)
+	}
 }

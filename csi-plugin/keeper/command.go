@@ -66,6 +66,7 @@ func Command(ctx context.Context, args []string, streams command.Streams) error 
 	fl.StringVar(&cfg.SecretFile, "secret-file", "", "the plugin's per-node secret (default: "+fusemode.KeeperSecretName+" beside --plugin-socket)")
 	fl.StringVar(&cfg.StatusFile, "status-file", DefaultStatusFile, "write which server serves which volume here after every change (empty: nowhere)")
 	fl.StringVar(&relayDir, "relay-node-dir", "", "the plugin's relay-keeper mode: the servers relay each connection to the backend root the plugin hands over, journaling node tables in this directory (one that outlives the keeper, so that a successor takes the relays over)")
+	writable := fl.Bool("relay-writable", false, "with --relay-node-dir: relays forward writes (the plugin's --relay-writable), keeping their journals' data under the node directory")
 	fl.DurationVar(&backendWait, "relay-backend-wait", 30*time.Second, "with --relay-node-dir: how long a relay lets requests wait for a dead backend before they fail")
 	var real fuseserver.Spec
 	fl.StringVar(&real.Name, "relay-server", "", "with --relay-node-dir: the real FUSE server to run on each backend the plugin hands over ("+strings.Join(fuseserver.Names(), ", ")+"); empty: the plugin runs it")
@@ -109,9 +110,15 @@ func Command(ctx context.Context, args []string, streams command.Streams) error 
 		cfg.RealServer = &real
 		cfg.HandoffDir = filepath.Join(relayDir, "fusermount")
 	}
+	if *writable && relayDir == "" {
+		return command.Usagef("--relay-writable is for relays: it needs --relay-node-dir")
+	}
 	if relayDir != "" {
 		cfg.Relay = true
 		cfg.ServerArgs = append(cfg.ServerArgs, "--relay-node-dir="+relayDir, "--backend-wait="+backendWait.String())
+		if *writable {
+			cfg.ServerArgs = append(cfg.ServerArgs, "--relay-writable", "--spill-dir="+filepath.Join(relayDir, "spill"))
+		}
 	}
 	if readLatency > 0 {
 		cfg.ServerArgs = append(cfg.ServerArgs, "--read-latency="+readLatency.String())

@@ -51,6 +51,8 @@ type Options struct {
 	DirectIO bool
 	// AttrTimeout and EntryTimeout are how long the kernel may cache attributes and name lookups.
 	AttrTimeout, EntryTimeout time.Duration
+	// Writable makes Open return a writable relay (NewWritable).
+	Writable bool
 	// SpillDir is where a writable relay keeps the data of its journals (NewWritable: os.TempDir() when
 	// empty), JournalBound how much one handle's journal holds before the relay makes the file durable itself
 	// (DefaultJournalBound when 0).
@@ -83,6 +85,20 @@ type FS struct {
 }
 
 var _ fuse.RawFileSystem = (*FS)(nil)
+
+// Relay is a relay's filesystem, read-only (*FS) or writable (*Writable).
+type Relay interface {
+	fuse.RawFileSystem
+	Close() error
+}
+
+// Open opens a relay, writable when opts.Writable says so.
+func Open(opts Options) (Relay, error) {
+	if opts.Writable {
+		return NewWritable(opts)
+	}
+	return New(opts)
+}
 
 // New opens the backend's root and the node table (loading a predecessor's).
 func New(opts Options) (*FS, error) {

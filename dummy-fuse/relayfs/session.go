@@ -74,7 +74,7 @@ func (s *Sessions) FS(volume string, fresh bool) (fuse.RawFileSystem, func(), er
 	}
 	o := s.base
 	o.Backend, o.Roots, o.NodeTable = "", s.rootsOf(volume), table
-	fs, err := New(o)
+	fs, err := Open(o)
 	if err != nil {
 		return nil, nil, fmt.Errorf("relay of volume %s: %w", volume, err)
 	}

@@ -2,6 +2,7 @@ package relayfs
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path"
 	"strings"
@@ -42,6 +43,9 @@ func NewWritable(opts Options) (*Writable, error) {
 	}
 	if opts.JournalBound <= 0 {
 		opts.JournalBound = DefaultJournalBound
+	}
+	if err := os.MkdirAll(opts.SpillDir, 0o700); err != nil {
+		return nil, fmt.Errorf("spill directory: %w", err)
 	}
 	fs, err := New(opts)
 	if err != nil {

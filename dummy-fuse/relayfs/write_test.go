@@ -2,7 +2,6 @@ package relayfs_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -124,87 +123,6 @@ func TestWritableRelayForwardsChanges(t *testing.T) {
 // chunk is the i-th piece a writer writes: distinct bytes, so that a piece lost, repeated or misplaced shows.
 func chunk(i int) []byte { return workload.Piece(i, 64<<10) }
 
-// writer is a dummy-fuse-workload --write process: a writer must not be the test process, which forks the
-// real server's restarts; a fork's exec closes the test's copies of the writer's files, and each close is a
-// FLUSH that the relay answers only once a server is back.
-type writer struct {
-	proc *testenv.Proc
-	file string
-}
-
-func startWriter(t *testing.T, lab *testenv.Lab, file string) *writer {
-	t.Helper()
-	cmd := exec.Command(testenv.Build(t, "dummy-fuse-workload"), "--write", "--file", file, "--log-format=json",
-		"--read-interval=20ms", "--write-size=65536", "--sync-every=4", "--checkpoint-every=8")
-	w := &writer{proc: lab.Start("writer", cmd), file: file}
-	t.Cleanup(func() {
-		if t.Failed() { // what the writer did besides writing, for the cause
-			var b strings.Builder
-			for _, r := range w.records(t) {
-				if r.Event != workload.EventWriteStart && r.Event != workload.EventWrite {
-					fmt.Fprintf(&b, "%s %s seq %v %s %s\n", r.Time.Format("15:04:05.000"), r.Event, deref(r.Seq), r.Op, r.Error)
-				}
-			}
-			t.Logf("the writer's log but its writes (%d writes):\n%s", w.count(t, workload.EventWrite), b.String())
-		}
-	})
-	return w
-}
-
-func deref[T any](p *T) any {
-	if p == nil {
-		return "-"
-	}
-	return *p
-}
-
-// records is the writer's log so far.
-func (w *writer) records(t *testing.T) []workload.Record {
-	t.Helper()
-	var recs []workload.Record
-	for _, line := range strings.Split(w.proc.Log(), "\n") {
-		var r workload.Record
-		if !strings.HasPrefix(line, "{") || json.Unmarshal([]byte(line), &r) != nil {
-			continue // the last line may be half written
-		}
-		recs = append(recs, r)
-	}
-	return recs
-}
-
-// count is how many records of event the log has.
-func (w *writer) count(t *testing.T, event string) int {
-	n := 0
-	for _, r := range w.records(t) {
-		if r.Event == event {
-			n++
-		}
-	}
-	return n
-}
-
-// waitFor waits until the writer logged n more records of event than it had.
-func (w *writer) waitFor(t *testing.T, n int, event, what string) {
-	t.Helper()
-	want := w.count(t, event) + n
-	testenv.Eventually(t, waitTimeout, fmt.Sprintf("the writer to log %d more %s %s (its log: %s)", n, event, what, w.proc.LogPath), func() bool {
-		if w.proc.Exited() {
-			t.Fatalf("the writer exited: %v\n%s", w.proc.Err(), w.proc.Tail())
-		}
-		return w.count(t, event) >= want
-	})
-}
-
-// stop ends the writer with SIGTERM (it closes its file: a FLUSH) and returns its log.
-func (w *writer) stop(t *testing.T) []workload.Record {
-	t.Helper()
-	w.proc.Signal(syscall.SIGTERM)
-	if code := w.proc.Wait(waitTimeout); code != 0 {
-		t.Fatalf("the writer exited with %d; its log:\n%s", code, w.proc.Tail())
-	}
-	return w.records(t)
-}
-
 // TestRelayKeepsWritesThroughServerKills: gcsfuse, which keeps what is written in a local staging file or an
 // unfinished upload until a FLUSH finishes it, is killed again and again under a writer that appends to a
 // log (fsync every fourth piece) and renames a checkpoint into place every eighth, once with a write inside
@@ -222,10 +140,10 @@ func keepsWritesThroughKills(t *testing.T, name string) {
 	b := newBackend(t, lab, name)
 	b.start()
 	r := startRelay(t, lab, b.dir, "--relay-writable", "--spill-dir", t.TempDir())
-	w := startWriter(t, lab, filepath.Join(r.mnt, "train.log"))
+	w := testenv.StartWriter(t, lab, testenv.Build(t, "dummy-fuse-workload"), filepath.Join(r.mnt, "train.log"))
 	const kills = 6
 	for k := range kills {
-		w.waitFor(t, 3, workload.EventWrite, fmt.Sprintf("before kill %d", k+1))
+		w.WaitFor(t, 3, workload.EventWrite, fmt.Sprintf("before kill %d", k+1))
 		if k == kills/2 {
 			// An operation inside the server when it dies (a write, an fsync or a checkpoint's): the relay's
 			// request fails with ECONNABORTED. The writer logs nothing while it waits (the stop waits until
@@ -233,9 +151,9 @@ func keepsWritesThroughKills(t *testing.T, name string) {
 			b.stop()
 			var recs []workload.Record
 			testenv.Eventually(t, waitTimeout, "the writer to wait for the stopped gcsfuse (its log not growing for 300 ms)", func() bool {
-				n := len(w.records(t))
+				n := len(w.Records(t))
 				time.Sleep(300 * time.Millisecond)
-				recs = w.records(t)
+				recs = w.Records(t)
 				return len(recs) == n
 			})
 			t.Logf("killing %s with the writer waiting after %q", name, recs[len(recs)-1].Event)
@@ -243,16 +161,10 @@ func keepsWritesThroughKills(t *testing.T, name string) {
 		b.kill()
 		b.start()
 	}
-	w.waitFor(t, 2, workload.EventCheckpoint, "after the last kill")
-	recs := w.stop(t)
+	w.WaitFor(t, 2, workload.EventCheckpoint, "after the last kill")
+	recs := w.Stop(t)
 
-	var errs []string
-	for _, rec := range recs {
-		if rec.Event == workload.EventWriteError || rec.Event == workload.EventOpenError || (rec.Event == workload.EventClose && rec.Error != "") {
-			errs = append(errs, rec.Op+" "+rec.Error)
-		}
-	}
-	if len(errs) > 0 {
+	if errs := testenv.Failures(recs); len(errs) > 0 {
 		t.Errorf("the writer saw %d errors, first: %v", len(errs), errs[:min(len(errs), 5)])
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
@@ -283,7 +195,7 @@ func keepsWritesThroughKills(t *testing.T, name string) {
 		return
 	}
 	t.Logf("%d kills of %s under the writer, %d replays: %d pieces (%d bytes) and %d checkpoints acknowledged, no error, all in the bucket",
-		kills, name, replays, w.count(t, workload.EventWrite), len(file), w.count(t, workload.EventCheckpoint))
+		kills, name, replays, w.Count(t, workload.EventWrite), len(file), w.Count(t, workload.EventCheckpoint))
 }
 
 // TestServerKillLosesWritesWithoutTheRelay is what the relay is for: a writer straight on gcsfuse's mount
@@ -334,21 +246,19 @@ func TestWritableRelayTakeover(t *testing.T) {
 	r := startRelay(t, lab, b.dir, "--relay-writable", "--spill-dir", spill)
 	// Forked now, before the writer holds files on the relay's mount (see runLater).
 	succ, takeOver := r.runLater(t, lab, "--relay-backend", b.dir, "--relay-writable", "--spill-dir", spill, "--takeover", r.record)
-	w := startWriter(t, lab, filepath.Join(r.mnt, "train.log"))
-	w.waitFor(t, 5, workload.EventWrite, "before the relay's kill")
+	w := testenv.StartWriter(t, lab, testenv.Build(t, "dummy-fuse-workload"), filepath.Join(r.mnt, "train.log"))
+	w.WaitFor(t, 5, workload.EventWrite, "before the relay's kill")
 	r.proc.Signal(syscall.SIGKILL)
 	takeOver()
 	r.proc.Wait(waitTimeout)
-	w.waitFor(t, 1, workload.EventCheckpoint, "after the takeover")
-	w.waitFor(t, 2, workload.EventWrite, "before gcsfuse's kill under the successor")
+	w.WaitFor(t, 1, workload.EventCheckpoint, "after the takeover")
+	w.WaitFor(t, 2, workload.EventWrite, "before gcsfuse's kill under the successor")
 	b.kill()
 	b.start()
-	w.waitFor(t, 1, workload.EventCheckpoint, "after gcsfuse's kill")
-	recs := w.stop(t)
-	for _, rec := range recs {
-		if rec.Event == workload.EventWriteError || rec.Event == workload.EventOpenError || (rec.Event == workload.EventClose && rec.Error != "") {
-			t.Errorf("the writer saw an error: %s %s %s", rec.Event, rec.Op, rec.Error)
-		}
+	w.WaitFor(t, 1, workload.EventCheckpoint, "after gcsfuse's kill")
+	recs := w.Stop(t)
+	if errs := testenv.Failures(recs); len(errs) > 0 {
+		t.Errorf("the writer saw %d errors, first: %v", len(errs), errs[:min(len(errs), 5)])
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
 	defer cancel()

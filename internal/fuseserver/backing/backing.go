@@ -242,7 +242,9 @@ type FakeS3 struct {
 }
 
 // Object reads object name of the bucket (a missing one is os.ErrNotExist).
-func (f *FakeS3) Object(name string) ([]byte, error) { return os.ReadFile(filepath.Join(f.Bucket, name)) }
+func (f *FakeS3) Object(name string) ([]byte, error) {
+	return os.ReadFile(filepath.Join(f.Bucket, name))
+}
 
 // S3Bucket is the bucket of a FakeS3 (the s3fs spec's default), and s3Key its access key and secret.
 const (
