@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -180,9 +179,10 @@ func (r *Relay) Start(ctx context.Context, req Request) (Server, error) {
 	if err := os.MkdirAll(v.backend, 0o700); err != nil {
 		return nil, fmt.Errorf("relay directory: %w", err)
 	}
-	// A new connection starts with no node table: a predecessor's would give IDs the kernel never handed out.
-	for _, f := range []string{v.nodes, v.init} {
-		if err := os.Remove(f); err != nil && !errors.Is(err, os.ErrNotExist) {
+	// A new connection starts with no node table: a predecessor's would give IDs the kernel never handed out;
+	// nor with a predecessor's journals (of another connection's handles).
+	for _, f := range []string{v.nodes, v.init, v.spill()} {
+		if err := os.RemoveAll(f); err != nil {
 			return nil, err
 		}
 	}
@@ -326,6 +326,9 @@ func (v *relayVolume) startSelfMounting(ctx context.Context) (*relayProc, error)
 	return p, nil
 }
 
+// spill is where the volume's writable relays keep their journals, which a successor relay replays.
+func (v *relayVolume) spill() string { return filepath.Join(v.dir, "spill") }
+
 // relayCommand is a relay on the plugin's copy of the staging connection with extra arguments.
 func (v *relayVolume) relayCommand(extra ...string) *exec.Cmd {
 	args := []string{"--relay-backend", v.backend, "--node-table", v.nodes, "--backend-wait", v.r.opts.RelayBackendWait.String()}
@@ -333,8 +336,7 @@ func (v *relayVolume) relayCommand(extra ...string) *exec.Cmd {
 		args = append(args, "--direct-io")
 	}
 	if v.r.opts.Writable {
-		// The journals' data is in unlinked files: the directory only gives them a filesystem.
-		args = append(args, "--relay-writable", "--spill-dir", v.dir)
+		args = append(args, "--relay-writable", "--spill-dir", v.spill())
 	}
 	args = append(append(args, extra...), fuseserver.FDPath)
 	cmd := exec.Command(v.r.relayBin, args...)

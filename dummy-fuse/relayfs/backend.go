@@ -41,7 +41,10 @@ type rootFD struct {
 	refs sync.WaitGroup
 }
 
-func openBackend(path string, roots *Roots, wait time.Duration, logf func(string, ...any)) (*backend, error) {
+// openBackend opens the backend's root. want is the kind of backend a predecessor served (zero: none): a
+// root of another kind is the bare directory under a dead backend's mount (a successor started while the
+// real server is down), and the backend counts as dead until one of that kind serves.
+func openBackend(path string, roots *Roots, wait time.Duration, want backendKind, logf func(string, ...any)) (*backend, error) {
 	b := &backend{path: path, wait: wait, logf: logf}
 	b.open = func() (int, error) { return unix.Open(path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0) }
 	if roots != nil {
@@ -53,7 +56,7 @@ func openBackend(path string, roots *Roots, wait time.Duration, logf func(string
 		// it (the real server cannot start yet): the backend counts as dead from now, so that requests wait
 		// for a root within b.wait and then fail, instead of queueing unanswered. The first root handed over
 		// sets the filesystem type a later one must have.
-		b.root, b.down = &rootFD{fd: -1}, time.Now()
+		b.root, b.down, b.fsType = &rootFD{fd: -1}, time.Now(), want.fsType
 		logf("backend %s: no root handed over yet; requests wait up to %s for one", b.path, wait)
 		return b, nil
 	}
@@ -73,9 +76,20 @@ func openBackend(path string, roots *Roots, wait time.Duration, logf func(string
 		unix.Close(fd)
 		return nil, fmt.Errorf("backend %s: %w", path, err)
 	}
+	if got := b.kind(); want.fsType != 0 && got != want {
+		unix.Close(fd)
+		b.fsType, b.mountRoot = want.fsType, want.mountRoot
+		b.root, b.down = &rootFD{fd: -1}, time.Now()
+		logf("backend %s: filesystem type %#x (mount root %t), not the %#x (mount root %t) the node table says: the real server is not back yet; requests wait up to %s for it",
+			b.path, got.fsType, got.mountRoot, want.fsType, want.mountRoot, wait)
+		return b, nil
+	}
 	b.root = &rootFD{fd: fd}
 	return b, nil
 }
+
+// kind is what the first root was (zero before one).
+func (b *backend) kind() backendKind { return backendKind{fsType: b.fsType, mountRoot: b.mountRoot} }
 
 // isMountRoot reports whether the directory fd (at path) is the root of a mount: another device than its
 // parent's.

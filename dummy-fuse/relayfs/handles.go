@@ -42,6 +42,31 @@ func (hs *handles) add(h *handle) uint64 {
 	}
 }
 
+// reserve hands out a new handle with nothing behind it yet (set gives it one; remove gives it up), for a
+// handle whose number must be known before it is opened: a writable handle's journal is named after it.
+func (hs *handles) reserve() uint64 { return hs.add(&handle{}) }
+
+// set puts h behind handle fh.
+func (hs *handles) set(fh uint64, h *handle) {
+	hs.mu.Lock()
+	defer hs.mu.Unlock()
+	hs.byFh[fh] = h
+}
+
+// renamed moves the handles of the file or directory at from, and of those beneath it, to to: a handle
+// opened again (after a backend death) opens the file where it is now.
+func (hs *handles) renamed(from, to string) {
+	hs.mu.Lock()
+	defer hs.mu.Unlock()
+	for _, h := range hs.byFh {
+		h.mu.Lock()
+		if h.path == from || strings.HasPrefix(h.path, from+"/") {
+			h.path = to + h.path[len(from):]
+		}
+		h.mu.Unlock()
+	}
+}
+
 func (hs *handles) get(fh uint64) *handle {
 	hs.mu.Lock()
 	defer hs.mu.Unlock()
@@ -160,20 +185,19 @@ func (h *handle) file(r *rootFD) (*backendFile, error) {
 	}
 	flags := h.flags
 	if h.w != nil && h.f != nil {
-		flags = h.w.reopen
+		flags = h.w.j.header.Reopen
 	}
 	fd, err := openAtMode(r, h.path, flags, h.w.createMode())
 	if err != nil {
 		return nil, err
 	}
-	if h.w != nil && h.f != nil {
+	// A reopen, or a predecessor's journal: what the backend may not have is replayed before anything else.
+	if h.w != nil && !h.w.j.empty() && (h.f != nil || h.flags&unix.O_TRUNC == 0) {
 		if err := h.w.j.replay(fd); err != nil {
 			unix.Close(fd)
 			return nil, err
 		}
-		if !h.w.j.empty() {
-			h.w.logf("%s: replayed %d writes and truncations (%d bytes) the dead backend had not made durable", h.path, len(h.w.j.ops), h.w.j.bytes)
-		}
+		h.w.logf("%s: replayed %d writes and truncations (%d bytes) the backend had not made durable", h.path, len(h.w.j.ops), h.w.j.bytes)
 	}
 	if h.f != nil {
 		h.f.release() // open on a dead backend: the kernel fails its FLUSH at once

@@ -1,61 +1,140 @@
 package relayfs
 
 import (
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"os"
+	"path/filepath"
 
 	"golang.org/x/sys/unix"
 )
 
 // journal is what a writable handle changed in its file since the backend last confirmed the file durable
-// (an FSYNC or FLUSH it answered with success): the writes, in order, with their data kept in a spill file,
-// and the truncations between them. Real servers keep a file being written in a local staging file and
-// upload it at flush or fsync (gcsfuse; rclone's write cache at close), so a write they acknowledged dies
-// with them; the relay replays the journal into the file opened on the next server before it forwards the
-// next request, so that nothing it acknowledged is lost. Replaying is idempotent: every write is
-// positional (the kernel sends an append with its offset) and a truncation sets a size.
+// (an FSYNC or FLUSH it answered with success): the writes, in order, with their data, and the truncations
+// between them. Real servers keep a file being written in a local staging file and upload it at flush or
+// fsync (gcsfuse; rclone's write cache after the close), so a write they acknowledged dies with them; the
+// relay replays the journal into the file opened on the next server before it forwards the next request,
+// so that nothing it acknowledged is lost. Replaying is idempotent: every write is positional (the kernel
+// sends an append with its offset) and a truncation sets a size.
 //
-// The journal lives as long as the relay process: a successor relay does not find it. That is enough for
-// one crash at a time: when the relay dies, the kernel closes its backend descriptors, and each close
-// sends the live server a FLUSH that uploads what the relay had acknowledged.
+// A journal is a file in the spill directory named after the kernel's file handle, so that a successor
+// relay finds it: one relay dying alone loses nothing anyway (the kernel closes its descriptors of the
+// backend, and each close is a FLUSH that makes a live server upload what the relay had acknowledged), but
+// the relay dying together with the real server (a keeper that holds both) does, unless the successor
+// replays the journal. Each record is one write(2) to the file, made before the request is forwarded; a
+// write(2) survives the death of the process that made it (it is in the page cache). A record the dying
+// relay left half written was never acknowledged and is ignored.
+//
+// The file: a header line (journalHeader as JSON), then records: 'W', offset, length (8 bytes each, little
+// endian) and the data; 'T' and a size.
 type journal struct {
-	dir   string   // where the spill file is made
-	spill *os.File // unlinked; nil until the first write
-	ops   []journalOp
-	bytes int64 // data in the spill file
+	dir, name string // the file is dir/name; made at the first record
+	header    journalHeader
+	f         *os.File // nil until the first record
+	start     int64    // where records start: after the header
+	end       int64    // where the next record goes
+	ops       []journalOp
+	bytes     int64 // data in the records
 }
 
-// journalOp is a write of n bytes at off whose data is at at in the spill file, or (truncate) a
-// truncation to off.
+// journalHeader says what a successor needs to open the file again: its node (whose path the node table
+// knows, after any rename) and the flags and mode of a reopen.
+type journalHeader struct {
+	Node   uint64 `json:"node"`
+	Reopen int    `json:"reopen"`
+	Mode   uint32 `json:"mode"`
+}
+
+// journalOp is a write of n bytes at off whose data is at at in the file, or (truncate) a truncation to off.
 type journalOp struct {
 	off, n, at int64
 	truncate   bool
 }
 
+const recordHead = 1 + 8 + 8
+
+// journalName is the file of the journal of file handle fh.
+func journalName(fh uint64) string { return fmt.Sprintf("%016x.journal", fh) }
+
 // write records data written at off.
 func (j *journal) write(data []byte, off int64) error {
-	if j.spill == nil {
-		f, err := os.CreateTemp(j.dir, "dummy-fuse-relay-spill-")
-		if err != nil {
-			return fmt.Errorf("spill file: %w", err)
-		}
-		// Unlinked at once: the data is the process's alone and goes with it.
-		if err := os.Remove(f.Name()); err != nil {
-			f.Close()
-			return fmt.Errorf("spill file: %w", err)
-		}
-		j.spill = f
+	rec := make([]byte, recordHead, recordHead+len(data))
+	rec[0] = 'W'
+	binary.LittleEndian.PutUint64(rec[1:], uint64(off))
+	binary.LittleEndian.PutUint64(rec[9:], uint64(len(data)))
+	if err := j.append(append(rec, data...)); err != nil {
+		return err
 	}
-	if _, err := j.spill.WriteAt(data, j.bytes); err != nil {
-		return fmt.Errorf("spill file: %w", err)
-	}
-	j.ops = append(j.ops, journalOp{off: off, n: int64(len(data)), at: j.bytes})
+	j.ops = append(j.ops, journalOp{off: off, n: int64(len(data)), at: j.end - int64(len(data))})
 	j.bytes += int64(len(data))
 	return nil
 }
 
 // truncate records a truncation to size.
-func (j *journal) truncate(size int64) { j.ops = append(j.ops, journalOp{off: size, truncate: true}) }
+func (j *journal) truncate(size int64) error {
+	rec := make([]byte, 9)
+	rec[0] = 'T'
+	binary.LittleEndian.PutUint64(rec[1:], uint64(size))
+	if err := j.append(rec); err != nil {
+		return err
+	}
+	j.ops = append(j.ops, journalOp{off: size, truncate: true})
+	return nil
+}
+
+// unrecord drops the last record: its request failed, so there is nothing to replay.
+func (j *journal) unrecord() {
+	op := j.ops[len(j.ops)-1]
+	j.ops = j.ops[:len(j.ops)-1]
+	j.end = op.at - recordHead
+	if op.truncate {
+		j.end = j.endOfOps()
+	} else {
+		j.bytes -= op.n
+	}
+	_ = j.f.Truncate(j.end) // a failure leaves a record a successor replays: the file holds what it says anyway
+}
+
+// endOfOps is where the file's records end.
+func (j *journal) endOfOps() int64 {
+	end := j.start
+	for _, op := range j.ops {
+		if op.truncate {
+			end += 9
+		} else {
+			end = op.at + op.n
+		}
+	}
+	return end
+}
+
+// append writes rec at the end of the file, making the file first.
+func (j *journal) append(rec []byte) error {
+	if j.f == nil {
+		hdr, err := json.Marshal(j.header)
+		if err != nil {
+			return err
+		}
+		f, err := os.OpenFile(filepath.Join(j.dir, j.name), os.O_RDWR|os.O_CREATE|os.O_TRUNC|unix.O_CLOEXEC, 0o600)
+		if err != nil {
+			return fmt.Errorf("journal: %w", err)
+		}
+		if _, err := f.WriteAt(append(hdr, '\n'), 0); err != nil {
+			f.Close()
+			return fmt.Errorf("journal %s: %w", f.Name(), err)
+		}
+		j.f, j.start, j.end = f, int64(len(hdr)+1), int64(len(hdr)+1)
+	}
+	if _, err := j.f.WriteAt(rec, j.end); err != nil {
+		return fmt.Errorf("journal %s: %w", j.f.Name(), err)
+	}
+	j.end += int64(len(rec))
+	return nil
+}
 
 // empty reports whether there is nothing to replay.
 func (j *journal) empty() bool { return len(j.ops) == 0 }
@@ -72,8 +151,8 @@ func (j *journal) replay(fd int) error {
 		}
 		for done := int64(0); done < op.n; {
 			chunk := buf[:min(int64(cap(buf)), op.n-done)]
-			if _, err := j.spill.ReadAt(chunk, op.at+done); err != nil {
-				return fmt.Errorf("spill file: %w", err)
+			if _, err := j.f.ReadAt(chunk, op.at+done); err != nil {
+				return fmt.Errorf("journal %s: %w", j.f.Name(), err)
 			}
 			if err := pwriteAll(fd, chunk, op.off+done); err != nil {
 				return err
@@ -84,20 +163,70 @@ func (j *journal) replay(fd int) error {
 	return nil
 }
 
-// clear forgets everything: the backend confirmed the file durable.
+// clear forgets every record: the backend confirmed the file durable.
 func (j *journal) clear() {
 	j.ops, j.bytes = j.ops[:0], 0
-	if j.spill != nil {
-		_ = j.spill.Truncate(0) // gives the space back; a failure only keeps it until the handle closes
+	if j.f != nil {
+		j.end = j.start
+		_ = j.f.Truncate(j.start) // a failure leaves records a successor replays again: harmless
 	}
 }
 
-func (j *journal) close() {
-	if j.spill != nil {
-		j.spill.Close()
-		j.spill = nil
+// remove deletes the journal: its handle is released.
+func (j *journal) remove() {
+	if j.f != nil {
+		os.Remove(j.f.Name())
+		j.f.Close()
+		j.f = nil
 	}
 	j.ops, j.bytes = nil, 0
+}
+
+// loadJournal reads the journal a predecessor left for file handle fh in dir; nil, nil when there is none.
+func loadJournal(dir string, fh uint64) (*journal, error) {
+	f, err := os.OpenFile(filepath.Join(dir, journalName(fh)), os.O_RDWR|unix.O_CLOEXEC, 0)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("journal: %w", err)
+	}
+	b, err := io.ReadAll(f)
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("journal %s: %w", f.Name(), err)
+	}
+	j := &journal{dir: dir, name: journalName(fh), f: f}
+	nl := bytes.IndexByte(b, '\n')
+	if nl < 0 || json.Unmarshal(b[:nl], &j.header) != nil {
+		f.Close()
+		return nil, fmt.Errorf("journal %s: no header: not a journal this relay wrote", f.Name())
+	}
+	j.start = int64(nl + 1)
+	at := j.start
+records:
+	for rest := b[nl+1:]; len(rest) > 0; {
+		switch {
+		case rest[0] == 'T' && len(rest) >= 9:
+			j.ops = append(j.ops, journalOp{off: int64(binary.LittleEndian.Uint64(rest[1:])), truncate: true})
+			rest, at = rest[9:], at+9
+			continue
+		case rest[0] == 'W' && len(rest) >= recordHead:
+			n := int64(binary.LittleEndian.Uint64(rest[9:]))
+			if n >= 0 && int64(len(rest))-recordHead >= n {
+				j.ops = append(j.ops, journalOp{off: int64(binary.LittleEndian.Uint64(rest[1:])), n: n, at: at + recordHead})
+				j.bytes += n
+				rest, at = rest[recordHead+n:], at+recordHead+n
+				continue
+			}
+		case rest[0] != 'T' && rest[0] != 'W':
+			f.Close()
+			return nil, fmt.Errorf("journal %s: a record of kind %q at %d: not a journal this relay wrote", f.Name(), rest[0], at)
+		}
+		break records // a record the predecessor did not finish writing: never acknowledged
+	}
+	j.end = at
+	return j, nil
 }
 
 // pwriteAll writes all of p at off to fd.

@@ -27,6 +27,15 @@ type nodes struct {
 	next   uint64
 	// journal is the table file opened for appending, nil without one.
 	journal *os.File
+	// backend is the kind of backend the table's first relay served (zero: not recorded yet): a successor
+	// started while the real server is down must not take the bare directory under its dead mount for it.
+	backend backendKind
+}
+
+// backendKind is what a backend's root must be: a filesystem type and, when the first was one, a mount root.
+type backendKind struct {
+	fsType    int64
+	mountRoot bool
 }
 
 type node struct {
@@ -38,7 +47,8 @@ type node struct {
 	restored bool
 }
 
-// Journal records, one a line: "+ID PATH" (PATH as a Go quoted string) when a node is handed out or a rename
+// Journal records, one a line: "backend TYPE MOUNT" (the first backend's filesystem type in hex, and 1 when
+// it was a mount root), "+ID PATH" (PATH as a Go quoted string) when a node is handed out or a rename
 // moved it, "-ID" when
 // the kernel forgot it, "next ID" for the first ID a successor may hand out. A write(2) of one line to a
 // file survives the death of the process that made it (it is in the page cache), which is the crash the
@@ -87,6 +97,14 @@ func (n *nodes) load(b []byte) error {
 
 func (n *nodes) replay(rec string) error {
 	switch {
+	case strings.HasPrefix(rec, "backend "):
+		var k backendKind
+		var mount int
+		if _, err := fmt.Sscanf(rec, "backend %x %d", &k.fsType, &mount); err != nil || k.fsType == 0 || mount > 1 {
+			return fmt.Errorf("bad record %q", rec)
+		}
+		k.mountRoot = mount == 1
+		n.backend = k
 	case strings.HasPrefix(rec, "next "):
 		id, err := strconv.ParseUint(rec[len("next "):], 10, 64)
 		if err != nil {
@@ -141,6 +159,9 @@ func validPath(p string) bool {
 // compacted is the journal holding only the live nodes.
 func (n *nodes) compacted() []byte {
 	var b bytes.Buffer
+	if n.backend.fsType != 0 {
+		b.WriteString(n.backend.record())
+	}
 	fmt.Fprintf(&b, "next %d\n", n.next)
 	for id, nd := range n.byID {
 		if id != fuse.FUSE_ROOT_ID {
@@ -217,6 +238,25 @@ func (n *nodes) drop(id uint64, nd *node) {
 		delete(n.byPath, nd.path)
 	}
 	delete(n.byID, id)
+}
+
+func (k backendKind) record() string {
+	mount := 0
+	if k.mountRoot {
+		mount = 1
+	}
+	return fmt.Sprintf("backend %x %d\n", k.fsType, mount)
+}
+
+// recordBackend journals the kind of the first backend, unless the table has one.
+func (n *nodes) recordBackend(k backendKind) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.backend.fsType != 0 || k.fsType == 0 {
+		return nil
+	}
+	n.backend = k
+	return n.record(k.record())
 }
 
 // rename moves the node of oldPath, and those beneath it, to newPath (the writable relay's RENAME). A node the

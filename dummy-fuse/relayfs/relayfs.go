@@ -109,13 +109,18 @@ func New(opts Options) (*FS, error) {
 		opts.Log = io.Discard
 	}
 	fs := &FS{ReadOnly: dummyfs.NewReadOnly(), opts: opts, handles: newHandles(), spares: newSpares(opts.AttrTimeout)}
-	b, err := openBackend(opts.Backend, opts.Roots, opts.BackendWait, fs.logf)
+	n, err := openNodes(opts.NodeTable)
 	if err != nil {
 		return nil, err
 	}
-	n, err := openNodes(opts.NodeTable)
+	b, err := openBackend(opts.Backend, opts.Roots, opts.BackendWait, n.backend, fs.logf)
 	if err != nil {
+		n.close()
+		return nil, err
+	}
+	if err := n.recordBackend(b.kind()); err != nil {
 		b.close()
+		n.close()
 		return nil, err
 	}
 	fs.backend, fs.nodes = b, n

@@ -248,6 +248,7 @@ func TestNodeTableRefusesDamage(t *testing.T) {
 		"escaping path":   {"+2 \"../etc\"\n", false},
 		"absolute path":   {"+2 \"/etc\"\n", false},
 		"unquoted path":   {"+2 file\n", false},
+		"bad backend":     {"backend zz 1\n", false},
 	} {
 		table := filepath.Join(t.TempDir(), "nodes")
 		if err := os.WriteFile(table, []byte(tc.content), 0o600); err != nil {
@@ -336,5 +337,25 @@ func TestSpares(t *testing.T) {
 			t.Fatalf("%d spares still kept %s after the last release (attribute timeout %s)", n, 5*time.Second, keep)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestSuccessorWaitsForItsKindOfBackend: a relay whose node table says its predecessor served a FUSE mount
+// root does not take a plain directory there (the bare directory under a dead server's mount) for the
+// backend: it counts the backend as dead, and requests fail with ENOTCONN once the wait is over.
+func TestSuccessorWaitsForItsKindOfBackend(t *testing.T) {
+	table := filepath.Join(t.TempDir(), "nodes")
+	if err := os.WriteFile(table, []byte("backend 65735546 1\nnext 2\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	fs := newFS(t, Options{Backend: tree(t), NodeTable: table, BackendWait: 50 * time.Millisecond})
+	if _, st := lookup(t, fs, fuse.FUSE_ROOT_ID, "file"); st != fuse.Status(syscall.ENOTCONN) {
+		t.Errorf("lookup on a plain directory where a FUSE mount was: %v, want ENOTCONN", st)
+	}
+	// A first relay records what it serves.
+	table2 := filepath.Join(t.TempDir(), "nodes")
+	newFS(t, Options{Backend: tree(t), NodeTable: table2}).Close()
+	if b, _ := os.ReadFile(table2); !strings.Contains(string(b), "\nbackend ") {
+		t.Errorf("the first relay's table does not record its backend: %q", b)
 	}
 }

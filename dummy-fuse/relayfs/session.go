@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -67,13 +68,21 @@ func NodeTable(dir, volume string) string {
 // this connection's kernel never handed out.
 func (s *Sessions) FS(volume string, fresh bool) (fuse.RawFileSystem, func(), error) {
 	table := NodeTable(s.dir, volume)
+	o := s.base
+	o.Backend, o.Roots, o.NodeTable = "", s.rootsOf(volume), table
+	if o.Writable {
+		o.SpillDir = filepath.Join(o.SpillDir, strings.TrimSuffix(filepath.Base(table), ".nodes"))
+	}
 	if fresh {
 		if err := os.Remove(table); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return nil, nil, err
 		}
+		if o.Writable { // a predecessor's journals belong to handles of another connection
+			if err := os.RemoveAll(o.SpillDir); err != nil {
+				return nil, nil, err
+			}
+		}
 	}
-	o := s.base
-	o.Backend, o.Roots, o.NodeTable = "", s.rootsOf(volume), table
 	fs, err := Open(o)
 	if err != nil {
 		return nil, nil, fmt.Errorf("relay of volume %s: %w", volume, err)

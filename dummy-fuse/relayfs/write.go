@@ -29,8 +29,9 @@ import (
 //     finds a directory, UNLINK and RMDIR find nothing, RENAME finds the source gone and the target there,
 //     SYMLINK finds the same link.
 //
-// What it does not keep: a journal lives as long as the relay process, so the relay and its backend dying
-// together lose what the backend had only staged (any one of them alone does not: see journal).
+// A journal is a file in Options.SpillDir named after its file handle, which a successor relay (a takeover)
+// replays when the kernel next uses that handle: the relay and the real server dying together (a keeper
+// holding both) lose nothing either, as long as the spill directory outlives them (see journal).
 type Writable struct {
 	*FS
 }
@@ -62,15 +63,10 @@ const DefaultJournalBound = 64 << 20
 type writer struct {
 	// mu orders the handle's reads, writes, truncations, flushes and fsyncs: a replay after a backend death
 	// must find every write before it in the journal, and none after.
-	mu sync.Mutex
-	j  journal
-	// reopen are the flags that open the file again on a new backend: never O_TRUNC or O_EXCL (the journal
-	// holds the truncation), O_CREAT with mode when this handle created the file (a server that stages a new
-	// file until its upload loses the file itself).
-	reopen int
-	mode   uint32
-	bound  int64
-	logf   func(format string, a ...any)
+	mu    sync.Mutex
+	j     *journal
+	bound int64
+	logf  func(format string, a ...any)
 }
 
 // createMode is the mode a reopen creates the file with.
@@ -78,25 +74,49 @@ func (w *writer) createMode() uint32 {
 	if w == nil {
 		return 0
 	}
-	return w.mode
+	return w.j.header.Mode
 }
 
 // writeFlags are the kernel's open flags the backend file is opened with: O_APPEND is dropped (the kernel
 // sends every WRITE with its offset, and pwrite(2) on an O_APPEND file would append whatever the offset).
 const writeFlags = unix.O_ACCMODE | unix.O_TRUNC | unix.O_EXCL | unix.O_DIRECT | unix.O_SYNC | unix.O_DSYNC
 
-// newWriteHandle describes a file opened for writing (created by this handle when created).
-func (fs *Writable) newWriteHandle(node uint64, path string, kernelFlags uint32, mode uint32, created bool) *handle {
+// newWriteHandle describes a file opened for writing (created by this handle when created), whose journal is
+// named after file handle fh. A reopen never truncates or insists on creating (the journal holds the
+// truncation); it creates the file again when this handle created it: a server that stages a new file until
+// its upload loses the file itself.
+func (fs *Writable) newWriteHandle(fh, node uint64, path string, kernelFlags uint32, mode uint32, created bool) *handle {
 	flags := int(kernelFlags) & writeFlags
-	w := &writer{j: journal{dir: fs.opts.SpillDir}, reopen: flags &^ (unix.O_TRUNC | unix.O_EXCL), bound: fs.opts.JournalBound, logf: fs.logf}
+	hdr := journalHeader{Node: node, Reopen: flags &^ (unix.O_TRUNC | unix.O_EXCL)}
 	if created {
-		w.reopen |= unix.O_CREAT
-		w.mode = mode & 0o7777
+		hdr.Reopen |= unix.O_CREAT
+		hdr.Mode = mode & 0o7777
 	}
-	if flags&unix.O_TRUNC != 0 {
-		w.j.truncate(0)
+	return &handle{node: node, path: path, flags: flags, w: fs.newWriter(&journal{dir: fs.opts.SpillDir, name: journalName(fh), header: hdr})}
+}
+
+func (fs *Writable) newWriter(j *journal) *writer {
+	return &writer{j: j, bound: fs.opts.JournalBound, logf: fs.logf}
+}
+
+// inherited is a handle for a predecessor's journal of file handle fh, nil when there is none; it opens
+// the file with the journal's flags (and replays it) when first used.
+func (fs *Writable) inherited(fh uint64) *handle {
+	j, err := loadJournal(fs.opts.SpillDir, fh)
+	if err != nil {
+		fs.logf("handle %#x: %v", fh, err)
+		return nil
 	}
-	return &handle{node: node, path: path, flags: flags, w: w}
+	if j == nil {
+		return nil
+	}
+	path, ok := fs.nodes.path(j.header.Node)
+	if !ok {
+		fs.logf("handle %#x: the journal's node %d is not in the node table; %d writes (%d bytes) cannot be replayed", fh, j.header.Node, len(j.ops), j.bytes)
+		j.remove()
+		return nil
+	}
+	return &handle{node: j.header.Node, path: path, flags: j.header.Reopen, w: fs.newWriter(j)}
 }
 
 func writing(flags uint32) bool {
@@ -112,11 +132,24 @@ func (fs *Writable) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.Open
 	if !ok {
 		return fuse.Status(syscall.ESTALE)
 	}
-	h := fs.newWriteHandle(in.NodeId, path, in.Flags, 0, false)
-	if err := fs.do(func(r *rootFD) error { return h.open(r) }); err != nil {
+	fh := fs.handles.reserve()
+	h := fs.newWriteHandle(fh, in.NodeId, path, in.Flags, 0, false)
+	h.w.mu.Lock()
+	defer h.w.mu.Unlock()
+	var err error
+	if h.flags&unix.O_TRUNC != 0 {
+		err = h.w.j.truncate(0) // the truncation is the server's to make durable, like a write
+	}
+	if err == nil {
+		err = fs.do(func(r *rootFD) error { return h.open(r) })
+	}
+	if err != nil {
+		h.w.j.remove()
+		fs.handles.remove(fh)
 		return status(err)
 	}
-	out.Fh = fs.handles.add(h)
+	fs.handles.set(fh, h)
+	out.Fh = fh
 	out.OpenFlags = fs.openFlags()
 	return fuse.OK
 }
@@ -135,7 +168,8 @@ func (fs *Writable) Create(_ <-chan struct{}, in *fuse.CreateIn, name string, ou
 	if st != fuse.OK {
 		return st
 	}
-	h := fs.newWriteHandle(0, path, in.Flags, in.Mode, true)
+	fh := fs.handles.reserve()
+	h := fs.newWriteHandle(fh, 0, path, in.Flags, in.Mode, true)
 	var attr unix.Stat_t
 	tries := 0
 	err := fs.do(func(r *rootFD) error {
@@ -143,7 +177,7 @@ func (fs *Writable) Create(_ <-chan struct{}, in *fuse.CreateIn, name string, ou
 		if tries++; tries > 1 {
 			flags &^= unix.O_EXCL
 		}
-		fd, err := openAtMode(r, path, flags, h.w.mode)
+		fd, err := openAtMode(r, path, flags, h.w.j.header.Mode)
 		if err != nil {
 			return err
 		}
@@ -156,17 +190,20 @@ func (fs *Writable) Create(_ <-chan struct{}, in *fuse.CreateIn, name string, ou
 		return nil
 	})
 	if err != nil {
+		fs.handles.remove(fh)
 		return status(err)
 	}
 	id, err := fs.nodes.lookup(path)
 	if err != nil {
 		fs.logf("create %s: %v", path, err)
+		fs.handles.remove(fh)
 		h.close().release()
 		return fuse.EIO
 	}
-	h.node = id
+	h.node, h.w.j.header.Node = id, id
+	fs.handles.set(fh, h)
 	fs.fillEntry(id, &attr, &out.EntryOut)
-	out.OpenOut.Fh = fs.handles.add(h)
+	out.OpenOut.Fh = fh
 	out.OpenOut.OpenFlags = fs.openFlags()
 	return fuse.OK
 }
@@ -185,13 +222,19 @@ func (fs *Writable) giveToCaller(fd int, name string, h *fuse.InHeader) {
 	_ = unix.Fchownat(fd, name, int(h.Uid), int(h.Gid), unix.AT_SYMLINK_NOFOLLOW)
 }
 
-// writeHandle is the handle fh of a WRITE, FLUSH or FSYNC: a predecessor's is adopted (opened again for
-// writing with the flags the kernel sends); nil when it is no file opened for writing.
+// writeHandle is the handle fh of a WRITE, FSYNC or truncation: a predecessor's is adopted, with its journal
+// when it left one, else opened again for writing with the flags the kernel sends; nil when it is no file
+// opened for writing.
 func (fs *Writable) writeHandle(fh, node uint64, flags uint32) *handle {
 	h := fs.handles.get(fh)
-	if h == nil && writing(flags) {
-		if path, ok := fs.nodes.path(node); ok {
-			h = fs.handles.adopt(fh, fs.newWriteHandle(node, path, flags&^syscall.O_TRUNC, 0, false))
+	if h == nil {
+		if h = fs.inherited(fh); h == nil && writing(flags) {
+			if path, ok := fs.nodes.path(node); ok {
+				h = fs.newWriteHandle(fh, node, path, flags&^syscall.O_TRUNC, 0, false)
+			}
+		}
+		if h != nil {
+			h = fs.handles.adopt(fh, h)
 		}
 	}
 	if h == nil || h.w == nil {
@@ -232,7 +275,7 @@ func (fs *Writable) Write(_ <-chan struct{}, in *fuse.WriteIn, data []byte) (uin
 		return pwriteAll(f.fd, data, int64(in.Offset))
 	})
 	if err != nil {
-		h.w.j.ops = h.w.j.ops[:len(h.w.j.ops)-1] // not written: nothing to replay
+		h.w.j.unrecord() // not written: nothing to replay
 		return 0, status(err)
 	}
 	return uint32(len(data)), fuse.OK
@@ -264,9 +307,15 @@ func flushFD(fd int) error {
 	return unix.Close(d)
 }
 
-// Flush forwards a close(2) of a file opened for writing. Other handles have nothing to flush.
+// Flush forwards a close(2) of a file opened for writing. Other handles have nothing to flush, nor has a
+// predecessor's that left no journal (its death closed its descriptors: a FLUSH each).
 func (fs *Writable) Flush(_ <-chan struct{}, in *fuse.FlushIn) fuse.Status {
 	h := fs.handles.get(in.Fh)
+	if h == nil {
+		if h = fs.inherited(in.Fh); h != nil {
+			h = fs.handles.adopt(in.Fh, h)
+		}
+	}
 	if h == nil || h.w == nil {
 		return fuse.OK
 	}
@@ -302,6 +351,9 @@ func (fs *Writable) Fsync(_ <-chan struct{}, in *fuse.FsyncIn) fuse.Status {
 // FLUSH, through a descriptor the writer had duplicated) is made durable first, off the kernel's thread.
 func (fs *Writable) Release(cancel <-chan struct{}, in *fuse.ReleaseIn) {
 	h := fs.handles.remove(in.Fh)
+	if h == nil {
+		h = fs.inherited(in.Fh)
+	}
 	if h == nil || h.w == nil {
 		fs.spares.put(h)
 		return
@@ -314,7 +366,7 @@ func (fs *Writable) Release(cancel <-chan struct{}, in *fuse.ReleaseIn) {
 				fs.logf("release %s: %d writes (%d bytes) were not made durable: %v", h.path, len(h.w.j.ops), h.w.j.bytes, err)
 			}
 		}
-		h.w.j.close()
+		h.w.j.remove()
 		if f := h.close(); f != nil {
 			f.release()
 		}
@@ -386,7 +438,10 @@ func (fs *Writable) truncate(in *fuse.SetAttrIn, p string, size int64) error {
 		if h := fs.writeHandle(fh, in.NodeId, syscall.O_WRONLY); h != nil {
 			h.w.mu.Lock()
 			defer h.w.mu.Unlock()
-			h.w.j.truncate(size)
+			if err := h.w.j.truncate(size); err != nil {
+				fs.logf("truncate %s: %v", h.path, err)
+				return unix.EIO
+			}
 			err := fs.do(func(r *rootFD) error {
 				f, err := h.file(r)
 				if err != nil {
@@ -396,7 +451,7 @@ func (fs *Writable) truncate(in *fuse.SetAttrIn, p string, size int64) error {
 				return unix.Ftruncate(f.fd, size)
 			})
 			if err != nil {
-				h.w.j.ops = h.w.j.ops[:len(h.w.j.ops)-1]
+				h.w.j.unrecord()
 			}
 			return err
 		}
@@ -551,6 +606,7 @@ func (fs *Writable) Rename(_ <-chan struct{}, in *fuse.RenameIn, oldName, newNam
 		fs.logf("rename %s to %s: %v", from, to, err)
 		return fuse.EIO
 	}
+	fs.handles.renamed(from, to)
 	return fuse.OK
 }
 

@@ -280,3 +280,49 @@ func TestWritableRelayTakeover(t *testing.T) {
 		t.Errorf("the successor replayed nothing at gcsfuse's kill; its log:\n%s", succ.Tail())
 	}
 }
+
+// TestWritableRelayAndServerDieTogether: gcsfuse and the relay die together under the writer (as a keeper
+// holding both does), gcsfuse first, so that the dying relay's closes cannot make it upload anything. What
+// gcsfuse had acknowledged but not uploaded is in the dead relay's journals only; the successor finds them
+// in the spill directory and replays them at the writer's next request. No operation fails and the bucket
+// holds every acknowledged byte.
+func TestWritableRelayAndServerDieTogether(t *testing.T) {
+	testenv.RequireFUSE(t)
+	lab := testenv.NewLab(t)
+	b := newBackend(t, lab, fuseserver.Gcsfuse)
+	b.start()
+	spill := t.TempDir()
+	r := startRelay(t, lab, b.dir, "--relay-writable", "--spill-dir", spill)
+	succ, takeOver := r.runLater(t, lab, "--relay-backend", b.dir, "--relay-writable", "--spill-dir", spill, "--takeover", r.record)
+	w := testenv.StartWriter(t, lab, testenv.Build(t, "dummy-fuse-workload"), filepath.Join(r.mnt, "train.log"))
+	w.WaitFor(t, 10, workload.EventWrite, "before the kills")
+	b.kill()
+	r.proc.Signal(syscall.SIGKILL)
+	r.proc.Wait(waitTimeout)
+	takeOver()
+	b.start()
+	w.WaitFor(t, 2, workload.EventCheckpoint, "after the kills")
+	recs := w.Stop(t)
+	if errs := testenv.Failures(recs); len(errs) > 0 {
+		t.Errorf("the writer saw %d errors, first: %v", len(errs), errs[:min(len(errs), 5)])
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	file, err := b.object(ctx, "train.log")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ckpt, err := b.object(ctx, "train.log.ckpt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := workload.CheckWritten(recs, file, ckpt); err != nil {
+		t.Errorf("the bucket against the writer's log: %v", err)
+	}
+	if !strings.Contains(succ.Log(), "had not made durable") {
+		t.Errorf("the successor replayed no journal of its predecessor; its log:\n%s", succ.Tail())
+	}
+	if left, _ := filepath.Glob(filepath.Join(spill, "*.journal")); len(left) > 0 {
+		t.Errorf("journals left after the writer closed every file: %v", left)
+	}
+}

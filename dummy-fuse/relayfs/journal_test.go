@@ -1,0 +1,98 @@
+package relayfs
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// replayed is what replaying j into a file holding start gives.
+func replayed(t *testing.T, j *journal, start string) string {
+	t.Helper()
+	f, err := os.Create(filepath.Join(t.TempDir(), "file"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteString(start); err != nil {
+		t.Fatal(err)
+	}
+	if err := j.replay(int(f.Fd())); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(f.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// TestJournalSurvivesItsRelay: what a journal recorded is what a successor loads and replays, in order; a
+// record dropped (its request failed) or cleared (the backend made the file durable) is not replayed; a last
+// record cut short by a crash is ignored; a file that is not a journal is refused.
+func TestJournalSurvivesItsRelay(t *testing.T) {
+	dir := t.TempDir()
+	j := &journal{dir: dir, name: journalName(0x1234), header: journalHeader{Node: 7, Reopen: unix.O_WRONLY | unix.O_CREAT, Mode: 0o640}}
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(j.write([]byte("gone"), 0))
+	j.clear() // durable: nothing before this is replayed
+	must(j.truncate(0))
+	must(j.write([]byte("hello world"), 0))
+	must(j.write([]byte("WORLD"), 6))
+	must(j.write([]byte("failed"), 20))
+	j.unrecord()
+	must(j.truncate(8))
+	if got := replayed(t, j, "old content that is long"); got != "hello WO" {
+		t.Errorf("replay in this relay: %q", got)
+	}
+	loaded, err := loadJournal(dir, 0x1234)
+	if err != nil || loaded == nil {
+		t.Fatalf("loading the journal: %v, %v", loaded, err)
+	}
+	if loaded.header != j.header || len(loaded.ops) != len(j.ops) || loaded.bytes != j.bytes {
+		t.Errorf("loaded %+v, %d ops, %d bytes; wrote %+v, %d ops, %d bytes", loaded.header, len(loaded.ops), loaded.bytes, j.header, len(j.ops), j.bytes)
+	}
+	if got := replayed(t, loaded, "old content that is long"); got != "hello WO" {
+		t.Errorf("replay in a successor: %q", got)
+	}
+	// A successor's next record goes after the loaded ones.
+	must(loaded.write([]byte("!"), 8))
+	again, err := loadJournal(dir, 0x1234)
+	if err != nil || replayed(t, again, "") != "hello WO!" {
+		t.Errorf("a record appended by the successor: %v", err)
+	}
+
+	// A write record cut short: never acknowledged, ignored.
+	name := filepath.Join(dir, journalName(0x1234))
+	st, _ := os.Stat(name)
+	f, _ := os.OpenFile(name, os.O_WRONLY|os.O_APPEND, 0)
+	f.Write([]byte{'W', 1, 0, 0, 0, 0, 0, 0, 0, 100, 0, 0, 0, 0, 0, 0, 0, 'x'})
+	f.Close()
+	cut, err := loadJournal(dir, 0x1234)
+	if err != nil || cut.end != st.Size() || replayed(t, cut, "") != "hello WO!" {
+		t.Errorf("a cut last record: %v (end %d, file was %d)", err, cut.end, st.Size())
+	}
+	if j, err := loadJournal(dir, 0x9999); j != nil || err != nil {
+		t.Errorf("no journal: %v, %v", j, err)
+	}
+	for content, want := range map[string]string{"no header at all": "no header", "{\"node\":1}\nZ": "record of kind"} {
+		if err := os.WriteFile(filepath.Join(dir, journalName(0x77)), []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := loadJournal(dir, 0x77); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: %v, want an error with %q", content, err, want)
+		}
+	}
+	loaded.remove()
+	if _, err := os.Stat(name); !os.IsNotExist(err) {
+		t.Errorf("the removed journal is still there: %v", err)
+	}
+}
