@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/csi-plugin/driver"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/dummy-fuse-workload/workload"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/fuseserver"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/fuseserver/backing"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/mounts"
@@ -225,4 +226,65 @@ func realServerOf(t *testing.T, children func() []int, exe string, not int) int 
 		return false
 	})
 	return pid
+}
+
+// TestRelayKeeperWritableVolume: a writable volume (plugin and keeper with --relay-writable) of gcsfuse,
+// written by dummy-fuse-workload --write on the staging path, through the death of the real server, of the
+// relay, of the keeper (which takes the relay and the real server at once: only the relay's journal files
+// hold what gcsfuse had not uploaded, and the next keeper's relay replays them) and of the plugin. No write,
+// fsync, close or rename fails and the fake GCS holds every acknowledged byte.
+func TestRelayKeeperWritableVolume(t *testing.T) {
+	rk := newRelayKeeper(t, fuseserver.Gcsfuse)
+	e, spec := rk.env, rk.spec
+	pluginArgs := append(rk.pluginArgs, "--relay-writable")
+	keeperArgs := append(rk.keeperArgs, "--relay-writable")
+	p := e.start(pluginArgs...)
+	k := e.startKeeper(keeperArgs...)
+	e.stagePublish(p, "vol-1", "pod-a")
+	relay := k.servedBy("vol-1", 0)
+	w := testenv.StartWriter(t, e.lab, bins.Path(t, "dummy-fuse-workload"), filepath.Join(e.stagingPath("vol-1"), "train.log"))
+	w.WaitFor(t, 6, workload.EventWrite, "before anything dies")
+
+	server := realServerOf(t, k.Children, spec.Path, 0)
+	if err := syscall.Kill(server, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	realServerOf(t, k.Children, spec.Path, server)
+	w.WaitFor(t, 6, workload.EventWrite, "after the real server was killed")
+
+	if out, err := exec.Command(e.plugin, "keeper", "crash", "--status-file="+k.status, "--volume=vol-1").CombinedOutput(); err != nil {
+		t.Fatalf("keeper crash: %v\n%s", err, out)
+	}
+	k.servedBy("vol-1", relay)
+	w.WaitFor(t, 6, workload.EventWrite, "after the relay was killed")
+
+	k.Kill()
+	k = e.startKeeper(keeperArgs...)
+	k.servedBy("vol-1", 0)
+	w.WaitFor(t, 6, workload.EventWrite, "after the keeper was replaced")
+
+	p.kill()
+	w.WaitFor(t, 3, workload.EventWrite, "while the plugin is down")
+	p = e.start(pluginArgs...)
+	w.WaitFor(t, 1, workload.EventCheckpoint, "after the plugin restarted")
+	recs := w.Stop(t)
+	if errs := testenv.Failures(recs); len(errs) > 0 {
+		t.Errorf("the writer saw %d errors, first: %v", len(errs), errs[:min(len(errs), 5)])
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	file, err := backing.GCSObject(ctx, spec.Opts["endpoint"], "train.log")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ckpt, err := backing.GCSObject(ctx, spec.Opts["endpoint"], "train.log.ckpt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := workload.CheckWritten(recs, file, ckpt); err != nil {
+		t.Errorf("the bucket against the writer's log: %v", err)
+	}
+	t.Logf("%d pieces (%d bytes) and %d checkpoints through a server, relay, keeper and plugin death, all in the bucket",
+		w.Count(t, workload.EventWrite), len(file), w.Count(t, workload.EventCheckpoint))
+	e.teardown(p, "vol-1", "pod-a")
 }

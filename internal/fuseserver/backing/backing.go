@@ -89,7 +89,13 @@ func StartFakeGCS(ctx context.Context, bin string, log *os.File) (*FakeGCS, erro
 // Object reads object name of the fake's bucket through the JSON API, not through any mount: what a
 // writer's data became once the server uploaded it. A missing object is os.ErrNotExist.
 func (g *FakeGCS) Object(ctx context.Context, name string) ([]byte, error) {
-	u := g.Endpoint + "b/" + fuseserver.DefaultBucket + "/o/" + url.PathEscape(name) + "?alt=media"
+	return GCSObject(ctx, g.Endpoint, name)
+}
+
+// GCSObject reads object name of the bucket fuseserver.DefaultBucket at the JSON API endpoint (gcsfuse's
+// endpoint setting).
+func GCSObject(ctx context.Context, endpoint, name string) ([]byte, error) {
+	u := endpoint + "b/" + fuseserver.DefaultBucket + "/o/" + url.PathEscape(name) + "?alt=media"
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
 		return nil, err
