@@ -43,12 +43,16 @@ bench: build ## dummy-fuse side by side with a C libfuse3 reference through real
 bench-doc: ## regenerate the generated tables of dummy-fuse/README.md and csi-plugin/README.md from the newest dummy-fuse/bench/results files (bench, relay, soak, soak-relay-keeper)
 	go run ./dummy-fuse/bench/cmd/benchdoc
 
-.PHONY: bench-relay soak-relay
+.PHONY: bench-relay bench-relay-write soak-relay soak-relay-write
 bench-relay: servers ## the relay's extra hop beside direct access to gcsfuse and squashfuse, ratio per round, and its stall after a server kill (root + /dev/fuse)
 	hack/bench-relay.sh
+bench-relay-write: servers ## the writable relay's writes beside direct ones to gcsfuse and s3fs (MB/s, p50/p99), ratio per round (root + /dev/fuse; make servers WITH_RCLONE=1, apt-get install s3fs)
+	KIND=write BENCHTIME=$${BENCHTIME:-40x} hack/bench-relay.sh
 
 soak-relay: servers ## the relay: DFC_SOAK_KILLS (50) server kills of gcsfuse and squashfuse under 3 readers: failed reads, stalls, leaks (root + /dev/fuse)
 	hack/soak-relay.sh
+soak-relay-write: servers ## the writable relay: DFC_SOAK_KILLS (50) kills of gcsfuse and s3fs under a writer: failed writes, bytes lost, stalls, leaks (root + /dev/fuse; make servers WITH_RCLONE=1, apt-get install s3fs)
+	SOAK=relay-write hack/soak-relay.sh
 
 clean: ## remove build output
 	rm -rf $(BIN) _output

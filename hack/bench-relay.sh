@@ -13,13 +13,21 @@ BENCHTIME=${BENCHTIME:-2s}
 KILLS=${KILLS:-5}
 # The result file goes to dummy-fuse/bench/results/relay, from which dummy-fuse/README.md's relay table is
 # generated (make bench-doc). OUT= (empty) writes none.
-OUT=${OUT-dummy-fuse/bench/results/relay}
+# KIND=write (make bench-relay-write) runs the writable relay's write benchmarks instead (gcsfuse and s3fs:
+# a 1 MiB file written in 64 KiB writes and closed; a 64 KiB write and an fsync), recorded in results/relay-write.
+KIND=${KIND:-read}
+case $KIND in
+read) results=relay writes= ;;
+write) results=relay-write writes=-writes ;;
+*) echo "KIND=$KIND: want read or write" >&2; exit 2 ;;
+esac
+OUT=${OUT-dummy-fuse/bench/results/$results}
 testbin=$(mktemp)
 trap 'rm -f "$testbin"' EXIT
 go test -c -o "$testbin" ./dummy-fuse/relayfs/
 commit=$(git describe --always --dirty --abbrev=7 2>/dev/null || echo unknown)
 go run ./dummy-fuse/bench/cmd/benchrelay -test-binary "$testbin" -dir dummy-fuse/relayfs -commit "$commit" \
-  -rounds "$ROUNDS" -benchtime "$BENCHTIME" -kills "$KILLS" -out "$OUT"
+  -rounds "$ROUNDS" -benchtime "$BENCHTIME" -kills "$KILLS" -out "$OUT" $writes
 if [ -n "$OUT" ]; then
   go run ./dummy-fuse/bench/cmd/benchdoc
   echo "dummy-fuse/README.md: generated tables regenerated from the newest result files"

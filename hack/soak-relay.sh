@@ -6,14 +6,18 @@
 # (dummy-fuse/relayfs/soak_test.go); the record goes to dummy-fuse/bench/results/soak, from which
 # dummy-fuse/README.md's soak table is generated. SOAK=relay-keeper (make soak-relay-keeper) runs the relay-keeper
 # mode's instead (csi-plugin/relay_keeper_soak_test.go: kills of the real server, the relay, the keeper and the
-# plugin), recorded in results/soak-relay-keeper for csi-plugin/README.md. OUT= (empty) writes none.
+# plugin), recorded in results/soak-relay-keeper for csi-plugin/README.md. SOAK=relay-write (make soak-relay-write)
+# kills gcsfuse and s3fs behind the writable relay under dummy-fuse-workload --write and checks the storage
+# against the writer's log (dummy-fuse/relayfs/write_soak_test.go; needs rclone's fake S3 and Debian's s3fs),
+# recorded in results/soak-relay-write. OUT= (empty) writes none.
 set -o errexit -o nounset -o pipefail
 cd "$(dirname "$0")/.."
 
 case ${SOAK:-relay} in
 relay) test=TestRelaySoak pkg=./dummy-fuse/relayfs/ results=soak ;;
 relay-keeper) test=TestRelayKeeperSoak pkg=./csi-plugin/ results=soak-relay-keeper ;;
-*) echo "SOAK=$SOAK: want relay or relay-keeper" >&2; exit 2 ;;
+relay-write) test=TestRelayWriteSoak pkg=./dummy-fuse/relayfs/ results=soak-relay-write ;;
+*) echo "SOAK=$SOAK: want relay, relay-keeper or relay-write" >&2; exit 2 ;;
 esac
 OUT=${OUT-$PWD/dummy-fuse/bench/results/$results}
 echo "kernel $(uname -r), load average $(cut -d" " -f1-3 /proc/loadavg)"
