@@ -67,6 +67,21 @@ func (hs *handles) renamed(from, to string) {
 	}
 }
 
+// removed orphans the handles of the file at path, which was unlinked or replaced by a rename: one that must
+// be opened again (after a backend death) fails with ESTALE rather than open, or create anew, another file
+// of that name.
+func (hs *handles) removed(path string) {
+	hs.mu.Lock()
+	defer hs.mu.Unlock()
+	for _, h := range hs.byFh {
+		h.mu.Lock()
+		if h.path == path {
+			h.path = ""
+		}
+		h.mu.Unlock()
+	}
+}
+
 func (hs *handles) get(fh uint64) *handle {
 	hs.mu.Lock()
 	defer hs.mu.Unlock()
@@ -182,6 +197,9 @@ func (h *handle) file(r *rootFD) (*backendFile, error) {
 	case h.f != nil && h.f.gen >= r.gen:
 		h.f.refs.Add(1) // the handle's own reference keeps it open meanwhile
 		return h.f, nil
+	}
+	if h.path == "" {
+		return nil, unix.ESTALE // its file was removed (handles.removed)
 	}
 	flags := h.flags
 	if h.w != nil && h.f != nil {

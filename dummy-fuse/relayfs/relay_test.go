@@ -114,6 +114,12 @@ func (b *realBackend) object(ctx context.Context, name string) ([]byte, error) {
 func (b *realBackend) start() {
 	b.t.Helper()
 	b.proc = b.lab.Start(b.server.Name(), fuseserver.Command(b.server, b.server.MountArgs(b.dir)))
+	b.waitServing()
+}
+
+// waitServing waits until the server serves the file.
+func (b *realBackend) waitServing() {
+	b.t.Helper()
 	path := filepath.Join(b.dir, fuseserver.ServedFile)
 	testenv.Eventually(b.t, waitTimeout, b.server.Name()+" serving "+path+" (its log: "+b.proc.LogPath+")", func() bool {
 		if b.proc.Exited() {
@@ -129,6 +135,32 @@ func (b *realBackend) start() {
 	if !b.killedAt.IsZero() {
 		b.startKill = append(b.startKill, time.Since(b.killedAt))
 		b.killedAt = time.Time{}
+	}
+}
+
+// startLater starts the server's next run now, held in a shell until the returned function lets it go on and
+// waits until it serves (as start). A test that holds files on a writable relay's mount must start servers
+// this way: a fork's exec closes the child's copies of them, each close a FLUSH the relay answers only once
+// a server is back.
+func (b *realBackend) startLater() func() {
+	b.t.Helper()
+	gate, open, err := os.Pipe()
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	defer gate.Close()
+	inner := fuseserver.Command(b.server, b.server.MountArgs(b.dir))
+	cmd := exec.Command("/bin/sh", append([]string{"-c", `read go && exec "$@"`, "sh", inner.Path}, inner.Args[1:]...)...)
+	cmd.Env, cmd.Stdin = inner.Env, gate
+	p := b.lab.Start(b.server.Name(), cmd)
+	b.t.Cleanup(func() { open.Close() })
+	return func() {
+		b.t.Helper()
+		if _, err := open.WriteString("go\n"); err != nil {
+			b.t.Fatal(err)
+		}
+		b.proc = p
+		b.waitServing()
 	}
 }
 

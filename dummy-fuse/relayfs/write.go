@@ -573,6 +573,7 @@ func (fs *Writable) remove(parent uint64, name string, flags int) fuse.Status {
 		return status(err)
 	}
 	fs.nodes.removed(p)
+	fs.handles.removed(p)
 	return fuse.OK
 }
 
@@ -606,7 +607,10 @@ func (fs *Writable) Rename(_ <-chan struct{}, in *fuse.RenameIn, oldName, newNam
 		fs.logf("rename %s to %s: %v", from, to, err)
 		return fuse.EIO
 	}
-	fs.handles.renamed(from, to)
+	if from != to {
+		fs.handles.removed(to) // what the rename replaced
+		fs.handles.renamed(from, to)
+	}
 	return fuse.OK
 }
 

@@ -326,3 +326,41 @@ func TestWritableRelayAndServerDieTogether(t *testing.T) {
 		t.Errorf("journals left after the writer closed every file: %v", left)
 	}
 }
+
+// TestWritableRelayDoesNotResurrectARemovedFile: a file the writer removed while it still had it open is not
+// made again on the next server when the relay must open it again after gcsfuse's death: the writer's next
+// write fails with ESTALE, and the bucket has no such object. (A file written, unlinked and kept open is the
+// writer's alone; after a crash nothing of it can be reached.)
+func TestWritableRelayDoesNotResurrectARemovedFile(t *testing.T) {
+	testenv.RequireFUSE(t)
+	lab := testenv.NewLab(t)
+	b := newBackend(t, lab, fuseserver.Gcsfuse)
+	b.start()
+	r := startRelay(t, lab, b.dir, "--relay-writable", "--spill-dir", t.TempDir())
+	restart := b.startLater() // forked before the test holds a file on the relay's mount
+	path := filepath.Join(r.mnt, "scratch")
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.Write([]byte("first")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	b.kill()
+	restart()
+	if _, err := f.Write([]byte("second")); !errors.Is(err, syscall.ESTALE) {
+		t.Errorf("a write to the removed file after gcsfuse's death: %v, want ESTALE", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	if got, err := b.object(ctx, "scratch"); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the removed file is in the bucket again: %q, %v", got, err)
+	}
+	if _, err := os.Lstat(path); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the removed file is there again through the relay: %v", err)
+	}
+}
