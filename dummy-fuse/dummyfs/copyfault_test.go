@@ -173,11 +173,7 @@ func TestWorkerBufferIsResident(t *testing.T) {
 	if w.mapping == nil {
 		t.Skip("the buffers are on the Go heap (mmap failed): resident like any heap memory")
 	}
-	page := os.Getpagesize()
-	vec := make([]byte, (len(w.mapping)+page-1)/page)
-	if _, _, errno := unix.Syscall(unix.SYS_MINCORE, uintptr(unsafe.Pointer(&w.mapping[0])), uintptr(len(w.mapping)), uintptr(unsafe.Pointer(&vec[0]))); errno != 0 {
-		t.Fatalf("mincore: %v", errno)
-	}
+	vec := residentPages(t, w.mapping)
 	if vec[0]&1 == 0 {
 		t.Error("the first page of a new worker's read buffer is not resident: the kernel's copy of the first request would fault")
 	}
@@ -188,6 +184,32 @@ func TestWorkerBufferIsResident(t *testing.T) {
 	if resident > 2 {
 		t.Errorf("%d of the buffers' %d pages are resident, want the read buffer's first page only (and at most the reply's)", resident, len(vec))
 	}
+
+	// A filesystem whose requests do not fit in a page (it takes WRITEs) gets the whole read buffer resident.
+	large := NewConn(-1, largeFS{New(DefaultOptions())}, MountOptions(DefaultOptions()), 1).newWorker()
+	defer large.free()
+	vec = residentPages(t, large.in)
+	for i, v := range vec {
+		if v&1 == 0 {
+			t.Fatalf("page %d of %d of the read buffer of a filesystem taking WRITEs is not resident", i, len(vec))
+		}
+	}
+}
+
+// largeFS is a filesystem that says its requests do not fit in a page.
+type largeFS struct{ *FS }
+
+func (largeFS) LargeRequests() bool { return true }
+
+// residentPages is mincore(2) of b: a byte per page, bit 0 set when the page is resident.
+func residentPages(t *testing.T, b []byte) []byte {
+	t.Helper()
+	page := os.Getpagesize()
+	vec := make([]byte, (len(b)+page-1)/page)
+	if _, _, errno := unix.Syscall(unix.SYS_MINCORE, uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)), uintptr(unsafe.Pointer(&vec[0]))); errno != 0 {
+		t.Fatalf("mincore: %v", errno)
+	}
+	return vec
 }
 
 // TestRefusedReplyCostsOneRequest: a reply the kernel refuses once it found its request (here: longer than

@@ -38,6 +38,8 @@ type Conn struct {
 	bufSize int
 	max     int
 	log     *log.Logger // nil: the standard logger
+	// resident makes each worker's request buffer resident when it is made (LargeRequests).
+	resident bool
 
 	// init is the handover record: the kernel's INIT request as read from the device, then our reply.
 	init []byte
@@ -80,8 +82,16 @@ func NewConn(fd int, fs fuse.RawFileSystem, mo *fuse.MountOptions, workers int) 
 	// Only for *FS itself: QuickReply stands for its methods, and a filesystem that wraps it (embedding it,
 	// as tests do to hold reads) would be bypassed.
 	quick, _ := fs.(*FS)
-	return &Conn{fd: fd, ps: fuse.NewProtocolServer(fs, mo), quick: quick, bufSize: size, max: workers, log: mo.Logger}
+	large, _ := fs.(LargeRequests)
+	return &Conn{fd: fd, ps: fuse.NewProtocolServer(fs, mo), quick: quick, bufSize: size, max: workers, log: mo.Logger,
+		resident: large != nil && large.LargeRequests()}
 }
+
+// LargeRequests is implemented by a filesystem whose requests do not fit in a page: one that takes WRITEs
+// (the writable relay). Its workers' request buffers are made resident when they are made, at the cost of
+// their whole size in memory (see newWorker): otherwise the first large WRITE a fresh worker takes could be
+// failed with EIO by a kill of this process while the kernel copies it.
+type LargeRequests interface{ LargeRequests() bool }
 
 // logger is where Conn logs what it survives: go-fuse's (MountOptions.Logger), else the standard logger, as
 // go-fuse does.
@@ -211,8 +221,16 @@ func (c *Conn) newWorker() *worker {
 	// process is being killed ends the request with EIO for its caller instead of queueing it again
 	// (fuse_dev_do_read in fs/fuse/dev.c; TestKillWhileTheKernelCopiesARequest): a successor killed right
 	// after it took a connection over, whose buffers are all fresh, would cost a read. Nearly every request
-	// of a read-only filesystem fits in the first page; a write makes it resident before the first read.
+	// of a read-only filesystem fits in the first page; a write makes it resident before the first read. A
+	// filesystem that takes WRITEs gets the whole buffer made resident.
 	w.in[0] = 0
+	if w.c.resident {
+		if err := unix.Madvise(w.in, unix.MADV_POPULATE_WRITE); err != nil { // Linux 5.14+
+			for i := 0; i < len(w.in); i += 4096 {
+				w.in[i] = 0
+			}
+		}
+	}
 	return w
 }
 

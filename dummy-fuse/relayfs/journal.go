@@ -2,6 +2,7 @@ package relayfs
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -9,6 +10,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 
 	"golang.org/x/sys/unix"
 )
@@ -139,28 +141,84 @@ func (j *journal) append(rec []byte) error {
 // empty reports whether there is nothing to replay.
 func (j *journal) empty() bool { return len(j.ops) == 0 }
 
-// replay applies the journal to the backend file fd, in order.
+// replay applies the journal to the backend file fd: not record by record, but what they add up to, in
+// ascending offsets. A server that streams a new file into an upload takes only writes that follow each
+// other (gcsfuse answers any other with EIO, "OutOfOrderError"), and a journal may hold a range written
+// twice (a write the workload did again after an error). So the replay truncates to the lowest size any
+// truncation set, writes each range's newest data from the lowest offset up, and sets the size the last
+// truncation left when the writes after it did not reach past it.
 func (j *journal) replay(fd int) error {
-	buf := make([]byte, 0, 1<<20)
-	for _, op := range j.ops {
-		if op.truncate {
-			if err := unix.Ftruncate(fd, op.off); err != nil {
-				return err
-			}
-			continue
+	segs, low, size, sized := j.extents()
+	if low >= 0 {
+		if err := unix.Ftruncate(fd, low); err != nil {
+			return err
 		}
-		for done := int64(0); done < op.n; {
-			chunk := buf[:min(int64(cap(buf)), op.n-done)]
-			if _, err := j.f.ReadAt(chunk, op.at+done); err != nil {
+	}
+	buf := make([]byte, 0, 1<<20)
+	for _, sg := range segs {
+		for done := int64(0); done < sg.n; {
+			chunk := buf[:min(int64(cap(buf)), sg.n-done)]
+			if _, err := j.f.ReadAt(chunk, sg.at+done); err != nil {
 				return fmt.Errorf("journal %s: %w", j.f.Name(), err)
 			}
-			if err := pwriteAll(fd, chunk, op.off+done); err != nil {
+			if err := pwriteAll(fd, chunk, sg.off+done); err != nil {
 				return err
 			}
 			done += int64(len(chunk))
 		}
 	}
+	if sized && (len(segs) == 0 || segs[len(segs)-1].off+segs[len(segs)-1].n < size) {
+		return unix.Ftruncate(fd, size)
+	}
 	return nil
+}
+
+// segment is a range of the file (n bytes at off) whose newest data is at at in the journal's file.
+type segment struct{ off, n, at int64 }
+
+// extents adds the records up: the ranges written, without overlaps and in ascending order, each with its
+// newest data; the lowest size a truncation set (-1: none); and the size after the last record when a
+// truncation set one (sized).
+func (j *journal) extents() (segs []segment, low, size int64, sized bool) {
+	low = -1
+	for _, op := range j.ops {
+		if op.truncate {
+			var kept []segment
+			for _, sg := range segs {
+				if sg.off < op.off {
+					sg.n = min(sg.n, op.off-sg.off)
+					kept = append(kept, sg)
+				}
+			}
+			segs, size, sized = kept, op.off, true
+			if low < 0 || op.off < low {
+				low = op.off
+			}
+			continue
+		}
+		end := op.off + op.n
+		var next []segment
+		for _, sg := range segs {
+			sgEnd := sg.off + sg.n
+			if sgEnd <= op.off || sg.off >= end { // apart
+				next = append(next, sg)
+				continue
+			}
+			if sg.off < op.off { // the part before the new write
+				next = append(next, segment{off: sg.off, n: op.off - sg.off, at: sg.at})
+			}
+			if sgEnd > end { // the part after it
+				next = append(next, segment{off: end, n: sgEnd - end, at: sg.at + (end - sg.off)})
+			}
+		}
+		next = append(next, segment{off: op.off, n: op.n, at: op.at})
+		slices.SortFunc(next, func(a, b segment) int { return cmp.Compare(a.off, b.off) })
+		segs = next
+		if sized {
+			size = max(size, end)
+		}
+	}
+	return segs, low, size, sized
 }
 
 // clear forgets every record: the backend confirmed the file durable.

@@ -96,3 +96,40 @@ func TestJournalSurvivesItsRelay(t *testing.T) {
 		t.Errorf("the removed journal is still there: %v", err)
 	}
 }
+
+// TestJournalReplaysInAscendingOrder: a replay writes what the records add up to, each range once and from the
+// lowest offset up, as a server streaming a new file into an upload needs, and leaves the same content as the
+// records one by one would.
+func TestJournalReplaysInAscendingOrder(t *testing.T) {
+	j := &journal{dir: t.TempDir(), name: journalName(1), header: journalHeader{Node: 2}}
+	for _, w := range []struct {
+		data string
+		off  int64
+	}{{"aaaa", 0}, {"bbbb", 4}, {"BBBB", 4}, {"cc", 8}, {"x", 1}} {
+		if err := j.write([]byte(w.data), w.off); err != nil {
+			t.Fatal(err)
+		}
+	}
+	segs, low, _, sized := j.extents()
+	for i := 1; i < len(segs); i++ {
+		if segs[i].off != segs[i-1].off+segs[i-1].n {
+			t.Errorf("segments %+v: not one after another", segs)
+		}
+	}
+	if low != -1 || sized || len(segs) != 5 {
+		t.Errorf("segments %+v, lowest truncation %d, sized %t", segs, low, sized)
+	}
+	if got := replayed(t, j, ""); got != "axaaBBBBcc" {
+		t.Errorf("replay: %q", got)
+	}
+	// A truncation after the writes: the replay ends at its size, cutting or extending the file.
+	if err := j.truncate(12); err != nil {
+		t.Fatal(err)
+	}
+	if got := replayed(t, j, "0123456789abcdef"); got != "axaaBBBBccab" {
+		t.Errorf("replay with a truncation after the writes, into a longer file: %q", got)
+	}
+	if got := replayed(t, j, ""); got != "axaaBBBBcc\x00\x00" {
+		t.Errorf("replay with a truncation after the writes, into an empty file: %q", got)
+	}
+}

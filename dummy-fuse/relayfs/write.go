@@ -55,6 +55,9 @@ func NewWritable(opts Options) (*Writable, error) {
 	return &Writable{FS: fs}, nil
 }
 
+// LargeRequests implements dummyfs.LargeRequests: WRITEs carry their data.
+func (fs *Writable) LargeRequests() bool { return true }
+
 // DefaultJournalBound is how much a handle may write before the relay makes its file durable itself (a
 // FLUSH, which uploads it on gcsfuse): the journal's spill file never holds more.
 const DefaultJournalBound = 64 << 20
@@ -161,8 +164,9 @@ func (fs *Writable) openFlags() uint32 {
 	return fuse.FOPEN_KEEP_CACHE
 }
 
-// Create makes and opens a file. When the backend died inside the first try, the next try opens the file
-// that try may have made rather than fail with EEXIST.
+// Create makes and opens a file. When the backend died inside the first try, or the kernel resent the
+// request after a relay died with it, this try opens the file the earlier one may have made rather than fail
+// with EEXIST.
 func (fs *Writable) Create(_ <-chan struct{}, in *fuse.CreateIn, name string, out *fuse.CreateOut) fuse.Status {
 	path, st := fs.child(in.NodeId, name)
 	if st != fuse.OK {
@@ -174,7 +178,7 @@ func (fs *Writable) Create(_ <-chan struct{}, in *fuse.CreateIn, name string, ou
 	tries := 0
 	err := fs.do(func(r *rootFD) error {
 		flags := h.flags | unix.O_CREAT
-		if tries++; tries > 1 {
+		if tries++; tries > 1 || resent(&in.InHeader) {
 			flags &^= unix.O_EXCL
 		}
 		fd, err := openAtMode(r, path, flags, h.w.j.header.Mode)
@@ -497,16 +501,21 @@ func (fs *FS) child(parent uint64, name string) (string, fuse.Status) {
 	return join(dir, name), fuse.OK
 }
 
-// retried runs op like do and, when the backend died inside its first try, lets settled decide whether the
-// error of a later try means the first one had already done it.
-func (fs *FS) retried(op func(r *rootFD) error, settled func(error) bool) error {
+// retried runs op like do and, when an earlier try may have done it already (the backend died inside the
+// first try, or the request is one the kernel resent after a relay died: its predecessor may have done it),
+// lets settled decide whether the error means the earlier try had.
+func (fs *FS) retried(h *fuse.InHeader, op func(r *rootFD) error, settled func(error) bool) error {
 	tries := 0
 	err := fs.do(func(r *rootFD) error { tries++; return op(r) })
-	if err != nil && tries > 1 && settled(err) {
+	if err != nil && (tries > 1 || resent(h)) && settled(err) {
 		return nil
 	}
 	return err
 }
+
+// resent reports whether the kernel sent this request once before, to a relay that died with it
+// (FUSE_UNIQUE_RESEND, set by fuse_resend in fs/fuse/dev.c since Linux 6.9).
+func resent(h *fuse.InHeader) bool { return h.Unique&(1<<63) != 0 }
 
 // entry describes path, new in the backend, as a node the kernel now holds.
 func (fs *FS) entry(p string, out *fuse.EntryOut) fuse.Status {
@@ -529,7 +538,7 @@ func (fs *Writable) Mkdir(_ <-chan struct{}, in *fuse.MkdirIn, name string, out 
 	if st != fuse.OK {
 		return st
 	}
-	err := fs.retried(func(r *rootFD) error {
+	err := fs.retried(&in.InHeader, func(r *rootFD) error {
 		return atParent(r, p, func(dir int, name string) error {
 			if err := unix.Mkdirat(dir, name, in.Mode&0o7777); err != nil {
 				return err
@@ -553,20 +562,20 @@ func (fs *FS) isType(p string, typ uint32) bool {
 
 // Unlink removes a file; after a backend death, finding it gone means the first try removed it.
 func (fs *Writable) Unlink(_ <-chan struct{}, h *fuse.InHeader, name string) fuse.Status {
-	return fs.remove(h.NodeId, name, 0)
+	return fs.remove(h, name, 0)
 }
 
 // Rmdir removes a directory, as Unlink a file.
 func (fs *Writable) Rmdir(_ <-chan struct{}, h *fuse.InHeader, name string) fuse.Status {
-	return fs.remove(h.NodeId, name, unix.AT_REMOVEDIR)
+	return fs.remove(h, name, unix.AT_REMOVEDIR)
 }
 
-func (fs *Writable) remove(parent uint64, name string, flags int) fuse.Status {
-	p, st := fs.child(parent, name)
+func (fs *Writable) remove(h *fuse.InHeader, name string, flags int) fuse.Status {
+	p, st := fs.child(h.NodeId, name)
 	if st != fuse.OK {
 		return st
 	}
-	err := fs.retried(func(r *rootFD) error {
+	err := fs.retried(h, func(r *rootFD) error {
 		return atParent(r, p, func(dir int, name string) error { return unix.Unlinkat(dir, name, flags) })
 	}, func(err error) bool { return errors.Is(err, unix.ENOENT) })
 	if err != nil {
@@ -591,7 +600,7 @@ func (fs *Writable) Rename(_ <-chan struct{}, in *fuse.RenameIn, oldName, newNam
 	if in.Flags&^unix.RENAME_NOREPLACE != 0 {
 		return fuse.Status(syscall.EINVAL) // RENAME_EXCHANGE and RENAME_WHITEOUT: not forwarded
 	}
-	err := fs.retried(func(r *rootFD) error {
+	err := fs.retried(&in.InHeader, func(r *rootFD) error {
 		return atParent(r, from, func(fromDir int, fromName string) error {
 			return atParent(r, to, func(toDir int, toName string) error {
 				return unix.Renameat2(fromDir, fromName, toDir, toName, uint(in.Flags))
@@ -626,7 +635,7 @@ func (fs *Writable) Symlink(_ <-chan struct{}, h *fuse.InHeader, target, name st
 	if st != fuse.OK {
 		return st
 	}
-	err := fs.retried(func(r *rootFD) error {
+	err := fs.retried(h, func(r *rootFD) error {
 		return atParent(r, p, func(dir int, name string) error {
 			if err := unix.Symlinkat(target, dir, name); err != nil {
 				return err
