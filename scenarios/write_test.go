@@ -230,11 +230,10 @@ func TestWritesKept(t *testing.T) {
 }
 
 // storageBackend scripts a writable relay row: writes before the kill, the real server killed and back, writes
-// after it; with storage, it implements StorageReader and stores what was written.
+// after it; wrapped in collecting, it implements StorageReader and stores what was written.
 type storageBackend struct {
-	w         *writeLog
-	calls     []string
-	withStore bool
+	w     *writeLog
+	calls []string
 }
 
 func (b *storageBackend) Name() string               { return scenarios.BackendLocal }
