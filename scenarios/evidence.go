@@ -27,6 +27,8 @@ const (
 	SrcRunner Source = "runner"
 	// SrcRemediator: the remediator (csi-remediate), its events on the pod.
 	SrcRemediator Source = "remediator"
+	// SrcStorage: a read of the volume's storage behind every FUSE layer, after the steps (StorageReader).
+	SrcStorage Source = "storage"
 )
 
 // Kind is what happened.
@@ -43,6 +45,17 @@ const (
 	KClose         Kind = contract.WorkloadClose
 	KWorkloadExit  Kind = contract.WorkloadExit
 	KLog           Kind = "log" // a workload line that is not JSON
+
+	// The writer's (Container.Write): a write begun, a piece acknowledged, an fsync, a checkpoint renamed into
+	// place, a failed write, fsync or checkpoint (Event.Op says which).
+	KWriteStart Kind = contract.WorkloadWriteStart
+	KWrite      Kind = contract.WorkloadWrite
+	KSync       Kind = contract.WorkloadSync
+	KCheckpoint Kind = contract.WorkloadCheckpoint
+	KWriteError Kind = contract.WorkloadWriteError
+
+	// KStored is an object read from the volume's storage (Evidence.Stored): Path is its name.
+	KStored Kind = "stored"
 
 	KContainerStarted Kind = "container_started"
 	KContainerExited  Kind = "container_exited"
@@ -100,8 +113,16 @@ type Event struct {
 	Detail string `json:"detail,omitempty"`
 	// Content is what a read returned.
 	Content string `json:"content,omitempty"`
-	// Latency is how long the workload's open or read took (the event's Time is its end).
+	// Latency is how long the workload's open, read or write took (the event's Time is its end).
 	Latency time.Duration `json:"latency,omitempty"`
+	// The writer's (KWriteStart, KWrite, KSync, KCheckpoint, KWriteError): the piece's (or checkpoint's)
+	// sequence number, where it went in the file (a sync: how far the file is durable), its size and SHA-256,
+	// and what failed (Op: create, write, fsync, close, rename). WritesKept checks the storage against them.
+	Seq    *int   `json:"seq,omitempty"`
+	Offset *int64 `json:"offset,omitempty"`
+	Bytes  *int   `json:"bytes,omitempty"`
+	SHA256 string `json:"sha256,omitempty"`
+	Op     string `json:"op,omitempty"`
 }
 
 // Who names the event's container instance ("reader#1"), its component or its source.
@@ -115,10 +136,18 @@ func (e Event) Who() string {
 	return string(e.Source)
 }
 
-// IsWorkloadError reports a failed open or read logged by the workload.
+// IsWorkloadError reports a failed open, read or write (fsync, checkpoint) logged by the workload.
 func (e Event) IsWorkloadError() bool {
-	return e.Source == SrcWorkload && (e.Kind == KReadError || e.Kind == KOpenError)
+	return e.Source == SrcWorkload && (e.Kind == KReadError || e.Kind == KOpenError || e.Kind == KWriteError)
 }
+
+// IsAckedWrite reports a piece the kernel acknowledged to a writer container.
+func (e Event) IsAckedWrite() bool {
+	return e.Source == SrcWorkload && e.Kind == KWrite
+}
+
+// IsGoodIO reports a good read or an acknowledged write: the I/O of a container that worked.
+func (e Event) IsGoodIO() bool { return e.IsGoodRead() || e.IsAckedWrite() }
 
 // IsGoodRead reports a read that returned the file's content.
 func (e Event) IsGoodRead() bool {
@@ -135,6 +164,8 @@ type Evidence struct {
 	Kubelet KubeletVersion
 	// Events in time order.
 	Events []Event
+	// Stored are the objects the backend read from the volume's storage after the steps (StorageReader).
+	Stored []Stored `json:"stored,omitempty"`
 }
 
 // Sort orders the events by time, keeping the order of simultaneous events.
@@ -280,7 +311,7 @@ type Measures struct {
 	// Failed: the first container failed after the kill; VolumeDied: a stat of the volume dir failed after
 	// it. Without them a zero KillToRecovery or KillToRestore means there was nothing to recover from.
 	Failed, VolumeDied bool
-	// Stall is the longest open or read of any container that ended after the kill: how long a component's
+	// Stall is the longest open, read or write of any container that ended after the kill: how long a component's
 	// death kept a workload waiting where it did not fail (0 without a kill).
 	Stall time.Duration
 	// SidecarToServe and SidecarToRead (pods with a FUSE sidecar): the sidecar's first start → it received the
@@ -362,9 +393,10 @@ func ParseWorkloadLine(line []byte, c string, n int, now time.Time) Event {
 		Time: r.Time, Source: SrcWorkload, Kind: Kind(r.Event), Container: c, Instance: n,
 		Errno: deref(r.Errno), Path: r.File, Content: deref(r.Content),
 		Latency: time.Duration(deref(r.LatencyUS)) * time.Microsecond,
+		Seq:     r.Seq, Offset: r.Offset, Bytes: r.Bytes, SHA256: r.SHA256, Op: r.Op,
 	}
 	switch e.Kind {
-	case KReadError, KOpenError:
+	case KReadError, KOpenError, KWriteError, KClose:
 		e.Message = r.Error
 	case KWorkloadExit:
 		e.ExitCode = r.Code

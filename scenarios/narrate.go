@@ -123,7 +123,7 @@ func (n *Narrator) describe(e Event) string {
 	switch e.Source {
 	case SrcRunner:
 		return "── " + e.Message
-	case SrcComponent, SrcKubelet, SrcRemediator:
+	case SrcComponent, SrcKubelet, SrcRemediator, SrcStorage:
 		return EventText(e)
 	case SrcProbe:
 		state := "ok"
@@ -152,6 +152,16 @@ func (n *Narrator) describe(e Event) string {
 				return fmt.Sprintf("first good read: %q", e.Content)
 			}
 			return fmt.Sprintf("good read again: %q", e.Content)
+		case e.IsAckedWrite():
+			if n.state[id] == "ok" {
+				return ""
+			}
+			first := n.state[id] == ""
+			n.state[id] = "ok"
+			if first {
+				return "first acknowledged write: " + EventText(e)
+			}
+			return "writes acknowledged again: " + EventText(e)
 		case e.IsWorkloadError():
 			s := string(e.Kind) + " " + e.Errno
 			if n.state[id] == s {
@@ -212,6 +222,12 @@ func EventText(e Event) string {
 		return fmt.Sprintf("read %q", e.Content)
 	case KReadError, KOpenError:
 		return fmt.Sprintf("%s %s: %s", e.Kind, e.Errno, e.Message)
+	case KWriteError:
+		return fmt.Sprintf("%s (%s) %s: %s", e.Kind, e.Op, e.Errno, e.Message)
+	case KWrite:
+		return fmt.Sprintf("wrote piece %s: %s bytes at %s", orUnknown(e.Seq), orUnknown(e.Bytes), orUnknown(e.Offset))
+	case KStored:
+		return e.Message
 	case KStep, KStepTimeout, KLog:
 		return e.Message
 	}
@@ -220,6 +236,14 @@ func EventText(e Event) string {
 		s += ": " + e.Message
 	}
 	return s
+}
+
+// orUnknown formats a writer's number, "?" when the log lacked it.
+func orUnknown[T int | int64](p *T) string {
+	if p == nil {
+		return "?"
+	}
+	return fmt.Sprint(*p)
 }
 
 func suffix(m string) string {

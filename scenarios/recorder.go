@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 type Recorder struct {
 	mu      sync.Mutex
 	events  []Event
+	stored  []Stored
 	paths   map[string]string
 	kubelet KubeletVersion
 }
@@ -25,6 +27,15 @@ func (r *Recorder) Add(e Event) {
 	}
 	r.mu.Lock()
 	r.events = append(r.events, e)
+	r.mu.Unlock()
+}
+
+// AddStored records an object read from the volume's storage (StorageReader), with an event that says what
+// was found.
+func (r *Recorder) AddStored(s Stored) {
+	r.Add(Event{Source: SrcStorage, Kind: KStored, Container: s.Container, Path: s.Name, Message: s.text()})
+	r.mu.Lock()
+	r.stored = append(r.stored, s)
 	r.mu.Unlock()
 }
 
@@ -46,7 +57,8 @@ func (r *Recorder) SetKubelet(v KubeletVersion) {
 func (r *Recorder) Snapshot() *Evidence {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	ev := &Evidence{Until: time.Now(), Paths: map[string]string{}, Kubelet: r.kubelet, Events: append([]Event(nil), r.events...)}
+	ev := &Evidence{Until: time.Now(), Paths: map[string]string{}, Kubelet: r.kubelet, Events: append([]Event(nil), r.events...),
+		Stored: slices.Clone(r.stored)}
 	maps.Copy(ev.Paths, r.paths)
 	ev.Sort()
 	return ev

@@ -170,12 +170,16 @@ func (r *Runner) setup(ctx context.Context) error {
 	return nil
 }
 
-// Steps performs the scenario's steps, then judges the evidence observed so far: the verdicts and measures.
+// Steps performs the scenario's steps, has the backend collect what the writers wrote (collectWrites), then
+// judges the evidence observed so far: the verdicts and measures.
 // It returns the error that stopped the steps (also kept in Outcome.Err); a wait that timed out is recorded
 // in the step, not an error.
 func (r *Runner) Steps(ctx context.Context) error {
 	if r.o.Err == nil {
 		r.o.Err = r.steps(ctx)
+	}
+	if r.o.Err == nil {
+		r.o.Err = r.collectWrites(ctx)
 	}
 	r.judge()
 	return r.o.Err
@@ -281,6 +285,11 @@ func (r *Runner) step(ctx context.Context, st Step) (timedOut bool, err error) {
 		r.narr.Update(r.snapshot())
 	}
 	return false, err
+}
+
+// runnerEvent is an event of the runner's own, now.
+func runnerEvent(k Kind, msg string) Event {
+	return Event{Time: time.Now(), Source: SrcRunner, Kind: k, Message: msg}
 }
 
 // snapshot is the recorded evidence with the runner's own events merged in.

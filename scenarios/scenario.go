@@ -90,6 +90,10 @@ type Plugin struct {
 	// RelayBackendWait is --relay-backend-wait in the relay modes (the relay-keeper mode's keeper's; 0: the default, 30 s): how long the
 	// relay lets requests wait for a real server that does not come back.
 	RelayBackendWait time.Duration
+	// Writable passes --relay-writable in the relay modes: the volume is mounted read-write and the relay
+	// forwards writes, replaying what a dead real server had acknowledged but not stored; a backend gives the
+	// relay-keeper mode's keeper, which runs the relays, the flag too. Writer containers (Container.Write) need it.
+	Writable bool
 	// SidecarKeepFD passes --sidecar-keep-fd in the sidecar mode: the plugin keeps its copy of each pod's FUSE
 	// descriptor, so that a restarted sidecar takes the connection over (the pod's sidecar notices by itself).
 	SidecarKeepFD bool
@@ -149,6 +153,9 @@ func (p Plugin) Args() []string {
 	}
 	if p.RelayBackendWait > 0 {
 		args = append(args, "--relay-backend-wait="+p.RelayBackendWait.String())
+	}
+	if p.Writable {
+		args = append(args, "--relay-writable")
 	}
 	if p.FuseServer != "" && p.FuseServer != fuseserver.DummyFuse {
 		args = append(args, "--fuse-server="+p.FuseServer)
@@ -254,6 +261,11 @@ type Container struct {
 	// with code 1, the workload's --exit-on-error, makes kubelet restart every container of the pod in place
 	// (RestartAllContainersIn).
 	RestartAllContainers bool
+	// Write runs the workload's writer (--write) instead of a reader, as a training job does: it appends pieces
+	// to its own file (WrittenObject) and checkpoints (write.go). ExitOnError is its own too; KeepOpen, DirectIO and
+	// SubPath are the reader's. At the end of the run the runner has the backend stop it and read what it
+	// wrote from the storage (StorageReader), which WritesKept compares with its log.
+	Write bool
 }
 
 // RestartAllExitCode is the exit code a RestartAllContainers container's rule matches: the workload's on its
@@ -276,8 +288,11 @@ func (c Container) Prop() Propagation {
 	return c.Propagation
 }
 
-// File is the path inside the container that the workload reads.
+// File is the path inside the container that the workload reads (or, a writer, writes).
 func (c Container) File() string {
+	if c.Write {
+		return path.Join(c.Mount(), c.WrittenObject())
+	}
 	if c.SubPath != "" && path.Base(c.SubPath) == FileName {
 		return c.Mount() // a file subPath is mounted as the file itself
 	}
@@ -290,6 +305,9 @@ func (c Container) WorkloadArgs(defaultInterval time.Duration) []string {
 	interval := c.ReadInterval
 	if interval <= 0 {
 		interval = defaultInterval
+	}
+	if c.Write {
+		return c.writerArgs(interval)
 	}
 	args := []string{
 		"--file=" + c.File(),
@@ -438,6 +456,10 @@ type Scenario struct {
 	// every scenario runs with: a row whose outcome does not depend on what the server is lists them all
 	// (AllServers). Where a server behaves differently, the row's expectations say so from evidence.
 	Servers []string
+	// ServersWhy says why the row runs with the servers Servers names and no other, not even dummy-fuse (unless
+	// Servers names it) nor a server described in a spec file: its checks need what only those give (the rows
+	// that write read the bucket behind gcsfuse). Empty: Servers as above.
+	ServersWhy string
 	// Measured: the row runs against a driver the catalog knows nothing of (a driver-agnostic run), so its
 	// outcome is measured, not expected: its expectations only say that the evidence was collected, and a run
 	// whose expectations hold is MEASURED, not PASS.
@@ -455,11 +477,17 @@ var AllServers = fuseserver.Names()
 // server spec file), or an error saying why it does not hold for it.
 func (s Scenario) ForServer(server string) (Scenario, error) {
 	if server == "" || server == fuseserver.DummyFuse {
+		if !s.RunsWithDummyFuse() {
+			return s, s.onlyServers(fuseserver.DummyFuse)
+		}
 		return s, nil
 	}
 	k, err := fuseserver.Lookup(server)
 	if err != nil {
 		return s, err
+	}
+	if s.ServersWhy != "" && !slices.Contains(s.Servers, server) {
+		return s, s.onlyServers(server)
 	}
 	// A server described in a spec file runs the rows that hold for every server.
 	if !slices.Contains(s.Servers, server) && (!fuseserver.IsSpecFile(server) || len(s.Servers) == 0) {
@@ -477,6 +505,17 @@ func (s Scenario) ForServer(server string) (Scenario, error) {
 	}
 	s.Plugin.FuseServer = server
 	return s, nil
+}
+
+// RunsWithDummyFuse reports whether the scenario runs with dummy-fuse as its FUSE server: every one does but
+// those whose ServersWhy names the servers they need without it.
+func (s Scenario) RunsWithDummyFuse() bool {
+	return s.ServersWhy == "" || slices.Contains(s.Servers, fuseserver.DummyFuse)
+}
+
+// onlyServers is the error of a scenario that runs with its Servers only, asked to run with server.
+func (s Scenario) onlyServers(server string) error {
+	return fmt.Errorf("scenario %s runs with %s only, not %s: %s", s.Name, strings.Join(s.Servers, ", "), server, s.ServersWhy)
 }
 
 // upgradesServer reports whether a step upgrades the real server behind the relay.
@@ -583,6 +622,9 @@ func (s *Scenario) Validate() error {
 	if s.EveryServer != "" && (len(s.Servers) == 0 || s.RunsOn(BackendKube) != nil) {
 		return fmt.Errorf("scenario %s: run with every real server on the kube backend, but it holds for no real server or cannot run there", s.Name)
 	}
+	if s.ServersWhy != "" && len(s.Servers) == 0 {
+		return fmt.Errorf("scenario %s: it says why it runs with some servers only, but names none", s.Name)
+	}
 	if len(s.Backends) > 0 && s.BackendsWhy == "" {
 		return fmt.Errorf("scenario %s: it names the backends that can run it, but not why the others cannot", s.Name)
 	}
@@ -611,6 +653,9 @@ func (s *Scenario) Validate() error {
 		default:
 			return fmt.Errorf("scenario %s: container %s: unknown propagation %q", s.Name, c.Name, c.Propagation)
 		}
+	}
+	if err := s.validateWrites(); err != nil {
+		return fmt.Errorf("scenario %s: %w", s.Name, err)
 	}
 	if len(s.Steps) == 0 {
 		return fmt.Errorf("scenario %s: no steps", s.Name)

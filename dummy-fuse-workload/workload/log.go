@@ -105,22 +105,22 @@ func (l *logger) writeStart(seq int, off int64) {
 	l.emit(Record{Event: EventWriteStart, Seq: ptr(seq), Offset: ptr(off)}, "")
 }
 
-func (l *logger) wrote(seq int, off int64, p []byte) {
-	l.emit(Record{Event: EventWrite, Seq: ptr(seq), Offset: ptr(off), Bytes: ptr(len(p)), SHA256: sum(p)},
+func (l *logger) wrote(seq int, off int64, p []byte, latency time.Duration) {
+	l.emit(Record{Event: EventWrite, Seq: ptr(seq), Offset: ptr(off), Bytes: ptr(len(p)), SHA256: sum(p), LatencyUS: ptr(latency.Microseconds())},
 		fmt.Sprintf("wrote piece %d: %d bytes at %d", seq, len(p), off))
 }
 
-func (l *logger) synced(seq int, end int64) {
-	l.emit(Record{Event: EventSync, Seq: ptr(seq), Offset: ptr(end)}, fmt.Sprintf("fsync after piece %d: durable up to %d", seq, end))
+func (l *logger) synced(seq int, end int64, latency time.Duration) {
+	l.emit(Record{Event: EventSync, Seq: ptr(seq), Offset: ptr(end), LatencyUS: ptr(latency.Microseconds())}, fmt.Sprintf("fsync after piece %d: durable up to %d", seq, end))
 }
 
-func (l *logger) checkpointed(seq int, data []byte) {
-	l.emit(Record{Event: EventCheckpoint, Seq: ptr(seq), Bytes: ptr(len(data)), SHA256: sum(data)},
+func (l *logger) checkpointed(seq int, data []byte, latency time.Duration) {
+	l.emit(Record{Event: EventCheckpoint, Seq: ptr(seq), Bytes: ptr(len(data)), SHA256: sum(data), LatencyUS: ptr(latency.Microseconds())},
 		fmt.Sprintf("checkpoint after piece %d: %d bytes renamed into place", seq, len(data)))
 }
 
-func (l *logger) writeError(op string, seq int, err error) {
-	l.emit(Record{Event: EventWriteError, Op: op, Seq: ptr(seq), Errno: ptr(contract.ErrnoName(err)), Error: err.Error()},
+func (l *logger) writeError(op string, seq int, err error, latency time.Duration) {
+	l.emit(Record{Event: EventWriteError, Op: op, Seq: ptr(seq), Errno: ptr(contract.ErrnoName(err)), Error: err.Error(), LatencyUS: ptr(latency.Microseconds())},
 		fmt.Sprintf("%s error at piece %d: %v", op, seq, err))
 }
 

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -86,6 +87,7 @@ func (w *writer) step(ctx context.Context) error {
 	}
 	p := Piece(w.seq, w.cfg.WriteSize)
 	w.log.writeStart(w.seq, w.off)
+	start := w.env.Clock.Now()
 	err, stuck := bounded(ctx, func() error { return writeAll(w.fd, p) })
 	if stuck {
 		w.fd = -1 // still in use by the stuck write: not closed under it
@@ -93,23 +95,24 @@ func (w *writer) step(ctx context.Context) error {
 	}
 	if err != nil {
 		// The descriptor is kept: what happens to it is what the workload shows.
-		w.log.writeError("write", w.seq, err)
+		w.log.writeError("write", w.seq, err, w.since(start))
 		return fmt.Errorf("write error: %w", err)
 	}
-	w.log.wrote(w.seq, w.off, p)
+	w.log.wrote(w.seq, w.off, p, w.since(start))
 	w.off += int64(len(p))
 	w.seq++
 	if w.cfg.SyncEvery > 0 && w.seq%w.cfg.SyncEvery == 0 {
+		start := w.env.Clock.Now()
 		err, stuck := bounded(ctx, func() error { return unix.Fsync(w.fd) })
 		if stuck {
 			w.fd = -1
 			return ctx.Err()
 		}
 		if err != nil {
-			w.log.writeError("fsync", w.seq-1, err)
+			w.log.writeError("fsync", w.seq-1, err, w.since(start))
 			return fmt.Errorf("fsync error: %w", err)
 		}
-		w.log.synced(w.seq-1, w.off)
+		w.log.synced(w.seq-1, w.off, w.since(start))
 	}
 	if w.cfg.CheckpointEvery > 0 && w.seq%w.cfg.CheckpointEvery == 0 {
 		return w.checkpoint(ctx, w.seq-1)
@@ -149,6 +152,7 @@ func (w *writer) checkpoint(ctx context.Context, seq int) error {
 	data := CheckpointData(seq, w.cfg.WriteSize*w.cfg.CheckpointEvery)
 	tmp := checkpointTemp(w.cfg.File)
 	op := "create"
+	start := w.env.Clock.Now()
 	err, stuck := bounded(ctx, func() error {
 		fd, err := unix.Open(tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC|unix.O_CLOEXEC, 0o644)
 		if err != nil {
@@ -175,12 +179,16 @@ func (w *writer) checkpoint(ctx context.Context, seq int) error {
 		return ctx.Err()
 	}
 	if err != nil {
-		w.log.writeError(op, seq, err)
+		w.log.writeError(op, seq, err, w.since(start))
 		return fmt.Errorf("checkpoint %s error: %w", op, err)
 	}
-	w.log.checkpointed(seq, data)
+	w.log.checkpointed(seq, data, w.since(start))
 	return nil
 }
+
+// since is how long an operation begun at start took: logged with it, so that a reader of the log sees how
+// long a write waited for a FUSE server (a stall) as it sees a read's.
+func (w *writer) since(start time.Time) time.Duration { return w.env.Clock.Now().Sub(start) }
 
 func (w *writer) close() {
 	if w.fd < 0 {

@@ -51,6 +51,13 @@ func TestWriterLogsWhatItWrote(t *testing.T) {
 	if err := CheckWritten(recs, file, ckpt); err != nil {
 		t.Errorf("CheckWritten on what the writer wrote: %v", err)
 	}
+	// Each acknowledgement says how long its operation took (the fake clock steps 1 ms per reading), as a
+	// read's does: a write that waited for a FUSE server shows as a stall.
+	for _, r := range recs {
+		if (r.Event == EventWrite || r.Event == EventSync || r.Event == EventCheckpoint) && (r.LatencyUS == nil || *r.LatencyUS <= 0) {
+			t.Errorf("%s %v has no latency", r.Event, r.Seq)
+		}
+	}
 }
 
 // TestCheckWrittenFindsLosses: every way storage can differ from what the writer was told is an error that

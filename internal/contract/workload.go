@@ -45,7 +45,8 @@ type WorkloadRecord struct {
 	// Errno is ErrnoName of the error.
 	Errno *string `json:"errno,omitempty"`
 	Error string  `json:"error,omitempty"`
-	// LatencyUS is how long the open or read took (a read or open that waited for a FUSE server shows here).
+	// LatencyUS is how long the open or read took (a read or open that waited for a FUSE server shows here);
+	// in the writer's write, sync, checkpoint and write_error how long that operation took.
 	LatencyUS *int64 `json:"latency_us,omitempty"`
 
 	// The writer's: the piece's sequence number (or the checkpoint's), where it went in the file, and the

@@ -33,9 +33,10 @@ const (
 )
 
 // All returns every scenario, in a stable order: the FUSE servers in the plugin (restart first), then
-// each other placement of them (sidecar.go, keeper.go, health.go).
+// each other placement of them (sidecar.go, keeper.go, relay.go, relay_keeper.go), the rows that write
+// (write.go), health.go.
 func All() []scenarios.Scenario {
-	return slices.Concat(childScenarios(), restartAllScenarios(), sidecarScenarios(), keeperScenarios(), relayScenarios(), relayKeeperScenarios(), healthScenarios(), setnsScenarios())
+	return slices.Concat(childScenarios(), restartAllScenarios(), sidecarScenarios(), keeperScenarios(), relayScenarios(), relayKeeperScenarios(), writeScenarios(), healthScenarios(), setnsScenarios())
 }
 
 // The waits that many scenarios share.

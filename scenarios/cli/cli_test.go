@@ -25,7 +25,8 @@ func TestParse(t *testing.T) {
 		out   string // in stdout or stderr
 	}{
 		{args: []string{"restart"}, code: -1, names: "restart"},
-		{args: []string{"all"}, code: -1, names: strings.Join(catalog.Names(), ",")},
+		{args: []string{"all"}, code: -1, names: strings.Join(dummyFuseNames(), ",")},
+		{args: []string{"relay-write-server-crash"}, code: 2, out: "runs with gcsfuse only, not dummy-fuse"},
 		{args: []string{"--keep", "subpath", "restart"}, code: -1, names: "subpath,restart"},
 		{args: []string{"nope"}, code: 2, out: `no scenario "nope" (dfc-scenario --list shows them)`},
 		{args: []string{"restrat"}, code: 2, out: `no scenario "restrat"; did you mean restart?`},
@@ -80,6 +81,21 @@ func TestParse(t *testing.T) {
 			t.Errorf("%q: output lacks %q:\n%s%s", tc.args, tc.out, stdout.String(), stderr.String())
 		}
 	}
+}
+
+// dummyFuseNames are the catalog's scenarios that run with dummy-fuse, dfc-scenario's default server: all but
+// those that say why they need another (the rows that write).
+func dummyFuseNames() []string {
+	var out []string
+	for _, s := range catalog.All() {
+		if s.RunsWithDummyFuse() {
+			out = append(out, s.Name)
+		}
+	}
+	if len(out) == len(catalog.All()) {
+		panic("every row runs with dummy-fuse: the test of those that do not tests nothing")
+	}
+	return out
 }
 
 // kubeNames are the catalog's scenarios that the kube backend can run.
@@ -244,7 +260,7 @@ func TestServerSpecFlags(t *testing.T) {
 	}
 	var want []string
 	for _, sc := range catalog.All() {
-		if len(sc.Servers) > 0 && sc.RunsOn(scenarios.BackendLocal) == nil && !upgradesServer(sc) {
+		if len(sc.Servers) > 0 && sc.ServersWhy == "" && sc.RunsOn(scenarios.BackendLocal) == nil && !upgradesServer(sc) {
 			want = append(want, sc.Name)
 		}
 	}
@@ -272,6 +288,7 @@ func TestServerSpecFlags(t *testing.T) {
 		out  string
 	}{
 		{[]string{file, opt, "keeper-restart"}, "runs with dummy-fuse only"},
+		{[]string{file, opt, "relay-write-server-crash"}, "runs with gcsfuse only, not " + spec},
 		{[]string{file, opt, "relay-server-upgrade"}, "needs the upgradeArg of its spec"},
 		{[]string{"--fuse-server=" + childOnly, "relay-keeper-server-crash"}, "says it cannot (servesFD: false, fusermount: false)"},
 		{[]string{"--fuse-server=" + childOnly, "sidecar-killed"}, "says it cannot (servesFD: false)"},

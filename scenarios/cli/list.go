@@ -106,6 +106,13 @@ func describe(s *scenarios.Scenario, driver bool) listRow {
 	if s.EveryRelease != "" {
 		r.notes = append(r.notes, "run on every kubelet release: "+s.EveryRelease)
 	}
+	if s.ServersWhy != "" {
+		note := "runs with " + strings.Join(s.Servers, ", ") + " only (--fuse-server)"
+		if len(s.Backends) > 0 {
+			note += ", on the " + strings.Join(s.Backends, ", ") + " backend"
+		}
+		r.notes = append(r.notes, note)
+	}
 	for _, n := range s.Needs() {
 		r.notes = append(r.notes, "needs "+n.String()+": NOT RUNNABLE on an older kubelet, as expected there")
 	}

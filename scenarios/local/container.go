@@ -31,6 +31,10 @@ type container struct {
 	instances
 	// reset is set by restartAll: the container was removed, and starts again at once, without back-off.
 	reset atomic.Bool
+	// halted is set by halt: the container is stopped for good, never started again (write.go).
+	halted atomic.Bool
+	// loopDone is closed when its kubelet loop has ended.
+	loopDone chan struct{}
 }
 
 // instances are the instances of a container (a workload container, the FUSE sidecar): the current one and how
@@ -72,11 +76,12 @@ func (c *container) event(kind scenarios.Kind, e scenarios.Event) {
 // its starts fail.
 func (c *container) loop(ctx context.Context) {
 	defer c.b.pod.wg.Done()
+	defer close(c.loopDone)
 	var finished time.Time // FinishedAt of the last exited instance
 	exited := false
 	first := true
 	inBackOff := false
-	for ctx.Err() == nil {
+	for ctx.Err() == nil && !c.halted.Load() {
 		if c.reset.Swap(false) {
 			exited = false // removed by RestartAllContainers: no status, no back-off
 		}
@@ -132,6 +137,10 @@ func (c *container) loop(ctx context.Context) {
 		c.event(scenarios.KContainerExited, scenarios.Event{Time: p.exitTime, Instance: c.starts - 1,
 			ExitCode: scenarios.IntPtr(code), Message: reason})
 		finished, exited = p.exitTime, true
+		if c.halted.Load() {
+			c.b.logf("container %s: exited with %d, stopped for good by the runner: not restarted", c.spec.Name, code)
+			return
+		}
 		if c.restartsPod(code) {
 			c.b.restartAll(c)
 			continue

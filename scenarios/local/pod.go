@@ -113,7 +113,7 @@ func (b *Backend) podUp(ctx context.Context) error {
 	previous := b.pod.containers
 	var containers []*container
 	for i, spec := range sc.Pod.Containers {
-		c := &container{b: b, spec: spec, index: i, firstAttempt: make(chan struct{}),
+		c := &container{b: b, spec: spec, index: i, firstAttempt: make(chan struct{}), loopDone: make(chan struct{}),
 			bo: restartBackoff{base: b.opts.BackoffBase, max: b.opts.BackoffMax}}
 		if i < len(previous) {
 			c.starts = previous[i].starts

@@ -40,6 +40,11 @@ func (k *keeperPart) relayNodeDir() ([]string, initMount, error) {
 	if w := k.b.sc.Plugin.RelayBackendWait; w > 0 {
 		args = append(args, "--relay-backend-wait="+w.String())
 	}
+	if k.b.sc.Plugin.Writable {
+		// Its relays forward the writes: the plugin's --relay-writable mounts the volume read-write, the
+		// keeper's makes the relays it runs writable, with their journals under the node directory.
+		args = append(args, "--relay-writable")
+	}
 	return args, initMount{Source: dir, Target: keeperRelayDir, Propagation: "rprivate"}, nil
 }
 

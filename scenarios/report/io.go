@@ -16,10 +16,11 @@ const (
 	IOSubPath  = "subpath"   // reads through a subPath mount of the volume
 	IOStat     = "stat"      // stat of the pod's volume dir from the host
 	IOInFlight = "in-flight" // a read that was inside the FUSE server when the kill came
+	IOWrite    = "write"     // a writer's appends, fsyncs and checkpoints (Container.Write)
 )
 
 // IOKinds are the I/O kinds in the order the matrix shows them.
-var IOKinds = []string{IOKeptFD, IONewOpen, IOSubPath, IOStat, IOInFlight}
+var IOKinds = []string{IOKeptFD, IONewOpen, IOSubPath, IOStat, IOInFlight, IOWrite}
 
 // IOOutcome is what one kind of I/O met after a run's fault (its first kill, or the rollout that replaced a
 // component): a container's reads, the host's stat of the volume dir, or the read in flight at the fault.
@@ -82,6 +83,8 @@ func (o *IOOutcome) UnmarshalJSON(b []byte) error {
 // IOKindOf is the kind of I/O container c does.
 func IOKindOf(c scenarios.Container) string {
 	switch {
+	case c.Write:
+		return IOWrite
 	case c.SubPath != "":
 		return IOSubPath
 	case c.KeepOpen:
@@ -100,7 +103,8 @@ func ioOutcomes(ev *scenarios.Evidence, sc scenarios.Scenario) []IOOutcome {
 	if !ok {
 		return nil
 	}
-	kindOf, isGood := IOKindOf, scenarios.Event.IsGoodRead
+	// A success is a good read, or a writer's acknowledged piece.
+	kindOf, isGood := IOKindOf, scenarios.Event.IsGoodIO
 	if sc.Measured {
 		// A driver-agnostic row names each container after its kind (its direct read would be a kept fd to
 		// IOKindOf), and a foreign driver's file has no known content: any read without an error is good.

@@ -48,7 +48,7 @@ func (m Measured) recovery(s float64, failed bool) string {
 
 // stallWords name the stall wherever the report or the picture states it (Measured.stall gives its figure):
 // one fact, in the same words, with the same figure.
-const stallWords = "longest open/read after the kill (stall)"
+const stallWords = "longest open/read/write after the kill (stall)"
 
 // stall formats the longest open or read after the kill, in milliseconds: a stall is short.
 func (m Measured) stall() string {

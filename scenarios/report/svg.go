@@ -444,9 +444,9 @@ func drawContainer(b *svgBuf, p *placer, l svgLayout, ev *scenarios.Evidence, na
 		}
 		x := l.x(e.Time)
 		switch {
-		case e.IsGoodRead():
+		case e.IsGoodIO():
 			b.f(`<circle cx="%.1f" cy="%.1f" r="3" fill="%s">`, x, mid, colGood)
-			b.title(fmt.Sprintf("%s read %q at %s", e.Who(), e.Content, ev.Since(e.Time)))
+			b.title(fmt.Sprintf("%s %s at %s", e.Who(), scenarios.EventText(e), ev.Since(e.Time)))
 			b.f("</circle>\n")
 		case e.IsWorkloadError():
 			b.f(`<rect x="%.1f" y="%.1f" width="3" height="14" fill="%s">`, x-1.5, mid-7, colBad)
@@ -721,7 +721,7 @@ func drawZoom(p *placer, l svgLayout, o *scenarios.Outcome, m Measured, win [2]t
 			continue
 		}
 		x := z.x(e.Time)
-		if e.IsGoodRead() {
+		if e.IsGoodIO() {
 			b.f(`<circle cx="%.1f" cy="%.1f" r="2.5" fill="%s"/>`+"\n", x, bottom-8, colGood)
 		} else if e.IsWorkloadError() {
 			b.f(`<rect x="%.1f" y="%.1f" width="3" height="10" fill="%s"/>`+"\n", x-1.5, bottom-13, colBad)

@@ -50,10 +50,14 @@ func VersionTable(catalog []scenarios.Scenario, results []*Results, files []stri
 	b.WriteString("\n|---|---|" + strings.Repeat("---|---|", len(tableBackends)) + "\n")
 	used := map[int]bool{}
 	for _, sc := range catalog {
-		// dummy-fuse's rows always; a real server's (the scenario's Servers) once a record names it.
-		servers := []string{""}
+		// dummy-fuse's rows always; a real server's (the scenario's Servers) once a record names it. A scenario
+		// that does not run with dummy-fuse has its servers' rows instead, recorded or not.
+		var servers []string
+		if sc.RunsWithDummyFuse() {
+			servers = append(servers, "")
+		}
 		for _, srv := range sc.Servers {
-			if srv != fuseserver.DummyFuse && recorded[[2]string{sc.Name, srv}] {
+			if srv != fuseserver.DummyFuse && (recorded[[2]string{sc.Name, srv}] || !sc.RunsWithDummyFuse()) {
 				servers = append(servers, srv)
 			}
 		}

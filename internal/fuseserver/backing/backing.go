@@ -185,6 +185,21 @@ type Backing struct {
 	// Opts are the server's --fuse-server-opt settings.
 	Opts map[string]string
 	stop func()
+	// object reads an object of the storage without any mount; nil where the storage cannot be read so.
+	object func(ctx context.Context, name string) ([]byte, error)
+}
+
+// ErrNoStorage is Object's error for a server whose storage this package cannot read without a mount.
+var ErrNoStorage = errors.New("the server's storage cannot be read without its mount")
+
+// Object reads object name of the storage behind the server, not through any mount: what a writer's data
+// became once the server stored it. A missing object is os.ErrNotExist, a storage this package cannot read
+// ErrNoStorage.
+func (b *Backing) Object(ctx context.Context, name string) ([]byte, error) {
+	if b == nil || b.object == nil {
+		return nil, ErrNoStorage
+	}
+	return b.object(ctx, name)
 }
 
 // Stop ends what Prepare started (nothing for a file).
@@ -217,7 +232,7 @@ var preparers = map[string]func(ctx context.Context, env Env) (*Backing, error){
 		}
 		// A 1 s metadata TTL (gcsfuse's default is 60 s) lets a dead gcsfuse show within the bounds the catalog's
 		// rows wait; with the default, the kernel answers stat and cached reads for up to a minute after it died.
-		return &Backing{Opts: map[string]string{"endpoint": f.Endpoint, "metadata-cache-ttl-secs": "1"}, stop: f.Stop}, nil
+		return &Backing{Opts: map[string]string{"endpoint": f.Endpoint, "metadata-cache-ttl-secs": "1"}, stop: f.Stop, object: f.Object}, nil
 	},
 	fuseserver.Squashfuse: func(ctx context.Context, env Env) (*Backing, error) {
 		image := filepath.Join(env.Dir, "tree.squashfs")

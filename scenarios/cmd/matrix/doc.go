@@ -12,7 +12,7 @@ import (
 // ioTitles are the column titles of the I/O kinds.
 var ioTitles = map[string]string{
 	report.IOKeptFD: "kept fd", report.IONewOpen: "new open", report.IOSubPath: "subPath", report.IOStat: "stat",
-	report.IOInFlight: "in-flight read",
+	report.IOInFlight: "in-flight read", report.IOWrite: "write",
 }
 
 // legacyMark marks a cell taken from a record older than per-I/O outcomes.
@@ -28,11 +28,12 @@ func (m *matrix) markdown() string {
 Each row is a scenario of the catalog that kills or replaces something under a running workload: what was
 killed, where the FUSE servers ran (placement: ` + "`--fuse-mode`" + `), which FUSE server and which CSI driver. Each
 column is a kind of I/O: a read through an fd opened before the kill (kept fd), an open per read (new open),
-reads through a ` + "`subPath`" + ` mount, ` + "`stat`" + ` of the pod's volume dir from the host, and the read that was inside
-the FUSE server when the kill came (in-flight read; only where a read was). A cell is the newest recorded run
-of its row on its kubelet: the first error after the kill and when (an errno, ` + "`start failed`" + ` for a container
+reads through a ` + "`subPath`" + ` mount, ` + "`stat`" + ` of the pod's volume dir from the host, the read that was inside
+the FUSE server when the kill came (in-flight read; only where a read was), and a writer's appends, fsyncs and
+checkpoints (write; only in the rows that write, whose verdicts also compare the storage with what was
+acknowledged). A cell is the newest recorded run of its row on its kubelet: the first error after the kill and when (an errno, ` + "`start failed`" + ` for a container
 kubelet could not start again, ` + "`exit N`" + `), then when the same kind of I/O worked again (` + "`ok`" + `), or ` + "`no error`" + `
-with the longest open or read after the kill (stall). "model" columns come from the local backend, which plays
+with the longest open, read or write after the kill (stall). "model" columns come from the local backend, which plays
 the kubelet of that release; "real" columns from a real kubelet of that release (the kube backend). ` + "`–`" + `: the
 run had no I/O of that kind; a blank: no record. ¹: from a record older than per-I/O outcomes, which only held the first
 container's outcome and whether ` + "`stat`" + ` failed (not its errno); its other kinds are blank.

@@ -1,0 +1,101 @@
+package catalog
+
+import (
+	"slices"
+	"time"
+
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/fuseserver"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios/topology"
+)
+
+// The rows that write: a writable volume of a relay mode (--relay-writable), written by a training job's writer
+// (dummy-fuse-workload --write) through the death of a component; at the end the runner stops the writer and
+// the backend reads its file and checkpoint from the bucket behind gcsfuse, without any mount, which must hold
+// every byte the writer was told was written (scenarios.WritesKept).
+
+// writer is the container of the rows that write.
+const writer = "writer"
+
+// writeInterval is the writer's: a 64 KiB piece every 20 ms, as the relay's own tests write
+// (internal/testenv/writer.go), so that a fault lands among writes, fsyncs and checkpoint renames.
+const writeInterval = 20 * time.Millisecond
+
+// writesBefore are the pieces acknowledged before the first fault, writesAfter those the writer must go on to
+// after the killed component is back: two checkpoints' worth, so that a checkpoint is renamed after it.
+const (
+	writesBefore = 6
+	writesAfter  = 2 * scenarios.CheckpointEvery
+)
+
+// writeLocalOnly is why the rows that write run on the local backend only.
+const writeLocalOnly = "the kube backend cannot read the bucket yet: the rows check what the writer wrote in the fake GCS " +
+	"server behind gcsfuse, which only the local backend runs beside the plugin and reads (scenarios.StorageReader); " +
+	"and the chart has no writable relay, the kube backend publishes volumes ReadOnlyMany"
+
+// writeServersWhy is why they run with gcsfuse only.
+const writeServersWhy = "the rows check the bucket through the fake GCS server's JSON API, the one storage behind a " +
+	"server that the backend reads without a mount; dummy-fuse and squashfuse store no writes"
+
+var (
+	// warmUpWrites waits until the writer has written before any fault.
+	warmUpWrites = scenarios.WaitFor(scenarios.Writes{C: writer, N: writesBefore}, scenarios.Dur{Fixed: 30 * time.Second})
+	// writesGoOn waits until the writer has gone on after the killed component served again.
+	writesGoOn = scenarios.WaitFor(scenarios.Writes{C: writer, N: writesAfter, After: scenarios.AfterPluginBack}, scenarios.Dur{Fixed: 30 * time.Second})
+)
+
+// writing is mode m writing: a writable volume and a pod of one writer, with gcsfuse, on the local backend.
+func (m mode) writing() mode {
+	m.name += "write-"
+	m.base.Plugin.Writable = true
+	m.base.Pod = pod(scenarios.Container{Name: writer, Write: true, ReadInterval: writeInterval})
+	m.base.Servers, m.base.ServersWhy, m.base.EveryServer = []string{fuseserver.Gcsfuse}, writeServersWhy, ""
+	m.base.Backends, m.base.BackendsWhy = []string{scenarios.BackendLocal}, writeLocalOnly
+	return m
+}
+
+// keepsWrites makes s the row of faults that the writer rides out: after writes, the faults, then writes until
+// the writer has gone on after the killed component is back. The writer never fails nor restarts, the volume
+// dir stays alive, and the bucket holds every acknowledged byte (WritesKept).
+func keepsWrites(s scenarios.Scenario, faults ...scenarios.Step) scenarios.Scenario {
+	s.Steps = slices.Concat([]scenarios.Step{warmUpWrites}, faults, []scenarios.Step{writesGoOn})
+	s.Expect = []scenarios.Expectation{
+		{Check: scenarios.WritesKept{C: writer, Writes: writesAfter}},
+		noRestarts(writer),
+		{Check: scenarios.VolumeDirAlive{}},
+	}
+	return s
+}
+
+// writeScenarios are the rows that write, in the relay and relay-keeper modes.
+func writeScenarios() []scenarios.Scenario {
+	r, rk := relayMode.writing(), relayKeeperMode.writing()
+	return []scenarios.Scenario{
+		keepsWrites(r.row("server-crash", "gcsfuse behind the relay is killed under writes",
+			"The real server dies with a write, fsync or checkpoint of the writer's inside it (its fake GCS server "+
+				"stopped for a moment first). The relay holds what gcsfuse had acknowledged but not uploaded in its "+
+				"journal, waits for the new server the plugin starts and replays the journal into it, then runs the "+
+				"failed requests again: the writer waits, nothing fails, and the bucket holds every acknowledged byte."),
+			scenarios.Kill(topology.RelayServer), scenarios.Start(topology.RelayServer)),
+		keepsWrites(r.row("crash", "the relay is killed under writes",
+			"The relay dies with the writer's requests in flight. Its death closes its descriptors of gcsfuse's "+
+				"files, flushes that make the live gcsfuse upload what it had; the standby successor takes the "+
+				"connection over with its predecessor's node table and journals, and the kernel resends what the dead "+
+				"relay had read: the writer waits, nothing fails, and the bucket holds every acknowledged byte."),
+			scenarios.Kill(topology.RelayProcess), scenarios.Start(topology.RelayProcess)),
+		keepsWrites(rk.row("server-crash", "gcsfuse, the keeper's real server, is killed under writes",
+			"As relay-write-server-crash, with the relay and gcsfuse in the keeper: the keeper's relay replays its "+
+				"journal into the server on the new backend the plugin mounts."),
+			scenarios.Kill(topology.RelayServer), scenarios.Start(topology.RelayServer)),
+		keepsWrites(rk.row("keeper-crash", "the keeper is killed under writes: the relay and gcsfuse at once",
+			"The keeper's death takes the relay and the real server together: what gcsfuse had acknowledged but not "+
+				"uploaded survives only in the relay's journal files under the keeper's node directory. The plugin's copy "+
+				"keeps the connection, the next keeper's relay takes it over and replays the journal into the new "+
+				"gcsfuse: the bucket holds every acknowledged byte."),
+			scenarios.Kill(topology.KeeperContainer), scenarios.Start(topology.KeeperContainer)),
+		keepsWrites(rk.row("plugin-restart", "the plugin restarts under writes; the keeper's relay and gcsfuse serve on",
+			"The keeper holds the connection and runs the relay and gcsfuse: the writer writes on while the plugin "+
+				"is down and after it is back, and the bucket holds every acknowledged byte."),
+			scenarios.KillPlugin(), scenarios.Observe(watchReads), scenarios.StartPlugin()),
+	}
+}

@@ -1,0 +1,175 @@
+package scenarios
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/dummy-fuse-workload/workload"
+)
+
+// The checks of the writer containers (Container.Write, write.go).
+
+// Writes holds when writer container C has had N pieces acknowledged since After (the zero anchor: the start
+// of the run). A wait step uses it: a writer has written before the fault, and goes on after it.
+type Writes struct {
+	C     string
+	N     int
+	After Anchor
+}
+
+func (c Writes) after() Anchor {
+	if c.After == "" {
+		return FromStart
+	}
+	return c.After
+}
+
+func (c Writes) Describe() string {
+	return fmt.Sprintf("%s has had %d pieces acknowledged %s", c.C, c.N, c.after().phrase())
+}
+
+func (c Writes) Label() string { return "until " + c.C + " writes" }
+
+func (c Writes) Containers() []string { return names(c.C) }
+
+func (c Writes) Eval(ev *Evidence, _ Timing) Result {
+	from, why := c.after().resolve(ev)
+	if why != "" {
+		return Result{Why: why}
+	}
+	n := ev.Count(from, func(e Event) bool { return e.Container == c.C && e.IsAckedWrite() })
+	return Result{OK: n >= c.N, Why: fmt.Sprintf("%s: %d pieces acknowledged %s", c.C, n, c.after().phrase())}
+}
+
+// WritesKept holds when writer container C lost nothing: its log has no failed open, write, fsync, checkpoint
+// or close, at least Writes pieces were acknowledged after the kill, and the storage, read without the mount
+// after the writer was stopped (StorageReader), holds every acknowledged piece in order and the last
+// acknowledged checkpoint, byte for byte (workload.CheckWritten). Its failure says what differed.
+type WritesKept struct {
+	C      string
+	Writes int
+}
+
+func (c WritesKept) Describe() string {
+	return fmt.Sprintf("%s's writes are kept: no open, write, fsync, checkpoint or close of it fails, at least %d pieces are "+
+		"acknowledged after the kill, and the storage (read without the mount once %s is stopped) holds every acknowledged "+
+		"byte and the last acknowledged checkpoint", c.C, c.Writes, c.C)
+}
+
+func (c WritesKept) Label() string { return "writes of " + c.C + " kept" }
+
+func (c WritesKept) Containers() []string { return names(c.C) }
+
+func (c WritesKept) Eval(ev *Evidence, _ Timing) Result {
+	k, why := AfterKill.resolve(ev)
+	if why != "" {
+		return Result{Why: why}
+	}
+	if failed := writerFailures(ev, c.C); len(failed) > 0 {
+		return Result{Why: fmt.Sprintf("%d failed operations of %s, first: %s", len(failed), c.C, strings.Join(failed[:min(len(failed), 3)], "; "))}
+	}
+	after := ev.Count(k, func(e Event) bool { return e.Container == c.C && e.IsAckedWrite() })
+	if after < c.Writes {
+		return Result{Why: fmt.Sprintf("only %d pieces of %s acknowledged after the kill, fewer than %d: the writer did not go on", after, c.C, c.Writes)}
+	}
+	recs, err := writerLog(ev, c.C)
+	if err != nil {
+		return Result{Why: err.Error()}
+	}
+	ctr := Container{Name: c.C}
+	file, ckpt := ctr.WrittenObject(), ctr.Objects()[1]
+	got, missing, why := storedData(ev, c.C, file)
+	if missing {
+		why = "the storage has no " + file
+	}
+	if why != "" {
+		return Result{Why: why}
+	}
+	// A missing checkpoint is for CheckWritten to judge: the writer may have acknowledged none.
+	gotCkpt, _, why := storedData(ev, c.C, ckpt)
+	if why != "" {
+		return Result{Why: why}
+	}
+	if err := workload.CheckWritten(recs, got, gotCkpt); err != nil {
+		return Result{Why: fmt.Sprintf("the storage's %s (%d bytes) and %s against %s's log: %v", file, len(got), ckpt, c.C, err)}
+	}
+	pieces := ev.Count(time.Time{}, func(e Event) bool { return e.Container == c.C && e.IsAckedWrite() })
+	ckpts := ev.Count(time.Time{}, func(e Event) bool { return e.Container == c.C && e.Source == SrcWorkload && e.Kind == KCheckpoint })
+	return Result{OK: true, Why: fmt.Sprintf("%d pieces (%d after the kill) and %d checkpoints acknowledged, none failed, longest write, fsync or checkpoint %s; "+
+		"the storage's %s (%d bytes) and %s hold them all", pieces, after, ckpts, longestWrite(ev, c.C), file, len(got), ckpt)}
+}
+
+// writerFailures are writer container c's failed operations, cited: a failed open, write, fsync or checkpoint,
+// and a failed close, which for a writer is a failed flush of what it wrote.
+func writerFailures(ev *Evidence, c string) []string {
+	var out []string
+	for _, e := range ev.Events {
+		if e.Container != c || e.Source != SrcWorkload {
+			continue
+		}
+		if e.IsWorkloadError() || (e.Kind == KClose && (e.Errno != "" || e.Message != "")) {
+			what := cite(ev, e)
+			if e.Op != "" {
+				what += " (" + e.Op + ")"
+			}
+			out = append(out, what+": "+e.Message)
+		}
+	}
+	return out
+}
+
+// writerLog is writer container c's log as the writer's records, for workload.CheckWritten: every instance's,
+// in time order (a restarted writer appends on at the end of the file).
+func writerLog(ev *Evidence, c string) ([]workload.Record, error) {
+	var recs []workload.Record
+	for _, e := range ev.Events {
+		if e.Container != c || e.Source != SrcWorkload {
+			continue
+		}
+		r := workload.Record{Time: e.Time, Event: string(e.Kind), Seq: e.Seq, Offset: e.Offset, Bytes: e.Bytes, SHA256: e.SHA256, Op: e.Op}
+		switch e.Kind {
+		case KWriteStart:
+			if e.Seq == nil {
+				return nil, fmt.Errorf("%s's log: a write_start at %s without its piece's number", c, at(ev, e.Time))
+			}
+		case KWrite, KCheckpoint:
+			if e.Seq == nil || e.Bytes == nil || e.SHA256 == "" || (e.Kind == KWrite && e.Offset == nil) {
+				return nil, fmt.Errorf("%s's log: a %s at %s without its number, offset, size or SHA-256", c, e.Kind, at(ev, e.Time))
+			}
+		default:
+			continue
+		}
+		recs = append(recs, r)
+	}
+	if len(recs) == 0 {
+		return nil, fmt.Errorf("%s's log has no write: is it a writer (Container.Write)?", c)
+	}
+	return recs, nil
+}
+
+// storedData is the data of object name of container c that the backend read from the storage, or that the
+// storage has no such object (missing), or why it was not read.
+func storedData(ev *Evidence, c, name string) (data []byte, missing bool, why string) {
+	s, ok := ev.StoredObject(c, name)
+	switch {
+	case !ok && len(ev.Stored) == 0:
+		return nil, false, fmt.Sprintf("nothing was read from the volume's storage: the backend cannot read it, or did not (no %s in the evidence)", name)
+	case !ok:
+		return nil, false, fmt.Sprintf("%s of %s was not read from the storage", name, c)
+	case s.Err != "":
+		return nil, false, fmt.Sprintf("%s could not be read from the storage: %s", name, s.Err)
+	}
+	return s.Data, s.Missing, ""
+}
+
+// longestWrite is the longest write, fsync or checkpoint of writer container c, as its log timed them.
+func longestWrite(ev *Evidence, c string) time.Duration {
+	var d time.Duration
+	for _, e := range ev.Events {
+		if e.Container == c && e.Source == SrcWorkload && (e.Kind == KWrite || e.Kind == KSync || e.Kind == KCheckpoint) {
+			d = max(d, e.Latency)
+		}
+	}
+	return d.Round(100 * time.Microsecond)
+}

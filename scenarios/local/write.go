@@ -1,0 +1,77 @@
+package local
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"time"
+
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
+)
+
+// The writers' end (scenarios.StorageReader): the runner has the backend stop each writer container as a job
+// that ends, then read what it wrote from the storage behind every FUSE layer: the server's backing
+// (internal/fuseserver/backing), which the backend runs beside the plugin, read without any mount.
+
+var _ scenarios.StorageReader = (*Backend)(nil)
+
+// writerGrace is how long a writer has after SIGTERM: its last close is a FLUSH that a relay answers once a
+// real server serves again, within its backend wait (30 s by default).
+const writerGrace = 40 * time.Second
+
+// CollectWrites implements scenarios.StorageReader: it stops each writer container for good (SIGTERM, then
+// SIGKILL after writerGrace; never started again) and records each one's objects as the server's backing holds
+// them, also when it cannot be read (a server whose storage the backing cannot read without a mount).
+func (b *Backend) CollectWrites(ctx context.Context) error {
+	b.mu.Lock()
+	containers := append([]*container(nil), b.pod.containers...)
+	b.mu.Unlock()
+	for _, c := range containers {
+		if !c.spec.Write {
+			continue
+		}
+		if err := c.halt(ctx, writerGrace); err != nil {
+			return err
+		}
+	}
+	if b.peers.server == nil {
+		return errors.New("no FUSE server was set up: nothing to read the storage of")
+	}
+	bk := b.peers.server.backing
+	for _, w := range b.sc.Writers() {
+		for _, name := range w.Objects() {
+			data, err := bk.Object(ctx, name)
+			s := scenarios.NewStored(w.Name, name, data, err, func(err error) bool { return errors.Is(err, fs.ErrNotExist) })
+			b.logf("storage: container %s's %s: %d bytes, missing %t, error %q", w.Name, name, s.Size, s.Missing, s.Err)
+			b.rec.AddStored(s)
+		}
+	}
+	return nil
+}
+
+// halt stops the container for good, as the end of its job: its kubelet loop starts it no more, its instance
+// gets SIGTERM and, after grace, SIGKILL, and halt returns once the loop has ended and its output is read.
+func (c *container) halt(ctx context.Context, grace time.Duration) error {
+	c.halted.Store(true)
+	deadline := time.After(grace + 10*time.Second)
+	for {
+		// An instance the loop started just before it saw halted is stopped too.
+		if p := c.current(); p != nil && !p.exited() {
+			c.b.logf("container %s: SIGTERM pid %d: the run collects what it wrote", c.spec.Name, p.pid())
+			if err := p.stop(grace); err != nil {
+				return fmt.Errorf("stop writer %s: %w", c.spec.Name, err)
+			}
+		}
+		select {
+		case <-c.loopDone:
+			c.waitOutput()
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-deadline:
+			return fmt.Errorf("writer %s: its kubelet loop did not end within %s of the stop", c.spec.Name, grace+10*time.Second)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}

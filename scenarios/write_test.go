@@ -1,0 +1,305 @@
+package scenarios_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"io"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/dummy-fuse-workload/workload"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/fuseserver"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios/topology"
+)
+
+const writer = "writer"
+
+// TestWriterContainer: a writer container's command line is one dummy-fuse-workload accepts (none of a
+// reader's flags), it writes a file of its own, and the objects it leaves are that file and its checkpoint.
+func TestWriterContainer(t *testing.T) {
+	c := scenarios.Container{Name: writer, Write: true, ReadInterval: 20 * time.Millisecond}
+	args := c.WorkloadArgs(200 * time.Millisecond)
+	cfg, err := workload.ParseArgs(args, io.Discard)
+	if err != nil {
+		t.Fatalf("dummy-fuse-workload refuses %q: %v", args, err)
+	}
+	if !cfg.Write || cfg.File != "/mnt/writer.log" || cfg.Interval != 20*time.Millisecond || cfg.WriteSize != scenarios.WriteSize ||
+		cfg.SyncEvery != scenarios.SyncEvery || cfg.CheckpointEvery != scenarios.CheckpointEvery || cfg.Format != workload.FormatJSON {
+		t.Errorf("args %q give %+v", args, cfg)
+	}
+	if got := strings.Join(c.Objects(), " "); got != "writer.log writer.log.ckpt" {
+		t.Errorf("objects %s", got)
+	}
+}
+
+// writeRow is a row that writes, as the catalog's: a writer on a writable relay volume of gcsfuse, whose real
+// server is killed and back, then the writer goes on; its data must all be in the bucket.
+func writeRow(t *testing.T) scenarios.Scenario {
+	t.Helper()
+	return scenarios.Scenario{
+		Name: "relay-write-test", Title: "a writer through a relay",
+		Plugin: scenarios.Plugin{Mode: topology.Relay, Writable: true},
+		Pod: scenarios.Pod{RestartPolicy: scenarios.RestartAlways, Containers: []scenarios.Container{
+			{Name: writer, Write: true, ReadInterval: 20 * time.Millisecond}}},
+		Steps: []scenarios.Step{
+			scenarios.WaitFor(scenarios.Writes{C: writer, N: 6}, scenarios.Dur{Fixed: 30 * time.Second}),
+			scenarios.Kill(topology.RelayServer), scenarios.Start(topology.RelayServer),
+			scenarios.WaitFor(scenarios.Writes{C: writer, N: 16, After: scenarios.AfterPluginBack}, scenarios.Dur{Fixed: 30 * time.Second}),
+		},
+		Expect: []scenarios.Expectation{
+			{Check: scenarios.WritesKept{C: writer, Writes: 16}},
+			{Check: scenarios.Restarts{C: writer}},
+			{Check: scenarios.VolumeDirAlive{}},
+		},
+		Backends: []string{scenarios.BackendLocal}, BackendsWhy: "the bucket is read on the local backend only",
+		Servers: []string{fuseserver.Gcsfuse}, ServersWhy: "the rows check the bucket behind gcsfuse",
+	}
+}
+
+// TestValidateWrites: a writable volume is a relay mode's and cannot run on the kube backend; a writer needs a
+// writable volume and none of a reader's settings.
+func TestValidateWrites(t *testing.T) {
+	if sc := writeRow(t); sc.Validate() != nil || !sc.Plugin.Writable || len(sc.Writers()) != 1 {
+		t.Fatalf("%s: %v, writable %t, writers %v", sc.Name, sc.Validate(), sc.Plugin.Writable, sc.Writers())
+	}
+	for want, mutate := range map[string]func(s *scenarios.Scenario){
+		"is for the relay modes":          func(s *scenarios.Scenario) { s.Plugin.Mode = topology.Keeper },
+		"cannot run on the kube backend":  func(s *scenarios.Scenario) { s.Backends = nil },
+		"the volume is read-only":         func(s *scenarios.Scenario) { s.Plugin.Writable = false },
+		"are a reader's settings":         func(s *scenarios.Scenario) { s.Pod.Containers[0].KeepOpen = true },
+		"says why it runs with some serv": func(s *scenarios.Scenario) { s.Servers = nil },
+	} {
+		s := writeRow(t)
+		s.Pod.Containers = append([]scenarios.Container(nil), s.Pod.Containers...)
+		mutate(&s)
+		if err := s.Validate(); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: Validate = %v", want, err)
+		}
+	}
+}
+
+// TestServersWhy: a row that says why it needs its servers runs with them only: not with dummy-fuse, nor with
+// another real server or one described in a spec file.
+func TestServersWhy(t *testing.T) {
+	sc := writeRow(t)
+	if sc.RunsWithDummyFuse() {
+		t.Fatal("a row that writes runs with dummy-fuse")
+	}
+	if _, err := sc.ForServer(""); err == nil || !strings.Contains(err.Error(), "runs with gcsfuse only, not dummy-fuse: the rows check the bucket behind gcsfuse") {
+		t.Errorf("with dummy-fuse: %v", err)
+	}
+	if _, err := sc.ForServer(fuseserver.Squashfuse); err == nil || !strings.Contains(err.Error(), "not squashfuse") {
+		t.Errorf("with squashfuse: %v", err)
+	}
+	if s, err := sc.ForServer(fuseserver.Gcsfuse); err != nil || s.Plugin.FuseServer != fuseserver.Gcsfuse {
+		t.Errorf("with gcsfuse: %v", err)
+	}
+	if !slices.Contains(sc.Plugin.Args(), "--relay-writable") {
+		t.Errorf("plugin args %v lack --relay-writable", sc.Plugin.Args())
+	}
+}
+
+// writeLog is a writer's story: its log lines (as dummy-fuse-workload writes them, through ParseWorkloadLine),
+// what it wrote, and when.
+type writeLog struct {
+	rec       *scenarios.Recorder
+	t         time.Time
+	seq       int
+	off       int64
+	file      []byte
+	ckpt      []byte
+	sizePiece int
+}
+
+func newWriteLog(rec *scenarios.Recorder) *writeLog {
+	return &writeLog{rec: rec, t: time.Now().Add(-time.Minute), sizePiece: 100}
+}
+
+func sum(b []byte) string {
+	s := sha256.Sum256(b)
+	return hex.EncodeToString(s[:])
+}
+
+func (w *writeLog) line(r workload.Record) {
+	w.t = w.t.Add(time.Millisecond)
+	r.Time, r.File = w.t, "/mnt/writer.log"
+	b, err := json.Marshal(r)
+	if err != nil {
+		panic(err)
+	}
+	w.rec.Add(scenarios.ParseWorkloadLine(b, writer, 0, w.t))
+}
+
+// pieces writes n pieces, a checkpoint after every 8th.
+func (w *writeLog) pieces(n int) {
+	for range n {
+		seq, off := w.seq, w.off
+		p := workload.Piece(seq, w.sizePiece)
+		lat := int64(1500)
+		w.line(workload.Record{Event: workload.EventWriteStart, Seq: &seq, Offset: &off})
+		w.line(workload.Record{Event: workload.EventWrite, Seq: &seq, Offset: &off, Bytes: &w.sizePiece, SHA256: sum(p), LatencyUS: &lat})
+		w.file = append(w.file, p...)
+		w.seq++
+		w.off += int64(len(p))
+		if w.seq%8 == 0 {
+			c := workload.CheckpointData(seq, 8*w.sizePiece)
+			n := len(c)
+			w.line(workload.Record{Event: workload.EventCheckpoint, Seq: &seq, Bytes: &n, SHA256: sum(c), LatencyUS: &lat})
+			w.ckpt = c
+		}
+	}
+}
+
+// now moves the story's clock to now, unless its events are ahead of it already.
+func (w *writeLog) now() {
+	if now := time.Now(); now.After(w.t) {
+		w.t = now
+	}
+}
+
+func (w *writeLog) kill() {
+	w.t = w.t.Add(time.Millisecond)
+	w.rec.Add(scenarios.Event{Time: w.t, Source: scenarios.SrcComponent, Component: topology.RelayServer, Kind: scenarios.KKilled})
+}
+
+func (w *writeLog) store(file, ckpt []byte) {
+	notExist := func(err error) bool { return errors.Is(err, os.ErrNotExist) }
+	for name, data := range map[string][]byte{"writer.log": file, "writer.log.ckpt": ckpt} {
+		var err error
+		if data == nil {
+			err = os.ErrNotExist
+		}
+		w.rec.AddStored(scenarios.NewStored(writer, name, data, err, notExist))
+	}
+}
+
+// TestWritesKept: the check holds when the storage has every acknowledged piece and the last checkpoint, and
+// otherwise says what differed: a lost piece, a failed write, a missing checkpoint, nothing read, a writer that
+// did not go on after the kill.
+func TestWritesKept(t *testing.T) {
+	check := scenarios.WritesKept{C: writer, Writes: 10}
+	story := func(after int, broken func(w *writeLog)) *scenarios.Evidence {
+		rec := &scenarios.Recorder{}
+		w := newWriteLog(rec)
+		w.pieces(6)
+		w.kill()
+		w.pieces(after)
+		if broken != nil {
+			broken(w)
+		} else {
+			w.store(w.file, w.ckpt)
+		}
+		return rec.Snapshot()
+	}
+	r := check.Eval(story(12, nil), scenarios.Timing{})
+	if !r.OK || !strings.Contains(r.Why, "18 pieces (12 after the kill) and 2 checkpoints acknowledged") || !strings.Contains(r.Why, "longest write, fsync or checkpoint 1.5ms") {
+		t.Errorf("every byte stored: %+v", r)
+	}
+	for want, tc := range map[string]struct {
+		after  int
+		broken func(w *writeLog)
+	}{
+		"differs from the 1800 acknowledged bytes at byte 1700": {12, func(w *writeLog) { w.store(w.file[:1700], w.ckpt) }},
+		"checkpoint 15 was acknowledged but there is none":      {12, func(w *writeLog) { w.store(w.file, nil) }},
+		"the storage has no writer.log":                         {12, func(w *writeLog) { w.store(nil, w.ckpt) }},
+		"nothing was read from the volume's storage":            {12, func(*writeLog) {}},
+		"only 4 pieces of writer acknowledged after the kill":   {4, nil},
+		"1 failed operations of writer, first: writer#0 write_error EIO": {12, func(w *writeLog) {
+			seq, errno := 17, "EIO"
+			w.line(workload.Record{Event: workload.EventWriteError, Op: "fsync", Seq: &seq, Errno: &errno, Error: "input/output error"})
+			w.store(w.file, w.ckpt)
+		}},
+		"close": {12, func(w *writeLog) {
+			errno := "ENOTCONN"
+			w.line(workload.Record{Event: workload.EventClose, Errno: &errno, Error: "close /mnt/writer.log: transport endpoint is not connected"})
+			w.store(w.file, w.ckpt)
+		}},
+	} {
+		r := check.Eval(story(tc.after, tc.broken), scenarios.Timing{})
+		if r.OK || !strings.Contains(r.Why, want) {
+			t.Errorf("%s: %+v", want, r)
+		}
+	}
+}
+
+// storageBackend scripts a writable relay row: writes before the kill, the real server killed and back, writes
+// after it; wrapped in collecting, it implements StorageReader and stores what was written.
+type storageBackend struct {
+	w     *writeLog
+	calls []string
+}
+
+func (b *storageBackend) Name() string               { return scenarios.BackendLocal }
+func (b *storageBackend) Describe() string           { return "backend fake" }
+func (b *storageBackend) KeepNote() string           { return "" }
+func (b *storageBackend) Stop(context.Context) error { b.calls = append(b.calls, "stop"); return nil }
+func (b *storageBackend) Timing() scenarios.Timing {
+	return scenarios.Timing{ReadInterval: 10 * time.Millisecond, BackoffBase: 20 * time.Millisecond}
+}
+
+func (b *storageBackend) Setup(_ context.Context, _ *scenarios.Scenario, env *scenarios.Env) error {
+	b.calls = append(b.calls, "setup")
+	env.Rec.SetPaths(map[string]string{scenarios.PathVolume: "/k/v"})
+	env.Rec.Add(scenarios.Event{Source: scenarios.SrcProbe, Kind: scenarios.KProbe, Path: scenarios.PathVolume})
+	env.Rec.Add(scenarios.Event{Source: scenarios.SrcKubelet, Kind: scenarios.KContainerStarted, Container: writer})
+	b.w = newWriteLog(env.Rec)
+	b.w.now()
+	b.w.pieces(6)
+	return nil
+}
+
+func (b *storageBackend) Kill(context.Context, topology.Component) error {
+	b.calls = append(b.calls, "kill")
+	b.w.now()
+	b.w.kill()
+	return nil
+}
+
+func (b *storageBackend) Start(context.Context, topology.Component) error {
+	b.calls = append(b.calls, "start")
+	b.w.now()
+	b.w.rec.Add(scenarios.Event{Time: b.w.t, Source: scenarios.SrcComponent, Component: topology.RelayServer, Kind: scenarios.KReady})
+	b.w.pieces(16)
+	return nil
+}
+
+func (b *storageBackend) Upgrade(context.Context, topology.Component) error {
+	return errors.ErrUnsupported
+}
+
+// collecting is storageBackend with the optional StorageReader.
+type collecting struct{ *storageBackend }
+
+func (b collecting) CollectWrites(context.Context) error {
+	b.calls = append(b.calls, "collect")
+	b.w.store(b.w.file, b.w.ckpt)
+	return nil
+}
+
+// TestRunnerCollectsWrites: the runner has a backend that can read the storage collect the writers' data after
+// the steps and before the verdicts, which then hold; one that cannot leaves WritesKept failing, saying so.
+func TestRunnerCollectsWrites(t *testing.T) {
+	sc, err := writeRow(t).ForServer(fuseserver.Gcsfuse)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &storageBackend{}
+	o := scenarios.Run(context.Background(), collecting{b}, sc, scenarios.RunOptions{Dir: t.TempDir(), Poll: time.Millisecond})
+	if !o.Passed() {
+		t.Errorf("with the storage read: %v %+v", o.Err, o.Verdicts)
+	}
+	if got := strings.Join(b.calls, ","); got != "setup,kill,start,collect,stop" {
+		t.Errorf("calls %s: want the collection after the steps, before the teardown", got)
+	}
+	o = scenarios.Run(context.Background(), &storageBackend{}, sc, scenarios.RunOptions{Dir: t.TempDir(), Poll: time.Millisecond})
+	if o.Passed() || !strings.Contains(o.Verdicts[0].Result.Why, "nothing was read from the volume's storage") {
+		t.Errorf("without StorageReader: %v %+v", o.Err, o.Verdicts)
+	}
+}
