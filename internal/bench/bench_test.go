@@ -16,7 +16,7 @@ func TestReadmeTableIsGenerated(t *testing.T) {
 		regenerate func(readme []byte, results string) ([]byte, error)
 		from       string
 	}{
-		{"../../dummy-fuse/README.md", Regenerate, "dummy-fuse/bench/results, results/relay and results/soak"},
+		{"../../dummy-fuse/README.md", Regenerate, "dummy-fuse/bench/results and its relay, soak, relay-write and soak-relay-write"},
 		{"../../csi-plugin/README.md", RegenerateCSIPlugin, "dummy-fuse/bench/results/soak-relay-keeper"},
 	} {
 		readme, err := os.ReadFile(tc.readme)
