@@ -1,7 +1,6 @@
 package relayfs_test
 
 import (
-	"context"
 	"os"
 	"path/filepath"
 	"strings"
@@ -58,9 +57,6 @@ func writeSoakServer(t *testing.T, name string, kills int) bench.WriteSoakServer
 	recs := w.Stop(t)
 
 	res.FailedOps = len(testenv.Failures(recs))
-	if res.FailedOps > 0 {
-		t.Errorf("the writer saw %d failed operations, first: %v", res.FailedOps, testenv.Failures(recs)[0])
-	}
 	for _, rec := range recs {
 		switch rec.Event {
 		case workload.EventWrite:
@@ -70,20 +66,12 @@ func writeSoakServer(t *testing.T, name string, kills int) bench.WriteSoakServer
 			res.Checkpoints++
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
-	defer cancel()
-	file, err := b.object(ctx, "train.log")
-	if err != nil {
-		t.Fatal(err)
+	if res.FailedOps > 0 {
+		t.Errorf("the writer saw %d failed operations, first: %v", res.FailedOps, testenv.Failures(recs)[0])
 	}
-	ckpt, err := b.object(ctx, "train.log.ckpt")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := workload.CheckWritten(recs, file, ckpt); err != nil {
-		t.Errorf("the storage against the writer's log: %v", err)
-	} else {
-		res.Whole = true
+	_, err := written(t, b, recs)
+	if res.Whole = err == nil; err != nil {
+		t.Error(err)
 	}
 
 	res.RelayFDsAfter = openFDs(t, r.proc.PID())

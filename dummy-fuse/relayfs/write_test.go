@@ -164,25 +164,7 @@ func keepsWritesThroughKills(t *testing.T, name string) {
 	w.WaitFor(t, 2, workload.EventCheckpoint, "after the last kill")
 	recs := w.Stop(t)
 
-	if errs := testenv.Failures(recs); len(errs) > 0 {
-		t.Errorf("the writer saw %d errors, first: %v", len(errs), errs[:min(len(errs), 5)])
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
-	defer cancel()
-	file, err := b.object(ctx, "train.log")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ckpt, err := b.object(ctx, "train.log.ckpt")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := workload.CheckWritten(recs, file, ckpt); err != nil {
-		t.Errorf("the bucket against the writer's log: %v", err)
-	}
-	if _, err := b.object(ctx, "train.log.ckpt.tmp"); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("the checkpoint's temporary object is still there: %v", err)
-	}
+	file := expectWritten(t, b, recs)
 	if got := strings.Count(r.proc.Log(), "serves again"); got != kills {
 		t.Errorf("the relay logged %d backends that came back, want %d; its log:\n%s", got, kills, r.proc.Tail())
 	}
@@ -257,22 +239,7 @@ func TestWritableRelayTakeover(t *testing.T) {
 	b.start()
 	w.WaitFor(t, 1, workload.EventCheckpoint, "after gcsfuse's kill")
 	recs := w.Stop(t)
-	if errs := testenv.Failures(recs); len(errs) > 0 {
-		t.Errorf("the writer saw %d errors, first: %v", len(errs), errs[:min(len(errs), 5)])
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
-	defer cancel()
-	file, err := b.object(ctx, "train.log")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ckpt, err := b.object(ctx, "train.log.ckpt")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := workload.CheckWritten(recs, file, ckpt); err != nil {
-		t.Errorf("the bucket against the writer's log: %v", err)
-	}
+	expectWritten(t, b, recs)
 	if !strings.Contains(succ.Log(), "asked the kernel to resend") {
 		t.Errorf("the successor did not take over with a resend; its log:\n%s", succ.Tail())
 	}
@@ -303,22 +270,7 @@ func TestWritableRelayAndServerDieTogether(t *testing.T) {
 	b.start()
 	w.WaitFor(t, 2, workload.EventCheckpoint, "after the kills")
 	recs := w.Stop(t)
-	if errs := testenv.Failures(recs); len(errs) > 0 {
-		t.Errorf("the writer saw %d errors, first: %v", len(errs), errs[:min(len(errs), 5)])
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
-	defer cancel()
-	file, err := b.object(ctx, "train.log")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ckpt, err := b.object(ctx, "train.log.ckpt")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := workload.CheckWritten(recs, file, ckpt); err != nil {
-		t.Errorf("the bucket against the writer's log: %v", err)
-	}
+	expectWritten(t, b, recs)
 	if !strings.Contains(succ.Log(), "had not made durable") {
 		t.Errorf("the successor replayed no journal of its predecessor; its log:\n%s", succ.Tail())
 	}
@@ -363,4 +315,41 @@ func TestWritableRelayDoesNotResurrectARemovedFile(t *testing.T) {
 	if _, err := os.Lstat(path); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the removed file is there again through the relay: %v", err)
 	}
+}
+
+// expectWritten checks a stopped writer's log: no operation failed, and the storage behind b holds what it
+// says (written); it returns the file.
+func expectWritten(t *testing.T, b *realBackend, recs []workload.Record) []byte {
+	t.Helper()
+	if errs := testenv.Failures(recs); len(errs) > 0 {
+		t.Errorf("the writer saw %d failed operations, first: %v", len(errs), errs[:min(len(errs), 5)])
+	}
+	file, err := written(t, b, recs)
+	if err != nil {
+		t.Error(err)
+	}
+	return file
+}
+
+// written reads the writer's file and checkpoint from the storage behind b, without any mount, and checks
+// them against its log (workload.CheckWritten), and that no temporary checkpoint is left; it returns the file.
+func written(t *testing.T, b *realBackend, recs []workload.Record) ([]byte, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	file, err := b.object(ctx, "train.log")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ckpt, err := b.object(ctx, "train.log.ckpt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := workload.CheckWritten(recs, file, ckpt); err != nil {
+		return file, fmt.Errorf("the storage against the writer's log: %w", err)
+	}
+	if _, err := b.object(ctx, "train.log.ckpt.tmp"); !errors.Is(err, os.ErrNotExist) {
+		return file, fmt.Errorf("the checkpoint's temporary object is still there: %v", err)
+	}
+	return file, nil
 }
