@@ -84,12 +84,14 @@ func BenchmarkRelay(b *testing.B) {
 	}
 }
 
-// startBenchRelay mounts a relay in front of backend, in page-cache mode (no --direct-io: an O_DIRECT open
-// is direct anyway, and the cached read needs the cache), and waits until it serves the file.
-func startBenchRelay(b *testing.B, lab *testenv.Lab, backend string) (string, *testenv.Proc) {
+// startBenchRelay mounts a relay in front of backend with extra arguments (the write bench's --relay-writable),
+// in page-cache mode (no --direct-io: an O_DIRECT open is direct anyway, and the cached read needs the cache),
+// and waits until it serves the file.
+func startBenchRelay(b *testing.B, lab *testenv.Lab, backend string, extra ...string) (string, *testenv.Proc) {
 	b.Helper()
 	mnt := lab.Dir()
-	p := lab.Start("relay", exec.Command(testenv.Build(b, "dummy-fuse"), "--relay-backend", backend, mnt))
+	args := append(append([]string{"--relay-backend", backend}, extra...), mnt)
+	p := lab.Start("relay", exec.Command(testenv.Build(b, "dummy-fuse"), args...))
 	path := filepath.Join(mnt, fuseserver.ServedFile)
 	testenv.Eventually(b, waitTimeout, "the relay serving "+path, func() bool {
 		if p.Exited() {

@@ -2,7 +2,6 @@ package relayfs_test
 
 import (
 	"fmt"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -33,7 +32,8 @@ func BenchmarkRelayWrite(b *testing.B) {
 			lab := testenv.NewLab(b)
 			be := newBackend(b, lab, name)
 			be.start()
-			dirs := map[string]string{"direct": be.dir, "relay": startWritableBenchRelay(b, lab, be.dir)}
+			relayMnt, _ := startBenchRelay(b, lab, be.dir, "--relay-writable", "--spill-dir", b.TempDir())
+			dirs := map[string]string{"direct": be.dir, "relay": relayMnt}
 			for _, bm := range []struct {
 				name string
 				run  func(b *testing.B, dir string)
@@ -46,27 +46,6 @@ func BenchmarkRelayWrite(b *testing.B) {
 			}
 		})
 	}
-}
-
-// startWritableBenchRelay mounts a writable relay in front of backend (page-cache mode, as the read bench)
-// and waits until it serves the file.
-func startWritableBenchRelay(b *testing.B, lab *testenv.Lab, backend string) string {
-	b.Helper()
-	mnt := lab.Dir()
-	p := lab.Start("relay", exec.Command(testenv.Build(b, "dummy-fuse"), "--relay-backend", backend, "--relay-writable", "--spill-dir", b.TempDir(), mnt))
-	path := filepath.Join(mnt, fuseserver.ServedFile)
-	testenv.Eventually(b, waitTimeout, "the writable relay serving "+path, func() bool {
-		if p.Exited() {
-			b.Fatalf("relay exited: %v\n%s", p.Err(), p.Tail())
-		}
-		var fs unix.Statfs_t
-		if unix.Statfs(mnt, &fs) != nil || fs.Type != unix.FUSE_SUPER_MAGIC {
-			return false
-		}
-		got, err := testenv.ReadFile(b, path, 5*time.Second)
-		return err == nil && string(got) == fuseserver.Content
-	})
-	return mnt
 }
 
 const (
