@@ -102,12 +102,18 @@ type runner struct {
 
 func (r *runner) loop(ctx context.Context) (code int, reason string) {
 	r.log.start(r.cfg)
+	return rounds(ctx, r.cfg, r.env.Clock, r.round)
+}
+
+// rounds runs round at once and then every cfg.Interval until ctx is done (exit 0) or, with ExitOnError, a
+// round fails (exit 1, the reason its error): the reader's and the writer's loop.
+func rounds(ctx context.Context, cfg Config, clock Clock, round func(context.Context) error) (code int, reason string) {
 	for {
-		if err := r.round(ctx); err != nil {
+		if err := round(ctx); err != nil {
 			if ctx.Err() != nil {
 				return ExitOK, stopReason(ctx)
 			}
-			if r.cfg.ExitOnError {
+			if cfg.ExitOnError {
 				return ExitError, err.Error()
 			}
 		}
@@ -117,7 +123,7 @@ func (r *runner) loop(ctx context.Context) (code int, reason string) {
 		select {
 		case <-ctx.Done():
 			return ExitOK, stopReason(ctx)
-		case <-r.env.Clock.After(r.cfg.Interval):
+		case <-clock.After(cfg.Interval):
 		}
 	}
 }

@@ -57,24 +57,7 @@ type writer struct {
 func (w *writer) loop(ctx context.Context) (code int, reason string) {
 	w.log.start(w.cfg)
 	defer w.close()
-	for {
-		if err := w.step(ctx); err != nil {
-			if ctx.Err() != nil {
-				return ExitOK, stopReason(ctx)
-			}
-			if w.cfg.ExitOnError {
-				return ExitError, err.Error()
-			}
-		}
-		if ctx.Err() != nil {
-			return ExitOK, stopReason(ctx)
-		}
-		select {
-		case <-ctx.Done():
-			return ExitOK, stopReason(ctx)
-		case <-w.env.Clock.After(w.cfg.Interval):
-		}
-	}
+	return rounds(ctx, w.cfg, w.env.Clock, w.step)
 }
 
 // step appends the next piece, then syncs and checkpoints when it is their turn. It returns the error that
