@@ -51,10 +51,11 @@ type journalHeader struct {
 	Mode   uint32 `json:"mode"`
 }
 
-// journalOp is a write of n bytes at off whose data is at at in the file, or (truncate) a truncation to off.
+// journalOp is a write of n bytes at off whose data is at at in the file, or (truncate) a truncation to off;
+// its record starts at rec in the file.
 type journalOp struct {
-	off, n, at int64
-	truncate   bool
+	off, n, at, rec int64
+	truncate        bool
 }
 
 const recordHead = 1 + 8 + 8
@@ -68,10 +69,11 @@ func (j *journal) write(data []byte, off int64) error {
 	rec[0] = 'W'
 	binary.LittleEndian.PutUint64(rec[1:], uint64(off))
 	binary.LittleEndian.PutUint64(rec[9:], uint64(len(data)))
-	if err := j.append(append(rec, data...)); err != nil {
+	start, err := j.append(append(rec, data...))
+	if err != nil {
 		return err
 	}
-	j.ops = append(j.ops, journalOp{off: off, n: int64(len(data)), at: j.end - int64(len(data))})
+	j.ops = append(j.ops, journalOp{off: off, n: int64(len(data)), at: j.end - int64(len(data)), rec: start})
 	j.bytes += int64(len(data))
 	return nil
 }
@@ -81,61 +83,47 @@ func (j *journal) truncate(size int64) error {
 	rec := make([]byte, 9)
 	rec[0] = 'T'
 	binary.LittleEndian.PutUint64(rec[1:], uint64(size))
-	if err := j.append(rec); err != nil {
+	start, err := j.append(rec)
+	if err != nil {
 		return err
 	}
-	j.ops = append(j.ops, journalOp{off: size, truncate: true})
+	j.ops = append(j.ops, journalOp{off: size, truncate: true, rec: start})
 	return nil
 }
 
 // unrecord drops the last record: its request failed, so there is nothing to replay.
 func (j *journal) unrecord() {
 	op := j.ops[len(j.ops)-1]
-	j.ops = j.ops[:len(j.ops)-1]
-	j.end = op.at - recordHead
-	if op.truncate {
-		j.end = j.endOfOps()
-	} else {
+	j.ops, j.end = j.ops[:len(j.ops)-1], op.rec
+	if !op.truncate {
 		j.bytes -= op.n
 	}
 	_ = j.f.Truncate(j.end) // a failure leaves a record a successor replays: the file holds what it says anyway
 }
 
-// endOfOps is where the file's records end.
-func (j *journal) endOfOps() int64 {
-	end := j.start
-	for _, op := range j.ops {
-		if op.truncate {
-			end += 9
-		} else {
-			end = op.at + op.n
-		}
-	}
-	return end
-}
-
-// append writes rec at the end of the file, making the file first.
-func (j *journal) append(rec []byte) error {
+// append writes rec at the end of the file, making the file first, and returns where rec starts.
+func (j *journal) append(rec []byte) (int64, error) {
 	if j.f == nil {
 		hdr, err := json.Marshal(j.header)
 		if err != nil {
-			return err
+			return 0, err
 		}
 		f, err := os.OpenFile(filepath.Join(j.dir, j.name), os.O_RDWR|os.O_CREATE|os.O_TRUNC|unix.O_CLOEXEC, 0o600)
 		if err != nil {
-			return fmt.Errorf("journal: %w", err)
+			return 0, fmt.Errorf("journal: %w", err)
 		}
 		if _, err := f.WriteAt(append(hdr, '\n'), 0); err != nil {
 			f.Close()
-			return fmt.Errorf("journal %s: %w", f.Name(), err)
+			return 0, fmt.Errorf("journal %s: %w", f.Name(), err)
 		}
 		j.f, j.start, j.end = f, int64(len(hdr)+1), int64(len(hdr)+1)
 	}
-	if _, err := j.f.WriteAt(rec, j.end); err != nil {
-		return fmt.Errorf("journal %s: %w", j.f.Name(), err)
+	start := j.end
+	if _, err := j.f.WriteAt(rec, start); err != nil {
+		return 0, fmt.Errorf("journal %s: %w", j.f.Name(), err)
 	}
 	j.end += int64(len(rec))
-	return nil
+	return start, nil
 }
 
 // empty reports whether there is nothing to replay.
@@ -266,13 +254,13 @@ records:
 	for rest := b[nl+1:]; len(rest) > 0; {
 		switch {
 		case rest[0] == 'T' && len(rest) >= 9:
-			j.ops = append(j.ops, journalOp{off: int64(binary.LittleEndian.Uint64(rest[1:])), truncate: true})
+			j.ops = append(j.ops, journalOp{off: int64(binary.LittleEndian.Uint64(rest[1:])), truncate: true, rec: at})
 			rest, at = rest[9:], at+9
 			continue
 		case rest[0] == 'W' && len(rest) >= recordHead:
 			n := int64(binary.LittleEndian.Uint64(rest[9:]))
 			if n >= 0 && int64(len(rest))-recordHead >= n {
-				j.ops = append(j.ops, journalOp{off: int64(binary.LittleEndian.Uint64(rest[1:])), n: n, at: at + recordHead})
+				j.ops = append(j.ops, journalOp{off: int64(binary.LittleEndian.Uint64(rest[1:])), n: n, at: at + recordHead, rec: at})
 				j.bytes += n
 				rest, at = rest[recordHead+n:], at+recordHead+n
 				continue
