@@ -23,48 +23,8 @@ var s3fsSpec = filepath.Join("..", "..", "docs", "servers", "s3fs.yaml")
 // no error while the plugin detaches the dead backend of a SIGKILLed s3fs and starts it again, twice; nothing
 // stays mounted in the relay directory once the volume ends.
 func TestRelaySelfMountingServerKeepsReads(t *testing.T) {
-	testenv.RequireFUSE(t)
-	s3fs := testenv.FindRealServer("s3fs")
-	if s3fs == "" {
-		testenv.SkipOrFail(t, "needs s3fs, a libfuse2 server: apt-get install s3fs")
-	}
-	rclone := testenv.FindRealServer("rclone")
-	if rclone == "" {
-		testenv.SkipOrFail(t, "needs rclone for its fake S3 (rclone serve s3): make servers WITH_RCLONE=1")
-	}
-	lab := testenv.NewLab(t)
-	s3 := startFakeS3(t, lab, rclone)
-	url, passwd := s3.URL, s3.Passwd
-
-	bin := bins.Path(t, "dummy-fuse")
-	dir := filepath.Join(lab.Dir(), "relay")
-	r, err := NewRelay(Options{Server: fuseserver.Spec{Name: s3fsSpec, Path: s3fs, Opts: map[string]string{"url": url, "passwd-file": passwd}},
-		RelayDir: dir, RelayPath: bin, RelayBackendWait: 10 * time.Second, StartTimeout: 20 * time.Second, RelayServerUID: DefaultRelayServerUID})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = r.Close() })
-	if r.selfMount == nil {
-		t.Fatal("the relay mode would hand s3fs /dev/fd/3, which libfuse2 takes for a directory")
-	}
-	mnt := filepath.Join(lab.Dir(), "staging")
-	if err := os.Mkdir(mnt, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	s, err := r.Start(ctx, Request{VolumeID: "vol/s3fs", Mountpoint: mnt})
-	if err != nil {
-		t.Fatal(err)
-	}
-	v := s.(*relayVolume)
-	// On failure: the connections under the test's directory aborted first, so that no kill waits on a server.
-	t.Cleanup(func() {
-		if _, err := testenv.AbortFUSEUnder([]string{lab.Dir()}, nil); err != nil {
-			t.Error(err)
-		}
-		stopped(t, s)
-	})
+	sv := startS3fsVolume(t, false)
+	dir, mnt, s, v := sv.dir, sv.mnt, sv.s, sv.v
 	// Mounting is the plugin's privilege: the self-mounting server runs as the plugin's user, not nobody.
 	if uid := procUID(t, v.server.pid()); uid != strconv.Itoa(os.Geteuid()) {
 		t.Errorf("s3fs runs as uid %s, want the plugin's %d", uid, os.Geteuid())
@@ -118,42 +78,8 @@ func startFakeS3(t *testing.T, lab *testenv.Lab, rclone string) *backing.FakeS3 
 // SIGKILLed s3fs twice and a SIGKILLed relay once (its standby successor takes over): no write, fsync, close
 // or rename fails, and the fake S3's bucket holds every byte the writer was told it wrote.
 func TestRelayWritableVolumeKeepsWrites(t *testing.T) {
-	testenv.RequireFUSE(t)
-	s3fs := testenv.FindRealServer("s3fs")
-	if s3fs == "" {
-		testenv.SkipOrFail(t, "needs s3fs, a libfuse2 server: apt-get install s3fs")
-	}
-	rclone := testenv.FindRealServer("rclone")
-	if rclone == "" {
-		testenv.SkipOrFail(t, "needs rclone for its fake S3 (rclone serve s3): make servers WITH_RCLONE=1")
-	}
-	lab := testenv.NewLab(t)
-	s3 := startFakeS3(t, lab, rclone)
-	dir := filepath.Join(lab.Dir(), "relay")
-	r, err := NewRelay(Options{Server: fuseserver.Spec{Name: s3fsSpec, Path: s3fs, Opts: map[string]string{"url": s3.URL, "passwd-file": s3.Passwd, "access": "rw"}},
-		RelayDir: dir, RelayPath: bins.Path(t, "dummy-fuse"), RelayBackendWait: 10 * time.Second, StartTimeout: 20 * time.Second,
-		RelayServerUID: DefaultRelayServerUID, Writable: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = r.Close() })
-	mnt := filepath.Join(lab.Dir(), "staging")
-	if err := os.Mkdir(mnt, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	s, err := r.Start(ctx, Request{VolumeID: "vol/s3fs-rw", Mountpoint: mnt})
-	if err != nil {
-		t.Fatal(err)
-	}
-	v := s.(*relayVolume)
-	t.Cleanup(func() {
-		if _, err := testenv.AbortFUSEUnder([]string{lab.Dir()}, nil); err != nil {
-			t.Error(err)
-		}
-		stopped(t, s)
-	})
+	sv := startS3fsVolume(t, true)
+	lab, s3, dir, mnt, s, v := sv.lab, sv.s3, sv.dir, sv.mnt, sv.s, sv.v
 	w := testenv.StartWriter(t, lab, bins.Path(t, "dummy-fuse-workload"), filepath.Join(mnt, "train.log"))
 	for _, kind := range []string{"server", "relay", "server"} {
 		w.WaitFor(t, 3, workload.EventWrite, "before the "+kind+"'s kill")
@@ -191,15 +117,64 @@ func TestRelayWritableVolumeKeepsWrites(t *testing.T) {
 	if err := workload.CheckWritten(recs, file, ckpt); err != nil {
 		t.Errorf("the bucket against the writer's log: %v", err)
 	}
-	if _, err := mounts.UnmountAll(mnt); err != nil {
+	unstage(t, s, mnt, dir)
+}
+
+// s3fsVolume is a volume of the relay mode with s3fs, which mounts its backend itself, against a fake S3.
+type s3fsVolume struct {
+	lab      *testenv.Lab
+	s3       *backing.FakeS3
+	dir, mnt string // the relay directory and the staging path
+	s        Server
+	v        *relayVolume
+}
+
+// startS3fsVolume starts the relay mode with s3fs (writable: with Options.Writable and s3fs mounting its
+// backend read-write) and stages a volume at a staging path of the test's; the test's end aborts the FUSE
+// connections under its directory first, so that no kill waits on a server, then stops the volume.
+func startS3fsVolume(t *testing.T, writable bool) s3fsVolume {
+	t.Helper()
+	testenv.RequireFUSE(t)
+	s3fs := testenv.FindRealServer("s3fs")
+	if s3fs == "" {
+		testenv.SkipOrFail(t, "needs s3fs, a libfuse2 server: apt-get install s3fs")
+	}
+	rclone := testenv.FindRealServer("rclone")
+	if rclone == "" {
+		testenv.SkipOrFail(t, "needs rclone for its fake S3 (rclone serve s3): make servers WITH_RCLONE=1")
+	}
+	lab := testenv.NewLab(t)
+	s3 := startFakeS3(t, lab, rclone)
+	opts := map[string]string{"url": s3.URL, "passwd-file": s3.Passwd}
+	if writable {
+		opts["access"] = "rw"
+	}
+	dir := filepath.Join(lab.Dir(), "relay")
+	r, err := NewRelay(Options{Server: fuseserver.Spec{Name: s3fsSpec, Path: s3fs, Opts: opts},
+		RelayDir: dir, RelayPath: bins.Path(t, "dummy-fuse"), RelayBackendWait: 10 * time.Second, StartTimeout: 20 * time.Second,
+		RelayServerUID: DefaultRelayServerUID, Writable: writable})
+	if err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case <-s.Done():
-	case <-time.After(10 * time.Second):
-		t.Fatal("the volume did not end within 10s after its staging path was unmounted")
+	t.Cleanup(func() { _ = r.Close() })
+	if r.selfMount == nil {
+		t.Fatal("the relay mode would hand s3fs /dev/fd/3, which libfuse2 takes for a directory")
 	}
-	if left, err := mounts.Under(dir); err != nil || len(left) > 0 {
-		t.Fatalf("mounts left under the relay directory %s: %d (%v)", dir, len(left), err)
+	mnt := filepath.Join(lab.Dir(), "staging")
+	if err := os.Mkdir(mnt, 0o755); err != nil {
+		t.Fatal(err)
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s, err := r.Start(ctx, Request{VolumeID: "vol/s3fs", Mountpoint: mnt})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if _, err := testenv.AbortFUSEUnder([]string{lab.Dir()}, nil); err != nil {
+			t.Error(err)
+		}
+		stopped(t, s)
+	})
+	return s3fsVolume{lab: lab, s3: s3, dir: dir, mnt: mnt, s: s, v: s.(*relayVolume)}
 }

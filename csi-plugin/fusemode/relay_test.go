@@ -178,7 +178,13 @@ func endRelayVolume(t *testing.T, rd *directReader, s Server, mnt, dir, through 
 		t.Fatalf("%d failed reads (of %d) through %s: %q", len(failures), good+len(failures), through, failures)
 	}
 	t.Logf("%d good reads, none failed, through %s", good, through)
+	unstage(t, s, mnt, dir)
+}
 
+// unstage unmounts the volume's staging path mnt and checks that the volume ended and left no mount under the
+// relay directory dir.
+func unstage(t *testing.T, s Server, mnt, dir string) {
+	t.Helper()
 	if _, err := mounts.UnmountAll(mnt); err != nil {
 		t.Fatal(err)
 	}
