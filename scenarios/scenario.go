@@ -197,6 +197,9 @@ func (p Plugin) ChartSets() []string {
 	if d := p.Keeper.ReadLatency; d > 0 {
 		sets = append(sets, "keeper.readLatency="+d.String())
 	}
+	if p.Writable {
+		sets = append(sets, "relay.writable=true")
+	}
 	if p.Topology().Has(topology.RelayProcess) && p.RelayBackendWait > 0 {
 		sets = append(sets, "relay.backendWait="+p.RelayBackendWait.String())
 	}
@@ -456,9 +459,10 @@ type Scenario struct {
 	// every scenario runs with: a row whose outcome does not depend on what the server is lists them all
 	// (AllServers). Where a server behaves differently, the row's expectations say so from evidence.
 	Servers []string
-	// ServersWhy says why the row runs with the servers Servers names and no other, not even dummy-fuse (unless
-	// Servers names it) nor a server described in a spec file: its checks need what only those give (the rows
-	// that write read the bucket behind gcsfuse). Empty: Servers as above.
+	// ServersWhy says why the row runs with the built-in servers Servers names and no other, not even dummy-fuse
+	// (unless Servers names it): its checks need what only those give. A server described in a spec file runs it
+	// when its spec gives that (the rows that write: the objectURL their check reads the storage through).
+	// Empty: Servers as above.
 	ServersWhy string
 	// Measured: the row runs against a driver the catalog knows nothing of (a driver-agnostic run), so its
 	// outcome is measured, not expected: its expectations only say that the evidence was collected, and a run
@@ -486,7 +490,11 @@ func (s Scenario) ForServer(server string) (Scenario, error) {
 	if err != nil {
 		return s, err
 	}
-	if s.ServersWhy != "" && !slices.Contains(s.Servers, server) {
+	if len(s.Writers()) > 0 && !k.StoresObjects() {
+		return s, fmt.Errorf("scenario %s holds the storage behind the server to what its writers were told was written, read "+
+			"through the objectURL of the server's spec, and the spec of %s gives none (docs/server-spec.md)", s.Name, server)
+	}
+	if s.ServersWhy != "" && !slices.Contains(s.Servers, server) && !fuseserver.IsSpecFile(server) {
 		return s, s.onlyServers(server)
 	}
 	// A server described in a spec file runs the rows that hold for every server.

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"io"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -63,15 +64,14 @@ func writeRow(t *testing.T) scenarios.Scenario {
 	}
 }
 
-// TestValidateWrites: a writable volume is a relay mode's and cannot run on the kube backend; a writer needs a
-// writable volume and none of a reader's settings.
+// TestValidateWrites: a writable volume is a relay mode's; a writer needs a writable volume and none of a
+// reader's settings.
 func TestValidateWrites(t *testing.T) {
 	if sc := writeRow(t); sc.Validate() != nil || !sc.Plugin.Writable || len(sc.Writers()) != 1 {
 		t.Fatalf("%s: %v, writable %t, writers %v", sc.Name, sc.Validate(), sc.Plugin.Writable, sc.Writers())
 	}
 	for want, mutate := range map[string]func(s *scenarios.Scenario){
 		"is for the relay modes":          func(s *scenarios.Scenario) { s.Plugin.Mode = topology.Keeper },
-		"cannot run on the kube backend":  func(s *scenarios.Scenario) { s.Backends = nil },
 		"the volume is read-only":         func(s *scenarios.Scenario) { s.Plugin.Writable = false },
 		"are a reader's settings":         func(s *scenarios.Scenario) { s.Pod.Containers[0].KeepOpen = true },
 		"says why it runs with some serv": func(s *scenarios.Scenario) { s.Servers = nil },
@@ -85,8 +85,9 @@ func TestValidateWrites(t *testing.T) {
 	}
 }
 
-// TestServersWhy: a row that says why it needs its servers runs with them only: not with dummy-fuse, nor with
-// another real server or one described in a spec file.
+// TestServersWhy: a row that says why it needs its servers runs with them only among the built-in ones: not
+// with dummy-fuse nor another real server; a server described in a spec file runs a row that writes when its
+// spec says where the storage is read (objectURL), and not otherwise.
 func TestServersWhy(t *testing.T) {
 	sc := writeRow(t)
 	if sc.RunsWithDummyFuse() {
@@ -95,8 +96,23 @@ func TestServersWhy(t *testing.T) {
 	if _, err := sc.ForServer(""); err == nil || !strings.Contains(err.Error(), "runs with gcsfuse only, not dummy-fuse: the rows check the bucket behind gcsfuse") {
 		t.Errorf("with dummy-fuse: %v", err)
 	}
-	if _, err := sc.ForServer(fuseserver.Squashfuse); err == nil || !strings.Contains(err.Error(), "not squashfuse") {
+	if _, err := sc.ForServer(fuseserver.Squashfuse); err == nil || !strings.Contains(err.Error(), "the spec of squashfuse gives none") {
 		t.Errorf("with squashfuse: %v", err)
+	}
+	dir := t.TempDir()
+	spec := func(name, objectURL string) string {
+		f := filepath.Join(dir, name+".yaml")
+		body := "name: " + name + "\nexecutable: /bin/true\nargs: [\"{mountpoint}\"]\nservesFD: true\nwhyNot: EIO\nsettings: [{name: url}]\n" + objectURL
+		if err := os.WriteFile(f, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	if _, err := sc.ForServer(spec("nostore", "")); err == nil || !strings.Contains(err.Error(), "objectURL") {
+		t.Errorf("with a spec without objectURL: %v", err)
+	}
+	if s, err := sc.ForServer(spec("store", "objectURL: \"{url}/b/{object}\"\n")); err != nil || !strings.HasSuffix(s.Plugin.FuseServer, "store.yaml") {
+		t.Errorf("with a spec with objectURL: %v", err)
 	}
 	if s, err := sc.ForServer(fuseserver.Gcsfuse); err != nil || s.Plugin.FuseServer != fuseserver.Gcsfuse {
 		t.Errorf("with gcsfuse: %v", err)

@@ -5,6 +5,7 @@ import (
 	"embed"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"path"
 	"regexp"
@@ -50,6 +51,11 @@ type Definition struct {
 	UpgradeArg string `json:"upgradeArg"`
 	// Settings are the values Args and Env name, set with --fuse-server-opt name=value.
 	Settings []Setting `json:"settings"`
+	// ObjectURL is where a plain HTTP GET, without credentials, reads what the server stored for a file at the
+	// top of the volume, without any mount: {object} is the file's name (escaped as a URL path segment), every
+	// other {name} a setting; a 404 is a file the storage does not have. The rows that write hold the storage
+	// to what their writer was told was written through it; a server without it does not run them.
+	ObjectURL string `json:"objectURL"`
 }
 
 // Setting is one value a server's arguments name.
@@ -118,8 +124,12 @@ var (
 	placeholder = regexp.MustCompile(`\{([^{}]*)\}`)
 )
 
-// mountpointName is the placeholder of the directory (or /dev/fd/N) the server serves.
-const mountpointName = "mountpoint"
+// mountpointName is the placeholder of the directory (or /dev/fd/N) the server serves, objectName that of a
+// stored file's name in ObjectURL.
+const (
+	mountpointName = "mountpoint"
+	objectName     = "object"
+)
 
 func (d *Definition) check() error {
 	var errs []error
@@ -140,8 +150,8 @@ func (d *Definition) check() error {
 		switch {
 		case !settingName.MatchString(s.Name):
 			bad(field, "%q: want lower-case letters, digits, '.', '_' or '-'", s.Name)
-		case s.Name == mountpointName:
-			bad(field, "%q is the served directory's placeholder, not a setting", s.Name)
+		case s.Name == mountpointName || s.Name == objectName:
+			bad(field, "%q is a placeholder of the spec's own, not a setting", s.Name)
 		case settings[s.Name]:
 			bad(field, "%q twice", s.Name)
 		}
@@ -163,6 +173,20 @@ func (d *Definition) check() error {
 	}
 	if mountpoints != 1 {
 		bad("args", "{%s} must appear exactly once (found %d): it is what the server serves", mountpointName, mountpoints)
+	}
+	if d.ObjectURL != "" {
+		objects := 0
+		for _, m := range placeholder.FindAllStringSubmatch(d.ObjectURL, -1) {
+			switch {
+			case m[1] == objectName:
+				objects++
+			case !settings[m[1]]:
+				bad("objectURL", "%q names {%s}, which is neither {%s} nor a setting", d.ObjectURL, m[1], objectName)
+			}
+		}
+		if objects != 1 {
+			bad("objectURL", "{%s} must appear exactly once (found %d): it is the stored file's name", objectName, objects)
+		}
 	}
 	for i, e := range d.Env {
 		if k, _, ok := strings.Cut(e, "="); !ok || k == "" {
@@ -242,6 +266,30 @@ func (d *Definition) values(opts map[string]string) (map[string]string, error) {
 		}
 	}
 	return vals, nil
+}
+
+// objectURL renders ObjectURL for the stored file name with vals; an error names a setting it needs that has
+// no value.
+func (d *Definition) objectURL(vals map[string]string, name string) (string, error) {
+	if d.ObjectURL == "" {
+		return "", fmt.Errorf("FUSE server %s: its spec does not say where what it stores can be read without its mount (objectURL)", d.Name)
+	}
+	var missing []string
+	u := placeholder.ReplaceAllStringFunc(d.ObjectURL, func(m string) string {
+		n := m[1 : len(m)-1]
+		if n == objectName {
+			return url.PathEscape(name)
+		}
+		v, ok := vals[n]
+		if !ok {
+			missing = append(missing, n)
+		}
+		return v
+	})
+	if len(missing) > 0 {
+		return "", fmt.Errorf("FUSE server %s: its objectURL needs the settings %s, which have no value", d.Name, strings.Join(missing, ", "))
+	}
+	return u, nil
 }
 
 // expand renders args for mountpoint with vals; an argument naming a setting without a value is left out.

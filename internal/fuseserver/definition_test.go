@@ -168,6 +168,9 @@ func TestBadSpecFilesNameTheFileAndTheField(t *testing.T) {
 		"fusermountArgs alone":       {"name: x\nexecutable: x\nargs: [\"{mountpoint}\"]\nwhyNot: EIO\nfusermountArgs: [\"-o\", \"auto_unmount\"]\n", "fusermountArgs: given for a server that does not ask"},
 		"fusermountArgs placeholder": {"name: x\nexecutable: x\nargs: [\"{mountpoint}\"]\nwhyNot: EIO\nfusermount: true\nfusermountArgs: [\"{mountpoint}\"]\n", "fusermountArgs[0]"},
 		"required with default":      {"name: x\nexecutable: x\nargs: [\"{mountpoint}\"]\nwhyNot: EIO\nsettings: [{name: a, required: true, default: b}]\n", "one or the other"},
+		"objectURL without object":   {"name: x\nexecutable: x\nargs: [\"{mountpoint}\"]\nwhyNot: EIO\nobjectURL: http://h/b\n", "objectURL: {object} must appear exactly once (found 0)"},
+		"objectURL unknown setting":  {"name: x\nexecutable: x\nargs: [\"{mountpoint}\"]\nwhyNot: EIO\nobjectURL: \"{url}/{object}\"\n", `names {url}, which is neither {object} nor a setting`},
+		"setting called object":      {"name: x\nexecutable: x\nargs: [\"{mountpoint}\"]\nwhyNot: EIO\nsettings: [{name: object}]\n", "a placeholder of the spec's own"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			file := writeSpec(t, "myfs.yaml", tc.body)
@@ -185,5 +188,39 @@ func TestBadSpecFilesNameTheFileAndTheField(t *testing.T) {
 	}
 	if _, err := fuseserver.Lookup("/nonexistent/spec.yaml"); err == nil || !strings.Contains(err.Error(), "no such file") {
 		t.Errorf("a spec file that does not exist: %v", err)
+	}
+}
+
+// TestObjectURL: a spec's objectURL takes the settings' values and the stored file's name escaped as one path
+// segment; a setting it names without a value, and a spec without objectURL, are errors that say so.
+func TestObjectURL(t *testing.T) {
+	k, err := fuseserver.Lookup(writeSpec(t, "s3.yaml", "name: s3\nexecutable: x\nargs: [\"{mountpoint}\"]\nwhyNot: EIO\n"+
+		"objectURL: \"{url}/{bucket}/{object}\"\nsettings: [{name: url}, {name: bucket, default: dfc}]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !k.StoresObjects() {
+		t.Error("StoresObjects() = false for a spec with objectURL")
+	}
+	if got, err := k.ObjectURL(map[string]string{"url": "http://10.0.0.1:9000"}, "a b?.log"); err != nil || got != "http://10.0.0.1:9000/dfc/a%20b%3F.log" {
+		t.Errorf("ObjectURL = %q, %v; want the settings filled in and the name escaped", got, err)
+	}
+	if _, err := k.ObjectURL(nil, "x"); err == nil || !strings.Contains(err.Error(), "url") {
+		t.Errorf("ObjectURL without its url setting: %v; want an error naming it", err)
+	}
+	g, err := fuseserver.Lookup(fuseserver.Gcsfuse)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := g.ObjectURL(map[string]string{"endpoint": "http://127.0.0.1:4443/storage/v1/"}, "w.log"); err != nil ||
+		got != "http://127.0.0.1:4443/storage/v1/b/"+fuseserver.DefaultBucket+"/o/w.log?alt=media" {
+		t.Errorf("gcsfuse's ObjectURL = %q, %v; want its bucket's JSON API download URL", got, err)
+	}
+	d, err := fuseserver.Lookup(fuseserver.DummyFuse)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.ObjectURL(nil, "x"); d.StoresObjects() || err == nil || !strings.Contains(err.Error(), "objectURL") {
+		t.Errorf("dummy-fuse, which stores nothing: StoresObjects %t, ObjectURL error %v", d.StoresObjects(), err)
 	}
 }

@@ -104,6 +104,21 @@ func (k Kind) ServesFD() bool { return k.def.ServesFD }
 // mount, so that it can serve one someone else mounted through the stand-in (FusermountArgs).
 func (k Kind) Fusermount() bool { return k.def.Fusermount }
 
+// StoresObjects reports whether the spec says where what the server stores can be read without its mount
+// (objectURL): the rows that write need it.
+func (k Kind) StoresObjects() bool { return k.def.ObjectURL != "" }
+
+// ObjectURL is the URL at which a plain HTTP GET reads the stored file name (at the top of the volume) of the
+// server run with settings opts, without any mount (the spec's objectURL); an error when the spec has none or
+// a setting it names has no value.
+func (k Kind) ObjectURL(opts map[string]string, name string) (string, error) {
+	vals, err := k.def.values(opts)
+	if err != nil {
+		return "", fmt.Errorf("FUSE server %s: %w", k.Name, err)
+	}
+	return k.def.objectURL(vals, name)
+}
+
 // UpgradeArg is the argument that tells the server's next build from the running one in the upgrade rows ("":
 // its spec gives none).
 func (k Kind) UpgradeArg() string { return k.def.UpgradeArg }

@@ -7,22 +7,21 @@ import (
 	"io/fs"
 	"time"
 
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/fuseserver"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/fuseserver/backing"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios"
 )
 
 // The writers' end (scenarios.StorageReader): the runner has the backend stop each writer container as a job
-// that ends, then read what it wrote from the storage behind every FUSE layer: the server's backing
-// (internal/fuseserver/backing), which the backend runs beside the plugin, read without any mount.
+// that ends, then read what it wrote from the storage behind every FUSE layer, without any mount: at the
+// objectURL of the server's spec, with the settings the run gives the server (for gcsfuse, the fake GCS server
+// of its backing, internal/fuseserver/backing, which the backend runs beside the plugin).
 
 var _ scenarios.StorageReader = (*Backend)(nil)
 
-// writerGrace is how long a writer has after SIGTERM: its last close is a FLUSH that a relay answers once a
-// real server serves again, within its backend wait (30 s by default).
-const writerGrace = 40 * time.Second
-
 // CollectWrites implements scenarios.StorageReader: it stops each writer container for good (SIGTERM, then
-// SIGKILL after writerGrace; never started again) and records each one's objects as the server's backing holds
-// them, also when it cannot be read (a server whose storage the backing cannot read without a mount).
+// SIGKILL after scenarios.WriterGrace; never started again) and records each one's objects as the storage holds them
+// (fuseserver.Kind.ObjectURL), also when one cannot be read.
 func (b *Backend) CollectWrites(ctx context.Context) error {
 	b.mu.Lock()
 	containers := append([]*container(nil), b.pod.containers...)
@@ -31,17 +30,25 @@ func (b *Backend) CollectWrites(ctx context.Context) error {
 		if !c.spec.Write {
 			continue
 		}
-		if err := c.halt(ctx, writerGrace); err != nil {
+		if err := c.halt(ctx, scenarios.WriterGrace); err != nil {
 			return err
 		}
 	}
 	if b.peers.server == nil {
 		return errors.New("no FUSE server was set up: nothing to read the storage of")
 	}
-	bk := b.peers.server.backing
+	srv := b.peers.server
+	k, err := fuseserver.Lookup(srv.name)
+	if err != nil {
+		return err
+	}
 	for _, w := range b.sc.Writers() {
 		for _, name := range w.Objects() {
-			data, err := bk.Object(ctx, name)
+			u, err := k.ObjectURL(srv.backing.Opts, name)
+			if err != nil {
+				return err
+			}
+			data, err := backing.Read(ctx, u)
 			s := scenarios.NewStored(w.Name, name, data, err, func(err error) bool { return errors.Is(err, fs.ErrNotExist) })
 			b.logf("storage: container %s's %s: %d bytes, missing %t, error %q", w.Name, name, s.Size, s.Missing, s.Err)
 			b.rec.AddStored(s)

@@ -95,23 +95,28 @@ func (g *FakeGCS) Object(ctx context.Context, name string) ([]byte, error) {
 // GCSObject reads object name of the bucket fuseserver.DefaultBucket at the JSON API endpoint (gcsfuse's
 // endpoint setting).
 func GCSObject(ctx context.Context, endpoint, name string) ([]byte, error) {
-	u := endpoint + "b/" + fuseserver.DefaultBucket + "/o/" + url.PathEscape(name) + "?alt=media"
+	return Read(ctx, endpoint+"b/"+fuseserver.DefaultBucket+"/o/"+url.PathEscape(name)+"?alt=media")
+}
+
+// Read GETs a stored object at u, a server spec's objectURL (fuseserver.Kind.ObjectURL), without credentials:
+// its data, os.ErrNotExist for a 404, else an error with the status.
+func Read(ctx context.Context, u string) ([]byte, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
 		return nil, err
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("fake GCS: %w", err)
+		return nil, fmt.Errorf("storage: %w", err)
 	}
 	defer resp.Body.Close()
 	switch resp.StatusCode {
 	case http.StatusOK:
 		return io.ReadAll(resp.Body)
 	case http.StatusNotFound:
-		return nil, fmt.Errorf("object %s: %w", name, os.ErrNotExist)
+		return nil, fmt.Errorf("GET %s: %w", u, os.ErrNotExist)
 	}
-	return nil, fmt.Errorf("fake GCS: GET object %s: %s", name, resp.Status)
+	return nil, fmt.Errorf("storage: GET %s: %s", u, resp.Status)
 }
 
 // fake is a fake service's process: started, waited for until it answers, stopped by its PID.
@@ -185,21 +190,6 @@ type Backing struct {
 	// Opts are the server's --fuse-server-opt settings.
 	Opts map[string]string
 	stop func()
-	// object reads an object of the storage without any mount; nil where the storage cannot be read so.
-	object func(ctx context.Context, name string) ([]byte, error)
-}
-
-// ErrNoStorage is Object's error for a server whose storage this package cannot read without a mount.
-var ErrNoStorage = errors.New("the server's storage cannot be read without its mount")
-
-// Object reads object name of the storage behind the server, not through any mount: what a writer's data
-// became once the server stored it. A missing object is os.ErrNotExist, a storage this package cannot read
-// ErrNoStorage.
-func (b *Backing) Object(ctx context.Context, name string) ([]byte, error) {
-	if b == nil || b.object == nil {
-		return nil, ErrNoStorage
-	}
-	return b.object(ctx, name)
 }
 
 // Stop ends what Prepare started (nothing for a file).
@@ -232,7 +222,7 @@ var preparers = map[string]func(ctx context.Context, env Env) (*Backing, error){
 		}
 		// A 1 s metadata TTL (gcsfuse's default is 60 s) lets a dead gcsfuse show within the bounds the catalog's
 		// rows wait; with the default, the kernel answers stat and cached reads for up to a minute after it died.
-		return &Backing{Opts: map[string]string{"endpoint": f.Endpoint, "metadata-cache-ttl-secs": "1"}, stop: f.Stop, object: f.Object}, nil
+		return &Backing{Opts: map[string]string{"endpoint": f.Endpoint, "metadata-cache-ttl-secs": "1"}, stop: f.Stop}, nil
 	},
 	fuseserver.Squashfuse: func(ctx context.Context, env Env) (*Backing, error) {
 		image := filepath.Join(env.Dir, "tree.squashfs")

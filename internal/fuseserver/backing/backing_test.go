@@ -13,12 +13,10 @@ import (
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/testenv"
 )
 
-// TestObject: gcsfuse's backing reads its bucket's objects without a mount (what the scenario rows that write
-// check the storage with), a missing one is os.ErrNotExist, and a backing that cannot be read says so.
+// TestObject: the objectURL of gcsfuse's spec, with the settings of its backing, reads the bucket's objects
+// without a mount (what the scenario rows that write check the storage with), and a missing one is
+// os.ErrNotExist.
 func TestObject(t *testing.T) {
-	if _, err := (&backing.Backing{}).Object(context.Background(), "x"); !errors.Is(err, backing.ErrNoStorage) {
-		t.Errorf("a backing without a readable storage: %v, want ErrNoStorage", err)
-	}
 	testenv.RealServer(t, "fake-gcs-server")
 	log, err := os.Create(filepath.Join(t.TempDir(), "fake.log"))
 	if err != nil {
@@ -32,11 +30,22 @@ func TestObject(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Stop()
-	got, err := b.Object(ctx, fuseserver.ServedFile)
+	k, err := fuseserver.Lookup(fuseserver.Gcsfuse)
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := func(name string) ([]byte, error) {
+		u, err := k.ObjectURL(b.Opts, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return backing.Read(ctx, u)
+	}
+	got, err := read(fuseserver.ServedFile)
 	if err != nil || string(got) != fuseserver.Content {
 		t.Errorf("the served file from the bucket: %q, %v", got, err)
 	}
-	if _, err := b.Object(ctx, "no-such-object"); !errors.Is(err, os.ErrNotExist) {
+	if _, err := read("no-such-object"); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("a missing object: %v, want os.ErrNotExist", err)
 	}
 }
