@@ -1552,6 +1552,20 @@ func TestRelayMode(t *testing.T) {
 			}
 		})
 	}
+	for _, mode := range []string{"relay", "relay-keeper"} {
+		o := render(t, "csi.plugin.fuseMode="+mode, "csi.plugin.fuseServer=gcsfuse", "relay.writable=true")
+		wantArg(t, container(t, o.ds, pluginContainer), "--relay-writable", "--relay-writable")
+		if mode == "relay-keeper" {
+			wantArg(t, container(t, o.keeperDS, "keeper"), "--relay-writable", "--relay-writable")
+		}
+		wantNoArg(t, container(t, render(t, "csi.plugin.fuseMode="+mode).ds, pluginContainer), "--relay-writable")
+	}
+	for _, mode := range []string{"child", "sidecar", "keeper"} {
+		if _, err := renderChart(loadChart(t), userValues(t, "csi.plugin.fuseMode="+mode, "csiDriver.podInfoOnMount=true", "relay.writable=true")); err == nil ||
+			!strings.Contains(err.Error(), "relay.writable=true is for csi.plugin.fuseMode=relay or relay-keeper") {
+			t.Errorf("relay.writable in the %s mode: %v, want a refusal naming the relay modes", mode, err)
+		}
+	}
 	for _, mode := range []string{"child", "sidecar", "keeper"} {
 		o := render(t, "csi.plugin.fuseMode="+mode)
 		p := container(t, o.ds, pluginContainer)

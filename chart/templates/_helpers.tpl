@@ -140,6 +140,11 @@ and the directory goes with the pod. */}}
 {{- if has .Values.csi.plugin.fuseMode (list "relay" "relay-keeper") }}
 - --relay-dir={{ include "dummy-fuse-csi.relayDir" . }}
 - --relay-backend-wait={{ .Values.relay.backendWait }}
+{{- if .Values.relay.writable }}
+- --relay-writable
+{{- end }}
+{{- else if .Values.relay.writable }}
+{{- fail (printf "relay.writable=true is for csi.plugin.fuseMode=relay or relay-keeper (not %s): only a relay forwards and journals writes" .Values.csi.plugin.fuseMode) }}
 {{- end }}
 {{- if eq .Values.csi.plugin.fuseMode "relay" }}
 - --relay-server-uid={{ int .Values.relay.serverUID }}
@@ -169,6 +174,9 @@ the keeper's (for gcsfuse the fake GCS server runs in the keeper's pod). */}}
 {{- $server := .Values.csi.plugin.fuseServer }}
 - --relay-node-dir=/csi/relay-nodes
 - --relay-backend-wait={{ .Values.relay.backendWait }}
+{{- if .Values.relay.writable }}
+- --relay-writable
+{{- end }}
 {{- if include "dummy-fuse-csi.userServer" . }}
 {{- include "dummy-fuse-csi.userServerFlags" (list . "relay-server") | nindent 0 }}
 {{- else }}
