@@ -149,12 +149,16 @@ soak-relay-keeper: servers ## relay-keeper mode: DFC_SOAK_KILLS (50) kills per r
 ################################################################################
 # Scenarios on a real cluster (scenarios/kube; scenarios/README.md, "Kubernetes backend")
 ################################################################################
-.PHONY: test-kube ci-kube kube-release
+.PHONY: test-kube ci-kube kube-release kube-writes
 test-kube: ## the catalog as e2e-framework go tests against $KUBECONFIG's cluster (DFC_SCENARIOS="subpath": only those; DFC_SIDECAR_DELAYS="0s 3s": sidecar-late per delay)
 	DFC_KUBE_E2E=1 go test -count=1 -timeout 60m -v ./scenarios/kube/e2e/
 
 ci-kube: ## CI: the whole catalog on the newest kubelet, then the every-server rows with gcsfuse (hack/ci-kube.sh), recorded, always cluster-down
 	hack/ci-kube.sh
+
+kube-writes: ## a recorded pass of the rows that write on release K8S_VERSION (e.g. v1.37.2), with gcsfuse and with s3fs (an image of Debian's, against a fake S3 on the node); brings its cluster up and always down
+	@[ -n "$(K8S_VERSION)" ] || { echo "make kube-writes needs K8S_VERSION, e.g. make kube-writes K8S_VERSION=v1.37.2" >&2; exit 2; }
+	hack/kube-writes.sh $(K8S_VERSION)
 
 kube-release: ## a recorded pass of release K8S_VERSION (e.g. v1.36.3): the rows whose outcome depends on the release, then the every-server rows with gcsfuse; brings its cluster up and always down
 	@[ -n "$(K8S_VERSION)" ] || { echo "make kube-release needs K8S_VERSION, e.g. make kube-release K8S_VERSION=v1.36.3" >&2; exit 2; }

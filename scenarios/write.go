@@ -34,6 +34,11 @@ const (
 	CheckpointEvery = 8
 )
 
+// WriterGrace is how long a writer has after SIGTERM, when the run stops it (StorageReader), before SIGKILL: its
+// last close is a FLUSH that a relay answers once a real server serves again, within its backend wait (30 s by
+// default). On a cluster it is the writing pod's termination grace period.
+const WriterGrace = 40 * time.Second
+
 // WrittenObject is the name, inside the volume, of the file writer container c writes: one of its own, so
 // that writers of one pod never share a file.
 func (c Container) WrittenObject() string { return c.Name + ".log" }
@@ -72,18 +77,11 @@ func (s *Scenario) Writers() []Container {
 	return out
 }
 
-// writableOnlyLocal is why a writable volume runs on the local backend only.
-const writableOnlyLocal = "the chart has no writable relay yet and the kube backend publishes volumes ReadOnlyMany"
-
-// validateWrites checks the writable volume and the writers: a writable volume needs a relay mode and runs
-// where it can be deployed; a writer needs a writable volume and takes none of a reader's settings.
+// validateWrites checks the writable volume and the writers: a writable volume needs a relay mode; a writer needs a writable volume and takes none of a reader's settings.
 func (s *Scenario) validateWrites() error {
 	t := s.Plugin.Topology()
 	if s.Plugin.Writable && !t.Has(topology.RelayProcess) {
 		return fmt.Errorf("a writable volume (--relay-writable) is for the relay modes, not %s", t)
-	}
-	if s.Plugin.Writable && s.RunsOn(BackendKube) == nil {
-		return fmt.Errorf("a writable volume cannot run on the kube backend (%s): name the backends that can", writableOnlyLocal)
 	}
 	for _, c := range s.Writers() {
 		switch {
@@ -96,8 +94,8 @@ func (s *Scenario) validateWrites() error {
 	return nil
 }
 
-// StorageReader is a Backend that can read the volume's storage behind every FUSE layer (the local backend:
-// the fake GCS server it runs for gcsfuse). The runner calls CollectWrites after the steps and before judging
+// StorageReader is a Backend that can read the volume's storage behind every FUSE layer, at the objectURL of the
+// server's spec (both backends). The runner calls CollectWrites after the steps and before judging
 // a scenario with writers; a backend without it leaves no stored objects in the evidence, and WritesKept says
 // so.
 type StorageReader interface {

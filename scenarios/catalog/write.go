@@ -9,10 +9,12 @@ import (
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios/topology"
 )
 
-// The rows that write: a writable volume of a relay mode (--relay-writable), written by a training job's writer
-// (dummy-fuse-workload --write) through the death of a component; at the end the runner stops the writer and
-// the backend reads its file and checkpoint from the bucket behind gcsfuse, without any mount, which must hold
-// every byte the writer was told was written (scenarios.WritesKept).
+// The rows that write: a writable volume of a relay mode (--relay-writable, the chart's relay.writable), written
+// by a training job's writer (dummy-fuse-workload --write) through the death of a component; at the end the
+// runner stops the writer (on a cluster: deletes its pod) and the backend reads its file and checkpoint from the
+// storage behind the server, without any mount (the objectURL of the server's spec), which must hold every byte
+// the writer was told was written (scenarios.WritesKept). CI's cluster pass leaves them out (they need gcsfuse
+// or a spec with objectURL, and its every-server rows are the read rows): make kube-writes records them per release.
 
 // writer is the container of the rows that write.
 const writer = "writer"
@@ -28,14 +30,10 @@ const (
 	writesAfter  = 2 * scenarios.CheckpointEvery
 )
 
-// writeLocalOnly is why the rows that write run on the local backend only.
-const writeLocalOnly = "the kube backend cannot read the bucket yet: the rows check what the writer wrote in the fake GCS " +
-	"server behind gcsfuse, which only the local backend runs beside the plugin and reads (scenarios.StorageReader); " +
-	"and the chart has no writable relay, the kube backend publishes volumes ReadOnlyMany"
-
-// writeServersWhy is why they run with gcsfuse only.
-const writeServersWhy = "the rows check the bucket through the fake GCS server's JSON API, the one storage behind a " +
-	"server that the backend reads without a mount; dummy-fuse and squashfuse store no writes"
+// writeServersWhy is why they run with gcsfuse among the built-in servers.
+const writeServersWhy = "the rows read what the writer wrote from the storage behind the server, without a mount, through the " +
+	"objectURL of its spec: of the built-in servers only gcsfuse stores writes (in its fake GCS); a server spec with " +
+	"objectURL runs them too (s3fs: docs/servers/s3fs.yaml)"
 
 var (
 	// warmUpWrites waits until the writer has written before any fault.
@@ -44,13 +42,13 @@ var (
 	writesGoOn = scenarios.WaitFor(scenarios.Writes{C: writer, N: writesAfter, After: scenarios.AfterPluginBack}, scenarios.Dur{Fixed: 30 * time.Second})
 )
 
-// writing is mode m writing: a writable volume and a pod of one writer, with gcsfuse, on the local backend.
+// writing is mode m writing: a writable volume and a pod of one writer, with gcsfuse or a server spec with
+// objectURL.
 func (m mode) writing() mode {
 	m.name += "write-"
 	m.base.Plugin.Writable = true
 	m.base.Pod = pod(scenarios.Container{Name: writer, Write: true, ReadInterval: writeInterval})
 	m.base.Servers, m.base.ServersWhy, m.base.EveryServer = []string{fuseserver.Gcsfuse}, writeServersWhy, ""
-	m.base.Backends, m.base.BackendsWhy = []string{scenarios.BackendLocal}, writeLocalOnly
 	return m
 }
 
@@ -71,30 +69,30 @@ func keepsWrites(s scenarios.Scenario, faults ...scenarios.Step) scenarios.Scena
 func writeScenarios() []scenarios.Scenario {
 	r, rk := relayMode.writing(), relayKeeperMode.writing()
 	return []scenarios.Scenario{
-		keepsWrites(r.row("server-crash", "gcsfuse behind the relay is killed under writes",
-			"The real server dies with a write, fsync or checkpoint of the writer's inside it (its fake GCS server "+
-				"stopped for a moment first). The relay holds what gcsfuse had acknowledged but not uploaded in its "+
+		keepsWrites(r.row("server-crash", "the real server behind the relay is killed under writes",
+			"The real server (gcsfuse, s3fs) dies with a write, fsync or checkpoint of the writer's inside it (stopped for a "+
+				"moment first; gcsfuse's fake GCS server too). The relay holds what the server had acknowledged but not uploaded in its "+
 				"journal, waits for the new server the plugin starts and replays the journal into it, then runs the "+
 				"failed requests again: the writer waits, nothing fails, and the bucket holds every acknowledged byte."),
 			scenarios.Kill(topology.RelayServer), scenarios.Start(topology.RelayServer)),
 		keepsWrites(r.row("crash", "the relay is killed under writes",
-			"The relay dies with the writer's requests in flight. Its death closes its descriptors of gcsfuse's "+
-				"files, flushes that make the live gcsfuse upload what it had; the standby successor takes the "+
+			"The relay dies with the writer's requests in flight. Its death closes its descriptors of the server's "+
+				"files, flushes that make the live server upload what it had; the standby successor takes the "+
 				"connection over with its predecessor's node table and journals, and the kernel resends what the dead "+
 				"relay had read: the writer waits, nothing fails, and the bucket holds every acknowledged byte."),
 			scenarios.Kill(topology.RelayProcess), scenarios.Start(topology.RelayProcess)),
-		keepsWrites(rk.row("server-crash", "gcsfuse, the keeper's real server, is killed under writes",
-			"As relay-write-server-crash, with the relay and gcsfuse in the keeper: the keeper's relay replays its "+
+		keepsWrites(rk.row("server-crash", "the keeper's real server is killed under writes",
+			"As relay-write-server-crash, with the relay and the real server in the keeper: the keeper's relay replays its "+
 				"journal into the server on the new backend the plugin mounts."),
 			scenarios.Kill(topology.RelayServer), scenarios.Start(topology.RelayServer)),
-		keepsWrites(rk.row("keeper-crash", "the keeper is killed under writes: the relay and gcsfuse at once",
-			"The keeper's death takes the relay and the real server together: what gcsfuse had acknowledged but not "+
+		keepsWrites(rk.row("keeper-crash", "the keeper is killed under writes: the relay and the real server at once",
+			"The keeper's death takes the relay and the real server together: what the server had acknowledged but not "+
 				"uploaded survives only in the relay's journal files under the keeper's node directory. The plugin's copy "+
 				"keeps the connection, the next keeper's relay takes it over and replays the journal into the new "+
-				"gcsfuse: the bucket holds every acknowledged byte."),
+				"server: the bucket holds every acknowledged byte."),
 			scenarios.Kill(topology.KeeperContainer), scenarios.Start(topology.KeeperContainer)),
-		keepsWrites(rk.row("plugin-restart", "the plugin restarts under writes; the keeper's relay and gcsfuse serve on",
-			"The keeper holds the connection and runs the relay and gcsfuse: the writer writes on while the plugin "+
+		keepsWrites(rk.row("plugin-restart", "the plugin restarts under writes; the keeper's relay and real server serve on",
+			"The keeper holds the connection and runs the relay and the real server: the writer writes on while the plugin "+
 				"is down and after it is back, and the bucket holds every acknowledged byte."),
 			scenarios.KillPlugin(), scenarios.Observe(watchReads), scenarios.StartPlugin()),
 	}

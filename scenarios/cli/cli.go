@@ -55,8 +55,9 @@ type config struct {
 	list         bool
 	// versionDependent: --list shows only the scenarios whose expected outcome depends on the kubelet version;
 	// everyRelease: only those to run on every kubelet release (scenarios.Scenario.OnEveryRelease);
-	// everyServer: only those CI runs with every real FUSE server (scenarios.Scenario.OnEveryServer).
-	versionDependent, everyRelease, everyServer bool
+	// everyServer: only those CI runs with every real FUSE server (scenarios.Scenario.OnEveryServer); writes:
+	// only the rows that write (make kube-writes).
+	versionDependent, everyRelease, everyServer, writes bool
 	// kubeletVersion is the kubelet the local backend models.
 	kubeletVersion string
 	// fuseServer is the FUSE server every scenario runs with (those that hold for it).
@@ -129,6 +130,7 @@ func parse(args []string, stdout io.Writer) (config, error) {
 	fl.BoolVar(&cfg.list, "list", false, "list the scenarios and exit")
 	fl.BoolVar(&cfg.versionDependent, "version-dependent", false, "with --list: only the names of the scenarios whose expected outcome depends on the kubelet version, one per line")
 	fl.BoolVar(&cfg.everyRelease, "every-release", false, "with --list: only the names of the scenarios to run on every kubelet release, one per line (for CI): the version-dependent ones and those whose kubelet code changed between releases")
+	fl.BoolVar(&cfg.writes, "writes", false, "with --list: only the names of the rows that write (a writable volume and a writer), one per line: make kube-writes runs them on a cluster")
 	fl.BoolVar(&cfg.everyServer, "every-server", false, "with --list: only the names of the scenarios CI runs on the kube backend with each real FUSE server too, one per line: those whose outcome is about what the server does")
 	fl.StringVar(&cfg.kubeletVersion, "kubelet-version", local.KubeletVersions[0], "local: the kubelet version to model ("+strings.Join(local.KubeletVersions, ", ")+", or its minor); the kube backend judges by the node's kubelet")
 	fl.StringVar(&cfg.sidecarDelays, "sidecar-delay", "", "run sidecar-late once per sidecar delay in this list (e.g. 0s,1s,3s; runs are named sidecar-late-<delay>), to see how long the first access waits as the delay varies")
@@ -166,8 +168,8 @@ func parse(args []string, stdout io.Writer) (config, error) {
 	if cfg.list {
 		return cfg, nil
 	}
-	if cfg.versionDependent || cfg.everyRelease || cfg.everyServer {
-		return cfg, command.Usagef("--version-dependent, --every-release and --every-server go with --list")
+	if cfg.versionDependent || cfg.everyRelease || cfg.everyServer || cfg.writes {
+		return cfg, command.Usagef("--version-dependent, --every-release, --every-server and --writes go with --list")
 	}
 	if _, err := local.ModelledKubelet(cfg.kubeletVersion); err != nil {
 		return cfg, command.Usagef("--kubelet-version: %v", err)

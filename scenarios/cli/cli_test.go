@@ -98,11 +98,11 @@ func dummyFuseNames() []string {
 	return out
 }
 
-// kubeNames are the catalog's scenarios that the kube backend can run.
+// kubeNames are the catalog's scenarios that the kube backend can run with dummy-fuse, dfc-scenario's default.
 func kubeNames() []string {
 	var out []string
 	for _, s := range catalog.All() {
-		if s.RunsOn(scenarios.BackendKube) == nil {
+		if s.RunsOn(scenarios.BackendKube) == nil && s.RunsWithDummyFuse() {
 			out = append(out, s.Name)
 		}
 	}
@@ -146,12 +146,13 @@ func TestAllLeavesOut(t *testing.T) {
 
 // TestListVersionDependent: CI reads the names of the scenarios to run on a second kubelet version from
 // --list --every-release, one per line and nothing else; --version-dependent names those whose outcome differs;
-// --every-server those of its passes with a real FUSE server.
+// --every-server those of its passes with a real FUSE server; --writes the rows of make kube-writes.
 func TestListVersionDependent(t *testing.T) {
 	for flag, want := range map[string]func(*scenarios.Scenario) bool{
 		"--version-dependent": (*scenarios.Scenario).VersionDependent,
 		"--every-release":     (*scenarios.Scenario).OnEveryRelease,
 		"--every-server":      (*scenarios.Scenario).OnEveryServer,
+		"--writes":            func(s *scenarios.Scenario) bool { return len(s.Writers()) > 0 },
 	} {
 		var stdout, stderr bytes.Buffer
 		if err := Run(context.Background(), []string{"--list", flag}, command.Streams{Out: &stdout, Err: &stderr}); err != nil {
@@ -288,7 +289,7 @@ func TestServerSpecFlags(t *testing.T) {
 		out  string
 	}{
 		{[]string{file, opt, "keeper-restart"}, "runs with dummy-fuse only"},
-		{[]string{file, opt, "relay-write-server-crash"}, "runs with gcsfuse only, not " + spec},
+		{[]string{file, opt, "relay-write-server-crash"}, "the spec of " + spec + " gives none"},
 		{[]string{file, opt, "relay-server-upgrade"}, "needs the upgradeArg of its spec"},
 		{[]string{"--fuse-server=" + childOnly, "relay-keeper-server-crash"}, "says it cannot (servesFD: false, fusermount: false)"},
 		{[]string{"--fuse-server=" + childOnly, "sidecar-killed"}, "says it cannot (servesFD: false)"},

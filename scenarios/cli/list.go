@@ -28,12 +28,12 @@ const listLegend = "MODE: where the FUSE servers run (the plugin's --fuse-mode).
 
 // listFilter is the selection --list prints the names of, one per line; nil: every scenario, described.
 func (cfg config) listFilter() func(*scenarios.Scenario) bool {
-	if !cfg.versionDependent && !cfg.everyRelease && !cfg.everyServer {
+	if !cfg.versionDependent && !cfg.everyRelease && !cfg.everyServer && !cfg.writes {
 		return nil
 	}
 	return func(s *scenarios.Scenario) bool {
 		return (cfg.versionDependent && s.VersionDependent()) || (cfg.everyRelease && s.OnEveryRelease()) ||
-			(cfg.everyServer && s.OnEveryServer())
+			(cfg.everyServer && s.OnEveryServer()) || (cfg.writes && len(s.Writers()) > 0)
 	}
 }
 
@@ -108,6 +108,9 @@ func describe(s *scenarios.Scenario, driver bool) listRow {
 	}
 	if s.ServersWhy != "" {
 		note := "runs with " + strings.Join(s.Servers, ", ") + " only (--fuse-server)"
+		if len(s.Writers()) > 0 {
+			note = "runs with " + strings.Join(s.Servers, ", ") + " or a server spec with objectURL (--fuse-server)"
+		}
 		if len(s.Backends) > 0 {
 			note += ", on the " + strings.Join(s.Backends, ", ") + " backend"
 		}

@@ -374,7 +374,11 @@ func (b *Backend) Setup(ctx context.Context, sc *scenarios.Scenario, env *scenar
 	}
 
 	labels := map[string]string{managedByLabel: managedBy}
-	if _, err := b.cs.CoreV1().PersistentVolumes().Create(ctx, b.man.persistentVolume(b.n, b.opts.DriverName, labels), metav1.CreateOptions{}); err != nil {
+	pv, claim := b.man.persistentVolume(b.n, b.opts.DriverName, labels), b.man.claim(b.n, labels)
+	if sc.Plugin.Writable {
+		writable(pv, claim)
+	}
+	if _, err := b.cs.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("create PV: %w", err)
 	}
 	// The PV controller binds a claim when it syncs the claim and finds its volume in its cache; a claim
@@ -389,7 +393,7 @@ func (b *Backend) Setup(ctx context.Context, sc *scenarios.Scenario, env *scenar
 		return fmt.Errorf("PV %s not available: %w", b.n.pv, err)
 	}
 	b.logf("PV %s available", b.n.pv)
-	if _, err := b.cs.CoreV1().PersistentVolumeClaims(b.n.namespace).Create(ctx, b.man.claim(b.n, labels), metav1.CreateOptions{}); err != nil {
+	if _, err := b.cs.CoreV1().PersistentVolumeClaims(b.n.namespace).Create(ctx, claim, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("create PVC: %w", err)
 	}
 	// A pod whose claim is not bound yet is unschedulable, and the scheduler retries it only after a

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -148,6 +149,9 @@ func TestWorkloadPod(t *testing.T) {
 		if string(p.Spec.RestartPolicy) != string(sc.Pod.RestartPolicy) || p.Spec.DNSPolicy != corev1.DNSDefault {
 			t.Errorf("%s: restartPolicy %s, dnsPolicy %s", sc.Name, p.Spec.RestartPolicy, p.Spec.DNSPolicy)
 		}
+		if g := p.Spec.TerminationGracePeriodSeconds; len(sc.Writers()) > 0 && (g == nil || *g != int64(scenarios.WriterGrace/time.Second)) {
+			t.Errorf("%s: a writing pod's grace %v, want the writers' %s: deleting it is how the run stops them", sc.Name, g, scenarios.WriterGrace)
+		}
 		wantVolumes := 1
 		if sc.Pod.Sidecar != nil {
 			wantVolumes = 2
@@ -179,7 +183,7 @@ func TestWorkloadPod(t *testing.T) {
 				t.Errorf("%s/%s: restartPolicy %v, rules %+v; want the RestartAllContainers rule: %t", sc.Name, c.Name, pc.RestartPolicy, pc.RestartPolicyRules, c.RestartAllContainers)
 			}
 			vm := pc.VolumeMounts
-			if len(vm) != 1 || vm[0].MountPath != c.Mount() || vm[0].SubPath != c.SubPath || !vm[0].ReadOnly ||
+			if len(vm) != 1 || vm[0].MountPath != c.Mount() || vm[0].SubPath != c.SubPath || vm[0].ReadOnly != !c.Write ||
 				string(*vm[0].MountPropagation) != string(c.Prop()) || vm[0].Name != p.Spec.Volumes[0].Name {
 				t.Errorf("%s/%s: volume mounts %+v", sc.Name, c.Name, vm)
 			}
@@ -189,8 +193,16 @@ func TestWorkloadPod(t *testing.T) {
 	if pv.Name != n.pv || pv.Spec.CSI.Driver != "drv" || pv.Spec.CSI.VolumeHandle != n.volumeHandle || pv.Spec.ClaimRef != nil {
 		t.Errorf("PV %+v", pv)
 	}
-	if c := m.claim(n, nil); c.Spec.VolumeName != n.pv || c.Namespace != n.namespace {
+	c := m.claim(n, nil)
+	if c.Spec.VolumeName != n.pv || c.Namespace != n.namespace {
 		t.Errorf("PVC %+v", c)
+	}
+	if !slices.Equal(pv.Spec.AccessModes, []corev1.PersistentVolumeAccessMode{corev1.ReadOnlyMany}) || !slices.Equal(c.Spec.AccessModes, pv.Spec.AccessModes) {
+		t.Errorf("the manifests' volume: access modes %v and %v, want ReadOnlyMany", pv.Spec.AccessModes, c.Spec.AccessModes)
+	}
+	writable(pv, c)
+	if rwo := []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}; !slices.Equal(pv.Spec.AccessModes, rwo) || !slices.Equal(c.Spec.AccessModes, rwo) {
+		t.Errorf("a writable volume: access modes %v and %v, want ReadWriteOnce", pv.Spec.AccessModes, c.Spec.AccessModes)
 	}
 }
 
@@ -474,5 +486,16 @@ func TestOnWorkloadPod(t *testing.T) {
 	ctl.onWorkloadPod(pod("a", true), false)
 	if n := kills(ctl); n != 1 {
 		t.Errorf("a deletion not by the run: %d kills recorded, want 1", n)
+	}
+}
+
+// TestServerSettings: the settings of the server as its container's arguments give them, for one flag only.
+func TestServerSettings(t *testing.T) {
+	args := []string{"--fuse-mode=relay", "--fuse-server-opt=endpoint=http://127.0.0.1:4443/storage/v1/", "--fuse-server-opt=url=http://h/?a=b",
+		"--relay-server-opt=endpoint=other", "--fuse-server-opt=bad"}
+	got := serverSettings(args, "--fuse-server-opt=")
+	want := map[string]string{"endpoint": "http://127.0.0.1:4443/storage/v1/", "url": "http://h/?a=b"}
+	if !maps.Equal(got, want) {
+		t.Errorf("serverSettings = %v, want %v", got, want)
 	}
 }

@@ -138,6 +138,13 @@ func (m *manifests) persistentVolume(n names, driver string, labels map[string]s
 	return pv
 }
 
+// writable makes a PV and its claim ReadWriteOnce instead of the manifests' ReadOnlyMany: a writable volume
+// (Plugin.Writable), which kubelet then stages and publishes read-write (SINGLE_NODE_WRITER).
+func writable(pv *corev1.PersistentVolume, pvc *corev1.PersistentVolumeClaim) {
+	rwo := []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}
+	pv.Spec.AccessModes, pvc.Spec.AccessModes = rwo, rwo
+}
+
 func (m *manifests) claim(n names, labels map[string]string) *corev1.PersistentVolumeClaim {
 	pvc := m.pvc.DeepCopy()
 	pvc.Name, pvc.Namespace = n.pvc, n.namespace
@@ -199,6 +206,11 @@ func (m *manifests) workloadPod(sc *scenarios.Scenario, n names, image string, i
 	// then one per 5 minutes) would drop the "Failed" start-failure events the checks need.
 	pod.Spec.DNSPolicy = corev1.DNSDefault
 	pod.Spec.RestartPolicy = corev1.RestartPolicy(sc.Pod.RestartPolicy)
+	if len(sc.Writers()) > 0 {
+		// The run ends a writing pod by deleting it: its writers' last close may wait for a real server to serve again.
+		grace := int64(scenarios.WriterGrace / time.Second)
+		pod.Spec.TerminationGracePeriodSeconds = &grace
+	}
 	pod.Spec.Containers = nil
 	for _, c := range sc.Pod.Containers {
 		tmpl := base.Spec.Containers[0]
@@ -217,7 +229,7 @@ func (m *manifests) workloadPod(sc *scenarios.Scenario, n names, image string, i
 			prop = corev1.MountPropagationHostToContainer
 		}
 		ctr.VolumeMounts = []corev1.VolumeMount{{
-			Name: vol.Name, MountPath: c.Mount(), SubPath: c.SubPath, ReadOnly: true, MountPropagation: &prop,
+			Name: vol.Name, MountPath: c.Mount(), SubPath: c.SubPath, ReadOnly: !c.Write, MountPropagation: &prop,
 		}}
 		// The catalog's rule only: the template may be another row's pod (podFor's fallback).
 		ctr.RestartPolicy, ctr.RestartPolicyRules = nil, nil

@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# `make kube-writes K8S_VERSION=…`: a recorded pass of the rows that write (dfc-scenario --list --writes) on the
+# real kubelet of one Kubernetes release built from source on this machine, with gcsfuse (the chart's, reading its
+# fake GCS in the pod that runs it) and with s3fs (Debian's, from an image as an operator has one: make
+# server-image SERVER=s3fs, described by docs/servers/s3fs.yaml, against rclone's fake S3 on the node).
+#
+# CI leaves these rows out (its cluster pass runs the read rows, and its hour has no room for five more rows per
+# server): their records, in scenarios/results, are checked by the generated docs and their tests like CI's.
+# Steps: make cluster-build, make cluster-up, for each server the rows through dfc-scenario --backend=kube,
+# recorded (scenariodoc record), then the generated docs; make cluster-down, also after a failure or an
+# interrupt, and the fake S3 stopped by its PID. Prints each step's duration and the total. Needs root.
+#
+# Environment: DFC_KUBE_ARTIFACTS (parent of one directory of run dirs per server; default
+# _output/kube-writes/<time>); S3_PORT (the fake S3's port on the node, default 18336).
+set -o errexit -o nounset -o pipefail
+cd "$(dirname "$0")/.."
+# shellcheck source=hack/cluster/lib.sh
+source hack/cluster/lib.sh
+
+RELEASE=${1:?usage: hack/kube-writes.sh RELEASE (e.g. v1.37.2)}
+BIN=${BIN:-$PWD/bin}
+MAKE=${MAKE:-make}
+S3_PORT=${S3_PORT:-18336}
+need_root "the cluster runs kubelet and containerd on this machine"
+command -v s3fs >/dev/null || die "s3fs not found: apt-get install -y s3fs (its image is made from this machine's)"
+ARTIFACTS=${DFC_KUBE_ARTIFACTS:-$PWD/_output/kube-writes/$(date +%Y%m%d-%H%M%S)}
+export DFC_REQUIRE_PRIVILEGED=1 KUBECONFIG=$KUBECONFIG_PATH
+# The clusters of make ci-kube and make kube-release, so that a release's passes run on one kind of cluster.
+export FEATURE_GATES=${FEATURE_GATES:-CSIVolumeHealth=true} VOLUME_STATS_AGG_PERIOD=${VOLUME_STATS_AGG_PERIOD:-2s}
+COMMIT=$(git describe --always --dirty --abbrev=7 2>/dev/null || echo unknown)
+COMMAND="make kube-writes K8S_VERSION=$RELEASE"
+
+mkdir -p "$BIN" "$ARTIFACTS"
+CGO_ENABLED=0 go build -trimpath -o "$BIN/dfc-scenario" ./scenarios/cmd/dfc-scenario
+mapfile -t ROWS < <("$BIN/dfc-scenario" --list --writes)
+[ "${#ROWS[@]}" -gt 0 ] || die "the catalog names no row that writes"
+
+# The fake S3 for s3fs: rclone's serve s3 over a directory whose subdirectory dfc is the bucket, anonymous (no
+# credentials file has to reach a pod), on the node's address that pods of the from-source cluster reach.
+S3_DIR=$ARTIFACTS/s3
+S3_LOG=$ARTIFACTS/rclone-serve-s3.log
+s3_pid=
+up=
+# shellcheck disable=SC2317 # run by the EXIT trap
+finish() {
+  local rc=$?
+  trap - EXIT INT TERM
+  if [ -n "$s3_pid" ]; then
+    kill "$s3_pid" 2>/dev/null || true
+    wait "$s3_pid" 2>/dev/null || true
+  fi
+  if [ -n "$up" ]; then
+    timed "cluster-down $RELEASE" "$MAKE" cluster-down || rc=1
+  fi
+  print_times "$COMMAND"
+  exit "$rc"
+}
+trap finish EXIT
+trap 'exit 130' INT TERM
+
+# shellcheck disable=SC2317 # run through timed
+# record SERVER: the runs of that pass into scenarios/results, then the docs generated from the records.
+record() {
+  go run ./scenarios/cmd/scenariodoc record -commit "$COMMIT" -command "$COMMAND" "$ARTIFACTS/$1" &&
+    go run ./scenarios/cmd/scenariodoc && go run ./scenarios/cmd/matrix
+}
+
+timed "make servers (rclone for the fake S3)" "$MAKE" servers WITH_RCLONE=1
+timed "cluster-down (whatever an earlier run left)" "$MAKE" cluster-down || exit 1
+timed "cluster-build $RELEASE" "$MAKE" cluster-build K8S_VERSION="$RELEASE"
+up=1
+timed "cluster-up $RELEASE" "$MAKE" cluster-up K8S_VERSION="$RELEASE"
+timed "server-image s3fs" "$MAKE" server-image SERVER=s3fs
+S3_IMAGE=$(cat "${IMAGE_OUTPUT:-$PWD/_output/images}/servers/s3fs.ref")
+# Pods reach the node at the bridge's address, the first of the pod network (hack/cluster/up.sh).
+POD_NET=${POD_CIDR%/*}
+NODE_IP=${POD_NET%.*}.1
+
+mkdir -p "$S3_DIR/dfc"
+printf 'Hello world!\n' >"$S3_DIR/dfc/dummy-file.txt"
+RCLONE_CONFIG=/dev/null bin/servers/rclone serve s3 "$S3_DIR" --addr="0.0.0.0:$S3_PORT" >"$S3_LOG" 2>&1 &
+s3_pid=$!
+for ((i = 0; ; i++)); do
+  curl -fsS -o /dev/null "http://127.0.0.1:$S3_PORT/dfc/dummy-file.txt" 2>/dev/null && break
+  [ "$i" -lt 60 ] || die "the fake S3 did not serve on port $S3_PORT within 30 s (see $S3_LOG)"
+  sleep 0.5
+done
+
+failed=0
+timed "gcsfuse: ${ROWS[*]}" "$BIN/dfc-scenario" --backend=kube --out="$ARTIFACTS/gcsfuse" --fuse-server=gcsfuse "${ROWS[@]}" || failed=1
+timed "record gcsfuse" record gcsfuse || failed=1
+# s3fs runs as the keeper's user in relay-keeper (keeper.runAsUser, the chart's default) and checks each request's
+# user against the owner it finds, which the fake S3 does not keep: uid makes that user the owner of every file.
+timed "s3fs: ${ROWS[*]}" "$BIN/dfc-scenario" --backend=kube --out="$ARTIFACTS/s3fs" --fuse-server=docs/servers/s3fs.yaml \
+  --fuse-server-opt="url=http://$NODE_IP:$S3_PORT" --fuse-server-opt=public-bucket=1 --fuse-server-opt=access=rw \
+  --fuse-server-opt=uid=61731 \
+  --kube-set fuseServer.image="$S3_IMAGE" --kube-set 'fuseServer.files[0]=/usr/bin/s3fs' --kube-set 'fuseServer.files[1]=/usr/lib/s3fs-libs' \
+  --kube-set fuseServer.interpreter=/lib64/ld-linux-x86-64.so.2 "${ROWS[@]}" || failed=1
+timed "record s3fs" record s3fs || failed=1
+exit "$failed"
