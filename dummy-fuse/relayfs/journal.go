@@ -41,6 +41,9 @@ type journal struct {
 	end       int64    // where the next record goes
 	ops       []journalOp
 	bytes     int64 // data in the records
+	// seq counts the records made (never reset, not even by clear); replayed is seq at the last replay: a record
+	// numbered up to it is in the backend file of the replay (written) already.
+	seq, replayed uint64
 }
 
 // journalHeader says what a successor needs to open the file again: its node (whose path the node table
@@ -75,6 +78,7 @@ func (j *journal) write(data []byte, off int64) error {
 	}
 	j.ops = append(j.ops, journalOp{off: off, n: int64(len(data)), at: j.end - int64(len(data)), rec: start})
 	j.bytes += int64(len(data))
+	j.seq++
 	return nil
 }
 
@@ -88,6 +92,7 @@ func (j *journal) truncate(size int64) error {
 		return err
 	}
 	j.ops = append(j.ops, journalOp{off: size, truncate: true, rec: start})
+	j.seq++
 	return nil
 }
 
@@ -136,6 +141,7 @@ func (j *journal) empty() bool { return len(j.ops) == 0 }
 // truncation set, writes each range's newest data from the lowest offset up, and sets the size the last
 // truncation left when the writes after it did not reach past it.
 func (j *journal) replay(fd int) error {
+	j.replayed = j.seq
 	segs, low, size, sized := j.extents()
 	if low >= 0 {
 		if err := unix.Ftruncate(fd, low); err != nil {

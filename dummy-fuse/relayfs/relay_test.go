@@ -33,6 +33,8 @@ type realBackend struct {
 	server fuseserver.Server
 	dir    string
 	proc   *testenv.Proc
+	// runs are every process of the server started so far, proc the last.
+	runs []*testenv.Proc
 	// startKill is how long each start after a kill took, from the kill to serving (as start's probe saw it).
 	startKill []time.Duration
 	killedAt  time.Time
@@ -114,6 +116,7 @@ func (b *realBackend) object(ctx context.Context, name string) ([]byte, error) {
 func (b *realBackend) start() {
 	b.t.Helper()
 	b.proc = b.lab.Start(b.server.Name(), fuseserver.Command(b.server, b.server.MountArgs(b.dir)))
+	b.runs = append(b.runs, b.proc)
 	b.waitServing()
 }
 
@@ -160,8 +163,18 @@ func (b *realBackend) startLater() func() {
 			b.t.Fatal(err)
 		}
 		b.proc = p
+		b.runs = append(b.runs, p)
 		b.waitServing()
 	}
+}
+
+// logs are the logs of every run of the server so far.
+func (b *realBackend) logs() string {
+	var out strings.Builder
+	for _, p := range b.runs {
+		out.WriteString(p.Log())
+	}
+	return out.String()
 }
 
 // stop stops the server with SIGSTOP and waits until every thread of it is stopped: a request sent before

@@ -265,17 +265,23 @@ func (fs *Writable) Write(_ <-chan struct{}, in *fuse.WriteIn, data []byte) (uin
 			return 0, status(err)
 		}
 	}
-	// Journaled first: a backend that dies inside the write gets it with the replay, then once more.
+	// Journaled first: a backend that dies inside the write gets it with the replay, and not once more: a server
+	// streaming a new file into an upload takes only writes that follow each other (gcsfuse turns any other into
+	// a rewrite through a temporary file, which fails where its /tmp is read-only).
 	if err := h.w.j.write(data, int64(in.Offset)); err != nil {
 		fs.logf("write %s: %v", h.path, err)
 		return 0, fuse.EIO
 	}
+	seq := h.w.j.seq
 	err := fs.do(func(r *rootFD) error {
 		f, err := h.file(r)
 		if err != nil {
 			return err
 		}
 		defer f.release()
+		if h.w.j.replayed >= seq {
+			return nil // the replay into this backend's file wrote it
+		}
 		return pwriteAll(f.fd, data, int64(in.Offset))
 	})
 	if err != nil {
