@@ -1146,6 +1146,14 @@ func TestRelayKeeperMode(t *testing.T) {
 				t.Errorf("keeper update strategy %+v: want no surge (one relay per connection)", ds.Spec.UpdateStrategy)
 			}
 			c := container(t, ds, "keeper")
+			// Its root is read-only: the real server's /tmp (gcsfuse rewrites a file there that it cannot stream).
+			tmp := false
+			for _, m := range c.VolumeMounts {
+				tmp = tmp || (m.MountPath == "/tmp" && volume(t, ds, m.Name).EmptyDir != nil)
+			}
+			if !tmp {
+				t.Errorf("keeper mounts %+v: want an emptyDir at /tmp for the real server", c.VolumeMounts)
+			}
 			wantArg(t, c, "--relay-node-dir", "--relay-node-dir=/csi/relay-nodes")
 			wantArg(t, c, "--relay-backend-wait", "--relay-backend-wait=9s")
 			wantArg(t, c, "--relay-server", "--relay-server="+server)
