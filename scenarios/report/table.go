@@ -61,6 +61,16 @@ func VersionTable(catalog []scenarios.Scenario, results []*Results, files []stri
 				servers = append(servers, srv)
 			}
 		}
+		// A row that needs what only some servers give (the rows that write) has the rows of a server described
+		// in a spec file too (s3fs) once a record names it; other rows' spec servers are in the outage matrix.
+		var specServers []string
+		for k := range recorded {
+			if !sc.RunsWithDummyFuse() && k[0] == sc.Name && k[1] != "" && k[1] != fuseserver.DummyFuse && !slices.Contains(sc.Servers, k[1]) {
+				specServers = append(specServers, k[1])
+			}
+		}
+		slices.Sort(specServers)
+		servers = append(servers, specServers...)
 		for _, srv := range servers {
 			for _, v := range versions {
 				label := "`" + sc.Name + "`"

@@ -138,3 +138,24 @@ func TestMeasuredCell(t *testing.T) {
 		}
 	}
 }
+
+// TestVersionTableSpecServers: a row that runs with some servers only (the rows that write) gets rows of a
+// server described in a spec file once a record names it; a row that runs with dummy-fuse does not (the outage
+// matrix has those).
+func TestVersionTableSpecServers(t *testing.T) {
+	cat := []scenarios.Scenario{
+		{Name: "w", Servers: []string{"gcsfuse"}, ServersWhy: "it writes"},
+		{Name: "r"},
+	}
+	rs := &Results{Commit: "c", Backend: "kube", Kubelet: "v1.37.2", Server: "s3fs", Runs: []Record{
+		{Scenario: "w", Server: "s3fs", Backend: "kube", Kubelet: "v1.37.2", Result: "PASS", Held: 3, Expected: 3},
+		{Scenario: "r", Server: "s3fs", Backend: "kube", Kubelet: "v1.37.2", Result: "PASS", Held: 3, Expected: 3},
+	}}
+	got := VersionTable(cat, []*Results{rs}, []string{"r/1-s3fs.json"})
+	if !strings.Contains(got, "| `w` with s3fs | v1.37.2 | not recorded | | PASS (3/3) |") || !strings.Contains(got, "| `w` with gcsfuse | v1.37.2 | not recorded | | not recorded | |") {
+		t.Errorf("the row that writes lacks its s3fs or gcsfuse row:\n%s", got)
+	}
+	if strings.Contains(got, "`r` with s3fs") {
+		t.Errorf("a row that runs with dummy-fuse has a spec server's row:\n%s", got)
+	}
+}
