@@ -141,7 +141,15 @@ func (j *journal) empty() bool { return len(j.ops) == 0 }
 // truncation set, writes each range's newest data from the lowest offset up, and sets the size the last
 // truncation left when the writes after it did not reach past it.
 func (j *journal) replay(fd int) error {
+	if err := j.apply(fd); err != nil {
+		return err
+	}
 	j.replayed = j.seq
+	return nil
+}
+
+// apply writes what the records add up to into fd (replay).
+func (j *journal) apply(fd int) error {
 	segs, low, size, sized := j.extents()
 	if low >= 0 {
 		if err := unix.Ftruncate(fd, low); err != nil {

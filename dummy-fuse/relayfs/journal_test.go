@@ -133,3 +133,27 @@ func TestJournalReplaysInAscendingOrder(t *testing.T) {
 		t.Errorf("replay with a truncation after the writes, into an empty file: %q", got)
 	}
 }
+
+// TestJournalKnowsWhatItsReplayWrote: a record numbered up to the last replay is in the replayed file (a write
+// the server died inside is not sent again: Writable.Write), one made after it is not, and clearing the journal
+// does not number records anew.
+func TestJournalKnowsWhatItsReplayWrote(t *testing.T) {
+	j := &journal{dir: t.TempDir(), name: journalName(1), header: journalHeader{Node: 1, Reopen: unix.O_WRONLY}}
+	if err := j.write([]byte("a"), 0); err != nil {
+		t.Fatal(err)
+	}
+	first := j.seq
+	if j.replayed >= first {
+		t.Fatalf("before any replay: replayed %d, seq %d", j.replayed, first)
+	}
+	if got := replayed(t, j, ""); got != "a" || j.replayed < first {
+		t.Fatalf("replay: %q, replayed %d, want a and at least %d", got, j.replayed, first)
+	}
+	j.clear()
+	if err := j.write([]byte("b"), 1); err != nil {
+		t.Fatal(err)
+	}
+	if j.seq <= first || j.replayed >= j.seq {
+		t.Errorf("after a clear and a write: seq %d (first %d), replayed %d: the new record counts as replayed", j.seq, first, j.replayed)
+	}
+}
