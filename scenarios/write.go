@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"slices"
 	"strconv"
 	"time"
@@ -121,12 +122,12 @@ type Stored struct {
 	Err     string `json:"error,omitempty"`
 }
 
-// NewStored is the object name of container c as a read of the storage returned it (data, err); missing tells a
-// storage without the object from one that could not be read.
-func NewStored(c, name string, data []byte, err error, missing func(error) bool) Stored {
+// NewStored is the object name of container c as a read of the storage returned it (data, err); an error that
+// is fs.ErrNotExist is a storage without the object, any other one that could not be read.
+func NewStored(c, name string, data []byte, err error) Stored {
 	s := Stored{Container: c, Name: name}
 	switch {
-	case err != nil && missing(err):
+	case errors.Is(err, fs.ErrNotExist):
 		s.Missing = true
 	case err != nil:
 		s.Err = err.Error()
@@ -135,6 +136,20 @@ func NewStored(c, name string, data []byte, err error, missing func(error) bool)
 		s.Data, s.Size, s.SHA256 = data, len(data), hex.EncodeToString(sum[:])
 	}
 	return s
+}
+
+// StoreWrites reads the Objects of each writer container of s with read (a backend's reader of the storage, a
+// missing object fs.ErrNotExist) and records each with rec.AddStored, also one it could not read; logf says what
+// it found. The backends' CollectWrites end with it.
+func (s *Scenario) StoreWrites(ctx context.Context, rec *Recorder, read func(ctx context.Context, name string) ([]byte, error), logf func(string, ...any)) {
+	for _, w := range s.Writers() {
+		for _, name := range w.Objects() {
+			data, err := read(ctx, name)
+			st := NewStored(w.Name, name, data, err)
+			logf("storage: container %s's %s: %d bytes, missing %t, error %q", w.Name, name, st.Size, st.Missing, st.Err)
+			rec.AddStored(st)
+		}
+	}
 }
 
 // text says what the read of the storage found, for its event.

@@ -186,13 +186,12 @@ func (w *writeLog) kill() {
 }
 
 func (w *writeLog) store(file, ckpt []byte) {
-	notExist := func(err error) bool { return errors.Is(err, os.ErrNotExist) }
 	for name, data := range map[string][]byte{"writer.log": file, "writer.log.ckpt": ckpt} {
 		var err error
 		if data == nil {
 			err = os.ErrNotExist
 		}
-		w.rec.AddStored(scenarios.NewStored(writer, name, data, err, notExist))
+		w.rec.AddStored(scenarios.NewStored(writer, name, data, err))
 	}
 }
 

@@ -63,14 +63,7 @@ func (b *Backend) CollectWrites(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	for _, w := range b.sc.Writers() {
-		for _, name := range w.Objects() {
-			data, err := read(ctx, name)
-			s := scenarios.NewStored(w.Name, name, data, err, func(err error) bool { return errors.Is(err, fs.ErrNotExist) })
-			b.logf("storage: container %s's %s: %d bytes, missing %t, error %q", w.Name, name, s.Size, s.Missing, s.Err)
-			b.rec.AddStored(s)
-		}
-	}
+	b.sc.StoreWrites(ctx, b.rec, read, b.logf)
 	return nil
 }
 

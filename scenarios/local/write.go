@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"time"
 
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/fuseserver"
@@ -42,18 +41,13 @@ func (b *Backend) CollectWrites(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	for _, w := range b.sc.Writers() {
-		for _, name := range w.Objects() {
-			u, err := k.ObjectURL(srv.backing.Opts, name)
-			if err != nil {
-				return err
-			}
-			data, err := backing.Read(ctx, u)
-			s := scenarios.NewStored(w.Name, name, data, err, func(err error) bool { return errors.Is(err, fs.ErrNotExist) })
-			b.logf("storage: container %s's %s: %d bytes, missing %t, error %q", w.Name, name, s.Size, s.Missing, s.Err)
-			b.rec.AddStored(s)
+	b.sc.StoreWrites(ctx, b.rec, func(ctx context.Context, name string) ([]byte, error) {
+		u, err := k.ObjectURL(srv.backing.Opts, name)
+		if err != nil {
+			return nil, err
 		}
-	}
+		return backing.Read(ctx, u)
+	}, b.logf)
 	return nil
 }
 
