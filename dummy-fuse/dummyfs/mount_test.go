@@ -399,3 +399,14 @@ func TestSlowReadDoesNotBlockOthers(t *testing.T) {
 		}
 	}
 }
+
+// TestWritableMountTruncatesAtOpen: a writable mount asks the kernel for atomic O_TRUNC (an OPEN carrying
+// O_TRUNC, not an OPEN and a SETATTR of the size, which a relay would make by path); a read-only one does not.
+func TestWritableMountTruncatesAtOpen(t *testing.T) {
+	if got := MountOptions(Options{Writable: true}).ExtraCapabilities; got&fuse.CAP_ATOMIC_O_TRUNC == 0 {
+		t.Errorf("writable: extra capabilities %#x lack CAP_ATOMIC_O_TRUNC", got)
+	}
+	if got := MountOptions(Options{}).ExtraCapabilities; got&fuse.CAP_ATOMIC_O_TRUNC != 0 {
+		t.Errorf("read-only: extra capabilities %#x ask for CAP_ATOMIC_O_TRUNC", got)
+	}
+}
