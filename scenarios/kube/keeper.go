@@ -76,10 +76,8 @@ func (b *Backend) onKeeperPod(p *corev1.Pod, deleted bool) {
 
 // imageOf is the image of container name of p.
 func imageOf(p *corev1.Pod, name string) string {
-	for _, c := range p.Spec.Containers {
-		if c.Name == name {
-			return c.Image
-		}
+	if c, ok := podContainer(p, name); ok {
+		return c.Image
 	}
 	return "?"
 }

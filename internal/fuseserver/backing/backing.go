@@ -11,7 +11,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -92,10 +91,18 @@ func (g *FakeGCS) Object(ctx context.Context, name string) ([]byte, error) {
 	return GCSObject(ctx, g.Endpoint, name)
 }
 
-// GCSObject reads object name of the bucket fuseserver.DefaultBucket at the JSON API endpoint (gcsfuse's
-// endpoint setting).
+// GCSObject reads object name of the bucket behind gcsfuse at the JSON API endpoint (gcsfuse's endpoint
+// setting), at the objectURL of gcsfuse's spec.
 func GCSObject(ctx context.Context, endpoint, name string) ([]byte, error) {
-	return Read(ctx, endpoint+"b/"+fuseserver.DefaultBucket+"/o/"+url.PathEscape(name)+"?alt=media")
+	k, err := fuseserver.Lookup(fuseserver.Gcsfuse)
+	if err != nil {
+		return nil, err
+	}
+	u, err := k.ObjectURL(map[string]string{"endpoint": endpoint}, name)
+	if err != nil {
+		return nil, err
+	}
+	return Read(ctx, u)
 }
 
 // Read GETs a stored object at u, a server spec's objectURL (fuseserver.Kind.ObjectURL), without credentials:
