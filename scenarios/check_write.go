@@ -2,6 +2,7 @@ package scenarios
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -43,18 +44,24 @@ func (c Writes) Eval(ev *Evidence, _ Timing) Result {
 }
 
 // WritesKept holds when writer container C lost nothing: its log has no failed open, write, fsync, checkpoint
-// or close, at least Writes pieces were acknowledged after the kill, and the storage, read without the mount
-// after the writer was stopped (StorageReader), holds every acknowledged piece in order and the last
-// acknowledged checkpoint, byte for byte (workload.CheckWritten). Its failure says what differed.
+// or close (or, with Errnos, every one failed with one of them: a limit row's operations that found no server), at
+// least Writes pieces were acknowledged after the kill, and the storage, read without the mount after the
+// writer was stopped (StorageReader), holds every acknowledged piece in order and the last acknowledged
+// checkpoint, byte for byte (workload.CheckWritten). Its failure says what differed.
 type WritesKept struct {
 	C      string
 	Writes int
+	Errnos []string
 }
 
 func (c WritesKept) Describe() string {
-	return fmt.Sprintf("%s's writes are kept: no open, write, fsync, checkpoint or close of it fails, at least %d pieces are "+
+	fails := "no open, write, fsync, checkpoint or close of it fails"
+	if len(c.Errnos) > 0 {
+		fails = "an open, write, fsync, checkpoint or close of it fails with " + strings.Join(c.Errnos, " or ") + " if at all"
+	}
+	return fmt.Sprintf("%s's writes are kept: %s, at least %d pieces are "+
 		"acknowledged after the kill, and the storage (read without the mount once %s is stopped) holds every acknowledged "+
-		"byte and the last acknowledged checkpoint", c.C, c.Writes, c.C)
+		"byte and the last acknowledged checkpoint", c.C, fails, c.Writes, c.C)
 }
 
 func (c WritesKept) Label() string { return "writes of " + c.C + " kept" }
@@ -66,8 +73,9 @@ func (c WritesKept) Eval(ev *Evidence, _ Timing) Result {
 	if why != "" {
 		return Result{Why: why}
 	}
-	if failed := writerFailures(ev, c.C); len(failed) > 0 {
-		return Result{Why: fmt.Sprintf("%d failed operations of %s, first: %s", len(failed), c.C, strings.Join(failed[:min(len(failed), 3)], "; "))}
+	failed, other := writerFailures(ev, c.C, c.Errnos)
+	if len(other) > 0 {
+		return Result{Why: fmt.Sprintf("%d failed operations of %s, first: %s", len(other), c.C, strings.Join(other[:min(len(other), 3)], "; "))}
 	}
 	after := ev.Count(k, func(e Event) bool { return e.Container == c.C && e.IsAckedWrite() })
 	if after < c.Writes {
@@ -96,14 +104,91 @@ func (c WritesKept) Eval(ev *Evidence, _ Timing) Result {
 	}
 	pieces := ev.Count(time.Time{}, func(e Event) bool { return e.Container == c.C && e.IsAckedWrite() })
 	ckpts := ev.Count(time.Time{}, func(e Event) bool { return e.Container == c.C && e.Source == SrcWorkload && e.Kind == KCheckpoint })
-	return Result{OK: true, Why: fmt.Sprintf("%d pieces (%d after the kill) and %d checkpoints acknowledged, none failed, longest write, fsync or checkpoint %s; "+
-		"the storage's %s (%d bytes) and %s hold them all", pieces, after, ckpts, longestWrite(ev, c.C), file, len(got), ckpt)}
+	return Result{OK: true, Why: fmt.Sprintf("%d pieces (%d after the kill) and %d checkpoints acknowledged, %s, longest write, fsync or checkpoint %s; "+
+		"the storage's %s (%d bytes) and %s hold them all", pieces, after, ckpts, failedText(failed, c.Errnos), longestWrite(ev, c.C), file, len(got), ckpt)}
+}
+
+// failedText says how many operations failed with errno: none, or how many and the first.
+func failedText(failed, errnos []string) string {
+	if len(failed) == 0 {
+		return "none failed"
+	}
+	return fmt.Sprintf("%d failed with %s (first: %s)", len(failed), strings.Join(errnos, " or "), failed[0])
+}
+
+// KeepsDurableWrites holds for a limit row, a fault the relay does not promise to ride out (every holder of
+// the connection dying at once): writer container C's operations after the kill fail with one of Errnos, and the
+// storage, read without the mount once C is stopped, holds everything C was told was durable: its file up to
+// the end of its last acknowledged fsync, in order and byte for byte, and its last acknowledged checkpoint
+// (workload.CheckDurable). What the storage lacks are pieces acknowledged after the last fsync, which only
+// the dead holders had; the result says exactly which.
+type KeepsDurableWrites struct {
+	C      string
+	Errnos []string
+}
+
+func (c KeepsDurableWrites) Describe() string {
+	return fmt.Sprintf("%s's writes fail with %s after the kill, and the storage (read without the mount once %s is stopped) holds "+
+		"every byte an fsync of %s acknowledged and its last acknowledged checkpoint; what it lacks, acknowledged after the last fsync, is named",
+		c.C, strings.Join(c.Errnos, " or "), c.C, c.C)
+}
+
+func (c KeepsDurableWrites) Label() string { return "durable writes of " + c.C + " kept" }
+
+func (c KeepsDurableWrites) Containers() []string { return names(c.C) }
+
+func (c KeepsDurableWrites) Eval(ev *Evidence, _ Timing) Result {
+	failed, other := writerFailures(ev, c.C, c.Errnos)
+	switch {
+	case len(other) > 0:
+		return Result{Why: fmt.Sprintf("%d operations of %s failed otherwise than with %s, first: %s", len(other), c.C, strings.Join(c.Errnos, " or "), other[0])}
+	case len(failed) == 0:
+		return Result{Why: fmt.Sprintf("no operation of %s failed: the fault was not the limit", c.C)}
+	}
+	recs, err := writerLog(ev, c.C)
+	if err != nil {
+		return Result{Why: err.Error()}
+	}
+	ctr := Container{Name: c.C}
+	file, ckpt := ctr.WrittenObject(), ctr.Objects()[1]
+	got, _, why := storedData(ev, c.C, file) // a missing file is one with nothing durable: CheckDurable judges it
+	if why != "" {
+		return Result{Why: why}
+	}
+	gotCkpt, _, why := storedData(ev, c.C, ckpt)
+	if why != "" {
+		return Result{Why: why}
+	}
+	loss, err := workload.CheckDurable(recs, got, gotCkpt)
+	if err != nil {
+		return Result{Why: fmt.Sprintf("the storage's %s (%d bytes) and %s against %s's log: %v", file, len(got), ckpt, c.C, err)}
+	}
+	pieces := ev.Count(time.Time{}, func(e Event) bool { return e.Container == c.C && e.IsAckedWrite() })
+	lost := "nothing acknowledged is missing"
+	if loss.Pieces > 0 {
+		lost = fmt.Sprintf("lost: %d acknowledged pieces (%d bytes) from piece %d on, all after the last fsync", loss.Pieces, loss.Bytes, loss.First)
+	}
+	return Result{OK: true, Why: fmt.Sprintf("%s; of %d acknowledged pieces the storage's %s holds %d bytes, "+
+		"every fsync'ed one, and %s; %s", failedText(failed, c.Errnos), pieces, file, len(got), checkpointText(ev, c.C, ckpt), lost)}
+}
+
+// checkpointText says which checkpoint the storage holds for writer container c, once workload.CheckDurable
+// found it the last acknowledged one or a later one whole.
+func checkpointText(ev *Evidence, c, name string) string {
+	e, ok := ev.Last(func(e Event) bool { return e.Container == c && e.Source == SrcWorkload && e.Kind == KCheckpoint })
+	if !ok {
+		return "no checkpoint was acknowledged"
+	}
+	if s, _ := ev.StoredObject(c, name); s.SHA256 == e.SHA256 {
+		return fmt.Sprintf("its %s is the last acknowledged checkpoint (after piece %d)", name, *e.Seq)
+	}
+	return fmt.Sprintf("its %s is a whole checkpoint later than the last acknowledged one (after piece %d)", name, *e.Seq)
 }
 
 // writerFailures are writer container c's failed operations, cited: a failed open, write, fsync or checkpoint,
-// and a failed close, which for a writer is a failed flush of what it wrote.
-func writerFailures(ev *Evidence, c string) []string {
-	var out []string
+// and a failed close, which for a writer is a failed flush of what it wrote; those that failed with errno
+// (one of errnos) apart from the others.
+func writerFailures(ev *Evidence, c string, errnos []string) (withErrno, other []string) {
 	for _, e := range ev.Events {
 		if e.Container != c || e.Source != SrcWorkload {
 			continue
@@ -113,10 +198,14 @@ func writerFailures(ev *Evidence, c string) []string {
 			if e.Op != "" {
 				what += " (" + e.Op + ")"
 			}
-			out = append(out, what+": "+e.Message)
+			if slices.Contains(errnos, e.Errno) {
+				withErrno = append(withErrno, what)
+			} else {
+				other = append(other, what+": "+e.Message)
+			}
 		}
 	}
-	return out
+	return withErrno, other
 }
 
 // writerLog is writer container c's log as the writer's records, for workload.CheckWritten: every instance's,
@@ -132,6 +221,10 @@ func writerLog(ev *Evidence, c string) ([]workload.Record, error) {
 		case KWriteStart:
 			if e.Seq == nil {
 				return nil, fmt.Errorf("%s's log: a write_start at %s without its piece's number", c, at(ev, e.Time))
+			}
+		case KSync:
+			if e.Seq == nil || e.Offset == nil {
+				return nil, fmt.Errorf("%s's log: an fsync at %s without its piece's number or the end it made durable", c, at(ev, e.Time))
 			}
 		case KWrite, KCheckpoint:
 			if e.Seq == nil || e.Bytes == nil || e.SHA256 == "" || (e.Kind == KWrite && e.Offset == nil) {

@@ -269,6 +269,9 @@ type Container struct {
 	// SubPath are the reader's. At the end of the run the runner has the backend stop it and read what it
 	// wrote from the storage (StorageReader), which WritesKept compares with its log.
 	Write bool
+	// SyncEvery is a writer's --sync-every: it fsyncs its file every SyncEvery pieces; zero never (the rows
+	// that keep writes, see WriteSize). The limit rows fsync, so that what a loss may take ends at a durable point.
+	SyncEvery int
 }
 
 // RestartAllExitCode is the exit code a RestartAllContainers container's rule matches: the workload's on its

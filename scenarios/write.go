@@ -23,15 +23,15 @@ import (
 // without the mount (StorageReader); WritesKept then holds when the storage has every acknowledged byte.
 
 // What a writer container writes: a piece of WriteSize bytes every read interval and a checkpoint every
-// CheckpointEvery pieces (created, written, fsync'ed, closed, renamed into place), and it never fsyncs its log
-// (SyncEvery 0): the log is durable at its close only, as an appended log is. So at any fault every piece
-// since the writer opened its log is acknowledged but not durable, only the relay's journal keeps it, and a
-// relay that did not replay its journal would lose it: with an fsync every few pieces, the faults of the rows
-// (gcsfuse stopped at its fake GCS, then killed) land where the last fsync's upload is already on its way to
-// the bucket, and nothing acknowledged is missing whether the relay replays or not.
+// CheckpointEvery pieces (created, written, fsync'ed, closed, renamed into place); unless its
+// Container.SyncEvery says otherwise it never fsyncs its log, which is then durable at its close only, as an
+// appended log is. So at any fault every piece since the writer opened its log is acknowledged but not
+// durable, only the relay's journal keeps it, and a relay that did not replay its journal would lose it: with
+// an fsync every few pieces, the faults of the rows (gcsfuse stopped at its fake GCS, then killed) land where
+// the last fsync's upload is already on its way to the bucket, and nothing acknowledged is missing whether the
+// relay replays or not.
 const (
 	WriteSize       = 64 << 10
-	SyncEvery       = 0
 	CheckpointEvery = 8
 )
 
@@ -58,7 +58,7 @@ func (c Container) writerArgs(interval time.Duration) []string {
 		"--log-format=json",
 		"--read-interval=" + interval.String(),
 		"--write-size=" + strconv.Itoa(WriteSize),
-		"--sync-every=" + strconv.Itoa(SyncEvery),
+		"--sync-every=" + strconv.Itoa(c.SyncEvery),
 		"--checkpoint-every=" + strconv.Itoa(CheckpointEvery),
 	}
 	if c.ExitOnError {

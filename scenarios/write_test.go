@@ -25,14 +25,14 @@ const writer = "writer"
 // TestWriterContainer: a writer container's command line is one dummy-fuse-workload accepts (none of a
 // reader's flags), it writes a file of its own, and the objects it leaves are that file and its checkpoint.
 func TestWriterContainer(t *testing.T) {
-	c := scenarios.Container{Name: writer, Write: true, ReadInterval: 20 * time.Millisecond}
+	c := scenarios.Container{Name: writer, Write: true, ReadInterval: 20 * time.Millisecond, SyncEvery: 4}
 	args := c.WorkloadArgs(200 * time.Millisecond)
 	cfg, err := workload.ParseArgs(args, io.Discard)
 	if err != nil {
 		t.Fatalf("dummy-fuse-workload refuses %q: %v", args, err)
 	}
 	if !cfg.Write || cfg.File != "/mnt/writer.log" || cfg.Interval != 20*time.Millisecond || cfg.WriteSize != scenarios.WriteSize ||
-		cfg.SyncEvery != scenarios.SyncEvery || cfg.CheckpointEvery != scenarios.CheckpointEvery || cfg.Format != workload.FormatJSON {
+		cfg.SyncEvery != 4 || cfg.CheckpointEvery != scenarios.CheckpointEvery || cfg.Format != workload.FormatJSON {
 		t.Errorf("args %q give %+v", args, cfg)
 	}
 	if got := strings.Join(c.Objects(), " "); got != "writer.log writer.log.ckpt" {
@@ -173,6 +173,18 @@ func (w *writeLog) pieces(n int) {
 	}
 }
 
+// sync logs an fsync of everything written so far.
+func (w *writeLog) sync() {
+	seq, end, lat := w.seq-1, w.off, int64(900)
+	w.line(workload.Record{Event: workload.EventSync, Seq: &seq, Offset: &end, LatencyUS: &lat})
+}
+
+// fail logs a failed write of the next piece with errno.
+func (w *writeLog) fail(errno string) {
+	seq := w.seq
+	w.line(workload.Record{Event: workload.EventWriteError, Op: "write", Seq: &seq, Errno: &errno, Error: "write error"})
+}
+
 // now moves the story's clock to now, unless its events are ahead of it already.
 func (w *writeLog) now() {
 	if now := time.Now(); now.After(w.t) {
@@ -239,6 +251,75 @@ func TestWritesKept(t *testing.T) {
 	} {
 		r := check.Eval(story(tc.after, tc.broken), scenarios.Timing{})
 		if r.OK || !strings.Contains(r.Why, want) {
+			t.Errorf("%s: %+v", want, r)
+		}
+	}
+}
+
+// TestWritesKeptWithFailures: a limit row's writer may fail with the errno it names, and then only with it;
+// the storage must hold every acknowledged byte all the same.
+func TestWritesKeptWithFailures(t *testing.T) {
+	story := func(errno string, stored int) *scenarios.Evidence {
+		rec := &scenarios.Recorder{}
+		w := newWriteLog(rec)
+		w.pieces(6)
+		w.kill()
+		w.fail(errno)
+		w.fail(errno)
+		w.pieces(10)
+		w.store(w.file[:stored], w.ckpt)
+		return rec.Snapshot()
+	}
+	check := scenarios.WritesKept{C: writer, Writes: 10, Errnos: []string{"ENOTCONN"}}
+	if r := check.Eval(story("ENOTCONN", 1600), scenarios.Timing{}); !r.OK || !strings.Contains(r.Why, "2 failed with ENOTCONN (first: writer#0 write_error ENOTCONN") {
+		t.Errorf("failures with the errno, every byte stored: %+v", r)
+	}
+	for want, ev := range map[string]*scenarios.Evidence{
+		"2 failed operations of writer, first: writer#0 write_error EIO": story("EIO", 1600),
+		"differs from the 1600 acknowledged bytes at byte 1500":          story("ENOTCONN", 1500),
+	} {
+		if r := check.Eval(ev, scenarios.Timing{}); r.OK || !strings.Contains(r.Why, want) {
+			t.Errorf("%s: %+v", want, r)
+		}
+	}
+}
+
+// TestKeepsDurableWrites: after every holder died, the check holds when the writer's operations failed with the
+// errno and the storage has every fsync'ed byte and the last checkpoint, and names the pieces that are lost;
+// it fails on a write that did not fail, a lost fsync'ed byte, another errno or a lost checkpoint.
+func TestKeepsDurableWrites(t *testing.T) {
+	check := scenarios.KeepsDurableWrites{C: writer, Errnos: []string{"ENOTCONN", "ECONNABORTED"}}
+	story := func(failed bool, errno string, store func(w *writeLog, durable int)) *scenarios.Evidence {
+		rec := &scenarios.Recorder{}
+		w := newWriteLog(rec)
+		w.pieces(10)
+		w.sync() // durable: 1000 bytes, pieces 0–9; the checkpoint after piece 7
+		durable := len(w.file)
+		w.pieces(3)
+		w.kill()
+		if failed {
+			w.fail(errno)
+		}
+		store(w, durable)
+		return rec.Snapshot()
+	}
+	upToSync := func(w *writeLog, durable int) { w.store(w.file[:durable], w.ckpt) }
+	r := check.Eval(story(true, "ENOTCONN", upToSync), scenarios.Timing{})
+	if !r.OK || !strings.Contains(r.Why, "1 failed with ENOTCONN or ECONNABORTED") || !strings.Contains(r.Why, "lost: 3 acknowledged pieces (300 bytes) from piece 10 on, all after the last fsync") ||
+		!strings.Contains(r.Why, "writer.log.ckpt is the last acknowledged checkpoint (after piece 7)") {
+		t.Errorf("stored up to the fsync: %+v", r)
+	}
+	if r := check.Eval(story(true, "ENOTCONN", func(w *writeLog, _ int) { w.store(w.file, w.ckpt) }), scenarios.Timing{}); !r.OK || !strings.Contains(r.Why, "nothing acknowledged is missing") {
+		t.Errorf("all stored: %+v", r)
+	}
+	for want, ev := range map[string]*scenarios.Evidence{
+		"no operation of writer failed: the fault was not the limit": story(false, "", upToSync),
+		"failed otherwise than with ENOTCONN or ECONNABORTED":        story(true, "EIO", upToSync),
+		"less than the 1000 an fsync acknowledged as durable":        story(true, "ENOTCONN", func(w *writeLog, d int) { w.store(w.file[:d-100], w.ckpt) }),
+		"checkpoint 7 was acknowledged but there is none":            story(true, "ENOTCONN", func(w *writeLog, d int) { w.store(w.file[:d], nil) }),
+		"nothing was read from the volume's storage":                 story(true, "ENOTCONN", func(*writeLog, int) {}),
+	} {
+		if r := check.Eval(ev, scenarios.Timing{}); r.OK || !strings.Contains(r.Why, want) {
 			t.Errorf("%s: %+v", want, r)
 		}
 	}

@@ -221,57 +221,161 @@ func writeAll(fd int, p []byte) error {
 // was in flight when the log ends after them, and ckpt must be the last acknowledged checkpoint or the one
 // in flight after it. nil ckpt: the writer wrote no checkpoint.
 func CheckWritten(recs []Record, file, ckpt []byte) error {
-	var want bytes.Buffer
-	start, inFlight := int64(-1), -1
-	lastCkpt := Record{}
+	w, err := readLog(recs)
+	if err != nil {
+		return err
+	}
+	if int64(len(file)) < w.start {
+		return fmt.Errorf("the file holds %d bytes, less than the %d before the first piece", len(file), w.start)
+	}
+	got := file[w.start:]
+	if !bytes.HasPrefix(got, w.acked.Bytes()) {
+		i := 0
+		for i < len(got) && i < w.acked.Len() && got[i] == w.acked.Bytes()[i] {
+			i++
+		}
+		return fmt.Errorf("the file differs from the %d acknowledged bytes at byte %d (%d bytes there): an acknowledged write was lost or changed", w.acked.Len(), w.start+int64(i), len(got))
+	}
+	if err := w.checkExtra(got[w.acked.Len():]); err != nil {
+		return err
+	}
+	return w.checkCheckpoint(ckpt)
+}
+
+// Loss is what a storage lacks of a writer's acknowledged pieces: Pieces of them, Bytes in all, from piece
+// First on (CheckDurable).
+type Loss struct {
+	First, Pieces int
+	Bytes         int64
+}
+
+// CheckDurable checks the storage after a fault that loses what was not durable (every holder of a FUSE
+// connection dying at once): file (nil: no such object) must hold, from the first piece's offset on, the
+// acknowledged pieces in order up to at least the end the writer's last acknowledged fsync made durable, and
+// nothing that differs from them (past them at most the piece in flight); ckpt is checked as CheckWritten
+// does (a checkpoint is fsync'ed and closed before it counts). It returns what is lost: the acknowledged
+// pieces past what the file holds, all acknowledged after the last durable point.
+func CheckDurable(recs []Record, file, ckpt []byte) (Loss, error) {
+	w, err := readLog(recs)
+	if err != nil {
+		return Loss{}, err
+	}
+	if len(file) > 0 && int64(len(file)) < w.start {
+		return Loss{}, fmt.Errorf("the file holds %d bytes, less than the %d before the first piece", len(file), w.start)
+	}
+	var got []byte
+	if len(file) > 0 {
+		got = file[w.start:]
+	}
+	want := w.acked.Bytes()
+	n := min(len(got), len(want))
+	if i := mismatch(got[:n], want[:n]); i >= 0 {
+		return Loss{}, fmt.Errorf("the file differs from the acknowledged bytes at byte %d (%d bytes there): an acknowledged write was changed", w.start+int64(i), len(got))
+	}
+	if err := w.checkExtra(got[n:]); err != nil {
+		return Loss{}, err
+	}
+	if held := w.start + int64(len(got)); w.durable > held {
+		return Loss{}, fmt.Errorf("the file holds %d bytes, less than the %d an fsync acknowledged as durable (after piece %d): a durable write was lost", held, w.durable, w.durableSeq)
+	}
+	if err := w.checkCheckpoint(ckpt); err != nil {
+		return Loss{}, err
+	}
+	loss := Loss{First: -1}
+	for _, p := range w.pieces {
+		if p.end-w.start > int64(len(got)) {
+			if loss.First < 0 {
+				loss.First = p.seq
+			}
+			loss.Pieces++
+			loss.Bytes += p.end - max(p.end-p.n, w.start+int64(len(got)))
+		}
+	}
+	return loss, nil
+}
+
+// mismatch is the first index where a and b (of one length) differ, -1 when they do not.
+func mismatch(a, b []byte) int {
+	for i := range a {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	return -1
+}
+
+// writtenLog is what a writer's log says it was told: the acknowledged pieces from offset start on, the piece
+// in flight at the end (-1: none), the last acknowledged checkpoint and the end the last fsync made durable.
+type writtenLog struct {
+	start      int64
+	acked      bytes.Buffer
+	pieces     []ackedPiece
+	inFlight   int
+	lastCkpt   Record
+	durable    int64 // 0: no fsync acknowledged
+	durableSeq int
+}
+
+type ackedPiece struct {
+	seq    int
+	n, end int64
+}
+
+func readLog(recs []Record) (*writtenLog, error) {
+	w := &writtenLog{start: -1, inFlight: -1}
 	for _, r := range recs {
 		switch r.Event {
 		case EventWriteStart:
-			inFlight = *r.Seq
+			w.inFlight = *r.Seq
 		case EventWrite:
-			if start < 0 {
-				start = *r.Offset
+			if w.start < 0 {
+				w.start = *r.Offset
 			}
-			if *r.Offset != start+int64(want.Len()) {
-				return fmt.Errorf("piece %d was written at %d, after %d bytes from %d: the log is not one writer's", *r.Seq, *r.Offset, want.Len(), start)
+			if *r.Offset != w.start+int64(w.acked.Len()) {
+				return nil, fmt.Errorf("piece %d was written at %d, after %d bytes from %d: the log is not one writer's", *r.Seq, *r.Offset, w.acked.Len(), w.start)
 			}
 			p := Piece(*r.Seq, *r.Bytes)
 			if sum(p) != r.SHA256 {
-				return fmt.Errorf("piece %d: the log's SHA-256 is not the piece's", *r.Seq)
+				return nil, fmt.Errorf("piece %d: the log's SHA-256 is not the piece's", *r.Seq)
 			}
-			want.Write(p)
-			inFlight = -1
+			w.acked.Write(p)
+			w.pieces = append(w.pieces, ackedPiece{seq: *r.Seq, n: int64(len(p)), end: *r.Offset + int64(len(p))})
+			w.inFlight = -1
+		case EventSync:
+			if r.Offset != nil && *r.Offset > w.durable {
+				w.durable, w.durableSeq = *r.Offset, *r.Seq
+			}
 		case EventCheckpoint:
-			lastCkpt = r
+			w.lastCkpt = r
 		}
 	}
-	if start < 0 {
-		return errors.New("the log has no acknowledged write")
+	if w.start < 0 {
+		return nil, errors.New("the log has no acknowledged write")
 	}
-	if int64(len(file)) < start {
-		return fmt.Errorf("the file holds %d bytes, less than the %d before the first piece", len(file), start)
-	}
-	got := file[start:]
-	if !bytes.HasPrefix(got, want.Bytes()) {
-		i := 0
-		for i < len(got) && i < want.Len() && got[i] == want.Bytes()[i] {
-			i++
-		}
-		return fmt.Errorf("the file differs from the %d acknowledged bytes at byte %d (%d bytes there): an acknowledged write was lost or changed", want.Len(), start+int64(i), len(got))
-	}
-	if extra := got[want.Len():]; len(extra) > 0 && (inFlight < 0 || !bytes.Equal(extra, Piece(inFlight, len(extra)))) {
+	return w, nil
+}
+
+// checkExtra checks what the file holds past the acknowledged pieces: at most the piece in flight.
+func (w *writtenLog) checkExtra(extra []byte) error {
+	if len(extra) > 0 && (w.inFlight < 0 || !bytes.Equal(extra, Piece(w.inFlight, len(extra)))) {
 		return fmt.Errorf("the file holds %d bytes after the acknowledged ones that are not the piece in flight", len(extra))
 	}
-	if lastCkpt.Event == "" {
+	return nil
+}
+
+// checkCheckpoint checks ckpt (nil: none) against the last acknowledged checkpoint: it or a later one whole.
+func (w *writtenLog) checkCheckpoint(ckpt []byte) error {
+	last := w.lastCkpt
+	if last.Event == "" {
 		return nil
 	}
 	if ckpt == nil {
-		return fmt.Errorf("checkpoint %d was acknowledged but there is none", *lastCkpt.Seq)
+		return fmt.Errorf("checkpoint %d was acknowledged but there is none", *last.Seq)
 	}
-	if sum(ckpt) != lastCkpt.SHA256 {
+	if sum(ckpt) != last.SHA256 {
 		var seq int
-		if _, err := fmt.Sscanf(string(ckpt), "checkpoint %d ", &seq); err != nil || seq <= *lastCkpt.Seq || !bytes.Equal(ckpt, CheckpointData(seq, len(ckpt))) {
-			return fmt.Errorf("the checkpoint (%d bytes) is neither the acknowledged checkpoint %d nor a later one whole", len(ckpt), *lastCkpt.Seq)
+		if _, err := fmt.Sscanf(string(ckpt), "checkpoint %d ", &seq); err != nil || seq <= *last.Seq || !bytes.Equal(ckpt, CheckpointData(seq, len(ckpt))) {
+			return fmt.Errorf("the checkpoint (%d bytes) is neither the acknowledged checkpoint %d nor a later one whole", len(ckpt), *last.Seq)
 		}
 	}
 	return nil

@@ -88,3 +88,46 @@ func TestCheckWrittenFindsLosses(t *testing.T) {
 		t.Errorf("a later whole checkpoint: %v", err)
 	}
 }
+
+// TestCheckDurableSaysWhatIsLost: after a fault that loses what was not durable, the storage may lack the
+// pieces after the last acknowledged fsync, and the check says which; anything less, or different, is an error.
+func TestCheckDurableSaysWhatIsLost(t *testing.T) {
+	recs, file, ckpt := writeRun(t, Config{WriteSize: 100, SyncEvery: 2, CheckpointEvery: 3}, 7) // fsyncs after pieces 1, 3, 5
+	changed := bytes.Clone(file)
+	changed[150] ^= 1
+	for name, tc := range map[string]struct {
+		file []byte
+		want Loss
+	}{
+		"all of it":                   {file, Loss{First: -1}},
+		"up to the last fsync":        {file[:600], Loss{First: 6, Pieces: 1, Bytes: 100}},
+		"part of a piece after fsync": {file[:650], Loss{First: 6, Pieces: 1, Bytes: 50}},
+	} {
+		got, err := CheckDurable(recs, tc.file, ckpt)
+		if err != nil || got != tc.want {
+			t.Errorf("%s: %+v, %v; want %+v", name, got, err, tc.want)
+		}
+	}
+	for name, tc := range map[string]struct {
+		file, ckpt []byte
+		want       string
+	}{
+		"less than the last fsync": {file[:400], ckpt, "less than the 600 an fsync acknowledged as durable (after piece 5)"},
+		"no file":                  {nil, ckpt, "less than the 600"},
+		"a changed byte":           {changed, ckpt, "at byte 150"},
+		"junk after":               {append(bytes.Clone(file), "junk"...), ckpt, "not the piece in flight"},
+		"the older checkpoint":     {file, CheckpointData(2, 300), "neither the acknowledged checkpoint 5"},
+	} {
+		if _, err := CheckDurable(recs, tc.file, tc.ckpt); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want an error with %q", name, err, tc.want)
+		}
+	}
+	// Without any fsync, nothing of the file is durable: none of it may be there.
+	recs, file, ckpt = writeRun(t, Config{WriteSize: 100, CheckpointEvery: 3}, 4)
+	if got, err := CheckDurable(recs, nil, ckpt); err != nil || got != (Loss{First: 0, Pieces: 4, Bytes: 400}) {
+		t.Errorf("no fsync, no file: %+v, %v; want all 4 pieces lost", got, err)
+	}
+	if got, err := CheckDurable(recs, file, ckpt); err != nil || got.Pieces != 0 {
+		t.Errorf("no fsync, the whole file: %+v, %v; want nothing lost", got, err)
+	}
+}

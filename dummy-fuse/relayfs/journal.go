@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 
 	"golang.org/x/sys/unix"
 )
@@ -129,6 +130,29 @@ func (j *journal) append(rec []byte) (int64, error) {
 	}
 	j.end += int64(len(rec))
 	return start, nil
+}
+
+// String says what the journal holds, as the relay's log names what it could not keep: the writes and
+// truncations, their bytes, and the ranges of the file they cover.
+func (j *journal) String() string {
+	segs, _, _, _ := j.extents()
+	var spans [][2]int64 // the segments, those that follow each other as one
+	for _, sg := range segs {
+		if n := len(spans); n > 0 && spans[n-1][1] == sg.off {
+			spans[n-1][1] += sg.n
+			continue
+		}
+		spans = append(spans, [2]int64{sg.off, sg.off + sg.n})
+	}
+	var ranges []string
+	for i, sp := range spans {
+		if i == 3 {
+			ranges = append(ranges, fmt.Sprintf("and %d more", len(spans)-3))
+			break
+		}
+		ranges = append(ranges, fmt.Sprintf("%d-%d", sp[0], sp[1]))
+	}
+	return fmt.Sprintf("%d writes and truncations (%d bytes; file ranges [%s])", len(j.ops), j.bytes, strings.Join(ranges, " "))
 }
 
 // empty reports whether there is nothing to replay.

@@ -132,6 +132,19 @@ func TestJournalReplaysInAscendingOrder(t *testing.T) {
 	if got := replayed(t, j, ""); got != "axaaBBBBcc\x00\x00" {
 		t.Errorf("replay with a truncation after the writes, into an empty file: %q", got)
 	}
+	// What the relay's log says of a journal it could not keep: the records, their bytes and the file's ranges.
+	if got, want := j.String(), "6 writes and truncations (15 bytes; file ranges [0-10])"; got != want {
+		t.Errorf("String() = %q, want %q", got, want)
+	}
+	apart := &journal{dir: t.TempDir(), name: journalName(2)}
+	for off := int64(0); off < 50; off += 10 {
+		if err := apart.write([]byte("x"), off); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, want := apart.String(), "5 writes and truncations (5 bytes; file ranges [0-1 10-11 20-21 and 2 more])"; got != want {
+		t.Errorf("String() = %q, want %q", got, want)
+	}
 }
 
 // TestJournalKnowsWhatItsReplayWrote: a record numbered up to the last replay is in the replayed file (a write

@@ -115,7 +115,7 @@ func (fs *Writable) inherited(fh uint64) *handle {
 	}
 	path, ok := fs.nodes.path(j.header.Node)
 	if !ok {
-		fs.logf("handle %#x: the journal's node %d is not in the node table; %d writes (%d bytes) cannot be replayed", fh, j.header.Node, len(j.ops), j.bytes)
+		fs.logf("handle %#x: the journal's node %d is not in the node table; its %s cannot be replayed", fh, j.header.Node, j)
 		j.remove()
 		return nil
 	}
@@ -373,7 +373,7 @@ func (fs *Writable) Release(cancel <-chan struct{}, in *fuse.ReleaseIn) {
 		defer h.w.mu.Unlock()
 		if !h.w.j.empty() {
 			if err := fs.durable(h, flushFD); err != nil {
-				fs.logf("release %s: %d writes (%d bytes) were not made durable: %v", h.path, len(h.w.j.ops), h.w.j.bytes, err)
+				fs.logf("release %s: %s were not made durable and are lost: %v", h.path, h.w.j, err)
 			}
 		}
 		h.w.j.remove()

@@ -90,10 +90,7 @@ func also(s scenarios.Scenario, checks ...scenarios.Check) scenarios.Scenario {
 // mode. The plugin does not restore its mounts, so the reader fails from the first read after the kill, forever
 // (restart-no-restore).
 func holdersDie(s scenarios.Scenario) scenarios.Scenario {
-	kill, start := []scenarios.Step{scenarios.KillPlugin()}, []scenarios.Step{scenarios.StartPlugin()}
-	if s.Plugin.Topology().Has(topology.KeeperContainer) {
-		kill, start = append(kill, scenarios.Kill(topology.KeeperContainer)), append(start, scenarios.Start(topology.KeeperContainer))
-	}
+	kill, start := everyHolder(s)
 	s.Plugin.RestoreMounts, s.Plugin.RestoreStrategy = false, ""
 	s.Steps = slices.Concat([]scenarios.Step{warmUp}, kill, []scenarios.Step{untilENOTCONN, hostDead}, start,
 		[]scenarios.Step{scenarios.Observe(watchReads)})
@@ -105,6 +102,16 @@ func holdersDie(s scenarios.Scenario) scenarios.Scenario {
 		{Check: scenarios.VolumeDir{Errno: "ENOTCONN", After: scenarios.AfterPluginBack}},
 	}
 	return s
+}
+
+// everyHolder are the steps that kill every holder of s's connection at once (the plugin, and the keeper when
+// its mode has one) and those that start them again.
+func everyHolder(s scenarios.Scenario) (kill, start []scenarios.Step) {
+	kill, start = []scenarios.Step{scenarios.KillPlugin()}, []scenarios.Step{scenarios.StartPlugin()}
+	if s.Plugin.Topology().Has(topology.KeeperContainer) {
+		kill, start = append(kill, scenarios.Kill(topology.KeeperContainer)), append(start, scenarios.Start(topology.KeeperContainer))
+	}
+	return kill, start
 }
 
 // restartHeals makes s the row of a plugin restart that ends the connection, with restoreMounts and a reader

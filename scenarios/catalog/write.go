@@ -65,9 +65,68 @@ func keepsWrites(s scenarios.Scenario, faults ...scenarios.Step) scenarios.Scena
 	return s
 }
 
+// The limit rows: what the relay does not promise to ride out, and exactly what it loses there. Their writer
+// fsyncs every syncEvery pieces, so that the storage must keep what an fsync made durable and may lack only
+// what was acknowledged after the last one; limitWarmUp lets it fsync and checkpoint before the fault. An fsync
+// is a writer's longest operation (gcsfuse uploads at it): at one every few pieces, most kills would land inside
+// one and nothing would be left to lose; at one every 16, most land among acknowledged pieces not yet durable.
+const syncEvery = 2 * scenarios.CheckpointEvery
+
+// connectionGone are the errnos of operations on a FUSE connection that is gone: ECONNABORTED for one in flight
+// when it ended (the kernel's abort, fs/fuse/dev.c), which the relay passes on when it ends its backend wait
+// on one, ENOTCONN for every one after.
+var connectionGone = []string{"ENOTCONN", "ECONNABORTED"}
+
+var (
+	limitWarmUp = scenarios.WaitFor(scenarios.Writes{C: writer, N: syncEvery + 2}, scenarios.Dur{Fixed: 30 * time.Second})
+	// untilWriteFails waits for the writer's first failed operation after the kill.
+	untilWriteFails = scenarios.WaitFor(scenarios.FailsWithin{C: writer, Within: scenarios.Dur{Fixed: 10 * time.Second}}, scenarios.Dur{Fixed: 10 * time.Second})
+)
+
+// syncing is mode m writing with a writer that fsyncs every syncEvery pieces (the limit rows).
+func (m mode) syncing() mode {
+	m = m.writing()
+	m.base.Pod = pod(scenarios.Container{Name: writer, Write: true, ReadInterval: writeInterval, SyncEvery: syncEvery})
+	return m
+}
+
+// writersDie makes s the row of every holder of the connection dying at once, under writes (holdersDie for a
+// writer): the writer's operations fail with ENOTCONN for good and the volume dir stays dead; the storage holds
+// everything an fsync or checkpoint of the writer made durable, and lacks what it acknowledged after its last
+// fsync, which only the dead server and the dead relay's journal had (KeepsDurableWrites names it).
+func writersDie(s scenarios.Scenario) scenarios.Scenario {
+	kill, start := everyHolder(s)
+	s.Plugin.RestoreMounts, s.Plugin.RestoreStrategy = false, ""
+	s.Steps = slices.Concat([]scenarios.Step{limitWarmUp}, kill, []scenarios.Step{untilWriteFails, hostDead}, start,
+		[]scenarios.Step{scenarios.Observe(watchReads)})
+	s.Expect = []scenarios.Expectation{
+		{Check: scenarios.KeepsDurableWrites{C: writer, Errnos: connectionGone}},
+		noRestarts(writer),
+		{Check: scenarios.VolumeDir{Errno: "ENOTCONN", After: scenarios.AfterPluginBack}},
+	}
+	return s
+}
+
 // writeScenarios are the rows that write, in the relay and relay-keeper modes.
 func writeScenarios() []scenarios.Scenario {
 	r, rk := relayMode.writing(), relayKeeperMode.writing()
+	noBackend := relayMode.syncing().row("no-backend", "the real server cannot come back within the relay's wait, under writes",
+		"As relay-no-backend under a writer that fsyncs every 16 pieces: once the relay's backend wait (5 s here) ran out, "+
+			"the writer's writes fail (ECONNABORTED for the one inside the dead server, ENOTCONN after it) and so does a stat of the volume dir; the relay keeps the journal of its open file, so when the real executable "+
+			"is back and the plugin's next try serves again, the relay replays it into the new server and the writer goes on: "+
+			"what is lost are the writes that failed, none the writer was told succeeded. (A close during the outage "+
+			"would end the journal unkept: the relay's log names the writes and bytes it could not make durable.)")
+	noBackend.Plugin.RelayBackendWait = relayNoBackendWait
+	noBackend.Steps = []scenarios.Step{warmUpWrites, scenarios.Kill(topology.RelayServerGone),
+		scenarios.WaitFor(scenarios.FailsWithin{C: writer, Within: scenarios.Dur{Fixed: relayNoBackendWithin}}, scenarios.Dur{Fixed: relayNoBackendWithin}),
+		scenarios.Start(topology.RelayServerGone), writesGoOn}
+	noBackend.Expect = []scenarios.Expectation{
+		{Check: scenarios.FailsWithin{C: writer, Within: scenarios.Dur{Fixed: relayNoBackendWithin}}},
+		{Check: scenarios.WritesKept{C: writer, Writes: writesAfter, Errnos: connectionGone}},
+		noRestarts(writer),
+	}
+	noBackend = relayText.newBuild(noBackend)
+	noBackend.Servers, noBackend.ServersWhy = r.base.Servers, r.base.ServersWhy
 	return []scenarios.Scenario{
 		keepsWrites(r.row("server-crash", "the real server behind the relay is killed under writes",
 			"The real server (gcsfuse, s3fs) dies with a write, fsync or checkpoint of the writer's inside it (stopped for a "+
@@ -95,5 +154,12 @@ func writeScenarios() []scenarios.Scenario {
 			"The keeper holds the connection and runs the relay and the real server: the writer writes on while the plugin "+
 				"is down and after it is back, and the bucket holds every acknowledged byte."),
 			scenarios.KillPlugin(), scenarios.Observe(watchReads), scenarios.StartPlugin()),
+		noBackend,
+		writersDie(relayKeeperMode.syncing().row("all-holders", "the plugin and the keeper die together under writes",
+			"The limit, under a writer that fsyncs every 16 pieces: as relay-keeper-all-holders, every holder of the "+
+				"connection dies at once, and with them the real server and the relay. The writer's writes fail with "+
+				"ENOTCONN for good. What an fsync or a checkpoint of the writer made durable is in the bucket; what it "+
+				"acknowledged after its last fsync was only in the dead server and the dead relay's journal, and is lost: "+
+				"the row names those pieces.")),
 	}
 }
