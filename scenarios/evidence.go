@@ -3,6 +3,7 @@ package scenarios
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/dummy-fuse-workload/workload"
 	"sort"
 	"time"
 
@@ -282,13 +283,14 @@ func (ev *Evidence) FirstFailureAfterKill(c string) (Event, bool) {
 	return ev.First(k, IsFailure(c))
 }
 
-// Recovery is container c's first good read after its first failure after the kill.
+// Recovery is container c's first good read (a writer's: acknowledged write) after its first failure after
+// the kill.
 func (ev *Evidence) Recovery(c string) (Event, bool) {
 	f, ok := ev.FirstFailureAfterKill(c)
 	if !ok {
 		return Event{}, false
 	}
-	return ev.First(f.Time, func(e Event) bool { return e.Container == c && e.IsGoodRead() })
+	return ev.First(f.Time, func(e Event) bool { return e.Container == c && e.IsGoodIO() })
 }
 
 // Starts counts the successful starts of container c (restart count + 1).
@@ -304,7 +306,8 @@ type Measures struct {
 	// its errno (a read inside a dying server gets ECONNABORTED, an aborted connection too), and when.
 	FirstErrno       string
 	KillToFirstError time.Duration
-	// KillToRecovery: plugin kill → the first container's first good read after its failure (0 if none).
+	// KillToRecovery: plugin kill → the first container's first good read (a writer's: acknowledged write)
+	// after its failure (0 if none).
 	KillToRecovery time.Duration
 	// KillToRestore: plugin kill → stat of the volume dir succeeds again (0 if never).
 	KillToRestore time.Duration
@@ -320,6 +323,9 @@ type Measures struct {
 	SidecarToServe, SidecarToRead time.Duration
 	// Wall is the whole run, setup and teardown included (set by the runner).
 	Wall time.Duration
+	// Lost is what the storage lacks of a writer's acknowledged pieces (workload.CheckDurable), when the first
+	// container writes and its objects were read from the storage; zero when nothing is lost or it was not read.
+	Lost workload.Loss
 }
 
 // Measure computes the measures for the pod's first container, primary.
@@ -358,7 +364,28 @@ func (ev *Evidence) Measure(primary string) Measures {
 			m.Stall = e.Latency
 		}
 	}
+	m.Lost = ev.lost(primary)
 	return m
+}
+
+// lost is what the storage lacks of writer container c's acknowledged pieces; zero when c wrote nothing, its
+// objects were not read, or the storage differs otherwise (its check says how).
+func (ev *Evidence) lost(c string) workload.Loss {
+	ctr := Container{Name: c}
+	file, fok := ev.StoredObject(c, ctr.WrittenObject())
+	ckpt, cok := ev.StoredObject(c, ctr.Objects()[1])
+	if !fok || !cok || file.Err != "" || ckpt.Err != "" {
+		return workload.Loss{}
+	}
+	recs, err := writerLog(ev, c)
+	if err != nil {
+		return workload.Loss{}
+	}
+	loss, err := workload.CheckDurable(recs, file.Data, ckpt.Data)
+	if err != nil || loss.Pieces == 0 {
+		return workload.Loss{}
+	}
+	return loss
 }
 
 // SidecarServes returns the first start of the pod's FUSE sidecar, when it first received the descriptor after

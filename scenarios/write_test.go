@@ -271,6 +271,10 @@ func TestWritesKeptWithFailures(t *testing.T) {
 		return rec.Snapshot()
 	}
 	check := scenarios.WritesKept{C: writer, Writes: 10, Errnos: []string{"ENOTCONN"}}
+	// A writer's recovery is its first acknowledged write after its failure.
+	if m := story("ENOTCONN", 1600).Measure(writer); !m.Failed || m.KillToRecovery <= m.KillToError {
+		t.Errorf("measures %+v: the writer's writes after its failures are no recovery", m)
+	}
 	if r := check.Eval(story("ENOTCONN", 1600), scenarios.Timing{}); !r.OK || !strings.Contains(r.Why, "2 failed with ENOTCONN (first: writer#0 write_error ENOTCONN") {
 		t.Errorf("failures with the errno, every byte stored: %+v", r)
 	}
@@ -304,6 +308,9 @@ func TestKeepsDurableWrites(t *testing.T) {
 		return rec.Snapshot()
 	}
 	upToSync := func(w *writeLog, durable int) { w.store(w.file[:durable], w.ckpt) }
+	if got := story(true, "ENOTCONN", upToSync).Measure(writer).Lost; got != (workload.Loss{First: 10, Pieces: 3, Bytes: 300}) {
+		t.Errorf("the run's measured loss: %+v, want the 3 pieces after the fsync", got)
+	}
 	r := check.Eval(story(true, "ENOTCONN", upToSync), scenarios.Timing{})
 	if !r.OK || !strings.Contains(r.Why, "1 failed with ENOTCONN or ECONNABORTED") || !strings.Contains(r.Why, "lost: 3 acknowledged pieces (300 bytes) from piece 10 on, all after the last fsync") ||
 		!strings.Contains(r.Why, "writer.log.ckpt is the last acknowledged checkpoint (after piece 7)") {

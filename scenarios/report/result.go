@@ -58,6 +58,11 @@ type Measured struct {
 	// has a FUSE sidecar, so the times from its start do.
 	Kills   bool `json:"kills"`
 	Sidecar bool `json:"sidecar"`
+	// Writes: the first container is a writer, so its recovery is a good write, not a good read; LostPieces
+	// and LostBytes are what the storage lacks of what it was told was written (a limit row's loss).
+	Writes     bool  `json:"writes,omitempty"`
+	LostPieces int   `json:"lost_pieces,omitempty"`
+	LostBytes  int64 `json:"lost_bytes,omitempty"`
 	// Failed: the first container failed after the kill; VolumeDied: a stat of the volume dir failed after it.
 	Failed      bool    `json:"failed"`
 	VolumeDied  bool    `json:"volume_died"`
@@ -82,6 +87,8 @@ func measuredOf(o *scenarios.Outcome) Measured {
 	ran := o.NotRunnable() == nil // a NOT RUNNABLE row's steps never ran: it measured nothing ("–")
 	return Measured{
 		Kills: o.Scenario.Kills() && ran, Sidecar: o.Scenario.Pod.Sidecar != nil && ran, Failed: m.Failed, VolumeDied: m.VolumeDied,
+		Writes:     len(o.Scenario.Pod.Containers) > 0 && o.Scenario.Pod.Containers[0].Write,
+		LostPieces: m.Lost.Pieces, LostBytes: m.Lost.Bytes,
 		KillToError: m.KillToError.Seconds(), KillToRestore: m.KillToRestore.Seconds(), KillToRecovery: m.KillToRecovery.Seconds(),
 		FirstErrno: m.FirstErrno, KillToFirstError: m.KillToFirstError.Seconds(),
 		Stall:          float64(m.Stall.Microseconds()) / 1000,

@@ -155,7 +155,15 @@ func measuredCell(m Measured) string {
 		// An error before any ENOTCONN (a read inside a dying server, an aborted connection) says more.
 		first = m.FirstErrno + " " + seconds(m.KillToFirstError) + " · "
 	}
-	return first + "ENOTCONN " + m.kill(m.KillToError) + " · good read " + m.recovery(m.KillToRecovery, m.Failed)
+	good := "good read "
+	if m.Writes {
+		good = "good write "
+	}
+	lost := ""
+	if m.LostPieces > 0 {
+		lost = fmt.Sprintf(" · lost %d acknowledged pieces (%d bytes)", m.LostPieces, m.LostBytes)
+	}
+	return first + "ENOTCONN " + m.kill(m.KillToError) + " · " + good + m.recovery(m.KillToRecovery, m.Failed) + lost
 }
 
 // SpliceVersionTable returns readme with its per-version table replaced by table.

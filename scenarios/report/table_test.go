@@ -132,6 +132,8 @@ func TestMeasuredCell(t *testing.T) {
 		{Measured{Kills: true, Stall: 1131.1}, "no failure · stall 1131.1ms"},
 		{Measured{Kills: true, Failed: true, FirstErrno: "ENOTCONN", KillToFirstError: 0.1, KillToError: 0.1}, "ENOTCONN 0.10s · good read never"},
 		{Measured{Kills: true, Failed: true, FirstErrno: "ECONNABORTED", KillToFirstError: 30.2}, "ECONNABORTED 30.20s · ENOTCONN never · good read never"},
+		{Measured{Kills: true, Writes: true, Failed: true, KillToError: 5.02, KillToRecovery: 5.5}, "ENOTCONN 5.02s · good write 5.50s"},
+		{Measured{Kills: true, Writes: true, Failed: true, KillToError: 0.01, LostPieces: 4, LostBytes: 262144}, "ENOTCONN 0.01s · good write never · lost 4 acknowledged pieces (262144 bytes)"},
 	} {
 		if got := measuredCell(tc.m); got != tc.want {
 			t.Errorf("%+v: %q, want %q", tc.m, got, tc.want)
