@@ -4,7 +4,7 @@
 # fake GCS in the pod that runs it) and with s3fs (Debian's, from an image as an operator has one: make
 # server-image SERVER=s3fs, described by docs/servers/s3fs.yaml, against rclone's fake S3 on the node).
 #
-# CI leaves these rows out (its cluster pass runs the read rows, and its hour has no room for five more rows per
+# CI leaves these rows out (its cluster pass runs the read rows, and its hour has no room for the rows that write per
 # server): their records, in scenarios/results, are checked by the generated docs and their tests like CI's.
 # Steps: make cluster-build, make cluster-up, for each server the rows through dfc-scenario --backend=kube,
 # recorded (scenariodoc record), then the generated docs; make cluster-down, also after a failure or an
@@ -32,7 +32,7 @@ COMMAND="make kube-writes K8S_VERSION=$RELEASE"
 
 mkdir -p "$BIN" "$ARTIFACTS"
 CGO_ENABLED=0 go build -trimpath -o "$BIN/dfc-scenario" ./scenarios/cmd/dfc-scenario
-mapfile -t ROWS < <("$BIN/dfc-scenario" --list --writes)
+mapfile -t ROWS < <("$BIN/dfc-scenario" --list --writes --backend=kube)
 [ "${#ROWS[@]}" -gt 0 ] || die "the catalog names no row that writes"
 
 # The fake S3 for s3fs: rclone's serve s3 over a directory whose subdirectory dfc is the bucket, anonymous (no

@@ -130,7 +130,7 @@ func parse(args []string, stdout io.Writer) (config, error) {
 	fl.BoolVar(&cfg.list, "list", false, "list the scenarios and exit")
 	fl.BoolVar(&cfg.versionDependent, "version-dependent", false, "with --list: only the names of the scenarios whose expected outcome depends on the kubelet version, one per line")
 	fl.BoolVar(&cfg.everyRelease, "every-release", false, "with --list: only the names of the scenarios to run on every kubelet release, one per line (for CI): the version-dependent ones and those whose kubelet code changed between releases")
-	fl.BoolVar(&cfg.writes, "writes", false, "with --list: only the names of the rows that write (a writable volume and a writer), one per line: make kube-writes runs them on a cluster")
+	fl.BoolVar(&cfg.writes, "writes", false, "with --list: only the names of the rows that write (a writable volume and a writer) that --backend can run, one per line: make kube-writes runs them on a cluster with --backend=kube")
 	fl.BoolVar(&cfg.everyServer, "every-server", false, "with --list: only the names of the scenarios CI runs on the kube backend with each real FUSE server too, one per line: those whose outcome is about what the server does")
 	fl.StringVar(&cfg.kubeletVersion, "kubelet-version", local.KubeletVersions[0], "local: the kubelet version to model ("+strings.Join(local.KubeletVersions, ", ")+", or its minor); the kube backend judges by the node's kubelet")
 	fl.StringVar(&cfg.sidecarDelays, "sidecar-delay", "", "run sidecar-late once per sidecar delay in this list (e.g. 0s,1s,3s; runs are named sidecar-late-<delay>), to see how long the first access waits as the delay varies")

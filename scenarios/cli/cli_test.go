@@ -146,16 +146,21 @@ func TestAllLeavesOut(t *testing.T) {
 
 // TestListVersionDependent: CI reads the names of the scenarios to run on a second kubelet version from
 // --list --every-release, one per line and nothing else; --version-dependent names those whose outcome differs;
-// --every-server those of its passes with a real FUSE server; --writes the rows of make kube-writes.
+// --every-server those of its passes with a real FUSE server; --writes the rows that write that the backend
+// runs (--backend=kube: those of make kube-writes).
 func TestListVersionDependent(t *testing.T) {
+	writes := func(backend string) func(*scenarios.Scenario) bool {
+		return func(s *scenarios.Scenario) bool { return len(s.Writers()) > 0 && s.RunsOn(backend) == nil }
+	}
 	for flag, want := range map[string]func(*scenarios.Scenario) bool{
-		"--version-dependent": (*scenarios.Scenario).VersionDependent,
-		"--every-release":     (*scenarios.Scenario).OnEveryRelease,
-		"--every-server":      (*scenarios.Scenario).OnEveryServer,
-		"--writes":            func(s *scenarios.Scenario) bool { return len(s.Writers()) > 0 },
+		"--version-dependent":     (*scenarios.Scenario).VersionDependent,
+		"--every-release":         (*scenarios.Scenario).OnEveryRelease,
+		"--every-server":          (*scenarios.Scenario).OnEveryServer,
+		"--writes":                writes(scenarios.BackendLocal),
+		"--writes --backend=kube": writes(scenarios.BackendKube),
 	} {
 		var stdout, stderr bytes.Buffer
-		if err := Run(context.Background(), []string{"--list", flag}, command.Streams{Out: &stdout, Err: &stderr}); err != nil {
+		if err := Run(context.Background(), append([]string{"--list"}, strings.Fields(flag)...), command.Streams{Out: &stdout, Err: &stderr}); err != nil {
 			t.Fatalf("%s: %v: %s", flag, err, stderr.String())
 		}
 		var names []string
@@ -167,6 +172,13 @@ func TestListVersionDependent(t *testing.T) {
 		if len(names) == 0 || stdout.String() != strings.Join(names, "") {
 			t.Errorf("%s: output %q, want %q", flag, stdout.String(), strings.Join(names, ""))
 		}
+	}
+	// The rows that write on one backend only: listed for it alone.
+	var local, kube bytes.Buffer
+	_ = Run(context.Background(), []string{"--list", "--writes"}, command.Streams{Out: &local, Err: io.Discard})
+	_ = Run(context.Background(), []string{"--list", "--writes", "--backend=kube"}, command.Streams{Out: &kube, Err: io.Discard})
+	if !strings.Contains(local.String(), "relay-write-no-backend\n") || strings.Contains(kube.String(), "relay-write-no-backend") {
+		t.Errorf("relay-write-no-backend (local backend only): --writes lists %q, with --backend=kube %q", local.String(), kube.String())
 	}
 }
 

@@ -33,7 +33,7 @@ func (cfg config) listFilter() func(*scenarios.Scenario) bool {
 	}
 	return func(s *scenarios.Scenario) bool {
 		return (cfg.versionDependent && s.VersionDependent()) || (cfg.everyRelease && s.OnEveryRelease()) ||
-			(cfg.everyServer && s.OnEveryServer()) || (cfg.writes && len(s.Writers()) > 0)
+			(cfg.everyServer && s.OnEveryServer()) || (cfg.writes && len(s.Writers()) > 0 && s.RunsOn(cfg.backend) == nil)
 	}
 }
 
