@@ -632,6 +632,7 @@ func TestSchemaRejects(t *testing.T) {
 		{"remediation.interval=0s", "/remediation/interval", func(k jsonschema.ErrorKind) bool { _, ok := k.(*kind.Not); return ok }},
 		{"csi.plugin.fuseServer=bindfs", "/csi/plugin/fuseServer", isEnum},
 		{"gcsfuse.fakeGCS.port=0", "/gcsfuse/fakeGCS/port", isMinimum},
+		{"gcsfuse.endpoint=127.0.0.1:4443", "/gcsfuse/endpoint", isPattern},
 		{"gcsfuse.metadataCacheTtlSecs=1", "/gcsfuse", additional("metadataCacheTtlSecs")},
 		{"relay.backendWait=30", "/relay/backendWait", isType}, // --set makes it a number
 		{"relay.backendWait=0s", "/relay/backendWait", func(k jsonschema.ErrorKind) bool { _, ok := k.(*kind.Not); return ok }},
@@ -1330,6 +1331,27 @@ func TestFuseServer(t *testing.T) {
 				t.Errorf("fake GCS server mounts %+v: it needs nothing of the host", f.VolumeMounts)
 			}
 		})
+	}
+
+	// gcsfuse.endpoint: a GCS server outside the pods, and no fake beside gcsfuse, in the plugin's pod or the keeper's.
+	for _, mode := range []string{"child", "relay", "relay-keeper"} {
+		const ep = "http://10.244.0.1:18337/storage/v1/"
+		o := render(t, "csi.plugin.fuseServer=gcsfuse", "csi.plugin.fuseMode="+mode, "gcsfuse.endpoint="+ep)
+		flag, ps := "--fuse-server-opt", o.ds.Spec.Template.Spec
+		if mode == "relay-keeper" {
+			flag, ps = "--relay-server-opt", o.keeperDS.Spec.Template.Spec
+		}
+		server := ps.Containers[0]
+		if got := argsWithFlag(&server, flag); !slices.Contains(got, flag+"=endpoint="+ep) {
+			t.Errorf("%s: %s %q, want endpoint %s", mode, flag, got, ep)
+		}
+		for _, pod := range []corev1.PodSpec{o.ds.Spec.Template.Spec, ps} {
+			for _, c := range pod.InitContainers {
+				if c.Name == "fake-gcs" {
+					t.Errorf("%s with gcsfuse.endpoint: a fake GCS server beside gcsfuse", mode)
+				}
+			}
+		}
 	}
 
 	// squashfuse reads the image's squashfs image and needs nothing beside it.

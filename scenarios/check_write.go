@@ -85,6 +85,9 @@ func (c WritesKept) Eval(ev *Evidence, _ Timing) Result {
 	if err != nil {
 		return Result{Why: err.Error()}
 	}
+	if why := freshStart(recs, c.C); why != "" {
+		return Result{Why: why}
+	}
 	ctr := Container{Name: c.C}
 	file, ckpt := ctr.WrittenObject(), ctr.Objects()[1]
 	got, missing, why := storedData(ev, c.C, file)
@@ -148,6 +151,9 @@ func (c KeepsDurableWrites) Eval(ev *Evidence, _ Timing) Result {
 	recs, err := writerLog(ev, c.C)
 	if err != nil {
 		return Result{Why: err.Error()}
+	}
+	if why := freshStart(recs, c.C); why != "" {
+		return Result{Why: why}
 	}
 	ctr := Container{Name: c.C}
 	file, ckpt := ctr.WrittenObject(), ctr.Objects()[1]
@@ -239,6 +245,22 @@ func writerLog(ev *Evidence, c string) ([]workload.Record, error) {
 		return nil, fmt.Errorf("%s's log has no write: is it a writer (Container.Write)?", c)
 	}
 	return recs, nil
+}
+
+// freshStart says why writer container c's run cannot be judged when its first piece did not go at offset 0:
+// its file was there already (it appends), an earlier run's, and so may its checkpoint be, which would pass for
+// this run's. Empty when it started an empty file.
+func freshStart(recs []workload.Record, c string) string {
+	for _, r := range recs {
+		if r.Event == workload.EventWrite {
+			if *r.Offset != 0 {
+				return fmt.Sprintf("%s's first piece went at offset %d: its file was in the storage before the run (an earlier run's, "+
+					"and its checkpoint may be too); each run needs a bucket without %s's objects", c, *r.Offset, c)
+			}
+			return ""
+		}
+	}
+	return ""
 }
 
 // storedData is the data of object name of container c that the backend read from the storage, or that the

@@ -256,6 +256,27 @@ func TestWritesKept(t *testing.T) {
 	}
 }
 
+// TestWriteChecksWantAFreshStorage: a writer whose file was in the storage before the run (it appends at its
+// end) cannot be judged: its checkpoint may be an earlier run's too. Both checks of the writes say so.
+func TestWriteChecksWantAFreshStorage(t *testing.T) {
+	rec := &scenarios.Recorder{}
+	w := newWriteLog(rec)
+	earlier := []byte("an earlier run's line\n")
+	w.off, w.file = int64(len(earlier)), earlier
+	w.pieces(6)
+	w.kill()
+	w.fail("ENOTCONN")
+	w.pieces(10)
+	w.store(w.file, w.ckpt)
+	ev := rec.Snapshot()
+	for _, check := range []scenarios.Check{scenarios.WritesKept{C: writer, Writes: 10, Errnos: []string{"ENOTCONN"}},
+		scenarios.KeepsDurableWrites{C: writer, Errnos: []string{"ENOTCONN"}}} {
+		if r := check.Eval(ev, scenarios.Timing{}); r.OK || !strings.Contains(r.Why, "first piece went at offset 22: its file was in the storage before the run") {
+			t.Errorf("%T: %+v", check, r)
+		}
+	}
+}
+
 // TestWritesKeptWithFailures: a limit row's writer may fail with the errno it names, and then only with it;
 // the storage must hold every acknowledged byte all the same.
 func TestWritesKeptWithFailures(t *testing.T) {

@@ -68,13 +68,23 @@ The sidecar mode's pods run `csi-plugin sidecar` with the same flags (the scenar
 - --fuse-server={{ $server }}
 - --fuse-server-path=/usr/local/bin/{{ $server }}
 {{- if eq $server "gcsfuse" }}
-- --fuse-server-opt=endpoint=http://{{ include "dummy-fuse-csi.fakeGCSHost" . }}/storage/v1/
+- --fuse-server-opt=endpoint={{ include "dummy-fuse-csi.gcsEndpoint" . }}
 - --fuse-server-opt=metadata-cache-ttl-secs={{ .Values.gcsfuse.metadataCacheTTLSecs }}
 {{- else if eq $server "squashfuse" }}
 {{- /* The squashfs image of the served tree that make image puts into the image. */}}
 - --fuse-server-opt=image=/usr/local/share/dummy-fuse-csi/tree.squashfs
 {{- end }}
 {{- end }}
+{{- end }}
+
+{{/* gcsfuse's endpoint: gcsfuse.endpoint, else the fake GCS server beside it. */}}
+{{- define "dummy-fuse-csi.gcsEndpoint" -}}
+{{- .Values.gcsfuse.endpoint | default (printf "http://%s/storage/v1/" (include "dummy-fuse-csi.fakeGCSHost" .)) }}
+{{- end }}
+
+{{/* Whether the pod that runs gcsfuse gets the fake GCS server as a native sidecar: no gcsfuse.endpoint. */}}
+{{- define "dummy-fuse-csi.fakeGCSBeside" -}}
+{{- if and (eq .Values.csi.plugin.fuseServer "gcsfuse") (not .Values.gcsfuse.endpoint) }}true{{ end }}
 {{- end }}
 
 {{/* host:port of the fake GCS server beside gcsfuse: the pod's loopback. gcsfuse's endpoint and the fake's
@@ -183,7 +193,7 @@ the keeper's (for gcsfuse the fake GCS server runs in the keeper's pod). */}}
 - --relay-server={{ $server }}
 - --relay-server-path=/usr/local/bin/{{ $server }}
 {{- if eq $server "gcsfuse" }}
-- --relay-server-opt=endpoint=http://{{ include "dummy-fuse-csi.fakeGCSHost" . }}/storage/v1/
+- --relay-server-opt=endpoint={{ include "dummy-fuse-csi.gcsEndpoint" . }}
 - --relay-server-opt=metadata-cache-ttl-secs={{ .Values.gcsfuse.metadataCacheTTLSecs }}
 {{- else if eq $server "squashfuse" }}
 - --relay-server-opt=image=/usr/local/share/dummy-fuse-csi/tree.squashfs

@@ -67,13 +67,13 @@ const recordHead = 1 + 8 + 8
 // journalName is the file of the journal of file handle fh.
 func journalName(fh uint64) string { return fmt.Sprintf("%016x.journal", fh) }
 
-// write records data written at off.
+// write records data written at off: its head and the data in one pwritev(2), without copying the data.
 func (j *journal) write(data []byte, off int64) error {
-	rec := make([]byte, recordHead, recordHead+len(data))
-	rec[0] = 'W'
-	binary.LittleEndian.PutUint64(rec[1:], uint64(off))
-	binary.LittleEndian.PutUint64(rec[9:], uint64(len(data)))
-	start, err := j.append(append(rec, data...))
+	var head [recordHead]byte
+	head[0] = 'W'
+	binary.LittleEndian.PutUint64(head[1:], uint64(off))
+	binary.LittleEndian.PutUint64(head[9:], uint64(len(data)))
+	start, err := j.append(head[:], data)
 	if err != nil {
 		return err
 	}
@@ -107,8 +107,9 @@ func (j *journal) unrecord() {
 	_ = j.f.Truncate(j.end) // a failure leaves a record a successor replays: the file holds what it says anyway
 }
 
-// append writes rec at the end of the file, making the file first, and returns where rec starts.
-func (j *journal) append(rec []byte) (int64, error) {
+// append writes the record made of parts at the end of the file, making the file first, and returns where
+// the record starts.
+func (j *journal) append(parts ...[]byte) (int64, error) {
 	if j.f == nil {
 		hdr, err := json.Marshal(j.header)
 		if err != nil {
@@ -124,12 +125,42 @@ func (j *journal) append(rec []byte) (int64, error) {
 		}
 		j.f, j.start, j.end = f, int64(len(hdr)+1), int64(len(hdr)+1)
 	}
-	start := j.end
-	if _, err := j.f.WriteAt(rec, start); err != nil {
+	start, n := j.end, 0
+	for _, p := range parts {
+		n += len(p)
+	}
+	if err := pwritevAll(int(j.f.Fd()), parts, start, n); err != nil {
 		return 0, fmt.Errorf("journal %s: %w", j.f.Name(), err)
 	}
-	j.end += int64(len(rec))
+	j.end += int64(n)
 	return start, nil
+}
+
+// pwritevAll writes all n bytes of parts at off, going on after a short write.
+func pwritevAll(fd int, parts [][]byte, off int64, n int) error {
+	for n > 0 {
+		w, err := unix.Pwritev(fd, parts, off)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if w == 0 {
+			return io.ErrShortWrite
+		}
+		off, n = off+int64(w), n-w
+		for w > 0 {
+			if w >= len(parts[0]) {
+				w -= len(parts[0])
+				parts = parts[1:]
+				continue
+			}
+			parts[0] = parts[0][w:]
+			w = 0
+		}
+	}
+	return nil
 }
 
 // String says what the journal holds, as the relay's log names what it could not keep: the writes and
