@@ -497,6 +497,10 @@ func (s Scenario) ForServer(server string) (Scenario, error) {
 		return s, fmt.Errorf("scenario %s holds the storage behind the server to what its writers were told was written, read "+
 			"through the objectURL of the server's spec, and the spec of %s gives none (docs/server-spec.md)", s.Name, server)
 	}
+	if len(s.Writers()) > 0 && k.DurableLater() {
+		return s, fmt.Errorf("scenario %s holds the storage to every close and fsync that returned 0, and the spec of %s says what it "+
+			"writes reaches its storage only later, in the background (durableAt: later): the relay cannot promise that for it", s.Name, server)
+	}
 	if s.ServersWhy != "" && !slices.Contains(s.Servers, server) && !fuseserver.IsSpecFile(server) {
 		return s, s.onlyServers(server)
 	}

@@ -114,6 +114,9 @@ func TestServersWhy(t *testing.T) {
 	if s, err := sc.ForServer(spec("store", "objectURL: \"{url}/b/{object}\"\n")); err != nil || !strings.HasSuffix(s.Plugin.FuseServer, "store.yaml") {
 		t.Errorf("with a spec with objectURL: %v", err)
 	}
+	if _, err := sc.ForServer(spec("later", "objectURL: \"{url}/b/{object}\"\ndurableAt: later\n")); err == nil || !strings.Contains(err.Error(), "durableAt: later") {
+		t.Errorf("with a spec whose writes are durable only after the close: %v", err)
+	}
 	if s, err := sc.ForServer(fuseserver.Gcsfuse); err != nil || s.Plugin.FuseServer != fuseserver.Gcsfuse {
 		t.Errorf("with gcsfuse: %v", err)
 	}

@@ -56,7 +56,18 @@ type Definition struct {
 	// other {name} a setting; a 404 is a file the storage does not have. The rows that write hold the storage
 	// to what their writer was told was written through it; a server without it does not run them.
 	ObjectURL string `json:"objectURL"`
+	// DurableAt is where a file written through the server is in its storage: "close" (or empty), once a
+	// close(2) or fsync(2) of it returned 0 (gcsfuse, s3fs upload at FLUSH and FSYNC); "later", some time after
+	// the close, in the background (rclone's write cache with --vfs-write-back). The relay's promise for a close
+	// or an fsync needs "close": the rows that write do not run a server whose spec says "later".
+	DurableAt string `json:"durableAt"`
 }
+
+// Where a file written through a server is durable (Definition.DurableAt).
+const (
+	DurableAtClose = "close"
+	DurableLater   = "later"
+)
 
 // Setting is one value a server's arguments name.
 type Setting struct {
@@ -187,6 +198,9 @@ func (d *Definition) check() error {
 		if objects != 1 {
 			bad("objectURL", "{%s} must appear exactly once (found %d): it is the stored file's name", objectName, objects)
 		}
+	}
+	if d.DurableAt != "" && d.DurableAt != DurableAtClose && d.DurableAt != DurableLater {
+		bad("durableAt", "%q: want %s or %s", d.DurableAt, DurableAtClose, DurableLater)
 	}
 	for i, e := range d.Env {
 		if k, _, ok := strings.Cut(e, "="); !ok || k == "" {

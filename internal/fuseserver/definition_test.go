@@ -170,6 +170,7 @@ func TestBadSpecFilesNameTheFileAndTheField(t *testing.T) {
 		"required with default":      {"name: x\nexecutable: x\nargs: [\"{mountpoint}\"]\nwhyNot: EIO\nsettings: [{name: a, required: true, default: b}]\n", "one or the other"},
 		"objectURL without object":   {"name: x\nexecutable: x\nargs: [\"{mountpoint}\"]\nwhyNot: EIO\nobjectURL: http://h/b\n", "objectURL: {object} must appear exactly once (found 0)"},
 		"objectURL unknown setting":  {"name: x\nexecutable: x\nargs: [\"{mountpoint}\"]\nwhyNot: EIO\nobjectURL: \"{url}/{object}\"\n", `names {url}, which is neither {object} nor a setting`},
+		"durableAt unknown":          {"name: x\nexecutable: x\nargs: [\"{mountpoint}\"]\nwhyNot: EIO\ndurableAt: fsync\n", `durableAt: "fsync": want close or later`},
 		"setting called object":      {"name: x\nexecutable: x\nargs: [\"{mountpoint}\"]\nwhyNot: EIO\nsettings: [{name: object}]\n", "a placeholder of the spec's own"},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -222,5 +223,13 @@ func TestObjectURL(t *testing.T) {
 	}
 	if _, err := d.ObjectURL(nil, "x"); d.StoresObjects() || err == nil || !strings.Contains(err.Error(), "objectURL") {
 		t.Errorf("dummy-fuse, which stores nothing: StoresObjects %t, ObjectURL error %v", d.StoresObjects(), err)
+	}
+	// Where writes are durable: gcsfuse at the close; a spec that says later is told apart.
+	later, err := fuseserver.Lookup(writeSpec(t, "later.yaml", "name: later\nexecutable: x\nargs: [\"{mountpoint}\"]\nwhyNot: EIO\ndurableAt: later\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.DurableLater() || k.DurableLater() || !later.DurableLater() {
+		t.Errorf("DurableLater: gcsfuse %t, a spec without durableAt %t, one with durableAt later %t", g.DurableLater(), k.DurableLater(), later.DurableLater())
 	}
 }

@@ -108,6 +108,11 @@ func (k Kind) Fusermount() bool { return k.def.Fusermount }
 // (objectURL): the rows that write need it.
 func (k Kind) StoresObjects() bool { return k.def.ObjectURL != "" }
 
+// DurableLater reports whether the spec says a file written through the server reaches its storage only some
+// time after its close (durableAt: later), so that a close(2) or fsync(2) that returned 0 does not mean it is
+// there.
+func (k Kind) DurableLater() bool { return k.def.DurableAt == DurableLater }
+
 // ObjectURL is the URL at which a plain HTTP GET reads the stored file name (at the top of the volume) of the
 // server run with settings opts, without any mount (the spec's objectURL); an error when the spec has none or
 // a setting it names has no value.
