@@ -13,11 +13,11 @@
 # Both storages run on the node, outside every pod (as a real bucket is outside the cluster's nodes): a fake GCS in
 # the pod that runs gcsfuse would die with it when a row deletes that pod (relay-keeper-write-keeper-crash and
 # -all-holders delete the keeper's), taking what was uploaded along. Each row runs with a storage that holds no
-# writer object (the checks of the writes refuse a writer that appended to an earlier run's file): the fake GCS
-# is started afresh, the fake S3's bucket cleared.
+# writer object (the checks of the writes refuse a writer that appended to an earlier run's file): each fake is
+# started afresh, the fake S3 over its bucket cleared.
 #
 # Environment: DFC_KUBE_ARTIFACTS (parent of one directory of run dirs per server; default
-# _output/kube-writes/<time>); S3_PORT and GCS_PORT (the fake S3's and fake GCS's ports on the node, default
+# _output/kube-writes/<time>); SERVERS (the passes to run, default "gcsfuse s3fs"); S3_PORT and GCS_PORT (the fake S3's and fake GCS's ports on the node, default
 # 18336 and 18337).
 set -o errexit -o nounset -o pipefail
 cd "$(dirname "$0")/.."
@@ -29,6 +29,7 @@ BIN=${BIN:-$PWD/bin}
 MAKE=${MAKE:-make}
 S3_PORT=${S3_PORT:-18336}
 GCS_PORT=${GCS_PORT:-18337}
+SERVERS=${SERVERS:-gcsfuse s3fs}
 need_root "the cluster runs kubelet and containerd on this machine"
 command -v s3fs >/dev/null || die "s3fs not found: apt-get install -y s3fs (its image is made from this machine's)"
 ARTIFACTS=${DFC_KUBE_ARTIFACTS:-$PWD/_output/kube-writes/$(date +%Y%m%d-%H%M%S)}
@@ -75,6 +76,7 @@ stop_pid() {
   wait "$1" 2>/dev/null || true
 }
 
+# shellcheck disable=SC2317 # run through rows
 # await_http URL WHAT LOG: waits up to 30 s for URL to answer.
 await_http() {
   for ((i = 0; ; i++)); do
@@ -96,8 +98,15 @@ fresh_gcs() {
 }
 
 # shellcheck disable=SC2317 # run by the EXIT trap or through rows
-# fresh_s3: the fake S3's bucket without what a writer left.
-fresh_s3() { find "$S3_DIR/dfc" -mindepth 1 ! -name dummy-file.txt -delete; }
+# fresh_s3: the fake S3 started again over its bucket without what a writer left (rclone's serve s3 caches the
+# directory's listing: a file removed behind its back would still be listed, and s3fs's writes to it fail).
+fresh_s3() {
+  stop_pid "$s3_pid"
+  find "$S3_DIR/dfc" -mindepth 1 ! -name dummy-file.txt -delete
+  RCLONE_CONFIG=/dev/null bin/servers/rclone serve s3 "$S3_DIR" --addr="0.0.0.0:$S3_PORT" >>"$S3_LOG" 2>&1 &
+  s3_pid=$!
+  await_http "http://127.0.0.1:$S3_PORT/dfc/dummy-file.txt" "the fake S3" "$S3_LOG"
+}
 
 # shellcheck disable=SC2317 # run through timed
 # rows SERVER FRESH ARGS...: each row that writes on its own, after FRESH empties the storage, with dfc-scenario's ARGS.
@@ -132,19 +141,19 @@ NODE_IP=${POD_NET%.*}.1
 mkdir -p "$S3_DIR/dfc" "$GCS_DATA/dummy-fuse-csi"
 printf 'Hello world!\n' >"$S3_DIR/dfc/dummy-file.txt"
 printf 'Hello world!\n' >"$GCS_DATA/dummy-fuse-csi/dummy-file.txt"
-RCLONE_CONFIG=/dev/null bin/servers/rclone serve s3 "$S3_DIR" --addr="0.0.0.0:$S3_PORT" >"$S3_LOG" 2>&1 &
-s3_pid=$!
-await_http "http://127.0.0.1:$S3_PORT/dfc/dummy-file.txt" "the fake S3" "$S3_LOG"
-
 failed=0
-timed "gcsfuse: ${ROWS[*]}" rows gcsfuse fresh_gcs --fuse-server=gcsfuse --kube-set gcsfuse.endpoint="http://$NODE_IP:$GCS_PORT/storage/v1/" || failed=1
-timed "record gcsfuse" record gcsfuse || failed=1
+if [[ " $SERVERS " == *" gcsfuse "* ]]; then
+  timed "gcsfuse: ${ROWS[*]}" rows gcsfuse fresh_gcs --fuse-server=gcsfuse --kube-set gcsfuse.endpoint="http://$NODE_IP:$GCS_PORT/storage/v1/" || failed=1
+  timed "record gcsfuse" record gcsfuse || failed=1
+fi
 # s3fs runs as the keeper's user in relay-keeper (keeper.runAsUser, the chart's default) and checks each request's
 # user against the owner it finds, which the fake S3 does not keep: uid makes that user the owner of every file.
-timed "s3fs: ${ROWS[*]}" rows s3fs fresh_s3 --fuse-server=docs/servers/s3fs.yaml \
-  --fuse-server-opt="url=http://$NODE_IP:$S3_PORT" --fuse-server-opt=public-bucket=1 --fuse-server-opt=access=rw \
-  --fuse-server-opt=uid=61731 \
-  --kube-set fuseServer.image="$S3_IMAGE" --kube-set 'fuseServer.files[0]=/usr/bin/s3fs' --kube-set 'fuseServer.files[1]=/usr/lib/s3fs-libs' \
-  --kube-set fuseServer.interpreter=/lib64/ld-linux-x86-64.so.2 || failed=1
-timed "record s3fs" record s3fs || failed=1
+if [[ " $SERVERS " == *" s3fs "* ]]; then
+  timed "s3fs: ${ROWS[*]}" rows s3fs fresh_s3 --fuse-server=docs/servers/s3fs.yaml \
+    --fuse-server-opt="url=http://$NODE_IP:$S3_PORT" --fuse-server-opt=public-bucket=1 --fuse-server-opt=access=rw \
+    --fuse-server-opt=uid=61731 \
+    --kube-set fuseServer.image="$S3_IMAGE" --kube-set 'fuseServer.files[0]=/usr/bin/s3fs' --kube-set 'fuseServer.files[1]=/usr/lib/s3fs-libs' \
+    --kube-set fuseServer.interpreter=/lib64/ld-linux-x86-64.so.2 || failed=1
+  timed "record s3fs" record s3fs || failed=1
+fi
 exit "$failed"
