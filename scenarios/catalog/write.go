@@ -158,8 +158,11 @@ func writeScenarios() []scenarios.Scenario {
 		writersDie(relayKeeperMode.syncing().row("all-holders", "the plugin and the keeper die together under writes",
 			"The limit, under a writer that fsyncs every 16 pieces: as relay-keeper-all-holders, every holder of the "+
 				"connection dies at once, and with them the real server and the relay. The writer's writes fail with "+
-				"ENOTCONN for good. What an fsync or a checkpoint of the writer made durable is in the bucket; what it "+
-				"acknowledged after its last fsync was only in the dead server and the dead relay's journal, and is lost: "+
-				"the row names those pieces.")),
+				"ENOTCONN for good. What an fsync or a checkpoint of the writer made durable is in the bucket. What it "+
+				"acknowledged after its last fsync depends on how they die: killed at once (the local backend's SIGKILL, "+
+				"as a crash or an OOM kill), the server's staging file and the relay's journal go with them and those "+
+				"pieces are lost (the row names them); a deleted pod's keeper (SIGTERM first, even with --grace-period=0) "+
+				"stops its relays while the real server still runs, their closes are FLUSHes it uploads at, and nothing "+
+				"acknowledged is lost")),
 	}
 }
