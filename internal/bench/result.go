@@ -144,6 +144,8 @@ func (r *Result) Summarize() {
 type paired struct {
 	bench string
 	a, b  []Figures
+	// first is, per pair, the side that ran first in its round ("" when the round does not say).
+	first []string
 }
 
 // pairRounds pairs the figures of side a with those of side b ("go" and "c", or "direct" and "relay") by
@@ -173,7 +175,11 @@ func pairRounds(rounds []Round, a, b string) []paired {
 				i, index[name] = len(out), len(out)
 				out = append(out, paired{bench: name})
 			}
-			out[i].a, out[i].b = append(out[i].a, fa), append(out[i].b, fb)
+			first := ""
+			if len(rd.Order) > 0 {
+				first = rd.Order[0]
+			}
+			out[i].a, out[i].b, out[i].first = append(out[i].a, fa), append(out[i].b, fb), append(out[i].first, first)
 		}
 	}
 	return out
