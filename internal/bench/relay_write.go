@@ -34,12 +34,12 @@ type WriteSummary struct {
 	DirectFirst Spread  `json:"direct_first,omitempty"`
 	RelayFirst  Spread  `json:"relay_first,omitempty"`
 	Balanced    float64 `json:"balanced,omitempty"`
-	DirectMBs Spread `json:"direct_mb_per_s"`
-	RelayMBs  Spread `json:"relay_mb_per_s"`
-	DirectP50 Spread `json:"direct_p50_us"`
-	RelayP50  Spread `json:"relay_p50_us"`
-	DirectP99 Spread `json:"direct_p99_us"`
-	RelayP99  Spread `json:"relay_p99_us"`
+	DirectMBs   Spread  `json:"direct_mb_per_s"`
+	RelayMBs    Spread  `json:"relay_mb_per_s"`
+	DirectP50   Spread  `json:"direct_p50_us"`
+	RelayP50    Spread  `json:"relay_p50_us"`
+	DirectP99   Spread  `json:"direct_p99_us"`
+	RelayP99    Spread  `json:"relay_p99_us"`
 }
 
 const (
