@@ -81,15 +81,10 @@ func (c WritesKept) Eval(ev *Evidence, _ Timing) Result {
 	if after < c.Writes {
 		return Result{Why: fmt.Sprintf("only %d pieces of %s acknowledged after the kill, fewer than %d: the writer did not go on", after, c.C, c.Writes)}
 	}
-	recs, err := writerLog(ev, c.C)
-	if err != nil {
-		return Result{Why: err.Error()}
-	}
-	if why := freshStart(recs, c.C); why != "" {
+	recs, file, ckpt, why := writerRun(ev, c.C)
+	if why != "" {
 		return Result{Why: why}
 	}
-	ctr := Container{Name: c.C}
-	file, ckpt := ctr.WrittenObject(), ctr.Objects()[1]
 	got, missing, why := storedData(ev, c.C, file)
 	if missing {
 		why = "the storage has no " + file
@@ -148,15 +143,10 @@ func (c KeepsDurableWrites) Eval(ev *Evidence, _ Timing) Result {
 	case len(failed) == 0:
 		return Result{Why: fmt.Sprintf("no operation of %s failed: the fault was not the limit", c.C)}
 	}
-	recs, err := writerLog(ev, c.C)
-	if err != nil {
-		return Result{Why: err.Error()}
-	}
-	if why := freshStart(recs, c.C); why != "" {
+	recs, file, ckpt, why := writerRun(ev, c.C)
+	if why != "" {
 		return Result{Why: why}
 	}
-	ctr := Container{Name: c.C}
-	file, ckpt := ctr.WrittenObject(), ctr.Objects()[1]
 	got, _, why := storedData(ev, c.C, file) // a missing file is one with nothing durable: CheckDurable judges it
 	if why != "" {
 		return Result{Why: why}
@@ -245,6 +235,20 @@ func writerLog(ev *Evidence, c string) ([]workload.Record, error) {
 		return nil, fmt.Errorf("%s's log has no write: is it a writer (Container.Write)?", c)
 	}
 	return recs, nil
+}
+
+// writerRun is writer container c's log as the writer's records and the names of its file and checkpoint, or
+// why its run cannot be judged (a log without its writes; a file that was there before the run: freshStart).
+func writerRun(ev *Evidence, c string) (recs []workload.Record, file, ckpt, why string) {
+	recs, err := writerLog(ev, c)
+	if err != nil {
+		return nil, "", "", err.Error()
+	}
+	if why := freshStart(recs, c); why != "" {
+		return nil, "", "", why
+	}
+	ctr := Container{Name: c}
+	return recs, ctr.WrittenObject(), ctr.Objects()[1], ""
 }
 
 // freshStart says why writer container c's run cannot be judged when its first piece did not go at offset 0:

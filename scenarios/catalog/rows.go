@@ -90,10 +90,7 @@ func also(s scenarios.Scenario, checks ...scenarios.Check) scenarios.Scenario {
 // mode. The plugin does not restore its mounts, so the reader fails from the first read after the kill, forever
 // (restart-no-restore).
 func holdersDie(s scenarios.Scenario) scenarios.Scenario {
-	kill, start := everyHolder(s)
-	s.Plugin.RestoreMounts, s.Plugin.RestoreStrategy = false, ""
-	s.Steps = slices.Concat([]scenarios.Step{warmUp}, kill, []scenarios.Step{untilENOTCONN, hostDead}, start,
-		[]scenarios.Step{scenarios.Observe(watchReads)})
+	s = everyHolderDies(s, warmUp, untilENOTCONN)
 	s.Expect = []scenarios.Expectation{
 		failsFirst(reader),
 		{Check: scenarios.KeepsFailing{C: reader, Errno: "ENOTCONN", After: scenarios.AfterPluginBack}},
@@ -101,6 +98,17 @@ func holdersDie(s scenarios.Scenario) scenarios.Scenario {
 		noRestarts(reader),
 		{Check: scenarios.VolumeDir{Errno: "ENOTCONN", After: scenarios.AfterPluginBack}},
 	}
+	return s
+}
+
+// everyHolderDies gives s the steps of every holder of its connection dying at once, without a restore: warm,
+// every holder killed, until fails (the workload's first error), the volume dir dead, every holder started
+// again, a while watched.
+func everyHolderDies(s scenarios.Scenario, warm, fails scenarios.Step) scenarios.Scenario {
+	kill, start := everyHolder(s)
+	s.Plugin.RestoreMounts, s.Plugin.RestoreStrategy = false, ""
+	s.Steps = slices.Concat([]scenarios.Step{warm}, kill, []scenarios.Step{fails, hostDead}, start,
+		[]scenarios.Step{scenarios.Observe(watchReads)})
 	return s
 }
 

@@ -95,10 +95,7 @@ func (m mode) syncing() mode {
 // everything an fsync or checkpoint of the writer made durable, and lacks what it acknowledged after its last
 // fsync, which only the dead server and the dead relay's journal had (KeepsDurableWrites names it).
 func writersDie(s scenarios.Scenario) scenarios.Scenario {
-	kill, start := everyHolder(s)
-	s.Plugin.RestoreMounts, s.Plugin.RestoreStrategy = false, ""
-	s.Steps = slices.Concat([]scenarios.Step{limitWarmUp}, kill, []scenarios.Step{untilWriteFails, hostDead}, start,
-		[]scenarios.Step{scenarios.Observe(watchReads)})
+	s = everyHolderDies(s, limitWarmUp, untilWriteFails)
 	s.Expect = []scenarios.Expectation{
 		{Check: scenarios.KeepsDurableWrites{C: writer, Errnos: connectionGone}},
 		noRestarts(writer),
