@@ -37,7 +37,7 @@ test-short: ## unit tests only (go test -short: no processes, mounts or namespac
 lint: ## gofmt, go vet, staticcheck (built into bin/tools) and shellcheck (from Debian when missing)
 	hack/lint.sh
 
-bench: build ## dummy-fuse side by side with a C libfuse3 reference through real mounts, ratio per round (root + /dev/fuse)
+bench: build ## dummy-fuse side by side with a C libfuse3 reference through real mounts, ratio per round (root + /dev/fuse); LOAD=1: a CPU-bound thread per core beside it, recorded apart
 	hack/bench.sh
 
 bench-doc: ## regenerate the generated tables of dummy-fuse/README.md and csi-plugin/README.md from the newest dummy-fuse/bench/results files (bench, relay, soak, soak-relay-keeper)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -185,9 +186,12 @@ func TestWriteSummaryBalancesTheOrder(t *testing.T) {
 	}
 	s := r.Summary[0]
 	near := func(a, b float64) bool { return a-b < 1e-9 && b-a < 1e-9 }
-	if !near(s.Ratio.Median, 0.9) || !near(s.DirectFirst.Median, 0.92) || !near(s.RelayFirst.Median, 0.725) || !near(s.Balanced, 0.8225) {
+	if o := s.Orders; !near(s.Ratio.Median, 0.9) || !near(o.AFirst.Median, 0.92) || !near(o.BFirst.Median, 0.725) || !near(o.Balanced, 0.8225) {
 		t.Errorf("median %v, direct first %v, relay first %v, balanced %v; want 0.9, 0.92, 0.725, 0.8225",
-			s.Ratio.Median, s.DirectFirst.Median, s.RelayFirst.Median, s.Balanced)
+			s.Ratio.Median, o.AFirst.Median, o.BFirst.Median, o.Balanced)
+	}
+	if got := s.Orders.cell(); got != "0.92 / 0.72 (0.82)" {
+		t.Errorf("table cell %q", got)
 	}
 	if g := RelayWriteGoal(r); !strings.Contains(g, ": met (0.82×, the mean of the medians") {
 		t.Errorf("goal: %s", g)
@@ -196,5 +200,37 @@ func TestWriteSummaryBalancesTheOrder(t *testing.T) {
 	r.Summarize()
 	if g := RelayWriteGoal(r); !strings.Contains(g, "not met (0.78×") || !strings.Contains(g, "median of all 5 rounds 0.90×") {
 		t.Errorf("goal with slow relay-first rounds: %s", g)
+	}
+}
+
+// TestSpinKeepsTheCPUBusyUntilStopped: the loaded mode's threads use CPU while they run and end at Stop.
+func TestSpinKeepsTheCPUBusyUntilStopped(t *testing.T) {
+	cpu := func() time.Duration {
+		var ru syscall.Rusage
+		if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+			t.Fatal(err)
+		}
+		return time.Duration(ru.Utime.Nano())
+	}
+	before := cpu()
+	s := Spin(1)
+	time.Sleep(200 * time.Millisecond)
+	s.Stop()
+	if used := cpu() - before; used < 50*time.Millisecond {
+		t.Errorf("one spinning thread for 200 ms used %s of CPU", used)
+	}
+}
+
+// TestLoadedTableSaysSo: a loaded run's table names the load beside the benchmarks and its record's directory.
+func TestLoadedTableSaysSo(t *testing.T) {
+	r := &Result{Commit: "abc", Loaded: 2, Machine: Machine{Cores: 2}, Rounds: []Round{{Load: Load{Busy: 1}}}}
+	got := Table(r, "dummy-fuse/bench/results/loaded/20261130T0400-abc.json")
+	for _, want := range []string{"`bench/results/loaded/20261130T0400-abc.json`", "**loaded**: 2 CPU-bound threads beside the benchmarks"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("table lacks %q:\n%s", want, got)
+		}
+	}
+	if strings.Contains(got, "started on a busy machine") {
+		t.Errorf("a loaded run's busy rounds are its load, not a warning:\n%s", got)
 	}
 }

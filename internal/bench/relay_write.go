@@ -26,20 +26,16 @@ type WriteSummary struct {
 	Server string `json:"server"`
 	Bench  string `json:"bench"`
 	Rounds int    `json:"rounds"`
-	// Ratio is relay MB/s over direct MB/s within each round. DirectFirst and RelayFirst are the ratios of the
-	// rounds that ran that way first: the way that runs second in a round runs faster (the storage and the
-	// server warm), so a median over an odd number of rounds leans towards the order that ran more often.
-	// Balanced, the mean of the two orders' medians, is what the goal is judged by.
-	Ratio       Spread  `json:"ratio"`
-	DirectFirst Spread  `json:"direct_first,omitempty"`
-	RelayFirst  Spread  `json:"relay_first,omitempty"`
-	Balanced    float64 `json:"balanced,omitempty"`
-	DirectMBs   Spread  `json:"direct_mb_per_s"`
-	RelayMBs    Spread  `json:"relay_mb_per_s"`
-	DirectP50   Spread  `json:"direct_p50_us"`
-	RelayP50    Spread  `json:"relay_p50_us"`
-	DirectP99   Spread  `json:"direct_p99_us"`
-	RelayP99    Spread  `json:"relay_p99_us"`
+	// Ratio is relay MB/s over direct MB/s within each round; Orders splits it by which ran first (a: direct),
+	// and its Balanced is what the goal is judged by.
+	Ratio     Spread `json:"ratio"`
+	Orders    Orders `json:"orders"`
+	DirectMBs Spread `json:"direct_mb_per_s"`
+	RelayMBs  Spread `json:"relay_mb_per_s"`
+	DirectP50 Spread `json:"direct_p50_us"`
+	RelayP50  Spread `json:"relay_p50_us"`
+	DirectP99 Spread `json:"direct_p99_us"`
+	RelayP99  Spread `json:"relay_p99_us"`
 }
 
 const (
@@ -62,14 +58,13 @@ func (r *RelayWriteResult) Summarize() {
 		}
 		server, bench, _ := strings.Cut(rest, "/")
 		var ratio, dm, rm, d50, r50, d99, r99 []float64
-		byOrder := map[string][]float64{}
+		var first []string
 		for i, d := range p.a {
 			rl := p.b[i]
 			if d.Extra[mbPerSec] == 0 {
 				continue
 			}
-			ratio = append(ratio, rl.Extra[mbPerSec]/d.Extra[mbPerSec])
-			byOrder[p.first[i]] = append(byOrder[p.first[i]], ratio[len(ratio)-1])
+			ratio, first = append(ratio, rl.Extra[mbPerSec]/d.Extra[mbPerSec]), append(first, p.first[i])
 			dm, rm = append(dm, d.Extra[mbPerSec]), append(rm, rl.Extra[mbPerSec])
 			d50, r50 = append(d50, d.P50us), append(r50, rl.P50us)
 			d99, r99 = append(d99, d.P99us), append(r99, rl.P99us)
@@ -77,15 +72,9 @@ func (r *RelayWriteResult) Summarize() {
 		if len(ratio) == 0 {
 			continue
 		}
-		s := WriteSummary{Server: server, Bench: bench, Rounds: len(ratio), Ratio: spreadOf(ratio),
-			DirectMBs: spreadOf(dm), RelayMBs: spreadOf(rm), DirectP50: spreadOf(d50), RelayP50: spreadOf(r50),
-			DirectP99: spreadOf(d99), RelayP99: spreadOf(r99)}
-		s.Balanced = s.Ratio.Median
-		if df, rf := byOrder["direct"], byOrder["relay"]; len(df) > 0 && len(rf) > 0 {
-			s.DirectFirst, s.RelayFirst = spreadOf(df), spreadOf(rf)
-			s.Balanced = (s.DirectFirst.Median + s.RelayFirst.Median) / 2
-		}
-		r.Summary = append(r.Summary, s)
+		r.Summary = append(r.Summary, WriteSummary{Server: server, Bench: bench, Rounds: len(ratio), Ratio: spreadOf(ratio),
+			Orders: ordersOf(ratio, first, "direct", "relay"), DirectMBs: spreadOf(dm), RelayMBs: spreadOf(rm),
+			DirectP50: spreadOf(d50), RelayP50: spreadOf(r50), DirectP99: spreadOf(d99), RelayP99: spreadOf(r99)})
 	}
 }
 
@@ -156,7 +145,7 @@ func RelayWriteTable(r *RelayWriteResult, file string) string {
 	b.WriteString("|---|---|---|---|---|---|---|---|\n")
 	for _, s := range r.Summary {
 		fmt.Fprintf(&b, "| %s | %s | %.1f | %.1f | %s | %s | %s / %s ms | %s / %s ms |\n",
-			s.Server, writeTitles[s.Bench], s.DirectMBs.Median, s.RelayMBs.Median, ratioRange(s.Ratio), byOrderCell(s),
+			s.Server, writeTitles[s.Bench], s.DirectMBs.Median, s.RelayMBs.Median, ratioRange(s.Ratio), s.Orders.cell(),
 			ms(s.DirectP50.Median), ms(s.RelayP50.Median), ms(s.DirectP99.Median), ms(s.RelayP99.Median))
 	}
 	b.WriteString("\n" + RelayWriteGoal(r) + "\n")
@@ -165,25 +154,17 @@ func RelayWriteTable(r *RelayWriteResult, file string) string {
 
 func ms(us float64) string { return fmt.Sprintf("%.1f", us/1e3) }
 
-// byOrderCell is the medians of the rounds that ran direct first and relay first, and their mean.
-func byOrderCell(s WriteSummary) string {
-	if s.DirectFirst.Median == 0 || s.RelayFirst.Median == 0 {
-		return "–"
-	}
-	return fmt.Sprintf("%.2f / %.2f (%.2f)", s.DirectFirst.Median, s.RelayFirst.Median, s.Balanced)
-}
-
 // RelayWriteGoal states whether r meets the relay's write goal.
 func RelayWriteGoal(r *RelayWriteResult) string {
 	for _, s := range r.Summary {
 		if s.Server == writeGoalServer && s.Bench == writeGoalBench {
 			verdict := "met"
-			if s.Balanced < writeGoal {
+			if s.Orders.Balanced < writeGoal {
 				verdict = "not met"
 			}
 			return fmt.Sprintf("Goal: %s's sequential writes through the relay at %.1f× of direct or better: %s (%.2f×, the mean of the "+
 				"medians of the rounds that ran direct first and relay first; median of all %d rounds %.2f×).",
-				writeGoalServer, writeGoal, verdict, s.Balanced, s.Rounds, s.Ratio.Median)
+				writeGoalServer, writeGoal, verdict, s.Orders.Balanced, s.Rounds, s.Ratio.Median)
 		}
 	}
 	return fmt.Sprintf("Goal: %s's sequential writes through the relay at %.1f× of direct or better: not measured in this run.", writeGoalServer, writeGoal)

@@ -23,14 +23,17 @@ import (
 
 // Result is one run of `make bench`, written to results/<date>-<commit>.json.
 type Result struct {
-	Commit    string    `json:"commit"` // dummy-fuse's commit (git describe), "-dirty" when uncommitted
-	Date      string    `json:"date"`   // start, UTC, RFC 3339
-	Machine   Machine   `json:"machine"`
-	Libfuse   string    `json:"libfuse"`   // version the C reference was built with
-	Benchtime string    `json:"benchtime"` // per benchmark and server, go test -benchtime
-	Load      Load      `json:"load"`      // at the start of the run
-	Rounds    []Round   `json:"rounds"`
-	Summary   []Summary `json:"summary"` // per benchmark, in the order they ran
+	Commit    string  `json:"commit"` // dummy-fuse's commit (git describe), "-dirty" when uncommitted
+	Date      string  `json:"date"`   // start, UTC, RFC 3339
+	Machine   Machine `json:"machine"`
+	Libfuse   string  `json:"libfuse"`   // version the C reference was built with
+	Benchtime string  `json:"benchtime"` // per benchmark and server, go test -benchtime
+	Load      Load    `json:"load"`      // at the start of the run
+	// Loaded is how many CPU-bound threads ran beside the benchmarks (make bench LOAD=1: one per core); 0, a
+	// quiet machine.
+	Loaded  int       `json:"loaded,omitempty"`
+	Rounds  []Round   `json:"rounds"`
+	Summary []Summary `json:"summary"` // per benchmark, in the order they ran
 }
 
 // Machine describes where the run took place.
@@ -78,8 +81,9 @@ type Figures struct {
 type Summary struct {
 	Bench  string `json:"bench"`
 	Rounds int    `json:"rounds"`
-	// Ratio is Go reads/s over C reads/s within each round.
+	// Ratio is Go reads/s over C reads/s within each round; Orders splits it by which ran first (a: go).
 	Ratio    Spread `json:"ratio"`
+	Orders   Orders `json:"orders"`
 	GoReads  Spread `json:"go_reads_per_s"`
 	CReads   Spread `json:"c_reads_per_s"`
 	GoCPU    Spread `json:"go_cpu_us_per_op"`
@@ -116,12 +120,13 @@ func (r *Result) Summarize() {
 	r.Summary = nil
 	for _, p := range pairRounds(r.Rounds, "go", "c") {
 		var ratio, gr, cr, gc, cc, gs, cs, gp, cp, gm, cm []float64
+		var first []string
 		for i, g := range p.a {
 			c := p.b[i]
 			if c.ReadsPerSec == 0 {
 				continue
 			}
-			ratio = append(ratio, g.ReadsPerSec/c.ReadsPerSec)
+			ratio, first = append(ratio, g.ReadsPerSec/c.ReadsPerSec), append(first, p.first[i])
 			gr, cr = append(gr, g.ReadsPerSec), append(cr, c.ReadsPerSec)
 			gc, cc = append(gc, g.CPUus), append(cc, c.CPUus)
 			gs, cs = append(gs, g.Switches), append(cs, c.Switches)
@@ -132,12 +137,49 @@ func (r *Result) Summarize() {
 			continue
 		}
 		r.Summary = append(r.Summary, Summary{
-			Bench: p.bench, Rounds: len(ratio), Ratio: spreadOf(ratio),
+			Bench: p.bench, Rounds: len(ratio), Ratio: spreadOf(ratio), Orders: ordersOf(ratio, first, "go", "c"),
 			GoReads: spreadOf(gr), CReads: spreadOf(cr), GoCPU: spreadOf(gc), CCPU: spreadOf(cc),
 			GoSwitch: spreadOf(gs), CSwitch: spreadOf(cs), GoP99: spreadOf(gp), CP99: spreadOf(cp),
 			GoRSS: spreadOf(gm), CRSS: spreadOf(cm),
 		})
 	}
+}
+
+// Orders is a ratio per round (side b over side a) split by which side ran first in its round. Measured here,
+// the order moves the ratio by more than either order's own spread (through gcsfuse the way that runs second
+// writes faster; squashfuse read faster by whichever ran first, dummy-fuse/bench/results/relay), and a median
+// over an odd number of rounds leans towards the order that ran more often. Balanced, the mean of the two
+// orders' medians, is what the goals are judged by (the median of all rounds when one order is missing).
+type Orders struct {
+	AFirst   Spread  `json:"a_first"`
+	BFirst   Spread  `json:"b_first"`
+	Balanced float64 `json:"balanced"`
+}
+
+// ordersOf splits ratio, whose i-th round ran first[i] first, between the rounds that ran a first and b first.
+func ordersOf(ratio []float64, first []string, a, b string) Orders {
+	var af, bf []float64
+	for i, r := range ratio {
+		switch first[i] {
+		case a:
+			af = append(af, r)
+		case b:
+			bf = append(bf, r)
+		}
+	}
+	o := Orders{AFirst: spreadOf(af), BFirst: spreadOf(bf), Balanced: spreadOf(ratio).Median}
+	if len(af) > 0 && len(bf) > 0 {
+		o.Balanced = (o.AFirst.Median + o.BFirst.Median) / 2
+	}
+	return o
+}
+
+// cell renders o for a table: each order's median and their mean.
+func (o Orders) cell() string {
+	if o.AFirst.Median == 0 || o.BFirst.Median == 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%.2f / %.2f (%.2f)", o.AFirst.Median, o.BFirst.Median, o.Balanced)
 }
 
 // paired is one benchmark's figures on two sides, one entry per round that ran it on both, in round order.

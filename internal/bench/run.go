@@ -22,7 +22,9 @@ type Run struct {
 	Rounds     int
 	Benchtime  string
 	Bench      string // -test.bench regexp
-	Log        io.Writer
+	// Loaded runs a CPU-bound thread per core beside the benchmarks (Spin), measured after the load at the start.
+	Loaded bool
+	Log    io.Writer
 }
 
 // Do runs the rounds and returns the result, summarized.
@@ -40,6 +42,12 @@ func (rn Run) Do() (*Result, error) {
 		r.Commit, r.Libfuse, rn.Rounds, rn.Benchtime, m.CPU, m.Cores, m.Kernel, m.Go, r.Load)
 	if r.Load.IsBusy(m.Cores) {
 		fmt.Fprintf(rn.Log, "WARNING: the machine is busy (other work on half of the cores or more): absolute figures will drift, only the ratio within a round holds\n")
+	}
+	if rn.Loaded {
+		r.Loaded = m.Cores
+		spin := Spin(r.Loaded)
+		defer spin.Stop()
+		fmt.Fprintf(rn.Log, "loaded: %d CPU-bound threads beside the benchmarks, one per core\n", r.Loaded)
 	}
 	for n := 1; n <= rn.Rounds; n++ {
 		order := []string{"go", "c"}

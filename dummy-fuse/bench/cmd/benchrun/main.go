@@ -23,6 +23,7 @@ func main() {
 	flag.IntVar(&rn.Rounds, "rounds", 5, "rounds")
 	flag.StringVar(&rn.Benchtime, "benchtime", "2s", "go test -benchtime per benchmark and server")
 	flag.StringVar(&rn.Bench, "bench", ".", "benchmarks to run (regexp)")
+	flag.BoolVar(&rn.Loaded, "loaded", false, "run a CPU-bound thread per core beside the benchmarks, as on a busy node")
 	flag.Parse()
 	rn.Log = os.Stderr
 	if rn.TestBinary == "" || rn.Rounds < 1 {
