@@ -25,6 +25,7 @@ import (
 // benchmarks report numbers and assert none:
 //
 //	BenchmarkRelay/<server>/<DirectIORead|OpenReadClose|CachedRead>/<direct|relay>: reads/s, p50-µs, p99-µs,
+//	    with gcsfuse, squashfuse and dummy-fuse (the floor: a server that answers from memory);
 //	    and per operation the CPU and context switches of the server (server-cpu-µs/op, server-switches/op)
 //	    and of the relay (relay-cpu-µs/op, relay-switches/op)
 //	BenchmarkRelay/<server>/ServerCrash/relay (b.N kills): how much longer than the server's own start the
@@ -49,7 +50,9 @@ func relayBenchModes(b *testing.B) []string {
 func BenchmarkRelay(b *testing.B) {
 	testenv.RequireFUSE(b)
 	modes := relayBenchModes(b)
-	for _, name := range []string{fuseserver.Gcsfuse, fuseserver.Squashfuse} {
+	// dummy-fuse is the floor: a server that answers from memory, so that what the relay adds shows alone (one
+	// more FUSE round trip per request, which no relay can avoid).
+	for _, name := range []string{fuseserver.Gcsfuse, fuseserver.Squashfuse, fuseserver.DummyFuse} {
 		b.Run(name, func(b *testing.B) {
 			lab := testenv.NewLab(b)
 			be := newBackend(b, lab, name)

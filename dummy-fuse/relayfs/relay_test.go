@@ -48,7 +48,12 @@ func newBackend(t testing.TB, lab *testenv.Lab, name string) *realBackend {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
 	defer cancel()
-	spec := fuseserver.Spec{Name: name, Path: testenv.RealServer(t, name)}
+	spec := fuseserver.Spec{Name: name}
+	if name == fuseserver.DummyFuse {
+		spec.Path = testenv.Build(t, "dummy-fuse") // the relay bench's floor: a server that answers from memory
+	} else {
+		spec.Path = testenv.RealServer(t, name)
+	}
 	var gcs *backing.FakeGCS
 	var s3 *backing.FakeS3
 	switch name {

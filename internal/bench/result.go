@@ -146,9 +146,9 @@ func (r *Result) Summarize() {
 }
 
 // Orders is a ratio per round (side b over side a) split by which side ran first in its round. Measured here,
-// the order moves the ratio by more than either order's own spread (through gcsfuse the way that runs second
-// writes faster; squashfuse read faster by whichever ran first, dummy-fuse/bench/results/relay), and a median
-// over an odd number of rounds leans towards the order that ran more often. Balanced, the mean of the two
+// the order moves the ratio by more than either order's own spread for some servers (the records of
+// dummy-fuse/bench/results/relay and relay-write), and a median over an odd number of rounds leans towards the
+// order that ran more often. Balanced, the mean of the two
 // orders' medians, is what the goals are judged by (the median of all rounds when one order is missing).
 type Orders struct {
 	AFirst   Spread  `json:"a_first"`
