@@ -68,6 +68,9 @@ func stoppedServerFile(t *testing.T, held bool) (*os.File, uint32) {
 		t.Fatal(err)
 	}
 	server.Signal(syscall.SIGSTOP)
+	// Stopped only once every thread is: a thread the signal has not reached yet still answers a request, and
+	// the close's FLUSH would be answered (CI saw Drain return nil, on a loaded machine).
+	testenv.Eventually(t, 10*time.Second, "dummy-fuse stopped in every thread", func() bool { return testenv.Stopped(server.PID()) })
 	return f, st.Dev_minor
 }
 
