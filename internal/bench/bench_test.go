@@ -108,7 +108,7 @@ func TestGoals(t *testing.T) {
 	r := Result{Rounds: []Round{round(1, 200, 2, 100, 3), round(2, 90, 2, 100, 3), round(3, 150, 4, 100, 3)}}
 	r.Summarize()
 	got := Goals(&r)
-	for _, want := range []string{"DirectIORead met by the medians (in 1 of 3 rounds)", "peak RSS ≤ 4 MiB not met: DirectIORead (6.0 MiB)"} {
+	for _, want := range []string{"DirectIORead met by the medians (Go/C 1.50 balanced over the orders; in 1 of 3 rounds)", "peak RSS ≤ 4 MiB not met: DirectIORead (6.0 MiB)"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("Goals = %q, want it to contain %q", got, want)
 		}
@@ -144,7 +144,29 @@ BenchmarkRelay/gcsfuse/ServerCrash/relay-2       5  76695936 ns/op  0 failed-rea
 		t.Errorf("crash %+v", c)
 	}
 	got := RelayGoals(&r)
-	for _, want := range []string{"gcsfuse DirectIORead not met by the median (in 2 of 4 rounds)", "gcsfuse stall ≤ start + 50 ms not met in every kill (worst 60.0 ms over 20 kills)"} {
+	for _, want := range []string{"gcsfuse DirectIORead ≥ 0.90× not met by the balanced median 0.68 (in 1 of 4 rounds)", "gcsfuse stall ≤ start + 50 ms not met in every kill (worst 60.0 ms over 20 kills)"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("RelayGoals = %q, want it to contain %q", got, want)
+		}
+	}
+}
+
+// TestRelayGoalsAgainstTheFloor: a fast local server's relay CPU per request is judged against the floor's (the
+// relay in front of dummy-fuse), and its cached reads by their balanced ratio.
+func TestRelayGoalsAgainstTheFloor(t *testing.T) {
+	sum := func(server, bench string, relayCPU, balanced float64) RelaySummary {
+		return RelaySummary{Server: server, Bench: bench, Rounds: 4, RelayCPU: Spread{Median: relayCPU}, Orders: Orders{Balanced: balanced}}
+	}
+	r := RelayResult{Summary: []RelaySummary{
+		sum("squashfuse", "DirectIORead", 11, 0.5), sum("squashfuse", "CachedRead", 30, 0.97),
+		sum("dummy-fuse", "DirectIORead", 10, 0.6), sum("dummy-fuse", "CachedRead", 20, 0.99),
+	}}
+	got := RelayGoals(&r)
+	for _, want := range []string{
+		"squashfuse DirectIORead relay CPU/op ≤ the floor's × 1.2 met (11.0 vs 10.0 µs, × 1.10)",
+		"squashfuse CachedRead relay CPU/op ≤ the floor's × 1.2 not met (30.0 vs 20.0 µs, × 1.50)",
+		"squashfuse cached reads ≥ 0.95× met (balanced 0.97)",
+	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("RelayGoals = %q, want it to contain %q", got, want)
 		}
