@@ -143,29 +143,42 @@ func (c KeepsDurableWrites) Eval(ev *Evidence, _ Timing) Result {
 	case len(failed) == 0:
 		return Result{Why: fmt.Sprintf("no operation of %s failed: the fault was not the limit", c.C)}
 	}
-	recs, file, ckpt, why := writerRun(ev, c.C)
+	loss, file, held, why := ev.durableLoss(c.C)
 	if why != "" {
 		return Result{Why: why}
 	}
-	got, _, why := storedData(ev, c.C, file) // a missing file is one with nothing durable: CheckDurable judges it
-	if why != "" {
-		return Result{Why: why}
-	}
-	gotCkpt, _, why := storedData(ev, c.C, ckpt)
-	if why != "" {
-		return Result{Why: why}
-	}
-	loss, err := workload.CheckDurable(recs, got, gotCkpt)
-	if err != nil {
-		return Result{Why: fmt.Sprintf("the storage's %s (%d bytes) and %s against %s's log: %v", file, len(got), ckpt, c.C, err)}
-	}
+	ckpt := Container{Name: c.C}.Objects()[1]
 	pieces := ev.Count(time.Time{}, func(e Event) bool { return e.Container == c.C && e.IsAckedWrite() })
 	lost := "nothing acknowledged is missing"
 	if loss.Pieces > 0 {
 		lost = fmt.Sprintf("lost: %d acknowledged pieces (%d bytes) from piece %d on, all after the last fsync", loss.Pieces, loss.Bytes, loss.First)
 	}
 	return Result{OK: true, Why: fmt.Sprintf("%s; of %d acknowledged pieces the storage's %s holds %d bytes, "+
-		"every fsync'ed one, and %s; %s", failedText(failed, c.Errnos), pieces, file, len(got), checkpointText(ev, c.C, ckpt), lost)}
+		"every fsync'ed one, and %s; %s", failedText(failed, c.Errnos), pieces, file, held, checkpointText(ev, c.C, ckpt), lost)}
+}
+
+// durableLoss is what the storage lacks of writer container c's acknowledged pieces (workload.CheckDurable),
+// with the name of its file and how many bytes the storage holds of it, or why that cannot be told: a log
+// without its writes, a file from before the run, objects not read, or a storage that differs from the log in
+// more than a loss after the last fsync.
+func (ev *Evidence) durableLoss(c string) (loss workload.Loss, file string, held int, why string) {
+	recs, file, ckpt, why := writerRun(ev, c)
+	if why != "" {
+		return loss, file, 0, why
+	}
+	got, _, why := storedData(ev, c, file) // a missing file is one with nothing durable: CheckDurable judges it
+	if why != "" {
+		return loss, file, 0, why
+	}
+	gotCkpt, _, why := storedData(ev, c, ckpt)
+	if why != "" {
+		return loss, file, len(got), why
+	}
+	loss, err := workload.CheckDurable(recs, got, gotCkpt)
+	if err != nil {
+		return loss, file, len(got), fmt.Sprintf("the storage's %s (%d bytes) and %s against %s's log: %v", file, len(got), ckpt, c, err)
+	}
+	return loss, file, len(got), ""
 }
 
 // checkpointText says which checkpoint the storage holds for writer container c, once workload.CheckDurable

@@ -3,10 +3,10 @@ package scenarios
 import (
 	"encoding/json"
 	"fmt"
-	"github.com/dummy-fuse-csi/dummy-fuse-csi/dummy-fuse-workload/workload"
 	"sort"
 	"time"
 
+	"github.com/dummy-fuse-csi/dummy-fuse-csi/dummy-fuse-workload/workload"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/internal/contract"
 	"github.com/dummy-fuse-csi/dummy-fuse-csi/scenarios/topology"
 )
@@ -368,21 +368,14 @@ func (ev *Evidence) Measure(primary string) Measures {
 	return m
 }
 
-// lost is what the storage lacks of writer container c's acknowledged pieces; zero when c wrote nothing, its
-// objects were not read, or the storage differs otherwise (its check says how).
+// lost is what the storage lacks of writer container c's acknowledged pieces (durableLoss); zero when c wrote
+// nothing, its objects were not read, or the storage differs otherwise (its check says how).
 func (ev *Evidence) lost(c string) workload.Loss {
-	ctr := Container{Name: c}
-	file, fok := ev.StoredObject(c, ctr.WrittenObject())
-	ckpt, cok := ev.StoredObject(c, ctr.Objects()[1])
-	if !fok || !cok || file.Err != "" || ckpt.Err != "" {
-		return workload.Loss{}
+	if _, ok := ev.StoredObject(c, Container{Name: c}.WrittenObject()); !ok {
+		return workload.Loss{} // not a writer, or its storage was not read: no need to go through the log
 	}
-	recs, err := writerLog(ev, c)
-	if err != nil {
-		return workload.Loss{}
-	}
-	loss, err := workload.CheckDurable(recs, file.Data, ckpt.Data)
-	if err != nil || loss.Pieces == 0 {
+	loss, _, _, why := ev.durableLoss(c)
+	if why != "" {
 		return workload.Loss{}
 	}
 	return loss

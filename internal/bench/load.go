@@ -13,6 +13,7 @@ import (
 type Spinners struct {
 	stop atomic.Bool
 	wg   sync.WaitGroup
+	sink atomic.Uint64 // the loops' results, kept so that the compiler keeps the loops
 }
 
 // Spin starts n spinning threads.
@@ -29,14 +30,11 @@ func Spin(n int) *Spinners {
 					x = x*6364136223846793005 + 1442695040888963407
 				}
 			}
-			sink.Store(x)
+			s.sink.Add(x)
 		}()
 	}
 	return s
 }
-
-// sink keeps the loop's result alive, so that the compiler keeps the loop.
-var sink atomic.Uint64
 
 // Stop ends the spinning threads and waits for them.
 func (s *Spinners) Stop() {

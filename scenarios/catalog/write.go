@@ -78,10 +78,14 @@ const syncEvery = 2 * scenarios.CheckpointEvery
 var connectionGone = []string{"ENOTCONN", "ECONNABORTED"}
 
 var (
-	limitWarmUp = scenarios.WaitFor(scenarios.Writes{C: writer, N: syncEvery + 2}, scenarios.Dur{Fixed: 30 * time.Second})
-	// untilWriteFails waits for the writer's first failed operation after the kill.
-	untilWriteFails = scenarios.WaitFor(scenarios.FailsWithin{C: writer, Within: scenarios.Dur{Fixed: 10 * time.Second}}, scenarios.Dur{Fixed: 10 * time.Second})
+	limitWarmUp     = scenarios.WaitFor(scenarios.Writes{C: writer, N: syncEvery + 2}, scenarios.Dur{Fixed: 30 * time.Second})
+	untilWriteFails = writeFailsWithin(10 * time.Second)
 )
+
+// writeFailsWithin waits at most d for the writer's first failed operation after the kill.
+func writeFailsWithin(d time.Duration) scenarios.Step {
+	return scenarios.WaitFor(scenarios.FailsWithin{C: writer, Within: scenarios.Dur{Fixed: d}}, scenarios.Dur{Fixed: d})
+}
 
 // syncing is mode m writing with a writer that fsyncs every syncEvery pieces (the limit rows).
 func (m mode) syncing() mode {
@@ -115,8 +119,7 @@ func writeScenarios() []scenarios.Scenario {
 			"would end the journal unkept: the relay's log names the writes and bytes it could not make durable.)")
 	noBackend.Plugin.RelayBackendWait = relayNoBackendWait
 	noBackend.Steps = []scenarios.Step{warmUpWrites, scenarios.Kill(topology.RelayServerGone),
-		scenarios.WaitFor(scenarios.FailsWithin{C: writer, Within: scenarios.Dur{Fixed: relayNoBackendWithin}}, scenarios.Dur{Fixed: relayNoBackendWithin}),
-		scenarios.Start(topology.RelayServerGone), writesGoOn}
+		writeFailsWithin(relayNoBackendWithin), scenarios.Start(topology.RelayServerGone), writesGoOn}
 	noBackend.Expect = []scenarios.Expectation{
 		{Check: scenarios.FailsWithin{C: writer, Within: scenarios.Dur{Fixed: relayNoBackendWithin}}},
 		{Check: scenarios.WritesKept{C: writer, Writes: writesAfter, Errnos: connectionGone}},
